@@ -1,0 +1,145 @@
+"""Exact, fast equivalents of the filters the reference corruptions call.
+
+Each helper documents which reference call it replaces and how close it is:
+
+- :func:`gaussian_blur_nearest` replaces ``skimage.filters.gaussian(x, sigma, channel_axis=-1)``
+  (scipy's truncated kernel, ``mode="nearest"``): same kernel weights, computed by OpenCV's separable
+  filter instead of scipy's (differences of the order of 1e-16).
+- :func:`gaussian_smooth_reflect` replaces ``skimage.filters.gaussian(x, sigma, mode="reflect",
+  truncate=3)`` on a 2-D array, for ANY sigma: narrow kernels run as an OpenCV separable filter
+  with half-sample-symmetric borders (``BORDER_REFLECT``, scipy's ``reflect``); for wide ones, a
+  reflect-extended line is periodic with period ``2 * length``, so a kernel thousands of taps wide
+  (elastic's sigma is 999 at severity 0) folds onto that period exactly and becomes a
+  ``length x length`` matrix.
+- :func:`zoom_bilinear_accumulate` replaces summing ``clipped_zoom`` (``scipy.ndimage.zoom`` with
+  ``order=1`` of the central crop) over zoom factors, with scipy's coordinate mapping
+  ``input = output * (in - 1) / (out - 1)`` and its interpolation weights.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from ._kernels import accumulate_zooms
+
+
+@lru_cache(maxsize=256)
+def scipy_gaussian_kernel(sigma: float, truncate: float) -> NDArray[np.float64]:
+    """The 1-D Gaussian kernel of ``scipy.ndimage.gaussian_filter`` (radius ``int(truncate*sigma+0.5)``)."""
+    radius = int(truncate * float(sigma) + 0.5)
+    offsets = np.arange(-radius, radius + 1, dtype=np.float64)
+    weights = np.exp(-0.5 / (sigma * sigma) * offsets**2)
+    weights /= weights.sum()
+    weights.setflags(write=False)
+    return weights
+
+
+def gaussian_blur_nearest(image: NDArray[np.floating], sigma: float) -> NDArray[np.float64]:
+    """Gaussian blur of an HxW or HxWxC float image over H and W, borders replicated.
+
+    Args:
+        image: float array, any value range.
+        sigma: standard deviation in pixels, > 0.
+
+    Returns:
+        float64 array of the same shape (truncation at 4 sigma, like scikit-image's default).
+    """
+    kernel = scipy_gaussian_kernel(float(sigma), 4.0)
+    source = np.ascontiguousarray(image, dtype=np.float64)
+    return cv2.sepFilter2D(source, cv2.CV_64F, kernel, kernel, borderType=cv2.BORDER_REPLICATE)
+
+
+@lru_cache(maxsize=64)
+def _reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDArray[np.float64]:
+    kernel = scipy_gaussian_kernel(sigma, truncate)
+    radius = (len(kernel) - 1) // 2
+    period = 2 * length
+    folded = np.bincount((np.arange(-radius, radius + 1) % period), weights=kernel, minlength=period)
+    rows = np.repeat(np.arange(length), period)
+    positions = (rows + np.tile(np.arange(period), length)) % period
+    columns = np.where(positions < length, positions, period - 1 - positions)
+    matrix = np.bincount(
+        rows * length + columns, weights=np.tile(folded, length), minlength=length * length
+    ).reshape(length, length)
+    matrix.setflags(write=False)
+    return matrix
+
+
+_DIRECT_FILTER_MAX_RADIUS = 48
+
+
+def gaussian_smooth_reflect(field: NDArray[np.floating], sigma: float, truncate: float = 3.0) -> NDArray[np.float64]:
+    """Gaussian smoothing of a 2-D field with scipy's ``mode="reflect"`` (half-sample symmetric).
+
+    Args:
+        field: HxW float array.
+        sigma: standard deviation in pixels, > 0; any size (kernels wider than the image included).
+        truncate: kernel radius in units of sigma, as in scipy.
+
+    Returns:
+        float64 HxW array equal (to rounding) to ``scipy.ndimage.gaussian_filter(field, sigma,
+        mode="reflect", truncate=truncate)``.
+    """
+    height, width = field.shape
+    radius = int(truncate * float(sigma) + 0.5)
+    if radius <= _DIRECT_FILTER_MAX_RADIUS and radius < min(height, width):
+        kernel = scipy_gaussian_kernel(float(sigma), float(truncate))
+        source = np.ascontiguousarray(field, dtype=np.float64)
+        return cv2.sepFilter2D(source, cv2.CV_64F, kernel, kernel, borderType=cv2.BORDER_REFLECT)
+    row_matrix = _reflect_smoothing_matrix(height, float(sigma), float(truncate))
+    column_matrix = _reflect_smoothing_matrix(width, float(sigma), float(truncate))
+    return row_matrix @ np.asarray(field, dtype=np.float64) @ column_matrix.T
+
+
+@lru_cache(maxsize=512)
+def _zoom_axis_table(length: int, zoom_factor: float) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Source index and weight per output position of a centre zoom along one axis.
+
+    Mirrors ``clipped_zoom``: crop ``ceil(length / zoom)`` centred pixels, zoom them with
+    ``scipy.ndimage.zoom(order=1)`` to ``round(crop * zoom)`` pixels, and keep the centred ``length``.
+    """
+    crop = int(math.ceil(length / zoom_factor))
+    crop_start = (length - crop) // 2
+    zoomed = int(round(crop * zoom_factor))
+    trim = (zoomed - length) // 2
+    scale = (crop - 1) / (zoomed - 1) if zoomed > 1 else 0.0
+    coordinates = np.arange(trim, trim + length, dtype=np.float64) * scale
+    lower = np.floor(coordinates)
+    weights = coordinates - lower
+    index = lower.astype(np.int64) + crop_start
+    index.setflags(write=False)
+    weights.setflags(write=False)
+    return index, weights
+
+
+def zoom_bilinear_accumulate(
+    image: NDArray[np.floating], zoom_factors: NDArray[np.float64], dtype: type = np.float32
+) -> NDArray[np.floating]:
+    """Sum over ``zoom_factors`` of the centre-zoomed copies of ``image`` (HxWxC, float).
+
+    Each copy is ``clipped_zoom(image, z)`` of the reference: per-copy values are computed in float64,
+    rounded to ``dtype`` and added in ``dtype``, as the reference adds its zoom results.
+
+    Args:
+        image: HxWxC float array.
+        zoom_factors: 1-D array of zoom factors >= 1.
+        dtype: accumulator dtype (float32 for zoom blur, float64 for the snow layer).
+
+    Returns:
+        HxWxC array of ``dtype``, the sum of the zoomed copies.
+    """
+    height, width = image.shape[:2]
+    row_tables = [_zoom_axis_table(height, float(z)) for z in zoom_factors]
+    column_tables = [_zoom_axis_table(width, float(z)) for z in zoom_factors]
+    row_index = np.stack([table[0] for table in row_tables])
+    row_weight = np.stack([table[1] for table in row_tables])
+    column_index = np.stack([table[0] for table in column_tables])
+    column_weight = np.stack([table[1] for table in column_tables])
+    output = np.zeros(image.shape, dtype=dtype)
+    accumulate_zooms(np.ascontiguousarray(image), row_index, row_weight, column_index, column_weight, output)
+    return output
