@@ -1,0 +1,131 @@
+"""Stream planning: difficulty presets and the order in which corruptions are visited.
+
+A CCC stream walks a chain of corruption pairs: it starts with ``(n1, n2)``, follows the severity
+path from "only n1" to "only n2" (:mod:`ccc.paths`), then continues with ``(n2, n3)``, and so on.
+This module holds
+
+* :data:`DIFFICULTY_PRESETS` — the paper's three difficulties: calibration target accuracy and the
+  corruptions the public generator allows at that target;
+* :func:`reference_corruption_order` — the chain ``n1, n2, n3, ...`` the public generator draws for
+  a seed, reproduced exactly.
+
+Corruption names are those of the published calibration matrices (``"elastic"``, ``"jpeg"``, ...).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "DIFFICULTY_PRESETS",
+    "DifficultyPreset",
+    "get_difficulty_preset",
+    "reference_corruption_order",
+]
+
+
+@dataclass(frozen=True)
+class DifficultyPreset:
+    """One CCC difficulty as the public generator defines it.
+
+    Attributes:
+        name: ``"easy"``, ``"medium"`` or ``"hard"``.
+        target_accuracy: calibration target accuracy in percent, in [0, 100] (the public data's
+            ``baseline_<b>`` run name uses the same number).
+        corruptions: corruption names allowed at this target, in the public generator's list order
+            (the order matters: it decides which name a seeded ``random.choice`` returns).
+    """
+
+    name: str
+    target_accuracy: float
+    corruptions: tuple[str, ...]
+
+
+_EASY_CORRUPTIONS = (
+    "gaussian_noise",
+    "shot_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+    "snow",
+    "frost",
+    "fog",
+    "contrast",
+    "elastic",
+    "pixelate",
+    "jpeg",
+)
+
+DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
+    {
+        # Brightness never gets near 40% even at severity 5, so the public code leaves it out.
+        "easy": DifficultyPreset("easy", 40.0, _EASY_CORRUPTIONS),
+        "medium": DifficultyPreset("medium", 20.0, tuple(name for name in _EASY_CORRUPTIONS if name != "jpeg")),
+        "hard": DifficultyPreset("hard", 0.0, ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")),
+    }
+)
+"""CCC-Easy / Medium / Hard: target accuracy 40 / 20 / 0 % with 14 / 13 / 4 corruptions."""
+
+
+def get_difficulty_preset(name: str) -> DifficultyPreset:
+    """Return the preset called ``name`` (one of ``"easy"``, ``"medium"``, ``"hard"``).
+
+    Raises:
+        ValueError: if ``name`` is not a preset; the message lists the valid names.
+    """
+    try:
+        return DIFFICULTY_PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown difficulty {name!r}; available: {', '.join(DIFFICULTY_PRESETS)}") from None
+
+
+def reference_corruption_order(corruptions: Sequence[str], seed: int, count: int) -> list[str]:
+    """Return the first ``count`` corruption names of the public generator's chain for ``seed``.
+
+    The public generator seeds Python's ``random`` with ``seed`` and draws nothing else from it
+    before its first ``random.choice`` (its other seeding and all image randomness use torch and
+    numpy). It draws ``n1 = choice(corruptions)``, then ``n2 = choice(corruptions)`` again until
+    ``n2 != n1``; each time a severity path ends, ``n1 <- n2`` and a new ``n2`` is drawn the same
+    way. The returned list is ``[n1, n2, n3, ...]``: consecutive entries are the pairs visited, so
+    entries ``k`` and ``k + 1`` form the ``k``-th pair. A longer ``count`` extends a shorter one.
+
+    A private ``random.Random(seed)`` is used; the global ``random`` state is left untouched.
+    ``random.choice`` on a sequence has drawn the same values for a given seed since Python 3.2.
+
+    Args:
+        corruptions: at least two distinct names, in the order of the public generator's list
+            (e.g. ``DIFFICULTY_PRESETS["easy"].corruptions``); duplicates are rejected.
+        seed: non-negative integer (the paper uses 43, 44, 45).
+        count: number of names to return, >= 0.
+
+    Raises:
+        ValueError: if an argument is invalid; the message names it and shows the received value.
+    """
+    names = list(corruptions) if not isinstance(corruptions, str) else None
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"corruptions must be a sequence of corruption names, got {corruptions!r}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"corruptions must not repeat names, got {', '.join(map(repr, repeated))} more than once")
+    if len(names) < 2:
+        raise ValueError(f"corruptions must hold at least 2 distinct names, got {names!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count must be a non-negative integer, got {count!r}")
+
+    generator = random.Random(seed)
+    order: list[str] = []
+    current = generator.choice(names)
+    while len(order) < count:
+        order.append(current)
+        following = generator.choice(names)
+        while following == current:
+            following = generator.choice(names)
+        current = following
+    return order
