@@ -1,0 +1,43 @@
+"""Calibration: how accurate a model is under every pair of corruptions and severities.
+
+- :class:`CalibrationTable` — per ordered corruption pair a 21×21 accuracy grid (percent), image
+  counts, :class:`CalibrationMetadata` and difficulty presets; saved as a documented ``.npz``
+  (``docs/calibration_format.md``).
+- :func:`import_ccc_pickle` — safe import of the published CCC matrices (pickle file or URL).
+"""
+
+from ccc.calibration.published import (
+    PUBLISHED_MATRIX_URL,
+    UnsafePickleError,
+    import_ccc_pickle,
+    read_matrix_pickle,
+)
+from ccc.calibration.table import (
+    CCC_CORRUPTIONS,
+    CORRUPTION_ALIASES,
+    GRID_SIZE,
+    RESNET50_DIFFICULTY_PRESETS,
+    SEVERITIES,
+    CalibrationError,
+    CalibrationMetadata,
+    CalibrationTable,
+    DifficultyPreset,
+    canonical_corruption_name,
+)
+
+__all__ = [
+    "CCC_CORRUPTIONS",
+    "CORRUPTION_ALIASES",
+    "GRID_SIZE",
+    "PUBLISHED_MATRIX_URL",
+    "RESNET50_DIFFICULTY_PRESETS",
+    "SEVERITIES",
+    "CalibrationError",
+    "CalibrationMetadata",
+    "CalibrationTable",
+    "DifficultyPreset",
+    "UnsafePickleError",
+    "canonical_corruption_name",
+    "import_ccc_pickle",
+    "read_matrix_pickle",
+]
