@@ -25,6 +25,7 @@ Channels are blurred independently; a greyscale image stays greyscale.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import math
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any
 import cv2
 import numpy as np
 from numpy.typing import NDArray
+from PIL import Image
 
 __all__ = [
     "MotionBlurTaps",
@@ -88,7 +90,8 @@ def motion_blur_taps(radius: float, sigma: float, angle: float) -> MotionBlurTap
         angle: direction of the samples in degrees, finite (0 = to the right, 90 = down).
 
     Returns:
-        ``2 * ceil(radius) + 1`` taps, computed with ImageMagick's floating-point formulas.
+        ``2 * ceil(radius) + 1`` taps (for ``radius <= 1e-12`` a width derived from sigma, as
+        ImageMagick does), computed with ImageMagick's floating-point formulas.
 
     Raises:
         ValueError: for a radius or sigma that is not a finite number > 0, or a non-finite angle.
@@ -150,20 +153,22 @@ def motion_blur_wand(image: NDArray[np.uint8], radius: float, sigma: float, angl
     sigma = _finite_float(sigma, "sigma", positive=True)
     angle = _finite_float(angle, "angle", positive=False)
     library, wand_image_class = _load_wand()
-    from PIL import Image
-
     channels = planes.shape[2]
     source = Image.fromarray(np.ascontiguousarray(planes[..., 0] if channels == 1 else planes))
     png = io.BytesIO()
     source.save(png, format="PNG")
     with wand_image_class(blob=png.getvalue()) as wand_image:
         if not library.MagickMotionBlurImage(wand_image.wand, radius, sigma, angle):
-            raise RuntimeError(f"ImageMagick's MagickMotionBlurImage failed for radius={radius}, sigma={sigma}, angle={angle}")
+            raise RuntimeError(
+                f"ImageMagick's MagickMotionBlurImage failed for radius={radius}, sigma={sigma}, angle={angle}"
+            )
         blurred_png = wand_image.make_blob()
     decoded = cv2.imdecode(np.frombuffer(blurred_png, np.uint8), cv2.IMREAD_UNCHANGED)
     if decoded is None or decoded.dtype != np.uint8 or decoded.shape[:2] != planes.shape[:2]:
         description = "nothing" if decoded is None else f"{decoded.dtype} {decoded.shape}"
-        raise RuntimeError(f"ImageMagick returned an unexpected PNG: expected uint8 {planes.shape[:2]}, decoded {description}")
+        raise RuntimeError(
+            f"ImageMagick returned an unexpected PNG: expected uint8 {planes.shape[:2]}, decoded {description}"
+        )
     if decoded.ndim == 2:
         result = np.repeat(decoded[..., np.newaxis], channels, axis=2)
     elif decoded.shape[2] == 3 and channels == 3:
@@ -231,7 +236,9 @@ def _tap_weights(width: int, sigma: float) -> tuple[float, ...]:
     those of the C library, as in ImageMagick, and do not depend on numpy's SIMD code paths.
     """
     sigma = max(sigma, _MAGICK_EPSILON)
-    raw = [math.exp(-float(index * index) / (2.0 * sigma * sigma)) / (_MAGICK_SQRT_2PI * sigma) for index in range(width)]
+    raw = [
+        math.exp(-float(index * index) / (2.0 * sigma * sigma)) / (_MAGICK_SQRT_2PI * sigma) for index in range(width)
+    ]
     normalize = 0.0
     for weight in raw:
         normalize += weight
@@ -266,31 +273,24 @@ class _TapChunk:
 
 def _chunk_taps(column_offsets: list[int], row_offsets: list[int], weights: tuple[float, ...]) -> list[_TapChunk]:
     """Group consecutive taps (they lie along a line) into boxes of at most ``_MAX_CHUNK_AREA`` pixels."""
-    boundaries = [0]
-    first_column = last_column = column_offsets[0]
-    first_row = last_row = row_offsets[0]
+    # Each group: [first tap, last tap, min column, max column, min row, max row].
+    groups = [[0, 0, column_offsets[0], column_offsets[0], row_offsets[0], row_offsets[0]]]
     for tap in range(1, len(weights)):
         column, row = column_offsets[tap], row_offsets[tap]
-        low_column, high_column = min(first_column, column), max(last_column, column)
-        low_row, high_row = min(first_row, row), max(last_row, row)
+        group = groups[-1]
+        low_column, high_column = min(group[2], column), max(group[3], column)
+        low_row, high_row = min(group[4], row), max(group[5], row)
         if (high_column - low_column + 1) * (high_row - low_row + 1) <= _MAX_CHUNK_AREA:
-            first_column, last_column, first_row, last_row = low_column, high_column, low_row, high_row
+            groups[-1] = [group[0], tap, low_column, high_column, low_row, high_row]
         else:
-            boundaries.append(tap)
-            first_column = last_column = column
-            first_row = last_row = row
-    boundaries.append(len(weights))
-    columns = np.asarray(column_offsets)
-    rows = np.asarray(row_offsets)
-    weight_values = np.asarray(weights)
+            groups.append([tap, tap, column, column, row, row])
     chunks = []
-    for start, stop in zip(boundaries[:-1], boundaries[1:]):
-        chunk_columns, chunk_rows = columns[start:stop], rows[start:stop]
-        column, row = int(chunk_columns.min()), int(chunk_rows.min())
-        kernel = np.zeros((int(chunk_rows.max()) - row + 1, int(chunk_columns.max()) - column + 1))
-        # Taps may coincide (e.g. at 45 degrees): their weights add.
-        np.add.at(kernel, (chunk_rows - row, chunk_columns - column), weight_values[start:stop])
-        chunks.append(_TapChunk(column, row, kernel.astype(np.float32)))
+    for first_tap, last_tap, low_column, high_column, low_row, high_row in groups:
+        kernel = [[0.0] * (high_column - low_column + 1) for _ in range(high_row - low_row + 1)]
+        for tap in range(first_tap, last_tap + 1):
+            # Taps may coincide (e.g. at 45 degrees): their weights add (in float64).
+            kernel[row_offsets[tap] - low_row][column_offsets[tap] - low_column] += weights[tap]
+        chunks.append(_TapChunk(low_column, low_row, np.array(kernel, dtype=np.float32)))
     return chunks
 
 
@@ -365,7 +365,8 @@ def _exact_levels(
     flat_levels: NDArray[np.uint8], positions: NDArray[np.intp], starts: NDArray[np.intp], weights: tuple[float, ...]
 ) -> NDArray[np.uint8]:
     """ImageMagick's 8-bit output at ``positions``: float64 products summed in tap order, Q16 rounding."""
-    quanta = flat_levels[positions[:, np.newaxis] + starts[np.newaxis, :]].astype(np.float64) * float(_QUANTUM_PER_LEVEL)
+    samples = flat_levels[positions[:, np.newaxis] + starts[np.newaxis, :]]
+    quanta = samples.astype(np.float64) * float(_QUANTUM_PER_LEVEL)
     products = quanta * np.asarray(weights, dtype=np.float64)
     # cumsum (add.accumulate) adds strictly left to right, as ImageMagick's loop over the taps.
     sums = np.cumsum(products, axis=1)[:, -1]
@@ -384,7 +385,5 @@ def _load_wand() -> tuple[Any, Any]:
             "pip install ccc[wand] and apt-get install libmagickwand-6.q16-6 "
             f"(import failed: {error})"
         ) from error
-    import ctypes
-
     library.MagickMotionBlurImage.argtypes = (ctypes.c_void_p, ctypes.c_double, ctypes.c_double, ctypes.c_double)
     return library, WandImage

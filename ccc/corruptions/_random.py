@@ -47,9 +47,3 @@ def draw_integers(rng: RandomSource, low: int, high: int, size: int | tuple[int,
         return rng.randint(low, high, size=size)
     return rng.integers(low, high, size=size)
 
-
-def draw_unit_uniform(rng: RandomSource, size: tuple[int, ...]) -> NDArray[np.float64]:
-    """Floats uniform in [0, 1): ``Generator.random`` or, in legacy mode, ``RandomState.random_sample``."""
-    if isinstance(rng, np.random.RandomState):
-        return rng.random_sample(size)
-    return rng.random(size)
