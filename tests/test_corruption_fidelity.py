@@ -11,6 +11,7 @@ from skimage import color
 
 from conftest import GOLDEN
 from ccc.corruptions import corrupt, get_corruption, list_corruptions
+from ccc.corruptions.statistics import per_image_statistics, summary_statistics
 from ccc.corruptions._filters import gaussian_smooth_reflect, zoom_bilinear_accumulate
 from ccc.corruptions._kernels import adjust_hsv, sample_bilinear_reflect
 from ccc.corruptions.noise import _shot_byte_tables
@@ -36,29 +37,6 @@ def test_deterministic_corruptions_match_reference(key, name, severity, index, g
         np.testing.assert_array_equal(ours, reference)
 
 
-def _per_image_statistics(name: str, severity: float, images: np.ndarray, generators) -> dict[str, np.ndarray]:
-    """Per corrupted image: residual mean and std, PSNR and fraction of changed values."""
-    rows = []
-    for rng in generators:
-        for image in images:
-            residual = corrupt(image, name, severity, rng=rng()).astype(np.float64) - image
-            rows.append((residual.mean(), residual.std(), 10 * math.log10(255.0**2 / np.mean(residual**2)), np.mean(residual != 0)))
-    columns = np.array(rows).T
-    return dict(zip(("residual_mean", "residual_std", "psnr", "frac_changed"), columns))
-
-
-def _statistics(name: str, severity: float, images: np.ndarray, generators) -> dict[str, float]:
-    """The golden file's summary: means over images and seeds, and the PSNR's spread."""
-    per_image = _per_image_statistics(name, severity, images, generators)
-    return {
-        "residual_mean": float(per_image["residual_mean"].mean()),
-        "residual_std": float(per_image["residual_std"].mean()),
-        "psnr_mean": float(per_image["psnr"].mean()),
-        "psnr_std": float(per_image["psnr"].std()),
-        "frac_changed": float(per_image["frac_changed"].mean()),
-    }
-
-
 def _legacy(seeds):
     return [lambda seed=seed: np.random.RandomState(seed) for seed in seeds]
 
@@ -78,7 +56,7 @@ def test_legacy_mode_reproduces_reference_statistics(key, name, severity, golden
     itself from the OS, so only its distribution can be compared.
     """
     reference = golden_random_stats["cases"][key]
-    ours = _statistics(name, severity, golden_images, _legacy(range(16)))
+    ours = summary_statistics(per_image_statistics(name, severity, golden_images, _legacy(range(16))))
     if name == "impulse_noise":
         assert ours["psnr_mean"] == pytest.approx(reference["psnr_mean"], rel=0.02)
         assert ours["frac_changed"] == pytest.approx(reference["frac_changed"], rel=0.02)
@@ -101,8 +79,8 @@ def test_generator_mode_has_the_reference_distribution(name, severity, golden_im
     whenever the sample is large enough for 2% to be resolvable (standard error below 0.5%).
     """
     seeds = range(DISTRIBUTION_SEEDS.get(name, 64))
-    legacy = _per_image_statistics(name, severity, golden_images, _legacy(seeds))
-    ours = _per_image_statistics(name, severity, golden_images, [lambda seed=seed: np.random.default_rng(seed) for seed in seeds])
+    legacy = per_image_statistics(name, severity, golden_images, _legacy(seeds))
+    ours = per_image_statistics(name, severity, golden_images, [lambda seed=seed: np.random.default_rng(seed) for seed in seeds])
     for statistic in ours:
         difference = ours[statistic].mean() - legacy[statistic].mean()
         standard_error = math.sqrt(ours[statistic].var() / len(ours[statistic]) + legacy[statistic].var() / len(legacy[statistic]))
