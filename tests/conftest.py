@@ -52,3 +52,41 @@ def make_image_folder(
 def image_folder(tmp_path: Path) -> Path:
     """A fresh 3-class × 4-image ImageNet-layout folder of 500×375 JPEGs."""
     return make_image_folder(tmp_path / "val")
+
+
+def make_calibration_table(
+    corruptions: tuple[str, ...] = ("brightness", "jpeg", "pixelate", "contrast"),
+    presets: dict | None = None,
+    seed: int = 0,
+):
+    """A synthetic :class:`ccc.calibration.CalibrationTable` holding every ordered pair of ``corruptions``.
+
+    Accuracy falls smoothly with both severities, ``76 · exp(-a·i) · exp(-b·j)`` with a per-corruption
+    rate in [0.05, 0.15] plus ±1 % noise (percent, clipped to [0, 100]), so severity paths for targets
+    20–40 are 5–30 cells long. ``presets`` defaults to ``{"medium": (30.0, corruptions)}``.
+    """
+    from ccc.calibration import CalibrationMetadata, CalibrationTable
+
+    generator = np.random.default_rng(seed)
+    rates = dict(zip(corruptions, generator.uniform(0.05, 0.15, len(corruptions))))
+    steps = np.arange(21)
+    grids = {}
+    for first in corruptions:
+        for second in corruptions:
+            if first != second:
+                grid = 76.0 * np.exp(-rates[first] * steps)[:, None] * np.exp(-rates[second] * steps)[None, :]
+                grids[(first, second)] = np.clip(grid + generator.uniform(-1, 1, grid.shape), 0, 100)
+    metadata = CalibrationMetadata(
+        model_name="synthetic test model",
+        preprocessing="none (synthetic numbers)",
+        image_set_description="none (synthetic numbers)",
+        image_count=100,
+        created="2024-01-01T00:00:00+00:00",
+    )
+    return CalibrationTable.from_grids(
+        corruptions,
+        grids,
+        image_counts=100,
+        metadata=metadata,
+        difficulty_presets=presets if presets is not None else {"medium": (30.0, corruptions)},
+    )
