@@ -124,6 +124,8 @@ def adjust_hsv(image, value_shift, saturation_scale, saturation_shift):  # pragm
 
 @numba.njit(cache=True)
 def _reflect_coordinate(coordinate, length):  # pragma: no cover - compiled
+    if -0.5 <= coordinate <= length - 0.5:
+        return coordinate
     period = 2.0 * length
     folded = (coordinate + 0.5) % period
     if folded >= length:
