@@ -10,6 +10,9 @@ This module holds
   a seed, reproduced exactly.
 
 Corruption names are those of the published calibration matrices (``"elastic"``, ``"jpeg"``, ...).
+
+Built on these: :mod:`ccc.schedule` (the chain of pairs and their severity paths, step by step) and
+:mod:`ccc.stream_plan` (the pure per-sample plan, ``plan_sample(plan, index)``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from ccc.corruptions import CORRUPTIONS
 
 __all__ = [
     "DIFFICULTY_PRESETS",
@@ -44,22 +49,7 @@ class DifficultyPreset:
     corruptions: tuple[str, ...]
 
 
-_EASY_CORRUPTIONS = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "contrast",
-    "elastic",
-    "pixelate",
-    "jpeg",
-)
+_EASY_CORRUPTIONS = tuple(name for name in CORRUPTIONS if name != "brightness")
 
 DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
     {

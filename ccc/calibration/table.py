@@ -29,9 +29,12 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
+
 from numpy.typing import ArrayLike, NDArray
 
 from ccc import __version__ as _LIBRARY_VERSION
+from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
+from ccc.corruptions import CORRUPTIONS
 
 FORMAT_NAME = "ccc-calibration-table"
 FORMAT_VERSION = 1
@@ -51,28 +54,10 @@ _ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
 _ZIP_UNIX_SYSTEM = 3
 _ZIP_FILE_MODE = 0o100644 << 16
 
-CCC_CORRUPTIONS: tuple[str, ...] = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "brightness",
-    "contrast",
-    "elastic",
-    "pixelate",
-    "jpeg",
-)
+CCC_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS
 """The 15 corruptions of CCC in the public generator's order (its names: ``elastic``, ``jpeg``)."""
 
-CORRUPTION_ALIASES: Mapping[str, str] = MappingProxyType(
-    {"elastic_transform": "elastic", "jpeg_compression": "jpeg"}
-)
+CORRUPTION_ALIASES: Mapping[str, str] = _REGISTRY_ALIASES
 """ImageNet-C spellings → CCC spellings; a table answers to either spelling of a corruption."""
 
 _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")

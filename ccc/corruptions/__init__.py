@@ -19,13 +19,15 @@ Public API::
 
 from __future__ import annotations
 
-from typing import Sequence
+from types import MappingProxyType
+from typing import Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ._random import RngLike, as_random_source
 from ._registry import (
+    ALIASES,
     CORRUPTIONS,
     HOLDOUT_CORRUPTIONS,
     Corruption,
@@ -36,6 +38,7 @@ from ._registry import (
 from ._severity import validate_severity
 
 __all__ = [
+    "CORRUPTION_ALIASES",
     "CORRUPTIONS",
     "HOLDOUT_CORRUPTIONS",
     "MIN_IMAGE_SIDE",
@@ -46,6 +49,9 @@ __all__ = [
     "get_corruption",
     "list_corruptions",
 ]
+
+CORRUPTION_ALIASES: Mapping[str, str] = MappingProxyType(ALIASES)
+"""Accepted alternative names → registered names (ImageNet-C's long names)."""
 
 MIN_IMAGE_SIDE = 32
 """Smallest accepted height and width in pixels."""

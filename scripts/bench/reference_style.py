@@ -63,26 +63,11 @@ from scipy.ndimage import map_coordinates
 from scipy.ndimage import zoom as scipy_zoom
 from skimage.filters import gaussian
 
+from ccc.corruptions import CORRUPTIONS, HOLDOUT_CORRUPTIONS
+
 IMAGE_SIZE = 224
 
-MAIN_CORRUPTIONS: tuple[str, ...] = (
-    "gaussian_noise",
-    "shot_noise",
-    "impulse_noise",
-    "defocus_blur",
-    "glass_blur",
-    "motion_blur",
-    "zoom_blur",
-    "snow",
-    "frost",
-    "fog",
-    "brightness",
-    "contrast",
-    "elastic",
-    "pixelate",
-    "jpeg",
-)
-HOLDOUT_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+MAIN_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS
 ALL_CORRUPTIONS: tuple[str, ...] = MAIN_CORRUPTIONS + HOLDOUT_CORRUPTIONS
 WAND_CORRUPTIONS: tuple[str, ...] = ("motion_blur", "snow")
 
