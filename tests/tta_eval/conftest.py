@@ -1,0 +1,22 @@
+"""Fixtures of the tta_eval tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from tta_helpers import make_tiny_cnn
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models run faster on one thread, and the test machine is shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def tiny_cnn() -> nn.Module:
+    return make_tiny_cnn()

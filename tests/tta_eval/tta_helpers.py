@@ -1,0 +1,39 @@
+"""Helpers of the tta_eval tests: tiny BatchNorm CNNs and small constructed streams."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def make_tiny_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
+    """A small BatchNorm CNN for 3×8×8 inputs with non-trivial BN statistics."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding=1),
+            nn.BatchNorm2d(6),
+            nn.ReLU(),
+            nn.Conv2d(6, 8, 3, stride=2, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, num_classes),
+        )
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.data.uniform_(0.5, 1.5)
+                module.bias.data.uniform_(-0.2, 0.2)
+    return model.eval()
+
+
+def make_batches(count: int, batch_size: int = 16, num_classes: int = 10, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``count`` random (images in [0, 1] N×3×8×8, labels) batches."""
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        (torch.rand(batch_size, 3, 8, 8, generator=generator), torch.randint(0, num_classes, (batch_size,), generator=generator))
+        for _ in range(count)
+    ]

@@ -1,0 +1,213 @@
+"""Common machinery of the test-time adaptation methods: per-step counters, exact reset, BatchNorm set-up.
+
+A method is an ``nn.Module`` whose ``forward(images)`` returns logits for the batch (the prediction is
+taken from the forward pass that computes the adaptation loss) and then adapts. ``reset()`` restores
+the state the method had right after construction: every parameter and buffer of every sub-model, the
+optimiser state (momentum / Adam moments) and the method's own buffers (prediction averages, random
+generator state).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+BATCHNORM_TYPES: tuple[type[nn.Module], ...] = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a method did on its last batch.
+
+    samples_adapted: number of samples (>= 0) that entered the adaptation loss after the method's
+        filters; for BN-statistics-only adaptation it is the batch size, for the source model 0.
+    loss: value of the adaptation loss, NaN when no loss was computed (no sample passed the filters,
+        or a method without a loss).
+    updated: True if the optimiser took a step on this batch.
+    nonfinite_loss: True if the loss was NaN or infinite; the update was then skipped.
+    reset: True if the method was restored to its initial state before this batch.
+    """
+
+    samples_adapted: int = 0
+    loss: float = math.nan
+    updated: bool = False
+    nonfinite_loss: bool = False
+    reset: bool = False
+
+
+@runtime_checkable
+class TTAMethod(Protocol):
+    """Interface every registered method satisfies (``nn.Module`` with these members)."""
+
+    last_step: StepInfo
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor: ...
+
+    def reset(self) -> None: ...
+
+
+@runtime_checkable
+class NeedsStreamPreparation(Protocol):
+    """A method that must see the first ``preparation_samples`` images of the stream before adapting.
+
+    EATA estimates its Fisher information this way. The protocol calls ``prepare`` with batches of
+    images (float tensors N×C×H×W) taken from the head of the stream; these images are evaluated
+    again afterwards as part of the stream, exactly as in the CCC paper's code.
+    """
+
+    preparation_samples: int
+
+    def prepare(self, image_batches: Iterator[torch.Tensor]) -> None: ...
+
+
+def batchnorm_layers(model: nn.Module) -> list[nn.Module]:
+    """All BatchNorm layers (1d, 2d, 3d, sync) of ``model`` in module order."""
+    return [module for module in model.modules() if isinstance(module, BATCHNORM_TYPES)]
+
+
+def require_batchnorm(model: nn.Module, method_name: str) -> None:
+    """Raise ValueError if ``model`` has no BatchNorm layer, naming the normalisation layers it has."""
+    if batchnorm_layers(model):
+        return
+    normalisation_types = sorted(
+        {
+            type(module).__name__
+            for module in model.modules()
+            if "Norm" in type(module).__name__ and module is not model
+        }
+    )
+    found = ", ".join(normalisation_types) if normalisation_types else "no normalisation layer"
+    raise ValueError(
+        f"method '{method_name}' adapts BatchNorm layers, but the model has none (found: {found}); "
+        "use method 'source' or a model with BatchNorm"
+    )
+
+
+def batchnorm_affine_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(qualified name, parameter) of the affine weight and bias of every BatchNorm layer."""
+    named: list[tuple[str, nn.Parameter]] = []
+    for module_name, module in model.named_modules():
+        if isinstance(module, BATCHNORM_TYPES):
+            for parameter_name, parameter in module.named_parameters(recurse=False):
+                if parameter_name in ("weight", "bias"):
+                    prefix = f"{module_name}." if module_name else ""
+                    named.append((prefix + parameter_name, parameter))
+    return named
+
+
+def set_batchnorm_batch_statistics(model: nn.Module) -> None:
+    """Put every BatchNorm layer in training mode and every other layer in evaluation mode.
+
+    BatchNorm then normalises with the statistics of the current batch and, when the layer tracks
+    running statistics, keeps updating them from the target stream (so a frozen copy of the model
+    predicts with target statistics). Dropout and similar layers stay deterministic.
+    """
+    model.eval()
+    for layer in batchnorm_layers(model):
+        layer.train()
+
+
+def freeze_all_but(model: nn.Module, trainable: list[nn.Parameter]) -> None:
+    """Set ``requires_grad`` to True exactly for the parameters in ``trainable``."""
+    model.requires_grad_(False)
+    for parameter in trainable:
+        parameter.requires_grad_(True)
+
+
+class AdaptationMethod(nn.Module):
+    """Base class: holds ``model``, an optional optimiser, the initial state and the last StepInfo.
+
+    Subclasses configure the model and create the optimiser in ``__init__`` and then call
+    ``_remember_initial_state()``; ``forward`` sets ``self.last_step``. Layer modes (which layers
+    use batch statistics) are decided by the method: ``train()``/``eval()`` on the method re-apply
+    the method's own layer modes instead of switching them.
+    """
+
+    def __init__(self, model: nn.Module, config: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.config = config
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.last_step = StepInfo()
+        self._initial_state: dict[str, torch.Tensor] = {}
+        self._initial_optimizer_state: dict[str, Any] | None = None
+
+    def _apply_layer_modes(self) -> None:
+        """Set train/eval mode of the layers; default: everything in evaluation mode."""
+        self.model.eval()
+
+    def train(self, mode: bool = True) -> AdaptationMethod:
+        """Keep the method's layer modes; the ``mode`` argument is accepted for nn.Module compatibility."""
+        super().train(mode)
+        self._apply_layer_modes()
+        return self
+
+    def _remember_initial_state(self) -> None:
+        self._apply_layer_modes()
+        self._initial_state = copy.deepcopy(self.state_dict())
+        if self.optimizer is not None:
+            self._initial_optimizer_state = copy.deepcopy(self.optimizer.state_dict())
+
+    def _reset_method_buffers(self) -> None:
+        """Restore method-specific state that is not in ``state_dict`` (override when there is some)."""
+
+    def reset(self) -> None:
+        """Restore weights, buffers, optimiser state and method buffers to their initial values."""
+        self.load_state_dict(self._initial_state)
+        if self.optimizer is not None and self._initial_optimizer_state is not None:
+            self.optimizer.load_state_dict(copy.deepcopy(self._initial_optimizer_state))
+        self._reset_method_buffers()
+        self.last_step = StepInfo(reset=True)
+
+    def _take_step(self, loss: torch.Tensor, samples_adapted: int) -> StepInfo:
+        """Back-propagate ``loss`` and step the optimiser unless no sample was used or it is not finite."""
+        if self.optimizer is None:
+            raise RuntimeError(f"{type(self).__name__} has no optimiser")
+        if samples_adapted == 0:
+            return StepInfo(samples_adapted=0)
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            self.optimizer.zero_grad(set_to_none=True)
+            return StepInfo(samples_adapted=samples_adapted, loss=loss_value, nonfinite_loss=True)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepInfo(samples_adapted=samples_adapted, loss=loss_value, updated=True)
+
+
+def make_sgd(
+    parameters: list[nn.Parameter],
+    learning_rate: float,
+    momentum: float,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+) -> torch.optim.SGD:
+    """SGD with dampening 0 (the setting of Tent, EATA, CoTTA and the CCC code); multi-tensor updates."""
+    return torch.optim.SGD(
+        parameters,
+        lr=learning_rate,
+        momentum=momentum,
+        nesterov=nesterov,
+        weight_decay=weight_decay,
+        foreach=True,
+    )
+
+
+def require_trainable(parameters: list[nn.Parameter], method_name: str) -> None:
+    """Raise ValueError when a gradient method has nothing to optimise."""
+    if not parameters:
+        raise ValueError(
+            f"method '{method_name}' found no BatchNorm affine parameters to adapt "
+            "(all BatchNorm layers have affine=False)"
+        )

@@ -1,0 +1,160 @@
+"""Per-batch records: one row per batch, kept as compact columns and written as CSV.
+
+A 7.5M-image run at batch size 64 is about 117,000 rows (a few MB of CSV).
+"""
+
+from __future__ import annotations
+
+import array
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+RECORD_COLUMNS = (
+    "batch_index",
+    "sample_start",
+    "batch_size",
+    "correct",
+    "samples_adapted",
+    "loss",
+    "nonfinite_loss",
+    "reset",
+    "seconds",
+    "domain",
+)
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What happened on one batch for one method.
+
+    batch_index: 0-based position in the stream; sample_start: samples seen before this batch;
+    batch_size: samples in the batch; correct: top-1 correct predictions in [0, batch_size];
+    samples_adapted: samples that entered the adaptation loss after filters; loss: adaptation
+    loss (NaN if none was computed); nonfinite_loss: the loss was NaN/inf and the update skipped;
+    reset: the method was restored to its initial state before this batch (by its own policy or
+    the protocol); seconds: wall time of the method's call on the batch (prediction + adaptation);
+    domain: majority value of the domain metadata key in the batch ("" if none).
+    """
+
+    method: str
+    batch_index: int
+    sample_start: int
+    batch_size: int
+    correct: int
+    samples_adapted: int
+    loss: float
+    nonfinite_loss: bool
+    reset: bool
+    seconds: float
+    domain: str = ""
+
+
+class RecordTable:
+    """Column store of one method's BatchRecords (append, then read columns as numpy arrays)."""
+
+    def __init__(self) -> None:
+        self._integers = {name: array.array("q") for name in ("batch_index", "sample_start", "batch_size", "correct", "samples_adapted")}
+        self._flags = {name: array.array("b") for name in ("nonfinite_loss", "reset")}
+        self._floats = {name: array.array("d") for name in ("loss", "seconds")}
+        self._domains: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._domains)
+
+    def append(self, record: BatchRecord) -> None:
+        """Add one row."""
+        for name, column in self._integers.items():
+            column.append(getattr(record, name))
+        for name, column in self._flags.items():
+            column.append(1 if getattr(record, name) else 0)
+        for name, column in self._floats.items():
+            column.append(getattr(record, name))
+        self._domains.append(record.domain)
+
+    def column(self, name: str) -> NDArray:
+        """Column ``name`` (one of RECORD_COLUMNS) as a numpy array (bool for flags, str objects for domain)."""
+        if name in self._integers:
+            return np.frombuffer(self._integers[name], dtype=np.int64).copy() if len(self) else np.zeros(0, np.int64)
+        if name in self._flags:
+            return np.frombuffer(self._flags[name], dtype=np.int8).astype(bool) if len(self) else np.zeros(0, bool)
+        if name in self._floats:
+            return np.frombuffer(self._floats[name], dtype=np.float64).copy() if len(self) else np.zeros(0)
+        if name == "domain":
+            return np.array(self._domains, dtype=object)
+        raise ValueError(f"unknown record column {name!r}; columns: {', '.join(RECORD_COLUMNS)}")
+
+    @property
+    def total_samples(self) -> int:
+        """Samples covered by the records."""
+        return int(sum(self._integers["batch_size"]))
+
+    @property
+    def total_correct(self) -> int:
+        """Correct predictions over all records."""
+        return int(sum(self._integers["correct"]))
+
+    def write_csv(self, path: Path) -> None:
+        """Write all rows to ``path`` (header = RECORD_COLUMNS)."""
+        with open(path, "w", newline="") as handle:
+            writer = CsvRecordWriter(handle)
+            columns = {name: self.column(name) for name in RECORD_COLUMNS}
+            for row in range(len(self)):
+                writer.write_row([columns[name][row] for name in RECORD_COLUMNS])
+
+    @classmethod
+    def read_csv(cls, path: Path) -> RecordTable:
+        """Read a table written by ``write_csv`` or ``CsvRecordWriter``; ValueError on a bad header."""
+        table = cls()
+        with open(path, newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None or tuple(header) != RECORD_COLUMNS:
+                raise ValueError(f"{path} is not a tta_eval record file: header {header}, expected {list(RECORD_COLUMNS)}")
+            for values in reader:
+                row = dict(zip(RECORD_COLUMNS, values))
+                table.append(
+                    BatchRecord(
+                        method="",
+                        batch_index=int(row["batch_index"]),
+                        sample_start=int(row["sample_start"]),
+                        batch_size=int(row["batch_size"]),
+                        correct=int(row["correct"]),
+                        samples_adapted=int(row["samples_adapted"]),
+                        loss=float(row["loss"]) if row["loss"] else math.nan,
+                        nonfinite_loss=row["nonfinite_loss"] == "1",
+                        reset=row["reset"] == "1",
+                        seconds=float(row["seconds"]),
+                        domain=row["domain"],
+                    )
+                )
+        return table
+
+
+def _format(value: object) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "1" if value else "0"
+    if isinstance(value, (float, np.floating)):
+        return "" if math.isnan(value) else f"{float(value):.6g}"
+    return str(value)
+
+
+class CsvRecordWriter:
+    """Incremental CSV writer of records to an open text file (header written on creation)."""
+
+    def __init__(self, handle: TextIO) -> None:
+        self._writer = csv.writer(handle)
+        self._writer.writerow(RECORD_COLUMNS)
+
+    def write_row(self, values: list[object]) -> None:
+        """Write one row of values in RECORD_COLUMNS order."""
+        self._writer.writerow([_format(value) for value in values])
+
+    def write(self, record: BatchRecord) -> None:
+        """Write one record."""
+        self.write_row([getattr(record, name) for name in RECORD_COLUMNS])

@@ -1,0 +1,42 @@
+"""Argument checks shared by configs and entry points; each raises ValueError naming the parameter."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+
+def check_positive(name: str, value: float) -> None:
+    """Require a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_non_negative(name: str, value: float) -> None:
+    """Require a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def check_in_range(
+    name: str, value: float, low: float, high: float, *, include_low: bool = True, include_high: bool = True
+) -> None:
+    """Require ``value`` in the interval from ``low`` to ``high`` (ends included unless told otherwise)."""
+    is_number = not isinstance(value, bool) and isinstance(value, (int, float))
+    above_low = is_number and (value >= low if include_low else value > low)
+    below_high = is_number and (value <= high if include_high else value < high)
+    if not (above_low and below_high):
+        interval = f"{'[' if include_low else '('}{low:g}, {high:g}{']' if include_high else ')'}"
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+
+
+def check_positive_int(name: str, value: int) -> None:
+    """Require an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_choice(name: str, value: str, choices: Collection[str]) -> None:
+    """Require ``value`` to be one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(sorted(choices))}; got {value!r}")
