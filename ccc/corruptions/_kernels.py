@@ -39,34 +39,33 @@ def accumulate_zooms(image, row_index, row_weight, column_index, column_weight, 
     """Add the bilinear centre zoom of ``image`` for every zoom factor to ``output`` (all HxWxC).
 
     ``row_index[z, i]``/``row_weight[z, i]`` give the lower source row and the weight of the upper
-    one for output row i of zoom z (columns likewise). Each zoomed value is computed in float64 as
-    the tensor-product sum that ``scipy.ndimage`` evaluates, cast to ``output``'s dtype (as scipy
-    casts to its input dtype) and added in that dtype (as the reference adds float32 arrays).
+    one for output row i of zoom z (columns likewise). Each zoom is computed in float64 in two
+    passes (rows, then columns), cast to ``output``'s dtype
+    (as scipy casts to its input dtype) and added in that dtype (as the reference adds float32
+    arrays). The separable order differs from scipy's tensor-product sum only in the last bits of
+    float64, below the float32 rounding of the result.
     """
     height, width, channels = image.shape
-    last_row = image.shape[0] - 1
-    last_column = image.shape[1] - 1
-    rounded = np.empty(1, dtype=output.dtype)
+    flat = image.reshape(height, width * channels)
+    rows = np.empty((height, width * channels), dtype=np.float64)
+    zoomed = np.empty_like(output)
     for z in range(row_index.shape[0]):
         for i in range(height):
             r0 = row_index[z, i]
-            r1 = min(r0 + 1, last_row)
+            r1 = min(r0 + 1, height - 1)
             wr1 = row_weight[z, i]
             wr0 = 1.0 - wr1
+            for k in range(width * channels):
+                rows[i, k] = wr0 * flat[r0, k] + wr1 * flat[r1, k]
+        for i in range(height):
             for j in range(width):
-                q0 = column_index[z, j]
-                q1 = min(q0 + 1, last_column)
+                q0 = column_index[z, j] * channels
+                q1 = min(column_index[z, j] + 1, width - 1) * channels
                 wq1 = column_weight[z, j]
                 wq0 = 1.0 - wq1
                 for c in range(channels):
-                    value = (
-                        wr0 * wq0 * np.float64(image[r0, q0, c])
-                        + wr0 * wq1 * np.float64(image[r0, q1, c])
-                        + wr1 * wq0 * np.float64(image[r1, q0, c])
-                        + wr1 * wq1 * np.float64(image[r1, q1, c])
-                    )
-                    rounded[0] = value
-                    output[i, j, c] += rounded[0]
+                    zoomed[i, j, c] = wq0 * rows[i, q0 + c] + wq1 * rows[i, q1 + c]
+        output += zoomed
 
 
 @numba.njit(cache=True)

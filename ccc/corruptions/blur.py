@@ -10,7 +10,7 @@ Fidelity (details in ``docs/fidelity.md``):
 - motion_blur: the project's own re-implementation of ImageMagick's MotionBlurImage
   (:mod:`ccc.corruptions._motion`); the angle is drawn uniformly in [-45, 45) degrees.
 - zoom_blur: the average of the image and its centre zooms, with scipy's bilinear zoom coordinates,
-  computed by a compiled loop instead of one ``scipy.ndimage.zoom`` call per zoom factor.
+  computed by a compiled separable loop instead of one ``scipy.ndimage.zoom`` call per zoom factor.
 - gaussian_blur: scikit-image's Gaussian (scipy kernel truncated at 4 sigma, replicated borders).
 """
 
