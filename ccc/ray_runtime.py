@@ -51,7 +51,15 @@ def ray_session(workers: int | None = None, address: str | None = None, object_s
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     try:
         if address is None:
-            ray.init(num_cpus=workers, include_dashboard=False, object_store_memory=object_store_bytes, logging_level=logging.WARNING)
+            # address="local": always start a new cluster, never attach to one a `ray start` left
+            # recorded in /tmp/ray (Ray would then refuse num_cpus).
+            ray.init(
+                address="local",
+                num_cpus=workers,
+                include_dashboard=False,
+                object_store_memory=object_store_bytes,
+                logging_level=logging.WARNING,
+            )
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as error:

@@ -1,0 +1,237 @@
+"""``ccc-generate``: render a CCC stream into WebDataset shards (or show its schedule with ``--dry-run``).
+
+Example::
+
+    ccc-generate --difficulty medium --speed 2000 --seed 43 --imagenet /data/imagenet/val \\
+        --calibration calibration/resnet50.npz --workers 16
+
+writes ``shards/baseline_20_transition+speed_2000_seed_43/serial_00000.tar`` … and
+``manifest.json``. Re-running the same command resumes an interrupted run. User mistakes (missing
+folder or table, unknown difficulty or corruption, a folder holding another stream, a full disk)
+end with one line on stderr and exit code 2; Ctrl-C exits with 130 and the run can be resumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable
+from ccc.generate import (
+    OutputFolderError,
+    RayBackend,
+    SerialBackend,
+    expected_shard_names,
+    generate_stream,
+    load_source_images,
+)
+from ccc.imagenet import ImageFolderError, index_image_folder, resolve_imagenet_folder
+from ccc.paths import PATH_OBJECTIVES
+from ccc.ray_runtime import RayUnavailableError, ray_session
+from ccc.render import SourceImageMismatchError
+from ccc.schedule import SCHEDULES, ScheduleError, build_schedule
+from ccc.schedule_report import describe_schedule, plot_schedule
+from ccc.shards import ManifestError, shard_name
+from ccc.stream_plan import DEFAULT_SHARD_SIZE, PlanError, StreamSpec, build_stream_plan, run_name
+
+PROGRAM = "ccc-generate"
+USER_ERROR_EXIT_CODE = 2
+INTERRUPTED_EXIT_CODE = 130
+DEFAULT_NUM_IMAGES = 7_500_000
+DEFAULT_SEED = 43
+DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
+DEFAULT_OUTPUT = Path("shards")
+
+logger = logging.getLogger(__name__)
+
+
+class UsageError(ValueError):
+    """A command-line mistake the parser itself cannot see (e.g. a difficulty the table lacks)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT_CODE)
+
+
+def _integer_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", "").replace(",", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an accuracy in percent in [0, 100], got {text!r}") from None
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"must be an accuracy in percent in [0, 100], got {value:g}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ccc-generate`` argument parser."""
+    parser = _Parser(
+        prog=PROGRAM,
+        description="Render a CCC stream (continuously changing corruptions) into WebDataset tar shards.",
+    )
+    stream = parser.add_argument_group("stream")
+    stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table")
+    stream.add_argument("--speed", type=_integer_at_least(1), required=True, metavar="K", help="transition speed: images per severity step (the paper: 1000, 2000, 5000)")
+    stream.add_argument("--seed", type=_integer_at_least(0), default=DEFAULT_SEED, metavar="S", help=f"stream seed (default {DEFAULT_SEED}; the paper: 43, 44, 45)")
+    stream.add_argument("--num-images", type=_integer_at_least(1), default=DEFAULT_NUM_IMAGES, metavar="N", help=f"stream length (default {DEFAULT_NUM_IMAGES:,}, the paper's)")
+    stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (overrides the preset's)")
+    stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions (overrides the preset's; order matters for the schedule)")
+    stream.add_argument("--schedule", choices=SCHEDULES, default="reference", help="corruption order (default: reference, the public generator's order for the seed)")
+    stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, default="reference", help="severity path choice (default: reference, the public generator's; see docs/paths.md)")
+    inputs = parser.add_argument_group("inputs")
+    inputs.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
+    inputs.add_argument("--calibration", metavar="FILE", help=f"calibration table .npz (default: {DEFAULT_CALIBRATION} if it exists)")
+    inputs.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help=f"parent folder of the run folder (default: {DEFAULT_OUTPUT})")
+    output.add_argument("--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)")
+    output.add_argument("--shard-size", type=_integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help=f"samples per shard (default {DEFAULT_SHARD_SIZE:,})")
+    output.add_argument("--overwrite", action="store_true", help="delete the shards and manifest of another stream in the run folder")
+    execution = parser.add_argument_group("execution")
+    execution.add_argument("--workers", type=_integer_at_least(1), default=os.cpu_count() or 1, metavar="N", help="local Ray workers (default: all CPUs); 1 renders in this process without Ray")
+    execution.add_argument("--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)")
+    execution.add_argument("--dry-run", action="store_true", help="print the schedule and write a plot of it, render nothing")
+    execution.add_argument("--plot", metavar="FILE", help="where --dry-run writes the plot (default: <run folder>/schedule.png)")
+    execution.add_argument("--no-progress", action="store_true", help="no progress bars")
+    execution.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return parser
+
+
+def _load_table(path: str | None) -> CalibrationTable:
+    if path is None:
+        if not DEFAULT_CALIBRATION.is_file():
+            raise UsageError(
+                f"no calibration table: pass --calibration FILE, or create the default {DEFAULT_CALIBRATION} from the "
+                f"published CCC matrices with `ccc-calibrate import URL_OR_PICKLE --out {DEFAULT_CALIBRATION}` "
+                f"(URL: {PUBLISHED_MATRIX_URL}) or compute one with `ccc-calibrate compute`"
+            )
+        path = str(DEFAULT_CALIBRATION)
+    if not Path(path).is_file():
+        raise UsageError(
+            f"calibration table {path} does not exist; import the published matrices with "
+            f"`ccc-calibrate import URL_OR_PICKLE --out {path}` or compute one with `ccc-calibrate compute`"
+        )
+    return CalibrationTable.load(path)
+
+
+def _stream_choice(arguments: argparse.Namespace, table: CalibrationTable) -> tuple[float, tuple[str, ...], str | None]:
+    """Target accuracy, corruption names and preset name (None when overridden) from the arguments."""
+    presets = table.difficulty_presets
+    target: float | None = None
+    names: tuple[str, ...] | None = None
+    if arguments.difficulty is not None:
+        if arguments.difficulty not in presets:
+            available = ", ".join(presets) or "none (pass --baseline-accuracy and --corruptions)"
+            raise UsageError(f"unknown difficulty {arguments.difficulty!r}; the calibration table defines: {available}")
+        target, names = presets[arguments.difficulty]
+    if arguments.baseline_accuracy is not None:
+        target = arguments.baseline_accuracy
+    if arguments.corruptions is not None:
+        names = tuple(name.strip() for name in arguments.corruptions.split(",") if name.strip())
+    if target is None or names is None:
+        raise UsageError(
+            f"pass --difficulty NAME (one of: {', '.join(presets) or 'none in this table'}) "
+            "or both --baseline-accuracy X and --corruptions A,B,..."
+        )
+    overridden = arguments.baseline_accuracy is not None or arguments.corruptions is not None
+    return float(target), tuple(names), None if overridden else arguments.difficulty
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    table = _load_table(arguments.calibration)
+    target, names, difficulty = _stream_choice(arguments, table)
+    schedule = build_schedule(table, target, names, arguments.seed, arguments.schedule, arguments.path_objective)
+    run_dir = Path(arguments.out) / (arguments.name or run_name(target, arguments.speed, arguments.seed))
+    if arguments.dry_run:
+        num_shards = -(-arguments.num_images // arguments.shard_size)
+        print(describe_schedule(schedule, arguments.speed, arguments.num_images, [shard_name(k) for k in range(num_shards)]))
+        plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or run_dir / "schedule.png")
+        print(f"\nrun folder: {run_dir}\nplot: {plot}")
+        return 0
+    index = index_image_folder(
+        resolve_imagenet_folder(arguments.imagenet), skip_bad_images=arguments.skip_bad_images, progress=not arguments.no_progress
+    )
+    if index.excluded:
+        logger.warning("excluded %d unreadable images: %s", len(index.excluded), ", ".join(index.excluded[:10]))
+    sources = load_source_images(index)
+    spec = StreamSpec(
+        target_accuracy=target,
+        corruptions=schedule.corruptions,
+        speed=arguments.speed,
+        seed=arguments.seed,
+        num_images=arguments.num_images,
+        calibration_checksum=table.checksum(),
+        source_index_checksum=sources.index_checksum,
+        difficulty=difficulty,
+        schedule=arguments.schedule,
+        path_objective=arguments.path_objective,
+        shard_size=arguments.shard_size,
+    )
+    plan = build_stream_plan(spec, table, sources)
+    print(f"{PROGRAM}: {len(sources):,} source images, {spec.num_shards:,} shards ({expected_shard_names(plan)[0]} …) in {run_dir}")
+    if arguments.ray_address is None and arguments.workers == 1:
+        summary = generate_stream(plan, run_dir, SerialBackend(), overwrite=arguments.overwrite, progress=not arguments.no_progress)
+    else:
+        with ray_session(workers=arguments.workers, address=arguments.ray_address) as ray:
+            summary = generate_stream(plan, run_dir, RayBackend(ray), overwrite=arguments.overwrite, progress=not arguments.no_progress)
+    print(
+        f"{PROGRAM}: wrote {summary.shards_written} shards ({summary.images_rendered:,} images, "
+        f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
+        f"{summary.shards_skipped} shards were already finished; output {run_dir}"
+    )
+    return 0
+
+
+_USER_ERRORS = (
+    UsageError,
+    CalibrationError,
+    ImageFolderError,
+    ScheduleError,
+    PlanError,
+    OutputFolderError,
+    ManifestError,
+    SourceImageMismatchError,
+    RayUnavailableError,
+    OSError,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``ccc-generate``; returns the exit code (0 success, 2 user error, 130 interrupted)."""
+    arguments = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        return _run(arguments)
+    except _USER_ERRORS as error:
+        message = " ".join(str(error).split())
+        print(f"{PROGRAM}: error: {message}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    except KeyboardInterrupt:
+        print(f"{PROGRAM}: interrupted; run the same command again to resume", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""Generating a stream into a run folder: plan → render (serial or Ray) → write shards, resumable.
+
+The driver (this process) owns the run folder: it checks or creates the manifest, splits the
+unfinished shards into chunks of consecutive samples, hands the chunks to a backend and writes the
+rendered samples in order, shard by shard, updating the manifest after each shard. Backends only
+map a function over items and return the results in order:
+
+- :class:`SerialBackend` renders in this process (tests, ``--workers 1``);
+- :class:`RayBackend` runs one Ray task per chunk on a local or remote cluster, keeps a bounded
+  number in flight, and lets Ray retry a task whose worker died or that raised ``OSError``.
+
+Workers return encoded samples to the driver, so only the source image folder must be readable
+at the same path on every node; the run folder is written by the driver alone.
+
+Every sample is a pure function of the plan and its index, so the shards are byte-identical
+whatever the backend, the number of workers or the number of interruptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from PIL import Image
+from tqdm import tqdm
+
+from ccc.imagenet import ImageIndex
+from ccc.render import RenderedSample, render_sample
+from ccc.shards import (
+    MANIFEST_NAME,
+    TEMPORARY_SUFFIX,
+    Manifest,
+    ManifestError,
+    ShardWriter,
+    file_sha256,
+    load_manifest,
+    save_manifest,
+    shard_name,
+)
+from ccc.stream_plan import SourceImages, StreamPlan, plan_hash, plan_sample
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "Backend",
+    "GenerationSummary",
+    "OutputFolderError",
+    "RayBackend",
+    "SerialBackend",
+    "expected_shard_names",
+    "generate_stream",
+    "library_versions",
+    "load_source_images",
+    "render_chunk",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 25
+"""Samples per backend task."""
+
+LOCK_NAME = ".ccc-generate.lock"
+_PROGRESS_INTERVAL_TTY_SECONDS = 0.5
+_PROGRESS_INTERVAL_LOG_SECONDS = 60.0
+_END = object()  # sentinel for an exhausted item iterator
+
+Item = TypeVar("Item")
+Shared = TypeVar("Shared")
+Result = TypeVar("Result")
+
+
+class OutputFolderError(ValueError):
+    """The run folder holds another stream, unknown shards, or is in use by another run."""
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of what determines the output bytes (Python, ccc, numpy, Pillow and libjpeg-turbo, OpenCV, SciPy, scikit-image, numba, CPU architecture)."""
+    import cv2
+    import numba
+    import numpy
+    import scipy
+    import skimage
+    from PIL import features
+
+    import ccc
+
+    return {
+        "python": platform.python_version(),
+        "ccc": ccc.__version__,
+        "numpy": numpy.__version__,
+        "pillow": Image.__version__,
+        "libjpeg_turbo": str(features.version("libjpeg_turbo")),
+        "opencv": cv2.__version__,
+        "scipy": scipy.__version__,
+        "scikit-image": skimage.__version__,
+        "numba": numba.__version__,
+        "machine": platform.machine(),
+    }
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    with Image.open(path) as image:
+        return image.size
+
+
+def load_source_images(index: ImageIndex, threads: int | None = None) -> SourceImages:
+    """The plan's view of an image index: paths, labels and the pixel size of every image.
+
+    Sizes are read from the file headers (no decoding), in ``threads`` threads (default: CPU count).
+    """
+    paths = [index.path(position) for position in range(len(index))]
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        sizes = tuple(pool.map(_image_size, paths, chunksize=256))
+    return SourceImages(
+        root=str(Path(index.root).resolve()),
+        relative_paths=tuple(image.relative_path for image in index.images),
+        class_indices=tuple(image.class_index for image in index.images),
+        sizes=sizes,
+        index_checksum=index.checksum(),
+    )
+
+
+def render_chunk(plan: StreamPlan, chunk: tuple[int, int]) -> list[RenderedSample]:
+    """Plan and render samples ``chunk[0]`` … ``chunk[1] - 1``, reading the source files from ``plan.sources.root``."""
+    root = Path(plan.sources.root)
+    rendered = []
+    for index in range(*chunk):
+        spec = plan_sample(plan, index)
+        rendered.append(render_sample(spec, (root / spec.source_path).read_bytes()))
+    return rendered
+
+
+class Backend(Protocol):
+    """Maps a function over items and yields the results in item order."""
+
+    def map_ordered(self, function: Callable[[Shared, Item], Result], shared: Shared, items: Iterable[Item]) -> Iterator[Result]:
+        """Yield ``function(shared, item)`` for each item, in order; ``shared`` is sent to workers once."""
+        ...
+
+
+class SerialBackend:
+    """Runs every call in this process, one after the other."""
+
+    def map_ordered(self, function: Callable[[Shared, Item], Result], shared: Shared, items: Iterable[Item]) -> Iterator[Result]:
+        """Yield ``function(shared, item)`` for each item, in order."""
+        for item in items:
+            yield function(shared, item)
+
+
+class RayBackend:
+    """One Ray task per item on the cluster ``ray`` is connected to (see :func:`ccc.ray_runtime.ray_session`).
+
+    Args:
+        ray: the connected ``ray`` module.
+        max_in_flight: tasks submitted but not yet consumed, >= 1 (default: twice the cluster's CPUs).
+            It bounds memory; ``1`` runs one task at a time.
+        max_retries: retries of a task whose worker died or that raised ``OSError``, >= 0.
+    """
+
+    def __init__(self, ray: Any, max_in_flight: int | None = None, max_retries: int = 3) -> None:
+        if max_in_flight is not None and (isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1):
+            raise ValueError(f"max_in_flight must be None or an integer >= 1, got {max_in_flight!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        self._ray = ray
+        self.max_in_flight = max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        self.max_retries = max_retries
+
+    def map_ordered(self, function: Callable[[Shared, Item], Result], shared: Shared, items: Iterable[Item]) -> Iterator[Result]:
+        """Yield ``function(shared, item)`` for each item, in order, computed by Ray tasks.
+
+        ``items`` is consumed lazily. A task's exception is re-raised as the original exception
+        (not Ray's wrapper), so callers see the same errors as with :class:`SerialBackend`.
+        """
+        ray = self._ray
+        remote_function = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[OSError])(function)
+        shared_reference = ray.put(shared)
+        remaining = iter(items)
+        exhausted = False
+        pending: dict[Any, int] = {}
+        finished: dict[int, Any] = {}
+        submitted = yielded = 0
+        try:
+            while True:
+                while not exhausted and len(pending) + len(finished) < self.max_in_flight:
+                    item = next(remaining, _END)
+                    if item is _END:
+                        exhausted = True
+                        break
+                    pending[remote_function.remote(shared_reference, item)] = submitted
+                    submitted += 1
+                if yielded in finished:
+                    yield finished.pop(yielded)
+                    yielded += 1
+                    continue
+                if not pending:
+                    return
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for reference in ready:
+                    position = pending.pop(reference)
+                    try:
+                        finished[position] = ray.get(reference)
+                    except ray.exceptions.RayTaskError as error:
+                        cause = getattr(error, "cause", None)
+                        if isinstance(cause, Exception):
+                            raise cause from error
+                        raise
+        finally:
+            for reference in pending:
+                ray.cancel(reference)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationSummary:
+    """What a call of :func:`generate_stream` did.
+
+    Attributes:
+        run_dir: the run folder.
+        images_rendered: samples rendered and written by this call.
+        shards_written: shards finished by this call.
+        shards_skipped: shards already finished (verified) before this call.
+        bytes_written: bytes of the shards written by this call.
+        seconds: wall time of the rendering phase.
+    """
+
+    run_dir: Path
+    images_rendered: int
+    shards_written: int
+    shards_skipped: int
+    bytes_written: int
+    seconds: float
+
+    @property
+    def images_per_second(self) -> float:
+        """Rendered images per second of wall time (0 when nothing was rendered)."""
+        return self.images_rendered / self.seconds if self.images_rendered and self.seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def _folder_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the run folder (released by the OS if the process dies)."""
+    with open(run_dir / LOCK_NAME, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _own_files(run_dir: Path) -> list[Path]:
+    """Shards, temporary shards and the manifest in ``run_dir`` (what ``overwrite`` removes)."""
+    return sorted(
+        path
+        for path in run_dir.iterdir()
+        if path.is_file()
+        and (
+            (path.name.startswith("serial_") and path.name.endswith(".tar"))
+            or path.name.endswith(TEMPORARY_SUFFIX)
+            or path.name == MANIFEST_NAME
+        )
+    )
+
+
+def _verified_shards(run_dir: Path, manifest: Manifest) -> Manifest:
+    """Keep the manifest entries whose file exists with the recorded size and sha256; delete the others' files."""
+
+    def check(entry: Any) -> bool:
+        path = run_dir / entry.name
+        return path.is_file() and path.stat().st_size == entry.bytes and file_sha256(path) == entry.sha256
+
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(check, manifest.shards))
+    kept = tuple(entry for entry, good in zip(manifest.shards, results) if good)
+    for entry, good in zip(manifest.shards, results):
+        if not good:
+            logger.warning("shard %s does not match its manifest entry; it will be rendered again", entry.name)
+            (run_dir / entry.name).unlink(missing_ok=True)
+    return dataclasses.replace(manifest, shards=kept)
+
+
+def _prepare_folder(run_dir: Path, plan: StreamPlan, hash_of_plan: str, versions: dict[str, str], overwrite: bool) -> Manifest:
+    """Return the manifest to continue from, after checking that ``run_dir`` holds this stream (or nothing)."""
+    fresh = Manifest(stream=plan.spec, plan_hash=hash_of_plan, library_versions=versions)
+    manifest_path = run_dir / MANIFEST_NAME
+    if overwrite:
+        for path in _own_files(run_dir):
+            path.unlink()
+        return fresh
+    for path in run_dir.glob(f".*{TEMPORARY_SUFFIX}"):
+        logger.info("removing stale temporary file %s", path.name)
+        path.unlink()
+    if not manifest_path.exists():
+        strays = [path.name for path in _own_files(run_dir)]
+        if strays:
+            raise OutputFolderError(
+                f"{run_dir} holds shards but no {MANIFEST_NAME} (e.g. {strays[0]}), so their stream is unknown; "
+                "use another folder or pass --overwrite to delete them"
+            )
+        return fresh
+    try:
+        existing = load_manifest(run_dir)
+    except ManifestError as error:
+        raise OutputFolderError(f"{error}; pass --overwrite to start the folder afresh") from None
+    if existing.stream != plan.spec:
+        differences = [
+            f"{name}: {getattr(existing.stream, name)!r} -> {getattr(plan.spec, name)!r}"
+            for name in (field.name for field in dataclasses.fields(plan.spec))
+            if getattr(existing.stream, name) != getattr(plan.spec, name)
+        ]
+        raise OutputFolderError(
+            f"{run_dir} holds a different stream ({'; '.join(differences)}); use another folder or pass --overwrite"
+        )
+    if existing.plan_hash != hash_of_plan:
+        raise OutputFolderError(
+            f"{run_dir} holds the same stream definition but a different plan (plan hash {existing.plan_hash[:12]}… "
+            f"vs {hash_of_plan[:12]}…, e.g. another numpy version or changed source images); pass --overwrite"
+        )
+    previous = existing.previous_library_versions
+    if dict(existing.library_versions) != versions:
+        logger.warning(
+            "%s was started with other library versions (%s); shards written now may differ in bytes from an "
+            "uninterrupted run", run_dir, existing.library_versions,
+        )
+        if existing.shards:
+            previous = (*previous, existing.library_versions)
+    verified = _verified_shards(run_dir, existing)
+    return dataclasses.replace(verified, library_versions=versions, previous_library_versions=previous)
+
+
+def _chunks(sample_range: range, chunk_size: int) -> list[tuple[int, int]]:
+    return [(start, min(start + chunk_size, sample_range.stop)) for start in range(sample_range.start, sample_range.stop, chunk_size)]
+
+
+def generate_stream(
+    plan: StreamPlan,
+    run_dir: str | os.PathLike[str],
+    backend: Backend,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> GenerationSummary:
+    """Render the stream of ``plan`` into ``run_dir`` (created if needed), resuming an earlier run.
+
+    Shards already recorded in the manifest with a matching sha256 are kept; stale temporary files
+    are removed; every other shard is rendered and written, the manifest updated after each one.
+
+    Args:
+        plan: the stream plan.
+        run_dir: the run folder.
+        backend: :class:`SerialBackend` or :class:`RayBackend`.
+        overwrite: delete shards, temporary files and manifest of whatever stream the folder holds first.
+        progress: show a tqdm progress bar on stderr (redrawn at most every 60 s when stderr is not a terminal).
+        chunk_size: samples per backend task, >= 1.
+
+    Raises:
+        OutputFolderError: the folder holds another stream or unknown shards (without ``overwrite``),
+            or another process is writing to it.
+        ccc.shards.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = plan.spec
+    with _folder_lock(folder):
+        manifest = _prepare_folder(folder, plan, plan_hash(plan), library_versions(), overwrite)
+        save_manifest(manifest, folder)
+        finished = {entry.index for entry in manifest.shards}
+        pending = [index for index in range(spec.num_shards) if index not in finished]
+        done_images = sum(entry.sample_count for entry in manifest.shards)
+        logger.info("%s: %d of %d shards finished, %d to render", folder, len(finished), spec.num_shards, len(pending))
+        chunks = (chunk for index in pending for chunk in _chunks(spec.shard_range(index), chunk_size))
+        interval = _PROGRESS_INTERVAL_TTY_SECONDS if sys.stderr.isatty() else _PROGRESS_INTERVAL_LOG_SECONDS
+        started = time.perf_counter()
+        rendered_images = bytes_written = 0
+        with (
+            tqdm(total=spec.num_images, initial=done_images, unit="img", desc=folder.name, disable=not progress, mininterval=interval) as bar,
+            contextlib.closing(backend.map_ordered(render_chunk, plan, chunks)) as results,
+        ):
+            for shard_index in pending:
+                sample_range = spec.shard_range(shard_index)
+                with ShardWriter(folder, shard_index, sample_range.start) as writer:
+                    for _ in _chunks(sample_range, chunk_size):
+                        samples = next(results)
+                        for sample in samples:
+                            writer.write(sample)
+                        bar.update(len(samples))
+                    info = writer.commit()
+                manifest = manifest.with_shard(info)
+                save_manifest(manifest, folder)
+                rendered_images += info.sample_count
+                bytes_written += info.bytes
+                logger.info("wrote %s (%d samples, %d bytes)", info.name, info.sample_count, info.bytes)
+        seconds = time.perf_counter() - started
+    return GenerationSummary(folder, rendered_images, len(pending), len(finished), bytes_written, seconds)
+
+
+def expected_shard_names(plan: StreamPlan) -> list[str]:
+    """File names of all shards of the stream, in order."""
+    return [shard_name(index) for index in range(plan.spec.num_shards)]

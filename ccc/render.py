@@ -1,0 +1,108 @@
+"""Rendering: a :class:`~ccc.stream_plan.SampleSpec` plus the source image's bytes → JPEG bytes.
+
+Pixels only, no file access and no calibration table: the caller reads the source file. The
+pipeline is the public generator's, with every random choice taken from the spec:
+
+1. decode with PIL and convert to RGB (as the public ``pil_loader``);
+2. crop ``spec.crop_box`` and resize to 224×224 with PIL's bilinear filter (exactly what torchvision's
+   ``RandomResizedCrop`` does to a PIL image), then mirror if ``spec.flip``;
+3. :func:`ccc.corruptions.corrupt_pair` with ``n1, s1, n2, s2`` and
+   ``numpy.random.default_rng(spec.seed)``;
+4. encode JPEG quality 85 with ``optimize=True`` (Pillow, as the public code).
+
+PIL's resize and JPEG encoder give the same bytes on every x86-64 CPU for the same Pillow version
+(tensor resizes do not), which is what makes shards byte-reproducible.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from PIL import Image
+
+from ccc.corruptions import corrupt_pair
+from ccc.stream_plan import SampleSpec
+
+__all__ = [
+    "JPEG_OPTIMIZE",
+    "JPEG_QUALITY",
+    "OUTPUT_SIZE",
+    "RenderedSample",
+    "SourceImageMismatchError",
+    "crop_resize_flip",
+    "format_info",
+    "render_sample",
+]
+
+OUTPUT_SIZE = 224
+"""Side of the rendered square image in pixels."""
+
+JPEG_QUALITY = 85
+"""JPEG quality of the rendered image (the public generator's)."""
+
+JPEG_OPTIMIZE = True
+"""Pillow's optimised Huffman tables, as the public generator."""
+
+
+class SourceImageMismatchError(ValueError):
+    """The source image is not the one the plan was made for (its size differs)."""
+
+
+@dataclass(frozen=True)
+class RenderedSample:
+    """One rendered sample: its plan entry and the encoded image.
+
+    Attributes:
+        spec: the plan entry the image was rendered from.
+        jpeg: JPEG bytes of the 224×224 RGB image.
+    """
+
+    spec: SampleSpec
+    jpeg: bytes
+
+
+def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], flip: bool) -> NDArray[np.uint8]:
+    """Crop ``crop_box`` (left, top, right, bottom; pixels) from an RGB PIL image, resize to 224×224, mirror if ``flip``.
+
+    Returns a uint8 array 224×224×3.
+    """
+    resized = image.crop(crop_box).resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
+    if flip:
+        resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return np.asarray(resized)
+
+
+def render_sample(spec: SampleSpec, source: bytes) -> RenderedSample:
+    """Render ``spec`` from the encoded source image ``source`` (the file's bytes).
+
+    Raises:
+        SourceImageMismatchError: if the image's size is not ``spec.source_size`` (the file changed
+            since the plan was made).
+        PIL.UnidentifiedImageError, OSError: if ``source`` cannot be decoded.
+    """
+    with Image.open(io.BytesIO(source)) as opened:
+        if opened.size != tuple(spec.source_size):
+            raise SourceImageMismatchError(
+                f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
+                f"as when the stream was planned, got {opened.size[0]}x{opened.size[1]}"
+            )
+        image = opened.convert("RGB")
+    cropped = crop_resize_flip(image, spec.crop_box, spec.flip)
+    corrupted = corrupt_pair(cropped, spec.n1, spec.s1, spec.n2, spec.s2, rng=np.random.default_rng(spec.seed))
+    buffer = io.BytesIO()
+    Image.fromarray(corrupted).save(buffer, format="JPEG", quality=JPEG_QUALITY, optimize=JPEG_OPTIMIZE)
+    return RenderedSample(spec, buffer.getvalue())
+
+
+def format_info(spec: SampleSpec) -> str:
+    """The public shards' ``info`` text, e.g. ``++dir++n01440764++name++ILSVRC2012_val_00000293.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++0.5``.
+
+    Severities are written with Python's ``str(float)`` as the public code does (``0.0``, ``1.25``, ``5.0``).
+    """
+    return (
+        f"++dir++{spec.wnid}++name++{spec.file_name}"
+        f"++n1++{spec.n1}++s1++{float(spec.s1)!s}++n2++{spec.n2}++s2++{float(spec.s2)!s}"
+    )

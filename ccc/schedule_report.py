@@ -1,0 +1,116 @@
+"""What ``ccc-generate --dry-run`` shows: the schedule as text and as a plot (no pixels rendered).
+
+The plot follows the paper's Figure 8b: severities ``s1`` and ``s2`` over the stream (top) and the
+calibrated accuracy of every path step against the target (bottom).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ccc.paths import SEVERITY_STEP
+from ccc.schedule import PairVisit, StreamSchedule
+
+__all__ = ["ScheduleTrace", "describe_schedule", "plot_schedule", "trace_schedule"]
+
+
+@dataclass(frozen=True)
+class ScheduleTrace:
+    """Per path step of a stream prefix: first image, severities and calibrated accuracy.
+
+    Attributes:
+        visits: the pairs touched, in order.
+        first_images: index of the first image of each step.
+        s1, s2: severities in [0, 5] of each step.
+        accuracies: calibrated accuracy (percent) of each step.
+        images_per_step: images of each step (``speed``, fewer for a cut-off last step).
+    """
+
+    visits: list[PairVisit]
+    first_images: NDArray[np.int64]
+    s1: NDArray[np.float64]
+    s2: NDArray[np.float64]
+    accuracies: NDArray[np.float64]
+    images_per_step: NDArray[np.int64]
+
+
+def trace_schedule(schedule: StreamSchedule, speed: int, num_images: int) -> ScheduleTrace:
+    """The steps covering images 0 … ``num_images - 1`` (speed, num_images >= 1)."""
+    if isinstance(speed, bool) or not isinstance(speed, int) or speed < 1:
+        raise ValueError(f"speed must be an integer >= 1, got {speed!r}")
+    if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
+        raise ValueError(f"num_images must be an integer >= 1, got {num_images!r}")
+    num_steps = -(-num_images // speed)
+    visits = schedule.visits(num_steps)
+    cells = np.concatenate([np.asarray(visit.path.cells, dtype=np.int64) for visit in visits])[:num_steps]
+    accuracies = np.concatenate([np.asarray(visit.path.accuracies, dtype=np.float64) for visit in visits])[:num_steps]
+    first_images = np.arange(num_steps, dtype=np.int64) * speed
+    images_per_step = np.minimum(first_images + speed, num_images) - first_images
+    return ScheduleTrace(visits, first_images, cells[:, 0] * SEVERITY_STEP, cells[:, 1] * SEVERITY_STEP, accuracies, images_per_step)
+
+
+def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, shard_names: list[str]) -> str:
+    """A multi-line text description: settings, each pair with its path cells and accuracies, the shards."""
+    trace = trace_schedule(schedule, speed, num_images)
+    num_steps = len(trace.first_images)
+    deviation = np.abs(trace.accuracies - schedule.target_accuracy)
+    weights = trace.images_per_step / trace.images_per_step.sum()
+    lines = [
+        f"target accuracy: {schedule.target_accuracy:g} %   path objective: {schedule.path_objective}   "
+        f"schedule: {schedule.schedule}   seed: {schedule.seed}",
+        f"corruptions ({len(schedule.corruptions)}): {', '.join(schedule.corruptions)}",
+        f"images: {num_images:,}   speed: {speed:,} images per step   steps: {num_steps:,}   pairs: {len(trace.visits):,}",
+        f"calibrated accuracy over the stream: mean {float(weights @ trace.accuracies):.2f} %, "
+        f"mean |accuracy - target| {float(weights @ deviation):.2f}, max {float(deviation.max()):.2f} percentage points",
+        "",
+        "pairs (each cell: s1/s2 = calibrated accuracy %):",
+    ]
+    for visit in trace.visits:
+        first = visit.first_step
+        last = min(first + len(visit.path.cells), num_steps) - 1
+        first_image = int(trace.first_images[first])
+        last_image = int(trace.first_images[last] + trace.images_per_step[last] - 1)
+        cut = " (stream ends inside this path)" if last < first + len(visit.path.cells) - 1 else ""
+        lines.append(
+            f"  pair {visit.pair_index}: {visit.path.n1} -> {visit.path.n2}, steps {first}-{last}, "
+            f"images {first_image:,}-{last_image:,}{cut}"
+        )
+        cells = visit.path.cells[: last - first + 1]
+        accuracies = visit.path.accuracies[: last - first + 1]
+        lines.append(
+            "    " + ", ".join(f"{i * SEVERITY_STEP:g}/{j * SEVERITY_STEP:g} = {accuracy:.1f}" for (i, j), accuracy in zip(cells, accuracies))
+        )
+    lines += ["", f"shards to write ({len(shard_names)}): " + (", ".join(shard_names) if len(shard_names) <= 6 else f"{shard_names[0]} … {shard_names[-1]}")]
+    return "\n".join(lines)
+
+
+def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: str | Path) -> Path:
+    """Write a PNG of s1/s2 and calibrated accuracy over the stream to ``path``; return the path."""
+    from matplotlib.figure import Figure
+
+    trace = trace_schedule(schedule, speed, num_images)
+    edges = np.append(trace.first_images, num_images)
+    figure = Figure(figsize=(10, 5))
+    severity_axis, accuracy_axis = figure.subplots(2, 1, sharex=True)
+    severity_axis.stairs(trace.s1, edges, baseline=None, label="s1 (first corruption)", color="tab:blue")
+    severity_axis.stairs(trace.s2, edges, baseline=None, label="s2 (second corruption)", color="tab:orange")
+    severity_axis.set_ylabel("severity")
+    severity_axis.set_ylim(-0.1, 5.1)
+    severity_axis.legend(loc="upper right", fontsize="small")
+    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="tab:green", label="calibrated accuracy")
+    accuracy_axis.axhline(schedule.target_accuracy, color="black", linestyle="--", linewidth=1, label="target")
+    accuracy_axis.set_ylabel("accuracy (%)")
+    accuracy_axis.set_xlabel("image index")
+    accuracy_axis.legend(loc="upper right", fontsize="small")
+    figure.suptitle(
+        f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}"
+    )
+    figure.tight_layout()
+    output = Path(path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=100)
+    return output
