@@ -90,3 +90,75 @@ def make_calibration_table(
         metadata=metadata,
         difficulty_presets=presets if presets is not None else {"medium": (30.0, corruptions)},
     )
+
+
+TEXTURE_CLASS_COLOURS = ((0.75, 0.3, 0.25), (0.25, 0.35, 0.75))
+"""RGB in [0, 1] of the two colours of :func:`texture_image` classes (class = colour × texture)."""
+
+
+def texture_image(class_index: int, generator: np.random.Generator, size: int = 40) -> np.ndarray:
+    """A uint8 RGB ``size``×``size`` image of one of 4 classes: (red, blue) × (smooth, striped).
+
+    Colour, stripe period (3–4 px), orientation and phase are jittered per image, plus mild pixel
+    noise, so that noise, blur and contrast change the accuracy of :func:`tiny_texture_classifier`
+    gradually with severity.
+    """
+    colour = np.array(TEXTURE_CLASS_COLOURS[class_index % 2]) + generator.normal(0.0, 0.04, 3)
+    rows, columns = np.mgrid[0:size, 0:size].astype(np.float64)
+    angle = generator.uniform(0.0, np.pi)
+    period = generator.uniform(3.0, 4.0)
+    amplitude = 0.22 if class_index >= 2 else 0.0
+    stripes = amplitude * np.sin(2 * np.pi * (rows * np.cos(angle) + columns * np.sin(angle)) / period + generator.uniform(0, 7))
+    image = colour[None, None, :] * (1.0 + stripes[:, :, None]) + generator.normal(0.0, 0.015, (size, size, 3))
+    return np.clip(np.round(image * 255), 0, 255).astype(np.uint8)
+
+
+def make_texture_folder(root: Path, images_per_class: int = 4, size: int = 40, seed: int = 0) -> Path:
+    """An ImageNet-layout folder of :func:`texture_image` JPEGs (quality 95): 4 classes ``n0000000<c>``."""
+    from PIL import Image
+
+    generator = np.random.default_rng(seed)
+    for class_index in range(4):
+        folder = root / f"n{class_index:08d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for k in range(images_per_class):
+            Image.fromarray(texture_image(class_index, generator, size)).save(folder / f"img_{k:04d}.JPEG", quality=95)
+    return root
+
+
+def tiny_texture_classifier():
+    """A deterministic BatchNorm CNN that tells the 4 :func:`texture_image` classes apart (no training).
+
+    Conv 3×3 (mean colour channels and ± Laplacian of the grey image) → BatchNorm → ReLU → global
+    average pool → linear nearest-prototype head, prototypes measured on 16 generated images per
+    class. Takes images in [0, 1] (N×3×H×W), returns 4 logits; accuracy falls with noise (adds
+    Laplacian energy), blur (removes it) and contrast (fades colour and stripes).
+    """
+    import torch
+    from torch import nn
+
+    convolution = nn.Conv2d(3, 5, 3, padding=1, bias=False)
+    laplacian = torch.tensor([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]]) / 3.0
+    weight = torch.zeros(5, 3, 3, 3)
+    for channel in range(3):
+        weight[channel, channel, 1, 1] = 1.0
+        weight[3, channel] = laplacian
+        weight[4, channel] = -laplacian
+    features = nn.Sequential(convolution, nn.BatchNorm2d(5), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    with torch.no_grad():
+        convolution.weight.copy_(weight)
+        features[1].running_var.fill_(1.0)
+        features[1].weight.copy_(torch.tensor([1.0, 1.0, 1.0, 4.0, 4.0]))
+    features.eval()
+    generator = np.random.default_rng(12345)
+    prototypes = []
+    for class_index in range(4):
+        images = np.stack([texture_image(class_index, generator, 32) for _ in range(16)])
+        with torch.no_grad():
+            prototypes.append(features(torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0).mean(0))
+    prototype = torch.stack(prototypes)
+    head = nn.Linear(5, 4)
+    with torch.no_grad():
+        head.weight.copy_(2.0 * prototype * 20.0)
+        head.bias.copy_(-(prototype**2).sum(1) * 20.0)
+    return nn.Sequential(features, head).eval()

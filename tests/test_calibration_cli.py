@@ -108,7 +108,7 @@ def test_help_lists_registered_subcommands(capsys):
     help_text = capsys.readouterr().out
     for subcommand in SUBCOMMANDS:
         assert subcommand.name in help_text
-    assert [subcommand.name for subcommand in SUBCOMMANDS] == ["import", "info"]
+    assert [subcommand.name for subcommand in SUBCOMMANDS] == ["import", "info", "compute", "plot"]
 
 
 def test_extension_point_adds_a_subcommand(capsys):

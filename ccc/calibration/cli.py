@@ -20,6 +20,7 @@ import numpy as np
 
 from ccc.cache import DownloadError
 from ccc.calibration.published import import_ccc_pickle
+from ccc.calibration.commands import add_compute_arguments, add_plot_arguments, run_compute, run_plot
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
 
 PROGRAM = "ccc-calibrate"
@@ -130,6 +131,18 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         _run_import,
     ),
     Subcommand("info", "summarise a calibration table", _add_info_arguments, _run_info),
+    Subcommand(
+        "compute",
+        "compute a calibration table for a model on ImageNet validation images (resumable)",
+        add_compute_arguments,
+        run_compute,
+    ),
+    Subcommand(
+        "plot",
+        "draw the 21×21 accuracy grid of corruption pairs with target contours and paths (PNG)",
+        add_plot_arguments,
+        run_plot,
+    ),
 )
 """The registered subcommands, in ``--help`` order; extend this tuple to add one."""
 

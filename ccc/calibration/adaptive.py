@@ -1,0 +1,294 @@
+"""Adaptive calibration: measure pair cells only where severity paths need them.
+
+The brute-force grid evaluates every image in every cell (``C·(C−1)·400·N`` evaluations), but a
+stream only uses the cells along the severity paths for a few target accuracies. Accuracy falls
+smoothly as either severity rises, so most of the grid can be predicted from little data and only
+cells near the targets need precise numbers. :class:`AdaptivePlanner` works in rounds:
+
+1. **Exact single-corruption curves and the clean accuracy** on every image. They are shared by
+   all pairs and are the first row and column of every grid, exactly as brute force has them.
+2. **Coarse pass**: each pair's cells on a lattice of severities (every ``coarse_stride``-th
+   index; 1.0, 2.0, … 5.0 by default) on the first ``coarse_blocks`` blocks of images.
+3. **Estimate** every pair cell (:func:`estimate_grid`): the single curves predict the pair on the
+   logit scale (``logit m(i, j) ≈ logit m(i, 0) + logit m(0, j) − logit m(0, 0)``: two
+   corruptions' effects add up); measured cells correct that prediction through a smoothed residual
+   (a kernel-weighted local-linear fit with inverse-variance weights), which also gives a standard
+   error per cell.
+4. **Sequential refinement**: a cell whose interval ``estimate ± z·se`` overlaps the band
+   ``target ± band`` of some target, or which lies on the path currently chosen for a target, gets
+   its images doubled (up to ``refine_blocks`` blocks). Then estimate again; stop when no cell asks
+   for more.
+
+Because each round only reads results of blocks requested in earlier rounds, a resumed run makes
+the same decisions. The table's interior cells hold the estimates (measured cells pull the estimate
+to their data in proportion to their images); ``image_counts`` hold the images really evaluated per
+cell (0 for cells that were only predicted), the border holds the exact single curves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ccc.calibration.compute import Measurements, Requests, measured_grids, ordered_pairs, single_cells
+from ccc.calibration.engine import Cell
+from ccc.calibration.table import GRID_SIZE
+from ccc.paths import PATH_OBJECTIVES, find_path
+
+DEFAULT_TARGETS = (40.0, 20.0, 0.0)
+"""Target accuracies (percent) of the public CCC difficulties (easy, medium, hard)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveSettings:
+    """Settings of the adaptive scheme (all accuracies in percent).
+
+    Attributes:
+        targets: target accuracies the table must serve, each in [0, 100].
+        band: half-width of the band around each target within which cells are refined, > 0.
+        z: width of the refinement interval in standard errors, > 0.
+        coarse_stride: severity-index step of the coarse lattice, in 1 … 20 (4 → severities 1, 2, …, 5).
+        coarse_fraction: share of the images used by the coarse pass, in (0, 1].
+        refine_fraction: largest share of the images a pair cell near a target gets, in
+            [coarse_fraction, 1].
+        path_fraction: largest share of the images a pair cell on a current path gets, in
+            [refine_fraction, 1].
+        bandwidth: kernel width (in grid cells) of the residual smoothing, > 0.
+        path_objective: objective of the paths whose cells are refined (see :func:`ccc.paths.find_path`).
+    """
+
+    targets: tuple[float, ...] = DEFAULT_TARGETS
+    band: float = 1.0
+    z: float = 1.0
+    coarse_stride: int = 4
+    coarse_fraction: float = 1 / 32
+    refine_fraction: float = 1 / 16
+    path_fraction: float = 1 / 4
+    bandwidth: float = 0.8
+    path_objective: str = "reference"
+
+    def __post_init__(self) -> None:
+        targets = tuple(float(target) for target in self.targets)
+        if not targets or not all(math.isfinite(t) and 0.0 <= t <= 100.0 for t in targets):
+            raise ValueError(f"targets must be one or more accuracies in [0, 100] percent, got {list(self.targets)}")
+        object.__setattr__(self, "targets", targets)
+        for name in ("band", "z", "bandwidth"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if isinstance(self.coarse_stride, bool) or not isinstance(self.coarse_stride, int) or not 1 <= self.coarse_stride < GRID_SIZE:
+            raise ValueError(f"coarse_stride must be an integer in [1, {GRID_SIZE - 1}], got {self.coarse_stride!r}")
+        if not 0.0 < self.coarse_fraction <= 1.0:
+            raise ValueError(f"coarse_fraction must be in (0, 1], got {self.coarse_fraction!r}")
+        if not self.coarse_fraction <= self.refine_fraction <= 1.0:
+            raise ValueError(
+                f"refine_fraction must be in [coarse_fraction ({self.coarse_fraction}), 1], got {self.refine_fraction!r}"
+            )
+        if not self.refine_fraction <= self.path_fraction <= 1.0:
+            raise ValueError(
+                f"path_fraction must be in [refine_fraction ({self.refine_fraction}), 1], got {self.path_fraction!r}"
+            )
+        if self.path_objective not in PATH_OBJECTIVES:
+            raise ValueError(f"path_objective must be one of {', '.join(PATH_OBJECTIVES)}, got {self.path_objective!r}")
+
+
+def _logit(proportion: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.log(proportion / (1.0 - proportion))
+
+
+def _expit(value: NDArray[np.float64]) -> NDArray[np.float64]:
+    return 1.0 / (1.0 + np.exp(-value))
+
+
+def _smoothed_proportion(correct: NDArray[np.int64], images: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Proportion correct pulled slightly inwards so that its logit is finite (0 images → 0.5)."""
+    return (correct + 0.5) / (images + 1.0)
+
+
+def estimate_grid(
+    correct: NDArray[np.int64], images: NDArray[np.int64], bandwidth: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Estimate one pair's 21×21 accuracy grid from partial measurements.
+
+    On the logit scale, the single curves predict the pair additively; measured interior cells
+    correct that baseline. For every interior cell a *prior* is fitted to the residuals of the
+    other measured cells (leave-one-out, Gaussian-kernel local-linear, inverse-variance weights).
+    How far real cells stray from such a fit (the misfit variance τ², estimated per grid from the
+    measured cells by the method of moments) decides how much a measured cell keeps its own value:
+    smooth grids are smoothed, rough grids (cliffs, one corruption undoing another) keep their
+    measurements. An unmeasured cell gets the prior, with standard error √(prior variance + τ²).
+
+    Args:
+        correct, images: 21×21 correct predictions and images evaluated per cell; the first row and
+            column (single corruptions) and the corner (clean) must be measured.
+        bandwidth: Gaussian kernel width in cells of the prior's local fit.
+
+    Returns:
+        (accuracy in percent, standard error in percentage points), two 21×21 arrays. The first row
+        and column are the measured values (standard error from the binomial count).
+    """
+    proportion = _smoothed_proportion(correct, images)
+    logit = _logit(proportion)
+    baseline = logit[:, :1] + logit[:1, :] - logit[0, 0]
+    interior = np.zeros((GRID_SIZE, GRID_SIZE), dtype=bool)
+    interior[1:, 1:] = True
+    measured = interior & (images > 0)
+    residual = logit - baseline
+    measurement_variance = 1.0 / np.maximum(images * proportion * (1.0 - proportion), 1e-12)
+    estimate_logit = baseline.copy()
+    variance_logit = np.zeros((GRID_SIZE, GRID_SIZE))
+    if measured.any():
+        points = np.argwhere(measured)
+        prior, prior_variance = _local_linear(points, residual[measured], 1.0 / measurement_variance[measured], bandwidth)
+        own = measured[1:, 1:]
+        own_variance = measurement_variance[1:, 1:]
+        excess = (residual[1:, 1:] - prior) ** 2 - own_variance - prior_variance
+        misfit = max(0.0, float(np.mean(excess[own]))) if own.sum() >= 3 else 0.0
+        prior_total = prior_variance + misfit
+        combined_variance = np.where(own, 1.0 / (1.0 / own_variance + 1.0 / prior_total), prior_total)
+        combined = np.where(own, combined_variance * (residual[1:, 1:] / own_variance + prior / prior_total), prior)
+        estimate_logit[1:, 1:] += combined
+        variance_logit[1:, 1:] = combined_variance
+    estimate = _expit(estimate_logit)
+    border = ~interior
+    estimate[border] = correct[border] / np.maximum(images[border], 1)
+    error = np.sqrt(variance_logit) * estimate * (1.0 - estimate)
+    error[border] = np.sqrt(estimate[border] * (1 - estimate[border]) / np.maximum(images[border], 1))
+    accuracy = 100.0 * estimate
+    # The same arithmetic as brute force, so that shared cells are bit-identical.
+    accuracy[border] = 100.0 * correct[border] / np.maximum(images[border], 1)
+    return accuracy, 100.0 * error
+
+
+def _local_linear(
+    points: NDArray[np.int64], values: NDArray[np.float64], weights: NDArray[np.float64], bandwidth: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Leave-one-out kernel-weighted local-linear fit of ``values`` (at grid ``points``) at every interior cell.
+
+    Observation weights are ``weights`` (inverse variances) times a Gaussian kernel of the distance;
+    a point never contributes to the fit at its own cell. Returns (fitted values, their variances),
+    two 20×20 arrays for cells (1…20, 1…20). Where the local design is degenerate (too few or
+    collinear points nearby) the fit is the local weighted mean; with no other point at all, 0 with
+    an infinite variance.
+    """
+    cells = np.argwhere(np.ones((GRID_SIZE - 1, GRID_SIZE - 1), dtype=bool)) + 1
+    offsets = points[None, :, :] - cells[:, None, :]
+    distance_squared = (offsets**2).sum(axis=2)
+    kernel = np.exp(-0.5 * distance_squared / bandwidth**2) * weights[None, :]
+    kernel[distance_squared == 0] = 0.0
+    design = np.concatenate([np.ones(offsets.shape[:2] + (1,)), offsets], axis=2)
+    weighted = design * kernel[:, :, None]
+    normal = np.einsum("cmk,cml->ckl", weighted, design)
+    determinant = np.linalg.det(normal)
+    scale = np.einsum("ckk->c", normal) ** 3
+    regular = determinant > 1e-9 * scale
+    total = kernel.sum(axis=1, keepdims=True)
+    coefficients = np.divide(kernel, total, out=np.zeros_like(kernel), where=total > 0)
+    if regular.any():
+        solved = np.linalg.solve(normal[regular], np.transpose(weighted[regular], (0, 2, 1)))
+        coefficients[regular] = solved[:, 0, :]
+    fitted = coefficients @ values
+    variance = np.where(total[:, 0] > 0, (coefficients**2) @ (1.0 / weights), np.inf)
+    shape = (GRID_SIZE - 1, GRID_SIZE - 1)
+    return fitted.reshape(shape), variance.reshape(shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptivePlanner:
+    """The adaptive scheme as a :class:`ccc.calibration.compute.CalibrationPlanner`.
+
+    Attributes:
+        settings: the scheme's parameters.
+        corruption_count: corruptions of the run (all ordered pairs are calibrated).
+        block_count: blocks of the image set.
+        block_size: images per block.
+        image_count: images of the set.
+    """
+
+    settings: AdaptiveSettings
+    corruption_count: int
+    block_count: int
+    block_size: int
+    image_count: int
+
+    @property
+    def coarse_blocks(self) -> int:
+        """Blocks of the coarse pass (≥ 1)."""
+        return max(1, min(self.block_count, round(self.block_count * self.settings.coarse_fraction)))
+
+    @property
+    def refine_blocks(self) -> int:
+        """Most blocks a pair cell near a target gets (≥ coarse_blocks)."""
+        return max(self.coarse_blocks, min(self.block_count, round(self.block_count * self.settings.refine_fraction)))
+
+    @property
+    def path_blocks(self) -> int:
+        """Most blocks a cell on a current path gets (≥ refine_blocks)."""
+        return max(self.refine_blocks, min(self.block_count, round(self.block_count * self.settings.path_fraction)))
+
+    def identity(self) -> dict[str, Any]:
+        """Scheme name and settings."""
+        return {"scheme": "adaptive", **dataclasses.asdict(self.settings), "targets": list(self.settings.targets)}
+
+    def notes(self) -> str:
+        """How the values were obtained."""
+        settings = self.settings
+        return (
+            "adaptive: single-corruption curves and clean accuracy on every image; pair cells measured "
+            f"on {self.coarse_blocks * self.block_size}-{self.refine_blocks * self.block_size} images where "
+            f"paths for targets {', '.join(f'{t:g}' for t in settings.targets)} % need them (band ±{settings.band:g}), "
+            "interior values are estimates (additive logit model of the single curves + smoothed measured "
+            "residual); image_counts are the images really evaluated per cell (0 = predicted only)"
+        )
+
+    def next_round(self, requested: Mapping[Cell, int], measured: Measurements) -> Requests | None:
+        """Round 0: singles + coarse lattice; later rounds: double the blocks of cells near the targets."""
+        if not requested:
+            wanted: Requests = {cell: self.block_count for cell in single_cells(self.corruption_count)}
+            lattice = range(self.settings.coarse_stride, GRID_SIZE, self.settings.coarse_stride)
+            for a, b in ordered_pairs(self.corruption_count):
+                for i in lattice:
+                    for j in lattice:
+                        wanted[Cell(a, i, b, j)] = self.coarse_blocks
+            return wanted
+        correct, images = measured_grids(self.corruption_count, measured)
+        wanted = dict(requested)
+        grown = False
+        for p, (a, b) in enumerate(ordered_pairs(self.corruption_count)):
+            for (i, j), limit in self._cells_to_refine(correct[p], images[p]).items():
+                cell = Cell(a, i, b, j)
+                current = requested.get(cell, 0)
+                blocks = min(limit, max(self.coarse_blocks, 2 * current))
+                if blocks > current:
+                    wanted[cell] = blocks
+                    grown = True
+        return wanted if grown else None
+
+    def _cells_to_refine(self, correct: NDArray[np.int64], images: NDArray[np.int64]) -> dict[tuple[int, int], int]:
+        """Interior cells that want more images, each with the number of blocks it may grow to."""
+        settings = self.settings
+        estimate, error = estimate_grid(correct, images, settings.bandwidth)
+        low = estimate - settings.z * error
+        high = estimate + settings.z * error
+        limits = np.zeros((GRID_SIZE, GRID_SIZE), dtype=np.int64)
+        for target in settings.targets:
+            near = (high >= target - settings.band) & (low <= target + settings.band)
+            limits[near] = np.maximum(limits[near], self.refine_blocks)
+            for i, j in find_path(estimate, target, settings.path_objective):  # type: ignore[arg-type]
+                limits[i, j] = self.path_blocks
+        limits[0, :] = 0
+        limits[:, 0] = 0
+        return {(int(i), int(j)): int(limits[i, j]) for i, j in np.argwhere(limits > 0)}
+
+    def grids(self, measured: Measurements) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+        """Estimated accuracy (percent) per pair and the images really evaluated per cell."""
+        correct, images = measured_grids(self.corruption_count, measured)
+        accuracy = np.empty(correct.shape, dtype=np.float64)
+        for p in range(len(correct)):
+            accuracy[p], _ = estimate_grid(correct[p], images[p], self.settings.bandwidth)
+        return np.clip(accuracy, 0.0, 100.0), images

@@ -1,0 +1,230 @@
+"""Where calibration work units run: in this process, or on a Ray cluster. Same interface.
+
+A backend's :meth:`~CalibrationBackend.run` takes work units and calls ``on_result`` once per unit,
+as each finishes (in any order). Backends hold no calibration logic: they call
+:func:`ccc.calibration.engine.render_base`, :func:`~ccc.calibration.engine.render_targets` and
+:meth:`~ccc.calibration.evaluator.ModelEvaluator.predict`, which alone decide the numbers, so both
+backends give identical results.
+
+- :class:`SerialBackend`: everything in the calling process (tests, tiny runs).
+- :class:`RayBackend` (open with :func:`ray_backend`): Ray **tasks** do the CPU work (decode,
+  preprocess, corrupt: one task renders a unit's base images, further tasks render groups of about
+  ``images_per_task`` target images from it); Ray **actors** hold the model and predict (one per
+  GPU with ``device="cuda"``, else CPU actors). At most a bounded number of rendered groups are in
+  flight, so the object store holds a few hundred MB at most.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from ccc.calibration.engine import (
+    DEFAULT_IMAGES_PER_TASK,
+    RenderContext,
+    UnitResult,
+    WorkUnit,
+    count_correct,
+    render_base,
+    render_targets,
+    target_groups,
+)
+from ccc.calibration.evaluator import ModelEvaluator, execute_unit
+from ccc.ray_runtime import ray_session
+from tta_eval.models import ModelSpec, load_model
+
+logger = logging.getLogger(__name__)
+
+ResultCallback = Callable[[UnitResult], None]
+
+
+class CalibrationBackend(Protocol):
+    """Runs work units; ``on_result`` is called once per finished unit, in completion order."""
+
+    def run(self, units: Sequence[WorkUnit], on_result: ResultCallback) -> None:
+        """Execute ``units`` and report each result through ``on_result``."""
+
+
+class SerialBackend:
+    """Runs units one after another in this process with one :class:`ModelEvaluator`."""
+
+    def __init__(self, context: RenderContext, evaluator: ModelEvaluator, images_per_task: int = DEFAULT_IMAGES_PER_TASK) -> None:
+        self.context = context
+        self.evaluator = evaluator
+        self.images_per_task = images_per_task
+
+    def run(self, units: Sequence[WorkUnit], on_result: ResultCallback) -> None:
+        """Execute ``units`` in order."""
+        for unit in units:
+            on_result(execute_unit(self.context, unit, self.evaluator, self.images_per_task))
+
+
+ModelSource = ModelSpec | nn.Module
+"""A model to evaluate: a :class:`tta_eval.models.ModelSpec` (loaded where it runs) or a module."""
+
+
+def build_evaluator(model: ModelSource, device: str, batch_size: int, amp: bool) -> ModelEvaluator:
+    """A :class:`ModelEvaluator` for ``model`` on ``device`` (loading a ModelSpec with load_model)."""
+    module = load_model(model, device) if isinstance(model, ModelSpec) else model
+    return ModelEvaluator(module, device, batch_size, amp)
+
+
+class _EvaluatorActor:
+    """Ray actor: holds one model and predicts rendered image groups."""
+
+    def __init__(self, model: ModelSource, device: str, batch_size: int, amp: bool, threads: int | None) -> None:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        self.evaluator = build_evaluator(model, device, batch_size, amp)
+
+    def predict(self, images: NDArray[np.uint8]) -> NDArray[np.int64]:
+        return self.evaluator.predict(images)
+
+
+@dataclasses.dataclass
+class _UnitProgress:
+    unit: WorkUnit
+    labels: NDArray[np.int64]
+    parts: list[tuple[int, ...] | None]
+
+
+class RayBackend:
+    """Runs units on Ray; create it with :func:`ray_backend` (which owns the Ray session)."""
+
+    def __init__(
+        self,
+        ray: Any,
+        context: RenderContext,
+        model: ModelSource,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        amp: bool = False,
+        evaluators: int | None = None,
+        images_per_task: int = DEFAULT_IMAGES_PER_TASK,
+    ) -> None:
+        self._ray = ray
+        self.context = context
+        self.images_per_task = images_per_task
+        resources = ray.cluster_resources()
+        cpus = int(resources.get("CPU", 1))
+        if device.startswith("cuda"):
+            gpus = int(resources.get("GPU", 0))
+            if gpus < 1:
+                raise ValueError(f"device {device!r} requested but the Ray cluster has no GPU; use --device cpu")
+            count = evaluators or gpus
+            options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
+            threads = None
+        else:
+            count = evaluators or 1
+            # CPU actors reserve no CPU slot: rendering tasks use every slot and the model shares them.
+            options = {"num_cpus": 0}
+            threads = 1
+        actor_class = ray.remote(_EvaluatorActor)
+        self._actors = [
+            actor_class.options(**options).remote(model, "cuda" if device.startswith("cuda") else device, batch_size, amp, threads)
+            for _ in range(count)
+        ]
+        # Rendering runs functions of ccc.calibration.engine, which does not import torch.
+        self._render_base = ray.remote(render_base).options(num_cpus=1)
+        self._render_targets = ray.remote(render_targets).options(num_cpus=1)
+        self._context_ref = ray.put(context)
+        self._max_in_flight = 2 * cpus + 2 * count
+        logger.info("Ray backend: %d CPU slots for rendering, %d model actor(s) on %s", cpus, count, device)
+
+    def run(self, units: Sequence[WorkUnit], on_result: ResultCallback) -> None:
+        """Execute ``units`` on the cluster; ``on_result`` runs in this process as units finish."""
+        ray = self._ray
+        parts = self._parts(units)
+        in_flight: dict[Any, tuple[_UnitProgress, int]] = {}
+        next_actor = 0
+        exhausted = False
+        while True:
+            while not exhausted and len(in_flight) < self._max_in_flight:
+                item = next(parts, None)
+                if item is None:
+                    exhausted = True
+                    break
+                progress, index, images_ref = item
+                reference = self._actors[next_actor % len(self._actors)].predict.remote(images_ref)
+                next_actor += 1
+                in_flight[reference] = (progress, index)
+            if not in_flight:
+                return
+            # A finite timeout keeps the driver responsive to Ctrl-C while it waits.
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            for reference in ready:
+                progress, index = in_flight.pop(reference)
+                try:
+                    predictions = ray.get(reference)
+                except ray.exceptions.RayTaskError as error:
+                    raise error.as_instanceof_cause() from None
+                progress.parts[index] = count_correct(predictions, progress.labels)
+                if all(part is not None for part in progress.parts):
+                    correct = tuple(value for part in progress.parts for value in part)  # type: ignore[union-attr]
+                    on_result(UnitResult(progress.unit, correct, len(progress.labels)))
+
+    def _parts(self, units: Sequence[WorkUnit]) -> Iterator[tuple[_UnitProgress, int, Any]]:
+        """Submit rendering lazily: yields (unit progress, part index, rendered images ref)."""
+        for unit in units:
+            labels = self.context.block_labels(unit.block)
+            groups = target_groups(unit, len(labels), self.images_per_task)
+            progress = _UnitProgress(unit, labels, [None] * (len(groups) + int(unit.evaluate_base)))
+            base_ref = self._render_base.remote(self._context_ref, unit.corruption, unit.severity, unit.block)
+            index = 0
+            if unit.evaluate_base:
+                yield progress, index, base_ref
+                index += 1
+            for group in groups:
+                rendered = self._render_targets.remote(
+                    self._context_ref, base_ref, unit.corruption, unit.severity, unit.block, group
+                )
+                yield progress, index, rendered
+                index += 1
+
+
+@contextlib.contextmanager
+def ray_backend(
+    context: RenderContext,
+    model: ModelSource,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    device: str = "cpu",
+    batch_size: int = 64,
+    amp: bool = False,
+    evaluators: int | None = None,
+    images_per_task: int = DEFAULT_IMAGES_PER_TASK,
+) -> Iterator[RayBackend]:
+    """Open a Ray session (:func:`ccc.ray_runtime.ray_session`) and yield a :class:`RayBackend`.
+
+    Args:
+        context: what every unit renders from.
+        model: a ModelSpec (loaded inside each actor) or an ``nn.Module`` (shipped to the actors).
+        workers: CPUs of a local cluster started here (default: all); ignored with ``address``.
+        address: an existing cluster; None starts a local one.
+        device: ``"cpu"`` or ``"cuda"``; with CUDA one actor per GPU of the cluster.
+        batch_size: images per forward pass.
+        amp: float16 autocast on CUDA.
+        evaluators: number of model actors (default: GPUs with CUDA, else 1).
+        images_per_task: images rendered per task (memory per in-flight task ≈ this × H × W × 3 bytes).
+    """
+    with ray_session(workers, address) as ray:
+        yield RayBackend(
+            ray,
+            context,
+            model,
+            device=device,
+            batch_size=batch_size,
+            amp=amp,
+            evaluators=evaluators,
+            images_per_task=images_per_task,
+        )

@@ -1,0 +1,276 @@
+"""``ccc-calibrate compute`` and ``ccc-calibrate plot``: argument parsing over the library functions.
+
+Registered as :class:`ccc.calibration.cli.Subcommand` entries. User mistakes become
+:class:`~ccc.calibration.table.CalibrationError` (one line on stderr, exit code 2, printed by
+:func:`ccc.calibration.cli.main`); an interrupted computation keeps everything finished in its work
+folder and says how to resume (exit code 130).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from torch import nn
+from tqdm import tqdm
+
+from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
+from ccc.calibration.backends import CalibrationBackend, SerialBackend, build_evaluator, ray_backend
+from ccc.calibration.compute import (
+    BruteForcePlanner,
+    CalibrationJob,
+    CalibrationOutcome,
+    CalibrationPlanner,
+    compute_calibration,
+    state_dict_digest,
+)
+from ccc.calibration.engine import DEFAULT_BLOCK_SIZE
+from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
+from ccc.calibration.table import CCC_CORRUPTIONS, CalibrationError, CalibrationTable
+from ccc.calibration.workfolder import WorkFolder, default_work_folder
+from ccc.imagenet import ImageFolderError, index_image_folder, resolve_imagenet_folder
+from ccc.ray_runtime import RayUnavailableError
+from tta_eval.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
+
+logger = logging.getLogger(__name__)
+
+INTERRUPTED_EXIT_CODE = 130
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _name_list(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(value) for value in text.split(",") if value.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``ccc-calibrate compute``."""
+    parser.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="torchvision model name or module:function factory (default: resnet50)")
+    parser.add_argument("--weights", default=None, help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)")
+    parser.add_argument("--normalization", default="auto", choices=("auto", "imagenet", "none"), help="input normalisation inside the model (default: auto)")
+    parser.add_argument("--corruptions", type=_name_list, default=list(CCC_CORRUPTIONS), metavar="A,B,...", help="comma-separated corruptions (default: the 15 of CCC)")
+    parser.add_argument("--images", type=_positive_int, default=DEFAULT_IMAGE_COUNT, help="calibration images, class-balanced (default: 5000)")
+    parser.add_argument("--image-seed", type=_non_negative_int, default=0, help="seed choosing the calibration images (default: 0)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the per-image corruption randomness (default: 0)")
+    parser.add_argument("--adaptive", action="store_true", help="adaptive scheme: measure pair cells only where severity paths need them")
+    parser.add_argument("--targets", type=_float_list, default=None, metavar="T1,T2,...", help="adaptive: target accuracies in percent (default: 40,20,0)")
+    parser.add_argument("--workers", type=_non_negative_int, default=None, help="CPUs of a local Ray cluster (default: all); 0 runs in this process without Ray")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR", help="use an existing Ray cluster (auto, host:port, ray://host:port)")
+    parser.add_argument("--evaluators", type=_positive_int, default=None, help="model actors (default: one per GPU with --device cuda, else 1)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:index] (default: cpu)")
+    parser.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass (default: 64)")
+    parser.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
+    parser.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
+    parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE, help=f"images per unit of work (default: {DEFAULT_BLOCK_SIZE})")
+    parser.add_argument("--resize", type=_positive_int, default=256, help="preprocessing: shorter side (default: 256)")
+    parser.add_argument("--crop", type=_positive_int, default=224, help="preprocessing: centre crop side (default: 224)")
+    parser.add_argument("--work-folder", metavar="DIR", default=None, help="where finished work is kept until the table is written (default: OUT.work)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out table")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _model_identity(spec: ModelSpec) -> tuple[str, str | None]:
+    """(model name for the metadata, sha256 of the weights file or None)."""
+    weights_path = Path(spec.weights) if spec.weights is not None and Path(spec.weights).is_file() else None
+    if weights_path is not None:
+        digest = hashlib.sha256()
+        with open(weights_path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(2**20), b""):
+                digest.update(chunk)
+        kind = "factory" if spec.is_factory else "torchvision"
+        return f"{kind} {spec.name} weights {weights_path.name}", digest.hexdigest()
+    if spec.is_factory:
+        return f"factory {spec.name}", None
+    weights = spec.weights or (DEFAULT_RESNET50_WEIGHTS if spec.name == DEFAULT_MODEL else "DEFAULT")
+    return f"torchvision {spec.name} {weights}", None
+
+
+@contextlib.contextmanager
+def _open_backend(arguments: argparse.Namespace, job: CalibrationJob, spec: ModelSpec, model: nn.Module) -> Iterator[CalibrationBackend]:
+    """In-process with the already loaded ``model`` for ``--workers 0``, else Ray (actors load ``spec``)."""
+    if arguments.workers == 0 and arguments.ray_address is None:
+        yield SerialBackend(job.render_context(), build_evaluator(model, arguments.device, arguments.batch_size, arguments.amp))
+        return
+    with ray_backend(
+        job.render_context(),
+        spec,
+        workers=arguments.workers,
+        address=arguments.ray_address,
+        device=arguments.device,
+        batch_size=arguments.batch_size,
+        amp=arguments.amp,
+        evaluators=arguments.evaluators,
+    ) as backend:
+        yield backend
+
+
+class _ProgressBar:
+    """tqdm over model evaluations; the total grows as adaptive rounds are planned."""
+
+    def __init__(self, enabled: bool) -> None:
+        interactive = sys.stderr.isatty()
+        self._bar = tqdm(
+            total=0, unit="img", unit_scale=True, desc="calibrating", disable=not enabled,
+            mininterval=0.5 if interactive else 30.0, dynamic_ncols=True,
+        )
+
+    def __call__(self, finished: int, planned: int) -> None:
+        if planned:
+            self._bar.total += planned
+            self._bar.refresh()
+        if finished:
+            self._bar.update(finished)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _summary(outcome: CalibrationOutcome, written: Path, job: CalibrationJob, folder: Path) -> str:
+    table = outcome.table
+    corruption_count = len(job.corruptions)
+    brute_force = (1 + 20 * corruption_count + 400 * corruption_count * (corruption_count - 1)) * len(job.image_set)
+    lines = [
+        f"wrote {written}: {len(table.pairs())} pairs of {corruption_count} corruptions, checksum {table.checksum()}",
+        f"evaluated {outcome.evaluated_images:,} images in {outcome.seconds:.1f} s "
+        f"({outcome.images_per_second:,.1f} images/s)"
+        + (f"; {outcome.resumed_images:,} were already done in {folder}" if outcome.resumed_images else ""),
+        f"table rests on {outcome.total_images:,} image evaluations; the brute-force grid needs {brute_force:,} "
+        f"({brute_force / max(outcome.total_images, 1):.1f}x)",
+    ]
+    return "\n".join(lines)
+
+
+def run_compute(arguments: argparse.Namespace) -> int:
+    """Execute ``ccc-calibrate compute``; returns the exit code."""
+    out = Path(arguments.out)
+    folder_path = Path(arguments.work_folder) if arguments.work_folder else default_work_folder(out)
+    try:
+        if not out.parent.is_dir():
+            raise CalibrationError(f"--out folder {out.parent} does not exist")
+        if out.exists() and not arguments.overwrite and not folder_path.exists():
+            raise CalibrationError(f"--out {out} already exists; pass --overwrite to replace it")
+        if arguments.amp and not arguments.device.startswith("cuda"):
+            raise CalibrationError(f"--amp needs --device cuda, got --device {arguments.device}")
+        if arguments.targets is not None and not arguments.adaptive:
+            raise CalibrationError("--targets only applies with --adaptive")
+        resolve_device(arguments.device)
+        preprocessing = Preprocessing(arguments.resize, arguments.crop)
+        root = resolve_imagenet_folder(arguments.imagenet)
+        index = index_image_folder(root, skip_bad_images=arguments.skip_bad_images, progress=not arguments.no_progress)
+        if index.excluded:
+            logger.warning("excluding %d unreadable image(s): %s", len(index.excluded), ", ".join(index.excluded[:10]))
+        image_set = select_calibration_images(index, arguments.images, arguments.image_seed, preprocessing)
+        spec = ModelSpec(arguments.model, arguments.weights, arguments.normalization)
+        model = load_model(spec, "cpu")
+        model_name, weights_sha256 = _model_identity(spec)
+        corruption_count = len(arguments.corruptions)
+        block_count = -(-len(image_set) // arguments.block_size)
+        planner: CalibrationPlanner
+        if arguments.adaptive:
+            settings = AdaptiveSettings(targets=tuple(arguments.targets)) if arguments.targets else AdaptiveSettings()
+            planner = AdaptivePlanner(settings, corruption_count, block_count, arguments.block_size, len(image_set))
+        else:
+            planner = BruteForcePlanner(corruption_count, block_count)
+        job = CalibrationJob(
+            image_set, tuple(arguments.corruptions), model_name, state_dict_digest(model), planner,
+            seed=arguments.seed, block_size=arguments.block_size, amp=arguments.amp,
+            weights_file_sha256=weights_sha256,
+        )
+        folder = WorkFolder.open(folder_path, job.identity())
+    except (ValueError, RayUnavailableError) as error:
+        if isinstance(error, CalibrationError):
+            raise
+        raise CalibrationError(str(error)) from error
+    progress = _ProgressBar(not arguments.no_progress)
+    try:
+        if folder.results:
+            logger.warning("resuming: %d results already in %s", len(folder.results), folder_path)
+        with _open_backend(arguments, job, spec, model) as backend:
+            outcome = compute_calibration(job, backend, folder, progress)
+        progress.close()
+        written = outcome.table.save(out)
+    except KeyboardInterrupt:
+        progress.close()
+        folder.close()
+        print(
+            f"interrupted; finished work is kept in {folder_path}: rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return INTERRUPTED_EXIT_CODE
+    except (ImageFolderError, RayUnavailableError) as error:
+        progress.close()
+        folder.close()
+        raise CalibrationError(f"{error} (finished work is kept in {folder_path}; rerun to resume)") from error
+    folder.remove()
+    print(_summary(outcome, written, job, folder_path))
+    return 0
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``ccc-calibrate plot``."""
+    parser.add_argument("file", metavar="FILE", help="calibration table (.npz)")
+    parser.add_argument("--out", required=True, metavar="PNG", help="image to write")
+    parser.add_argument("--pairs", type=_name_list, default=None, metavar="N1:N2,...", help="pairs to draw, e.g. fog:snow,jpeg:contrast (default: all, up to --max-pairs)")
+    parser.add_argument("--max-pairs", type=_positive_int, default=30, help="draw at most this many pairs when --pairs is not given (default: 30)")
+    parser.add_argument("--target", type=float, default=None, help="draw the severity path for this target accuracy (percent)")
+    parser.add_argument("--contours", type=_float_list, default=None, metavar="T1,T2,...", help="accuracy contour levels in percent (default: the table's preset targets, else 40,20)")
+    parser.add_argument("--objective", default="reference", choices=("reference", "minimax", "mean_abs"), help="path objective (default: reference)")
+
+
+def run_plot(arguments: argparse.Namespace) -> int:
+    """Execute ``ccc-calibrate plot``; returns the exit code."""
+    from ccc.calibration.plot import plot_table
+
+    table = CalibrationTable.load(arguments.file)
+    pairs = None
+    if arguments.pairs is not None:
+        pairs = []
+        for item in arguments.pairs:
+            first, separator, second = item.partition(":")
+            if not separator or not first or not second:
+                raise CalibrationError(f"--pairs entries must look like n1:n2, got {item!r}")
+            pairs.append((first, second))
+    try:
+        written = plot_table(
+            table, arguments.out, pairs=pairs, target=arguments.target, contours=arguments.contours,
+            objective=arguments.objective, max_pairs=arguments.max_pairs,
+        )
+    except ValueError as error:
+        if isinstance(error, CalibrationError):
+            raise
+        raise CalibrationError(str(error)) from error
+    print(f"wrote {written}")
+    return 0
+

@@ -1,0 +1,78 @@
+"""Model side of the calibration: top-1 predictions on rendered uint8 images, and one unit in-process."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from ccc.calibration.engine import (
+    DEFAULT_IMAGES_PER_TASK,
+    RenderContext,
+    UnitResult,
+    WorkUnit,
+    count_correct,
+    render_base,
+    render_targets,
+    target_groups,
+)
+
+
+class ModelEvaluator:
+    """Top-1 predictions of a classifier on uint8 images (images / 255 in [0, 1] go to the model).
+
+    Args:
+        model: an ``nn.Module`` taking float N×3×H×W images in [0, 1] (normalisation inside, as
+            :func:`tta_eval.models.load_model` builds them) and returning N×classes logits.
+        device: torch device the model lives on.
+        batch_size: images per forward pass, ≥ 1.
+        amp: float16 autocast (CUDA only).
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device | str = "cpu", batch_size: int = 64, amp: bool = False) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.device = torch.device(device)
+        if amp and self.device.type != "cuda":
+            raise ValueError(f"mixed precision (amp) needs a CUDA device, got device {str(self.device)!r}")
+        self.model = model.to(self.device).eval()
+        self.batch_size = batch_size
+        self.amp = amp
+
+    def _autocast(self) -> contextlib.AbstractContextManager[object]:
+        if self.amp:
+            return torch.autocast(device_type="cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    @torch.inference_mode()
+    def predict(self, images: NDArray[np.uint8]) -> NDArray[np.int64]:
+        """Predicted class index per image of uint8 ``N × H × W × 3``; int64 array of length N."""
+        predictions = np.empty(len(images), dtype=np.int64)
+        for start in range(0, len(images), self.batch_size):
+            chunk = np.array(images[start : start + self.batch_size], dtype=np.uint8, copy=True)
+            batch = torch.from_numpy(chunk).to(self.device).permute(0, 3, 1, 2).float().div_(255.0)
+            with self._autocast():
+                logits = self.model(batch)
+            predictions[start : start + len(chunk)] = logits.argmax(dim=1).cpu().numpy()
+        return predictions
+
+
+def execute_unit(
+    context: RenderContext,
+    unit: WorkUnit,
+    evaluator: ModelEvaluator,
+    images_per_task: int = DEFAULT_IMAGES_PER_TASK,
+) -> UnitResult:
+    """Run one unit in this process: render base and targets group by group, predict, count."""
+    labels = context.block_labels(unit.block)
+    base = render_base(context, unit.corruption, unit.severity, unit.block)
+    correct: list[int] = []
+    if unit.evaluate_base:
+        correct += count_correct(evaluator.predict(base), labels)
+    for group in target_groups(unit, len(labels), images_per_task):
+        rendered = render_targets(context, base, unit.corruption, unit.severity, unit.block, group)
+        correct += count_correct(evaluator.predict(rendered), labels)
+    return UnitResult(unit, tuple(correct), len(labels))

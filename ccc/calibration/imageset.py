@@ -1,0 +1,208 @@
+"""The calibration image set: a deterministic, class-balanced subset of an ImageNet-layout folder.
+
+The paper calibrates on 5,000 ImageNet validation images (5 per class). Here the subset is a pure
+function of the folder index (:func:`ccc.imagenet.index_image_folder`), the number of images and a
+seed: classes are visited round-robin in a seeded order, each class giving its images in a seeded
+order, so 5,000 images of the 1,000-class validation set are exactly 5 per class. The chosen images
+keep the index's canonical order; ``position`` ``k`` (0 … N−1) in that order names image ``k`` of
+the set everywhere (per-image seeds, result blocks).
+
+Images are preprocessed as ImageNet-C does before corrupting: resize the shorter side to 256
+(PIL bilinear) and take the centre 224×224 crop (torchvision ``Resize(256)`` + ``CenterCrop(224)``
+on PIL images). Smaller sizes are allowed for tests and quick runs (:class:`Preprocessing`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+from PIL import Image
+
+from ccc.corruptions import MIN_IMAGE_SIDE
+from ccc.imagenet import ImageFolderError, ImageIndex
+
+DEFAULT_IMAGE_COUNT = 5000
+"""Calibration images of the paper (5 per ImageNet class)."""
+
+DEFAULT_SELECTION_SEED = 0
+"""Seed of the default calibration subset."""
+
+_SELECTION_STREAM = 0
+_EVALUATION_ORDER_STREAM = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """Resize-then-centre-crop applied to every source image before it is corrupted.
+
+    Attributes:
+        resize: target length in pixels of the shorter side (PIL bilinear), ≥ ``crop``; ImageNet-C: 256.
+        crop: side in pixels of the square centre crop, ≥ 32 (the corruptions' minimum); ImageNet-C: 224.
+    """
+
+    resize: int = 256
+    crop: int = 224
+
+    def __post_init__(self) -> None:
+        for name in ("resize", "crop"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"preprocessing {name} must be an integer number of pixels, got {value!r}")
+        if self.crop < MIN_IMAGE_SIDE:
+            raise ValueError(f"preprocessing crop must be >= {MIN_IMAGE_SIDE} pixels, got {self.crop}")
+        if self.resize < self.crop:
+            raise ValueError(
+                f"preprocessing resize must be >= crop ({self.crop}) pixels, got {self.resize}"
+            )
+
+    def describe(self) -> str:
+        """One line for the table metadata, e.g. ``"resize shorter side to 256 (PIL bilinear) …"``."""
+        return (
+            f"RGB, resize shorter side to {self.resize} (PIL bilinear), centre crop {self.crop}x{self.crop} "
+            f"(torchvision Resize({self.resize}) + CenterCrop({self.crop}) on PIL, as ImageNet-C); "
+            "corrupted uint8 image / 255 given to the model (normalisation inside the model)"
+        )
+
+    def apply(self, image: Image.Image) -> NDArray[np.uint8]:
+        """Preprocess one PIL image; returns uint8 ``crop × crop × 3`` (RGB)."""
+        rgb = image.convert("RGB")
+        width, height = rgb.size
+        if width <= height:
+            new_width, new_height = self.resize, int(self.resize * height / width)
+        else:
+            new_width, new_height = int(self.resize * width / height), self.resize
+        if (new_width, new_height) != (width, height):
+            rgb = rgb.resize((new_width, new_height), Image.Resampling.BILINEAR)
+        top = int(round((new_height - self.crop) / 2.0))
+        left = int(round((new_width - self.crop) / 2.0))
+        cropped = rgb.crop((left, top, left + self.crop, top + self.crop))
+        return np.asarray(cropped, dtype=np.uint8).copy()
+
+
+def load_preprocessed_image(path: str | Path, preprocessing: Preprocessing) -> NDArray[np.uint8]:
+    """Decode ``path`` and preprocess it; ImageFolderError naming the file if it cannot be read."""
+    try:
+        with Image.open(path) as image:
+            return preprocessing.apply(image)
+    except (OSError, SyntaxError, ValueError) as error:
+        raise ImageFolderError(f"cannot read calibration image {path}: {error}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationImageSet:
+    """The chosen calibration images, in canonical index order.
+
+    Attributes:
+        root: the image folder.
+        relative_paths: ``<wnid>/<file>`` of each chosen image; position ``k`` is image ``k``.
+        labels: class index (0 … K−1, sorted folder names) of each image.
+        seed: the selection seed.
+        folder_checksum: :meth:`ccc.imagenet.ImageIndex.checksum` of the folder the images came from.
+        class_count: number of classes of the folder.
+        preprocessing: how each image is turned into the uncorrupted input.
+    """
+
+    root: Path
+    relative_paths: tuple[str, ...]
+    labels: tuple[int, ...]
+    seed: int
+    folder_checksum: str
+    class_count: int
+    preprocessing: Preprocessing = Preprocessing()
+
+    def __len__(self) -> int:
+        return len(self.relative_paths)
+
+    def checksum(self) -> str:
+        """sha256 (hex) of the chosen ``wnid/file`` list, one per line (the metadata's image-set checksum)."""
+        digest = hashlib.sha256()
+        for relative_path in self.relative_paths:
+            digest.update(relative_path.encode("utf-8") + b"\n")
+        return digest.hexdigest()
+
+    def describe(self) -> str:
+        """One line for the table metadata: size, how chosen, and from which folder."""
+        per_class = len(self) / self.class_count
+        return (
+            f"{len(self)} images ({per_class:g} per class on average, {self.class_count} classes) chosen "
+            f"class-balanced with seed {self.seed} (ccc.calibration.select_calibration_images) from "
+            f"{self.root.name}/ (folder index sha256 {self.folder_checksum})"
+        )
+
+    def evaluation_order(self) -> NDArray[np.int64]:
+        """A seeded permutation of the positions 0 … N−1; result blocks are consecutive runs of it.
+
+        A prefix of this order mixes all classes, so a cell measured on the first ``n`` images of the
+        order (as the adaptive scheme does) is a random subset of the whole set.
+        """
+        generator = np.random.default_rng(
+            np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,))
+        )
+        return generator.permutation(len(self)).astype(np.int64)
+
+    def load(self, positions: Sequence[int]) -> NDArray[np.uint8]:
+        """Decode and preprocess the images at ``positions``; uint8 ``len × crop × crop × 3``."""
+        crop = self.preprocessing.crop
+        images = np.empty((len(positions), crop, crop, 3), dtype=np.uint8)
+        for slot, position in enumerate(positions):
+            images[slot] = load_preprocessed_image(self.root / self.relative_paths[position], self.preprocessing)
+        return images
+
+
+def select_calibration_images(
+    index: ImageIndex,
+    count: int = DEFAULT_IMAGE_COUNT,
+    seed: int = DEFAULT_SELECTION_SEED,
+    preprocessing: Preprocessing = Preprocessing(),
+) -> CalibrationImageSet:
+    """Choose ``count`` images of ``index``, class-balanced, deterministically from ``seed``.
+
+    Classes are visited round-robin in a seeded order; each visit takes the next image of that class
+    in a seeded order, skipping classes that have run out. On ImageNet's validation set (1,000
+    classes × 50 images) ``count=5000`` gives exactly 5 images per class.
+
+    Args:
+        index: the folder index (canonical order).
+        count: number of images, in [1, len(index)].
+        seed: non-negative integer; the same index, count and seed give the same images.
+        preprocessing: stored with the set, used by :meth:`CalibrationImageSet.load`.
+
+    Raises:
+        ValueError: for a count outside [1, len(index)] or a negative seed.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(index):
+        raise ValueError(
+            f"images must be an integer in [1, {len(index)}] (the images of {index.root}), got {count!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SELECTION_STREAM,)))
+    by_class: list[list[int]] = [[] for _ in index.classes]
+    for position, image in enumerate(index.images):
+        by_class[image.class_index].append(position)
+    shuffled = [[members[k] for k in generator.permutation(len(members))] for members in by_class]
+    class_order = generator.permutation(len(index.classes))
+    chosen: list[int] = []
+    depth = 0
+    while len(chosen) < count:
+        for class_index in class_order:
+            if depth < len(shuffled[class_index]):
+                chosen.append(shuffled[class_index][depth])
+                if len(chosen) == count:
+                    break
+        depth += 1
+    chosen.sort()
+    return CalibrationImageSet(
+        root=index.root,
+        relative_paths=tuple(index.images[k].relative_path for k in chosen),
+        labels=tuple(index.images[k].class_index for k in chosen),
+        seed=seed,
+        folder_checksum=index.checksum(),
+        class_count=len(index.classes),
+        preprocessing=preprocessing,
+    )
