@@ -11,18 +11,20 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    index; 1.0, 2.0, … 5.0 by default) on the first ``coarse_blocks`` blocks of images.
 3. **Estimate** every pair cell (:func:`estimate_grid`): the single curves predict the pair on the
    logit scale (``logit m(i, j) ≈ logit m(i, 0) + logit m(0, j) − logit m(0, 0)``: two
-   corruptions' effects add up); measured cells correct that prediction through a smoothed residual
-   (a kernel-weighted local-linear fit with inverse-variance weights), which also gives a standard
-   error per cell.
+   corruptions' effects add up); measured cells correct that prediction. Each cell gets a prior
+   from the other measured cells (leave-one-out kernel-weighted local-linear fit), and the grid's
+   misfit variance τ² (how far cells really stray from such a fit) decides how much a measured cell
+   keeps its own number: smooth grids are smoothed, rough grids keep their measurements. Every cell
+   gets a standard error.
 4. **Sequential refinement**: a cell whose interval ``estimate ± z·se`` overlaps the band
-   ``target ± band`` of some target, or which lies on the path currently chosen for a target, gets
-   its images doubled (up to ``refine_blocks`` blocks). Then estimate again; stop when no cell asks
-   for more.
+   ``target ± band`` of some target gets its images doubled (up to ``refine_blocks``); a cell on the
+   path currently chosen for a target, up to ``path_blocks``. Then estimate again; stop when no
+   cell grows.
 
 Because each round only reads results of blocks requested in earlier rounds, a resumed run makes
-the same decisions. The table's interior cells hold the estimates (measured cells pull the estimate
-to their data in proportion to their images); ``image_counts`` hold the images really evaluated per
-cell (0 for cells that were only predicted), the border holds the exact single curves.
+the same decisions. The table's interior cells hold the estimates; ``image_counts`` hold the images
+really evaluated per cell (0 for cells that were only predicted); the border holds the exact single
+curves.
 """
 
 from __future__ import annotations

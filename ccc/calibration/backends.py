@@ -124,8 +124,9 @@ class RayBackend:
             options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
             threads = None
         else:
-            count = evaluators or 1
-            # CPU actors reserve no CPU slot: rendering tasks use every slot and the model shares them.
+            count = evaluators or cpus
+            # CPU actors reserve no CPU slot and run one torch thread each: rendering tasks use every
+            # slot, and the operating system shares the cores between rendering and the model by demand.
             options = {"num_cpus": 0}
             threads = 1
         actor_class = ray.remote(_EvaluatorActor)
@@ -214,7 +215,7 @@ def ray_backend(
         device: ``"cpu"`` or ``"cuda"``; with CUDA one actor per GPU of the cluster.
         batch_size: images per forward pass.
         amp: float16 autocast on CUDA.
-        evaluators: number of model actors (default: GPUs with CUDA, else 1).
+        evaluators: number of model actors (default: GPUs with CUDA, else one per CPU of the cluster).
         images_per_task: images rendered per task (memory per in-flight task ≈ this × H × W × 3 bytes).
     """
     with ray_session(workers, address) as ray:

@@ -3,23 +3,27 @@
 Parts (``--parts``, default all):
 
 - ``throughput``: end-to-end images/s of the serial in-process backend (decode, preprocess, corrupt,
-  predict, persist), and the share of wall time spent outside corruption and model compute
-  (everything else: decoding, seeding, bookkeeping, the work-folder log).
-- ``scaling``: the same job on a local Ray cluster with 1 and with 2 workers (after a warm-up run
-  that imports and JIT-compiles in the workers); the speed-up 1 → 2.
-- ``adaptive``: brute force versus the adaptive scheme on a small real setup: a tiny CNN trained
-  for about a minute on synthetic colour/texture classes (so its accuracy really falls with
-  severity), 4 corruptions (12 ordered pairs), a few hundred images. For targets from easy to hard,
-  paths from both tables are compared on the brute-force table; reports the evaluation ratio.
+  predict, persist in a work folder) on ``--throughput-crop`` pixel images (default 64), and the
+  share of wall time spent outside corruption and model compute (decoding, seeding, bookkeeping,
+  log writes).
+- ``scaling``: the same job on a local Ray cluster pinned to 1 core with 1 worker and to 2 cores
+  with 2 workers (each after a warm-up run that imports and JIT-compiles in the workers).
+- ``adaptive``: brute force versus the adaptive scheme. A tiny CNN trained for about two minutes on
+  synthetic colour × stripe-period classes (so its accuracy really falls with severity), 4
+  corruptions (12 ordered pairs), 500 images at 32×32: (1) real adaptive run against the real
+  brute-force table, same images and seeds; (2) noise floor: brute force on the first half of the
+  images against all of them; (3) paper scale: the real grids as true accuracies, 5,000 simulated
+  images, brute force and adaptive. Paths are compared on the brute-force numbers.
 - ``estimate``: per-image costs at 224×224 measured here (corruption per call, ResNet-50 forward
-  on CPU), then the time of the full 463M-image brute-force grid and of the adaptive scheme on one
+  on CPU), then the time of the full brute-force grid and of the adaptive scheme on one
   8-GPU / 64-core node. GPU throughput cannot be measured here: it is a stated assumption
   (``--gpu-images-per-second``).
 
     python scripts/bench/calibration.py --out results/bench_calibration
 
-Writes ``<out>/report.md`` and ``<out>/results.json``; brute-force results of the adaptive part are
-kept in ``<out>/work`` so a second run reuses them (that is the resumable work folder at work).
+Writes ``<out>/report.md`` and ``<out>/results.json`` (parts not run keep their previous results);
+the brute-force results of the adaptive part are kept in ``<out>/work`` so a second run reuses them
+(the resumable work folder at work: interrupt it and run again).
 """
 
 from __future__ import annotations
