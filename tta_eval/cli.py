@@ -30,7 +30,7 @@ from tta_eval.protocols import (
     OfflineProtocol,
 )
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
-from tta_eval.reports import comparison_table, load_run, plot_comparison, rescore_run, run_scores, scores_table, write_json
+from tta_eval.reports import adaptation_notes, comparison_table, load_run, plot_comparison, rescore_run, run_scores, scores_table, write_json
 from tta_eval.streams import StreamOptions
 
 PROGRAM = "tta-eval"
@@ -329,6 +329,8 @@ def _run(arguments: argparse.Namespace) -> int:
     if scores:
         print()
         print(scores, end="")
+    for note in adaptation_notes(run):
+        print(note)
     print(_timing_line(run.summary))
     print(f"run folder: {run_dir}")
     return 0

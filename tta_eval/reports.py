@@ -156,6 +156,28 @@ def load_run(run_dir: Path) -> RunResult:
     return RunResult(run_dir.name, run_dir, config, json.loads(summary_path.read_text()))
 
 
+RARE_ADAPTATION_FRACTION = 0.01
+"""A learning method that adapted on fewer than this fraction of the samples gets a note after a run."""
+
+
+def adaptation_notes(run: RunResult) -> list[str]:
+    """One line per learning method (its config has a ``learning_rate``) of ``run`` that adapted on
+    fewer than 1 % of the samples: its sample filters kept (almost) nothing, so it behaved like BN
+    adaptation. Thresholds tuned for ImageNet's 1,000 classes are the usual cause on models with
+    few classes (see docs/methods.md, "Filters on models with few classes")."""
+    notes = []
+    configs = run.config.get("methods", {})
+    for label, entry in run.summary.get("methods", {}).items():
+        fraction = entry.get("adapted_fraction")
+        learns = "learning_rate" in configs.get(label, {}).get("config", {})
+        if learns and fraction is not None and not math.isnan(fraction) and fraction < RARE_ADAPTATION_FRACTION:
+            notes.append(
+                f"note: {label} adapted on {100 * fraction:.2g} % of the samples: its filters kept almost none "
+                "(thresholds tuned for 1,000 classes? see docs/methods.md, 'Filters on models with few classes')"
+            )
+    return notes
+
+
 def _percent(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 

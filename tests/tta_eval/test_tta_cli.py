@@ -161,6 +161,20 @@ def test_run_writes_a_complete_run_folder_and_compare_tabulates_runs(tmp_path, c
     assert (tmp_path / "cmp" / "accuracy.svg").exists()
 
 
+def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, capsys):
+    # entropy_margin_fraction = 0.001 keeps only near-certain samples: the tiny untrained model has none.
+    code, out, err = run_cli(
+        capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "eta:entropy_margin_fraction=0.001",
+        "--method", "tent", "--method", "bn", "--out", str(tmp_path), "--no-progress",
+    )
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: eta:entropy_margin_fraction=0.001 adapted on 0 % of the samples: its filters kept almost none "
+        "(thresholds tuned for 1,000 classes? see docs/methods.md, 'Filters on models with few classes')"
+    ]
+
+
 def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
     arguments = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "bn", "--out", str(tmp_path), "--name", "r", "--no-progress"]
     assert run_cli(capsys, *arguments)[0] == 0
