@@ -6,8 +6,10 @@ two Ray workers) so that CI runs it; marked slow.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,22 @@ def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert len(records) == 3
     source_records = next(path for path in records if path.stem.startswith("source")).read_text().splitlines()
     assert len(source_records) == 1 + STREAM_IMAGES // 50
+
+    # The report docs/demo.md is made with, on this run: the same realised and calibrated numbers.
+    specification = importlib.util.spec_from_file_location("demo_report", Path(__file__).parents[1] / "scripts" / "demo_report.py")
+    demo_report = importlib.util.module_from_spec(specification)
+    monkeypatch.setitem(sys.modules, "demo_report", demo_report)  # its dataclasses look their module up
+    specification.loader.exec_module(demo_report)
+    report_folder = tmp_path / "report"
+    assert demo_report.main([
+        "--stream", f"medium={run}", "--results", f"medium={folder}", "--window", "100", "--edge", "100",
+        "--out", str(report_folder),
+    ]) == 0  # fmt: skip
+    assert "| medium | 400 |" in capsys.readouterr().out
+    report = json.loads((report_folder / "report.json").read_text())["medium"]
+    assert report["stream"]["calibrated"] == pytest.approx(target, abs=1e-9)
+    assert abs(report["stream"]["realised"] - realised) <= 0.5
+    assert sum(entry["samples"] for entry in report["stream"]["per_pair"].values()) == STREAM_IMAGES
+    assert set(report["methods"]) == {"source", "bn", "rdumb"}
+    for name in ("realised_vs_calibrated.png", "tta_medium.png"):
+        assert (report_folder / name).stat().st_size > 1000

@@ -1,0 +1,269 @@
+"""Demo-world streams: the source model's realised accuracy against the calibration, and TTA curves.
+
+Reads demo stream run folders (``ccc-generate --demo``) and the ``tta-eval run`` folders made on them,
+and writes what ``docs/demo.md`` reports: a JSON file of numbers, a Markdown summary on stdout and
+figures.
+
+    python scripts/demo_report.py \\
+        --stream medium=shards/demo_baseline_30_transition+speed_2000_seed_43 \\
+        --results medium=results/medium_a,results/medium_b  [same for easy and hard] \\
+        --out docs/demo
+
+Per difficulty:
+
+- **realised** accuracy: the ``source`` method's correct predictions over the whole stream (top-1,
+  percent), from the first results folder that ran ``source``;
+- **calibrated** accuracy: the mean over the same samples of each sample's ``calibrated_accuracy``
+  (the calibration table's value at the sample's severities, written into the shard by the
+  generator) — what the stream's difficulty promises at centre crops; the nominal **target** is the
+  preset's baseline accuracy;
+- realised − calibrated per window of ``--window`` samples, its mean and the standard error of that
+  mean over windows (windows, not images: the stream draws its 2,400 source images many times);
+- the same per corruption pair (each batch counted for the pair most of its samples belong to);
+- every method's accuracy over the stream, over its first and last ``--edge`` samples, its lowest
+  window and the collapse verdict of ``tta-eval`` (below the source model for 50,000 samples).
+
+Figures: ``realised_vs_calibrated.png`` (one panel per difficulty) and ``tta_<difficulty>.png``
+(every method's windowed accuracy, the source model dashed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
+from numpy.typing import NDArray
+
+from ccc.stream import open_stream
+from tta_eval.metrics import WindowedAccuracy, windowed_accuracy
+from tta_eval.plots import plot_accuracy_curves
+from tta_eval.records import RecordTable
+
+DIFFICULTIES = ("easy", "medium", "hard")
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    """Per-sample facts of a stream read from its shards (no image decoded).
+
+    calibrated: calibrated accuracy per sample (percent); pairs: ``n1->n2`` per sample;
+    target: the preset's baseline accuracy (percent); speed: transition speed (images per severity
+    step); corruptions: the stream's corruptions.
+    """
+
+    calibrated: NDArray[np.float64]
+    pairs: NDArray[np.object_]
+    target: float
+    speed: int
+    corruptions: list[str]
+
+
+def read_stream_facts(run_folder: Path) -> StreamFacts:
+    """Calibrated accuracy and corruption pair of every sample of the run folder, in stream order."""
+    manifest = json.loads((run_folder / "manifest.json").read_text())
+    calibrated, pairs = [], []
+    for sample in open_stream(run_folder, image_format="jpeg"):
+        calibrated.append(float(sample.metadata["calibrated_accuracy"]))
+        pairs.append(f"{sample.metadata['n1']}->{sample.metadata['n2']}")
+    stream = manifest["stream"]
+    return StreamFacts(
+        np.asarray(calibrated), np.asarray(pairs, dtype=object), float(stream["target_accuracy"]), int(stream["speed"]), list(stream["corruptions"])
+    )
+
+
+def method_records(results_folders: Sequence[Path]) -> dict[str, RecordTable]:
+    """Records of every method in the results folders (a label seen twice keeps its first folder's)."""
+    records: dict[str, RecordTable] = {}
+    for folder in results_folders:
+        for path in sorted((folder / "records").glob("*.csv")):
+            records.setdefault(path.stem, RecordTable.read_csv(path))
+    return records
+
+
+def collapse_verdicts(results_folders: Sequence[Path]) -> dict[str, str]:
+    """``tta-eval``'s collapse message per method label (first folder wins)."""
+    verdicts: dict[str, str] = {}
+    for folder in results_folders:
+        summary = json.loads((folder / "summary.json").read_text())
+        for label, entry in summary["methods"].items():
+            collapse = entry.get("collapse") or {}
+            verdicts.setdefault(label, "collapse" if collapse.get("collapsed") else "no collapse")
+    return verdicts
+
+
+def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: int) -> dict[str, object]:
+    """Realised source accuracy against the calibrated accuracy of the same samples (percent)."""
+    starts, sizes, correct = source.column("sample_start"), source.column("batch_size"), source.column("correct")
+    covered = int(sizes.sum())
+    if starts[0] != 0 or covered > facts.calibrated.size:
+        raise ValueError("the source records do not cover the stream from its first sample")
+    realised = 100.0 * correct.sum() / covered
+    calibrated = float(facts.calibrated[:covered].mean())
+    window_of_batch = starts // window
+    windows = np.unique(window_of_batch)
+    differences = []
+    for index in windows:
+        rows = window_of_batch == index
+        first, last = int(starts[rows][0]), int(starts[rows][-1] + sizes[rows][-1])
+        differences.append(100.0 * correct[rows].sum() / sizes[rows].sum() - facts.calibrated[first:last].mean())
+    differences_array = np.asarray(differences)
+    per_pair: dict[str, dict[str, float]] = {}
+    batch_pairs = []
+    for start, size in zip(starts, sizes):
+        names, counts = np.unique(facts.pairs[start : start + size], return_counts=True)
+        batch_pairs.append(names[np.argmax(counts)])
+    batch_pairs_array = np.asarray(batch_pairs, dtype=object)
+    for pair in dict.fromkeys(batch_pairs):
+        rows = batch_pairs_array == pair
+        samples = int(sizes[rows].sum())
+        calibrated_pair = float(np.mean([facts.calibrated[s : s + n].mean() for s, n in zip(starts[rows], sizes[rows])]))
+        per_pair[pair] = {
+            "samples": samples,
+            "realised": 100.0 * float(correct[rows].sum()) / samples,
+            "calibrated": calibrated_pair,
+        }
+    return {
+        "samples": covered,
+        "target": facts.target,
+        "calibrated": calibrated,
+        "realised": realised,
+        "difference": realised - calibrated,
+        "difference_standard_error": float(differences_array.std(ddof=1) / math.sqrt(differences_array.size)),
+        "windows": int(differences_array.size),
+        "per_pair": per_pair,
+    }
+
+
+def method_summary(records: dict[str, RecordTable], verdicts: dict[str, str], window: int, edge: int) -> dict[str, dict[str, object]]:
+    """Per method: accuracy overall, over the first and last ``edge`` samples, lowest window (percent)."""
+    summary: dict[str, dict[str, object]] = {}
+    for label, table in records.items():
+        starts, sizes, correct = table.column("sample_start"), table.column("batch_size"), table.column("correct")
+        end = int(starts[-1] + sizes[-1])
+        first, last = starts < edge, starts >= end - edge
+        curve = windowed_accuracy(table, window)
+        summary[label] = {
+            "accuracy": 100.0 * correct.sum() / sizes.sum(),
+            "first": 100.0 * correct[first].sum() / sizes[first].sum(),
+            "last": 100.0 * correct[last].sum() / sizes[last].sum(),
+            "lowest_window": 100.0 * float(curve.accuracy.min()),
+            "collapse": verdicts.get(label, "?"),
+        }
+    return summary
+
+
+def plot_realised(streams: dict[str, tuple[StreamFacts, RecordTable]], window: int, path: Path) -> None:
+    """One panel per difficulty: windowed realised source accuracy, windowed calibrated accuracy, target."""
+    figure = Figure(figsize=(8.0, 2.4 * len(streams)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes_list = figure.subplots(len(streams), 1, sharex=True, squeeze=False)[:, 0]
+    for axes, (difficulty, (facts, source)) in zip(axes_list, streams.items()):
+        curve = windowed_accuracy(source, window)
+        edges = np.concatenate([[0], curve.sample_end])
+        calibrated = [facts.calibrated[a:b].mean() for a, b in zip(edges[:-1], edges[1:])]
+        axes.plot(curve.sample_end, 100 * curve.accuracy, linewidth=1.2, label="realised (source model, random crops)")
+        axes.plot(curve.sample_end, calibrated, linewidth=1.2, label="calibrated (table, centre crops)")
+        axes.axhline(facts.target, color="black", linestyle=":", linewidth=1.0, label="target")
+        axes.set_ylabel("accuracy (%)")
+        axes.set_title(f"{difficulty} (target {facts.target:g} %)", fontsize="medium")
+        axes.set_ylim(0, 100)
+        axes.grid(alpha=0.3)
+    axes_list[-1].set_xlabel("samples seen")
+    axes_list[-1].xaxis.set_major_formatter(EngFormatter(sep=""))
+    axes_list[0].legend(fontsize="small", loc="upper right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=150)
+
+
+def render_markdown(report: dict[str, dict[str, object]]) -> str:
+    """The numbers as Markdown tables."""
+    lines = [
+        "| difficulty | samples | target | calibrated | realised (source) | realised − calibrated |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for difficulty, entry in report.items():
+        facts = entry["stream"]
+        lines.append(
+            f"| {difficulty} | {facts['samples']:,} | {facts['target']:g} | {facts['calibrated']:.1f} | {facts['realised']:.1f} | "
+            f"{facts['difference']:+.1f} ± {facts['difference_standard_error']:.1f} |"
+        )
+    for difficulty, entry in report.items():
+        lines += ["", f"{difficulty}, per pair:", "", "| pair | samples | calibrated | realised | difference |", "|---|---:|---:|---:|---:|"]
+        for pair, values in entry["stream"]["per_pair"].items():
+            lines.append(
+                f"| {pair} | {values['samples']:,} | {values['calibrated']:.1f} | {values['realised']:.1f} | "
+                f"{values['realised'] - values['calibrated']:+.1f} |"
+            )
+    for difficulty, entry in report.items():
+        lines += ["", f"{difficulty}, methods:", "", "| method | accuracy | first | last | lowest window | collapse |", "|---|---:|---:|---:|---:|---|"]
+        for label, values in entry["methods"].items():
+            lines.append(
+                f"| {label} | {values['accuracy']:.1f} | {values['first']:.1f} | {values['last']:.1f} | "
+                f"{values['lowest_window']:.1f} | {values['collapse']} |"
+            )
+    return "\n".join(lines)
+
+
+def _named_paths(entries: Sequence[str], option: str) -> dict[str, list[Path]]:
+    named: dict[str, list[Path]] = {}
+    for entry in entries:
+        name, separator, paths = entry.partition("=")
+        if not separator or name not in DIFFICULTIES or not paths:
+            raise ValueError(f"{option} must be DIFFICULTY=PATH[,PATH…] with DIFFICULTY one of {', '.join(DIFFICULTIES)}, got {entry!r}")
+        named[name] = [Path(path) for path in paths.split(",")]
+    return named
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stream", action="append", default=[], help="DIFFICULTY=RUN_FOLDER (repeatable)")
+    parser.add_argument("--results", action="append", default=[], help="DIFFICULTY=TTA_RUN[,TTA_RUN…] (repeatable)")
+    parser.add_argument("--window", type=int, default=1000, help="samples per window (must equal the runs' --window)")
+    parser.add_argument("--edge", type=int, default=10_000, help="samples of the 'first' and 'last' accuracy columns")
+    parser.add_argument("--out", type=Path, default=Path("docs/demo"), help="folder of report.json and the figures")
+    arguments = parser.parse_args(argv)
+    try:
+        streams = {name: paths[0] for name, paths in _named_paths(arguments.stream, "--stream").items()}
+        results = _named_paths(arguments.results, "--results")
+    except ValueError as error:
+        parser.error(str(error))
+    if set(streams) != set(results) or not streams:
+        parser.error("give --stream and --results for the same difficulties")
+    report: dict[str, dict[str, object]] = {}
+    sources: dict[str, tuple[StreamFacts, RecordTable]] = {}
+    for difficulty in [name for name in DIFFICULTIES if name in streams]:
+        facts = read_stream_facts(streams[difficulty])
+        records = method_records(results[difficulty])
+        if "source" not in records:
+            parser.error(f"no 'source' records among the {difficulty} results")
+        sources[difficulty] = (facts, records["source"])
+        report[difficulty] = {
+            "stream_folder": streams[difficulty].name,
+            "corruptions": facts.corruptions,
+            "stream": realised_versus_calibrated(facts, records["source"], arguments.window),
+            "methods": method_summary(records, collapse_verdicts(results[difficulty]), arguments.window, arguments.edge),
+        }
+        curves: dict[str, WindowedAccuracy] = {label: windowed_accuracy(table, arguments.window) for label, table in records.items() if label != "source"}
+        plot_accuracy_curves(
+            curves,
+            arguments.out / f"tta_{difficulty}",
+            references={"source": windowed_accuracy(records["source"], arguments.window)},
+            title=f"demo world, {difficulty} (target {facts.target:g} %), speed {facts.speed}",
+        )
+    plot_realised(sources, arguments.window, arguments.out / "realised_vs_calibrated.png")
+    (arguments.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(render_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
