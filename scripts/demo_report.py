@@ -47,6 +47,7 @@ from ccc.stream import open_stream
 from tta_eval.metrics import WindowedAccuracy, windowed_accuracy
 from tta_eval.plots import plot_accuracy_curves
 from tta_eval.records import RecordTable
+from tta_eval.reports import load_run, records_path
 
 DIFFICULTIES = ("easy", "medium", "hard")
 
@@ -80,24 +81,19 @@ def read_stream_facts(run_folder: Path) -> StreamFacts:
     )
 
 
-def method_records(results_folders: Sequence[Path]) -> dict[str, RecordTable]:
-    """Records of every method in the results folders (a label seen twice keeps its first folder's)."""
+def method_results(results_folders: Sequence[Path]) -> tuple[dict[str, RecordTable], dict[str, str]]:
+    """Records and ``tta-eval``'s collapse verdict of every method label in the results folders, in
+    run order (a label seen twice keeps its first folder's)."""
     records: dict[str, RecordTable] = {}
-    for folder in results_folders:
-        for path in sorted((folder / "records").glob("*.csv")):
-            records.setdefault(path.stem, RecordTable.read_csv(path))
-    return records
-
-
-def collapse_verdicts(results_folders: Sequence[Path]) -> dict[str, str]:
-    """``tta-eval``'s collapse message per method label (first folder wins)."""
     verdicts: dict[str, str] = {}
     for folder in results_folders:
-        summary = json.loads((folder / "summary.json").read_text())
-        for label, entry in summary["methods"].items():
-            collapse = entry.get("collapse") or {}
-            verdicts.setdefault(label, "collapse" if collapse.get("collapsed") else "no collapse")
-    return verdicts
+        run = load_run(folder)
+        for label, entry in run.summary["methods"].items():
+            if label not in records:
+                records[label] = RecordTable.read_csv(records_path(folder, label))
+                collapse = entry.get("collapse")
+                verdicts[label] = "–" if collapse is None else f"at sample {collapse['sample_index']:,}" if collapse["collapsed"] else "none"
+    return records, verdicts
 
 
 def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: int) -> dict[str, object]:
@@ -156,7 +152,7 @@ def method_summary(records: dict[str, RecordTable], verdicts: dict[str, str], wi
             "first": 100.0 * correct[first].sum() / sizes[first].sum(),
             "last": 100.0 * correct[last].sum() / sizes[last].sum(),
             "lowest_window": 100.0 * float(curve.accuracy.min()),
-            "collapse": verdicts.get(label, "?"),
+            "collapse": verdicts[label],
         }
     return summary
 
@@ -242,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sources: dict[str, tuple[StreamFacts, RecordTable]] = {}
     for difficulty in [name for name in DIFFICULTIES if name in streams]:
         facts = read_stream_facts(streams[difficulty])
-        records = method_records(results[difficulty])
+        records, verdicts = method_results(results[difficulty])
         if "source" not in records:
             parser.error(f"no 'source' records among the {difficulty} results")
         sources[difficulty] = (facts, records["source"])
@@ -250,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stream_folder": streams[difficulty].name,
             "corruptions": facts.corruptions,
             "stream": realised_versus_calibrated(facts, records["source"], arguments.window),
-            "methods": method_summary(records, collapse_verdicts(results[difficulty]), arguments.window, arguments.edge),
+            "methods": method_summary(records, verdicts, arguments.window, arguments.edge),
         }
         curves: dict[str, WindowedAccuracy] = {label: windowed_accuracy(table, arguments.window) for label, table in records.items() if label != "source"}
         plot_accuracy_curves(
