@@ -7,7 +7,7 @@ figures.
     python scripts/demo_report.py \\
         --stream medium=shards/demo_baseline_30_transition+speed_2000_seed_43 \\
         --results medium=results/medium_a,results/medium_b  [same for easy and hard] \\
-        --out docs/demo
+        [--calibration TABLE] --out docs/demo
 
 Per difficulty:
 
@@ -19,12 +19,15 @@ Per difficulty:
   preset's baseline accuracy;
 - realised − calibrated per window of ``--window`` samples, its mean and the standard error of that
   mean over windows (windows, not images: the stream draws its 2,400 source images many times);
-- the same per corruption pair (each batch counted for the pair most of its samples belong to);
+- the same per corruption pair (each batch counted for the pair most of its samples belong to) and
+  per kind of calibration cell (measured on how many images, or only predicted by the adaptive
+  scheme);
 - every method's accuracy over the stream, over its first and last ``--edge`` samples, its lowest
   window and the collapse verdict of ``tta-eval`` (below the source model for 50,000 samples).
 
-Figures: ``realised_vs_calibrated.png`` (one panel per difficulty) and ``tta_<difficulty>.png``
-(every method's windowed accuracy, the source model dashed).
+Figures: ``realised_vs_calibrated.png`` (one panel per difficulty), ``tta_<difficulty>.png``
+(every method's windowed accuracy, the source model dashed) and, when ``bn`` ran,
+``tta_<difficulty>_minus_bn.png`` (every adapting method's accuracy minus BN's).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 from numpy.typing import NDArray
 
+from ccc.calibration import CalibrationTable
+from ccc.demo import demo_calibration_path
 from ccc.stream import open_stream
 from tta_eval.metrics import WindowedAccuracy, windowed_accuracy
 from tta_eval.plots import plot_accuracy_curves
@@ -51,33 +56,52 @@ from tta_eval.reports import load_run, records_path
 
 DIFFICULTIES = ("easy", "medium", "hard")
 
+CELL_KINDS = {"predicted only (0 images)": (0, 0), "measured on 1–49 images": (1, 49), "measured on ≥ 50 images": (50, 10**9)}
+"""How the calibration cell of a sample was obtained, by the images evaluated in it (inclusive bounds)."""
+
 
 @dataclass(frozen=True)
 class StreamFacts:
     """Per-sample facts of a stream read from its shards (no image decoded).
 
     calibrated: calibrated accuracy per sample (percent); pairs: ``n1->n2`` per sample;
+    cell_images: images the calibration really evaluated in the sample's cell (0: the adaptive
+    scheme's prediction only);
     target: the preset's baseline accuracy (percent); speed: transition speed (images per severity
     step); corruptions: the stream's corruptions.
     """
 
     calibrated: NDArray[np.float64]
     pairs: NDArray[np.object_]
+    cell_images: NDArray[np.int64]
     target: float
     speed: int
     corruptions: list[str]
 
 
-def read_stream_facts(run_folder: Path) -> StreamFacts:
-    """Calibrated accuracy and corruption pair of every sample of the run folder, in stream order."""
+def read_stream_facts(run_folder: Path, table: CalibrationTable) -> StreamFacts:
+    """Calibrated accuracy, corruption pair and calibration cell of every sample of the run folder,
+    in stream order; ``table`` must be the one the stream was generated from."""
     manifest = json.loads((run_folder / "manifest.json").read_text())
-    calibrated, pairs = [], []
+    if manifest["calibration_checksum"] != table.checksum():
+        raise ValueError(f"{run_folder} was generated from another calibration table than the one given")
+    pair_index = {pair: index for index, pair in enumerate(table.pairs())}
+    counts = table.image_counts_array
+    calibrated, pairs, cell_images = [], [], []
     for sample in open_stream(run_folder, image_format="jpeg"):
-        calibrated.append(float(sample.metadata["calibrated_accuracy"]))
-        pairs.append(f"{sample.metadata['n1']}->{sample.metadata['n2']}")
+        metadata = sample.metadata
+        calibrated.append(float(metadata["calibrated_accuracy"]))
+        pairs.append(f"{metadata['n1']}->{metadata['n2']}")
+        row, column = round(4 * metadata["s1"]), round(4 * metadata["s2"])
+        cell_images.append(int(counts[pair_index[(metadata["n1"], metadata["n2"])]][row, column]))
     stream = manifest["stream"]
     return StreamFacts(
-        np.asarray(calibrated), np.asarray(pairs, dtype=object), float(stream["target_accuracy"]), int(stream["speed"]), list(stream["corruptions"])
+        np.asarray(calibrated),
+        np.asarray(pairs, dtype=object),
+        np.asarray(cell_images, dtype=np.int64),
+        float(stream["target_accuracy"]),
+        int(stream["speed"]),
+        list(stream["corruptions"]),
     )
 
 
@@ -127,6 +151,16 @@ def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: 
             "realised": 100.0 * float(correct[rows].sum()) / samples,
             "calibrated": calibrated_pair,
         }
+    per_cell_kind: dict[str, dict[str, float]] = {}
+    for kind, (low, high) in CELL_KINDS.items():
+        rows = np.array([np.mean((facts.cell_images[s : s + n] >= low) & (facts.cell_images[s : s + n] <= high)) > 0.5 for s, n in zip(starts, sizes)])
+        samples = int(sizes[rows].sum())
+        if samples:
+            per_cell_kind[kind] = {
+                "samples": samples,
+                "realised": 100.0 * float(correct[rows].sum()) / samples,
+                "calibrated": float(np.mean([facts.calibrated[s : s + n].mean() for s, n in zip(starts[rows], sizes[rows])])),
+            }
     return {
         "samples": covered,
         "target": facts.target,
@@ -136,6 +170,7 @@ def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: 
         "difference_standard_error": float(differences_array.std(ddof=1) / math.sqrt(differences_array.size)),
         "windows": int(differences_array.size),
         "per_pair": per_pair,
+        "per_cell_kind": per_cell_kind,
     }
 
 
@@ -161,7 +196,7 @@ def plot_realised(streams: dict[str, tuple[StreamFacts, RecordTable]], window: i
     """One panel per difficulty: windowed realised source accuracy, windowed calibrated accuracy, target."""
     figure = Figure(figsize=(8.0, 2.4 * len(streams)), layout="constrained")
     FigureCanvasAgg(figure)
-    axes_list = figure.subplots(len(streams), 1, sharex=True, squeeze=False)[:, 0]
+    axes_list = figure.subplots(len(streams), 1, squeeze=False)[:, 0]
     for axes, (difficulty, (facts, source)) in zip(axes_list, streams.items()):
         curve = windowed_accuracy(source, window)
         edges = np.concatenate([[0], curve.sample_end])
@@ -173,9 +208,32 @@ def plot_realised(streams: dict[str, tuple[StreamFacts, RecordTable]], window: i
         axes.set_title(f"{difficulty} (target {facts.target:g} %)", fontsize="medium")
         axes.set_ylim(0, 100)
         axes.grid(alpha=0.3)
+        axes.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes_list[-1].set_xlabel("samples seen")
-    axes_list[-1].xaxis.set_major_formatter(EngFormatter(sep=""))
     axes_list[0].legend(fontsize="small", loc="upper right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=150)
+
+
+def plot_difference_to_bn(records: dict[str, RecordTable], window: int, path: Path, title: str) -> None:
+    """Windowed accuracy of every adapting method minus BN adaptation's (points): on the demo world the
+    methods' curves lie within a point or two of BN's, too close to tell apart on the accuracy plot."""
+    baseline = windowed_accuracy(records["bn"], window)
+    figure = Figure(figsize=(8.0, 3.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.axhline(0.0, color="black", linewidth=1.0, label="bn")
+    for label, table in records.items():
+        if label not in ("source", "bn"):
+            curve = windowed_accuracy(table, window)
+            length = min(curve.accuracy.size, baseline.accuracy.size)
+            axes.plot(curve.sample_end[:length], 100 * (curve.accuracy[:length] - baseline.accuracy[:length]), marker="o", markersize=3, linewidth=1.2, label=label)
+    axes.set_xlabel("samples seen")
+    axes.set_ylabel("accuracy − bn (points)")
+    axes.xaxis.set_major_formatter(EngFormatter(sep=""))
+    axes.grid(alpha=0.3)
+    axes.set_title(f"{title} ({window:,}-image windows)", fontsize="medium")
+    figure.legend(loc="outside lower center", fontsize="small", ncols=2)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=150)
 
@@ -197,6 +255,13 @@ def render_markdown(report: dict[str, dict[str, object]]) -> str:
         for pair, values in entry["stream"]["per_pair"].items():
             lines.append(
                 f"| {pair} | {values['samples']:,} | {values['calibrated']:.1f} | {values['realised']:.1f} | "
+                f"{values['realised'] - values['calibrated']:+.1f} |"
+            )
+    lines += ["", "By how the sample's calibration cell was obtained:", "", "| difficulty | cell | samples | calibrated | realised | difference |", "|---|---|---:|---:|---:|---:|"]
+    for difficulty, entry in report.items():
+        for kind, values in entry["stream"]["per_cell_kind"].items():
+            lines.append(
+                f"| {difficulty} | {kind} | {values['samples']:,} | {values['calibrated']:.1f} | {values['realised']:.1f} | "
                 f"{values['realised'] - values['calibrated']:+.1f} |"
             )
     for difficulty, entry in report.items():
@@ -223,7 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stream", action="append", default=[], help="DIFFICULTY=RUN_FOLDER (repeatable)")
     parser.add_argument("--results", action="append", default=[], help="DIFFICULTY=TTA_RUN[,TTA_RUN…] (repeatable)")
+    parser.add_argument("--calibration", type=Path, default=None, help="the streams' calibration table (default: the demo table)")
     parser.add_argument("--window", type=int, default=1000, help="samples per window (must equal the runs' --window)")
+    parser.add_argument("--difference-window", type=int, default=5000, help="samples per window of the difference-to-BN figure")
     parser.add_argument("--edge", type=int, default=10_000, help="samples of the 'first' and 'last' accuracy columns")
     parser.add_argument("--out", type=Path, default=Path("docs/demo"), help="folder of report.json and the figures")
     arguments = parser.parse_args(argv)
@@ -234,18 +301,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     if set(streams) != set(results) or not streams:
         parser.error("give --stream and --results for the same difficulties")
+    table = CalibrationTable.load(arguments.calibration or demo_calibration_path())
     report: dict[str, dict[str, object]] = {}
     sources: dict[str, tuple[StreamFacts, RecordTable]] = {}
     for difficulty in [name for name in DIFFICULTIES if name in streams]:
-        facts = read_stream_facts(streams[difficulty])
-        records, verdicts = method_results(results[difficulty])
-        if "source" not in records:
-            parser.error(f"no 'source' records among the {difficulty} results")
+        try:
+            facts = read_stream_facts(streams[difficulty], table)
+            records, verdicts = method_results(results[difficulty])
+            if "source" not in records:
+                raise ValueError(f"no 'source' records among the {difficulty} results")
+            stream_report = realised_versus_calibrated(facts, records["source"], arguments.window)
+        except (OSError, ValueError) as error:
+            parser.error(str(error))
         sources[difficulty] = (facts, records["source"])
         report[difficulty] = {
             "stream_folder": streams[difficulty].name,
             "corruptions": facts.corruptions,
-            "stream": realised_versus_calibrated(facts, records["source"], arguments.window),
+            "stream": stream_report,
             "methods": method_summary(records, verdicts, arguments.window, arguments.edge),
         }
         curves: dict[str, WindowedAccuracy] = {label: windowed_accuracy(table, arguments.window) for label, table in records.items() if label != "source"}
@@ -255,6 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             references={"source": windowed_accuracy(records["source"], arguments.window)},
             title=f"demo world, {difficulty} (target {facts.target:g} %), speed {facts.speed}",
         )
+        if "bn" in records:
+            plot_difference_to_bn(
+                records, arguments.difference_window, arguments.out / f"tta_{difficulty}_minus_bn.png",
+                f"demo world, {difficulty}: adapting methods against BN adaptation",
+            )
     plot_realised(sources, arguments.window, arguments.out / "realised_vs_calibrated.png")
     (arguments.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     print(render_markdown(report))

@@ -97,7 +97,8 @@ def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     specification.loader.exec_module(demo_report)
     report_folder = tmp_path / "report"
     assert demo_report.main([
-        "--stream", f"medium={run}", "--results", f"medium={folder}", "--window", "100", "--edge", "100",
+        "--stream", f"medium={run}", "--results", f"medium={folder}", "--calibration", str(table_path),
+        "--window", "100", "--edge", "100", "--difference-window", "100",
         "--out", str(report_folder),
     ]) == 0  # fmt: skip
     assert "| medium | 400 |" in capsys.readouterr().out
@@ -105,6 +106,7 @@ def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert report["stream"]["calibrated"] == pytest.approx(target, abs=1e-9)
     assert abs(report["stream"]["realised"] - realised) <= 0.5
     assert sum(entry["samples"] for entry in report["stream"]["per_pair"].values()) == STREAM_IMAGES
+    assert sum(entry["samples"] for entry in report["stream"]["per_cell_kind"].values()) == STREAM_IMAGES
     assert set(report["methods"]) == {"source", "bn", "rdumb"}
-    for name in ("realised_vs_calibrated.png", "tta_medium.png"):
+    for name in ("realised_vs_calibrated.png", "tta_medium.png", "tta_medium_minus_bn.png"):
         assert (report_folder / name).stat().st_size > 1000
