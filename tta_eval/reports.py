@@ -30,7 +30,8 @@ CONFIG_FILE = "config.json"
 RECORDS_FOLDER = "records"
 PLOT_STEM = "accuracy"
 SOURCE_METHOD = "source"
-RESCORE_PROTOCOLS = ("offline", "continuous")
+EVERY_BATCH_PROTOCOLS = ("offline", "continuous")
+"""Protocols under which every batch is predicted and adapted on (their runs can be rescored)."""
 
 
 def safe_file_name(text: str) -> str:
@@ -164,7 +165,10 @@ def adaptation_notes(run: RunResult) -> list[str]:
     """One line per learning method (its config has a ``learning_rate``) of ``run`` that adapted on
     fewer than 1 % of the samples: its sample filters kept (almost) nothing, so it behaved like BN
     adaptation. Thresholds tuned for ImageNet's 1,000 classes are the usual cause on models with
-    few classes (see docs/methods.md, "Filters on models with few classes")."""
+    few classes (see docs/methods.md, "Filters on models with few classes"). Only under the
+    protocols that adapt on every batch (offline, continuous): elsewhere the protocol skips batches."""
+    if run.summary.get("protocol", {}).get("name", "offline") not in EVERY_BATCH_PROTOCOLS:
+        return []
     notes = []
     configs = run.config.get("methods", {})
     for label, entry in run.summary.get("methods", {}).items():
@@ -329,7 +333,7 @@ def rescore_run(
     """
     run = load_run(Path(run_dir))
     protocol = run.summary.get("protocol", {}).get("name", "offline")
-    if protocol not in RESCORE_PROTOCOLS:
+    if protocol not in EVERY_BATCH_PROTOCOLS:
         raise ValueError(
             "continuous utility can only be recomputed for a run in which every batch was predicted and "
             f"adapted on (protocol offline or continuous); run {run.name!r} used protocol {protocol!r}"
@@ -380,7 +384,7 @@ def sweep_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
     """
     rows = []
     for run in runs:
-        if run.summary.get("protocol", {}).get("name", "offline") in RESCORE_PROTOCOLS:
+        if run.summary.get("protocol", {}).get("name", "offline") in EVERY_BATCH_PROTOCOLS:
             for label, method in run.summary["methods"].items():
                 common = {"scenario": OFFLINE_SCENARIO, "protocol": "offline", "parameter": None}
                 rows.append({**common, "domain": ALL_DOMAINS, "method": label, "utility": method["accuracy"]})

@@ -175,6 +175,17 @@ def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, 
     ]
 
 
+def test_no_adaptation_note_where_the_protocol_skips_batches(tmp_path):
+    from tta_eval.reports import RunResult, adaptation_notes
+
+    config = {"methods": {"tent": {"config": {"learning_rate": 2.5e-4}}, "bn": {"config": {}}}}
+    methods = {"tent": {"adapted_fraction": 0.005}, "bn": {"adapted_fraction": 0.0}}
+    skipping = RunResult("r", tmp_path, config, {"protocol": {"name": "alfarra"}, "methods": methods})
+    assert adaptation_notes(skipping) == []
+    every_batch = RunResult("r", tmp_path, config, {"protocol": {"name": "continuous"}, "methods": methods})
+    assert [note.split(" adapted")[0] for note in adaptation_notes(every_batch)] == ["note: tent"]
+
+
 def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
     arguments = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "bn", "--out", str(tmp_path), "--name", "r", "--no-progress"]
     assert run_cli(capsys, *arguments)[0] == 0
