@@ -83,7 +83,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="torchvision model name or module:function factory (default: resnet50)")
     parser.add_argument("--weights", default=None, help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)")
     parser.add_argument("--normalization", default="auto", choices=("auto", "imagenet", "none"), help="input normalisation inside the model (default: auto)")
-    parser.add_argument("--corruptions", type=_name_list, default=None, metavar="A,B,...", help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 8)")
+    parser.add_argument("--corruptions", type=_name_list, default=None, metavar="A,B,...", help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 5)")
     parser.add_argument("--images", type=_positive_int, default=None, help=f"calibration images, class-balanced (default: {DEFAULT_IMAGE_COUNT}; with --demo every demo image)")
     parser.add_argument(
         "--demo",
