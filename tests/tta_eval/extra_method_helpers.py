@@ -50,17 +50,6 @@ def batch_statistics_copy(model: nn.Module) -> nn.Module:
     return reference
 
 
-class ConstructedLogits(nn.Module):
-    """Returns its input as logits exactly; a BatchNorm1d contributes 0·bn(x) so methods have parameters."""
-
-    def __init__(self, classes: int) -> None:
-        super().__init__()
-        self.norm = nn.BatchNorm1d(classes)
-
-    def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits + 0.0 * self.norm(logits)
-
-
 def make_staged_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
     """A tiny CNN with ResNet-like stage names (layer1, layer4, fc) and a GroupNorm, for 3×8×8 inputs."""
     with torch.random.fork_rng():

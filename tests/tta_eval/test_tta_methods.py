@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tta_helpers import make_batches, make_tiny_cnn, optimizer_of, optimizer_states_equal, states_equal
+from tta_helpers import ConstructedLogits, assert_reset_matches_fresh, make_batches, make_tiny_cnn, optimizer_of, optimizer_states_equal, states_equal
 
 from tta_eval.methods import (
     ETA,
@@ -99,14 +99,7 @@ def test_reset_restores_weights_optimiser_and_buffers_exactly(name, tiny_cnn):
     if name not in ("source",):
         assert not states_equal(used.state_dict(), initial_state), "the method should have changed something"
     used.reset()
-    assert states_equal(used.state_dict(), initial_state)
-    if optimizer_of(used) is not None:
-        assert optimizer_of(used).state_dict()["state"] == {}
-    probe = batches[3][0]
-    assert torch.equal(used(probe), fresh(probe))
-    assert states_equal(used.state_dict(), fresh.state_dict())
-    if optimizer_of(used) is not None:
-        assert optimizer_states_equal(optimizer_of(used).state_dict(), optimizer_of(fresh).state_dict())
+    assert_reset_matches_fresh(used, fresh, initial_state, batches[3][0])
 
 
 # --- bad input ------------------------------------------------------------------------------------
@@ -218,17 +211,6 @@ def test_tent_updates_only_batchnorm_affine_parameters_with_one_sgd_step(tiny_cn
 
 
 # --- ETA / EATA -----------------------------------------------------------------------------------
-
-
-class ConstructedLogits(nn.Module):
-    """Returns its input as logits exactly; a BatchNorm1d contributes 0·bn(x) so ETA has parameters."""
-
-    def __init__(self, classes: int) -> None:
-        super().__init__()
-        self.norm = nn.BatchNorm1d(classes)
-
-    def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits + 0.0 * self.norm(logits)
 
 
 def confident(classes: int, target: int, margin: float) -> torch.Tensor:

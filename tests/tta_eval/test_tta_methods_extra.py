@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from extra_method_helpers import (
     EXTRA_METHODS,
-    ConstructedLogits,
     batch_statistics_copy,
     build,
     make_staged_cnn,
@@ -23,7 +22,7 @@ from extra_method_helpers import (
 )
 from scipy.spatial.distance import cdist
 from torch import nn
-from tta_helpers import make_batches, optimizer_of, optimizer_states_equal, states_equal
+from tta_helpers import ConstructedLogits, assert_reset_matches_fresh, make_batches, states_equal
 
 from tta_eval.methods import compute_source_statistics, create, get_method, list_methods
 from tta_eval.methods.base import batchnorm_affine_parameters
@@ -117,15 +116,8 @@ def test_reset_restores_weights_optimiser_and_buffers_exactly(name, tiny_cnn, st
         assert not torch.equal(used.generator.get_state(), fresh.generator.get_state())
     used.reset()
     assert used.last_step.reset
-    assert states_equal(used.state_dict(), initial_state)
-    if optimizer_of(used) is not None:
-        assert optimizer_of(used).state_dict()["state"] == {}
-    probe = batches[3][0]
-    assert torch.equal(used(probe), fresh(probe))
-    assert states_equal(used.state_dict(), fresh.state_dict())
+    assert_reset_matches_fresh(used, fresh, initial_state, batches[3][0])
     assert used.last_step == fresh.last_step
-    if optimizer_of(used) is not None:
-        assert optimizer_states_equal(optimizer_of(used).state_dict(), optimizer_of(fresh).state_dict())
 
 
 @pytest.mark.parametrize("name", ["adabn", "neo", "shot", "rotta"])

@@ -65,3 +65,26 @@ def optimizer_states_equal(first: dict, second: dict) -> bool:
             elif value != other:
                 return False
     return first["param_groups"] == second["param_groups"]
+
+
+class ConstructedLogits(nn.Module):
+    """Returns its input as logits exactly; a BatchNorm1d contributes 0·bn(x) so methods have parameters."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(classes)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits + 0.0 * self.norm(logits)
+
+
+def assert_reset_matches_fresh(used: nn.Module, fresh: nn.Module, initial_state: dict, probe: torch.Tensor) -> None:
+    """Call after ``used.reset()``: ``used`` holds ``initial_state`` with an empty optimiser, and gives
+    the same logits on ``probe`` — and then the same state and optimiser — as the never-used ``fresh``."""
+    assert states_equal(used.state_dict(), initial_state)
+    if optimizer_of(used) is not None:
+        assert optimizer_of(used).state_dict()["state"] == {}
+    assert torch.equal(used(probe), fresh(probe))
+    assert states_equal(used.state_dict(), fresh.state_dict())
+    if optimizer_of(used) is not None:
+        assert optimizer_states_equal(optimizer_of(used).state_dict(), optimizer_of(fresh).state_dict())
