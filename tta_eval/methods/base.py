@@ -143,6 +143,14 @@ class AdaptationMethod(nn.Module):
         self._initial_state: dict[str, torch.Tensor] = {}
         self._initial_optimizer_state: dict[str, Any] | None = None
 
+    def _adapt_only(self, named: list[tuple[str, nn.Parameter]]) -> list[nn.Parameter]:
+        """Make exactly the (name, parameter) pairs ``named`` trainable: record their names in
+        ``adapted_parameter_names``, freeze every other parameter of the model; returns the parameters."""
+        self.adapted_parameter_names = [name for name, _ in named]
+        parameters = [parameter for _, parameter in named]
+        freeze_all_but(self.model, parameters)
+        return parameters
+
     def _apply_layer_modes(self) -> None:
         """Set train/eval mode of the layers; default: everything in evaluation mode."""
         self.model.eval()

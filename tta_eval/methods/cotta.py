@@ -13,7 +13,6 @@ from tta_eval.methods.base import (
     AdaptationMethod,
     StepInfo,
     batchnorm_affine_parameters,
-    freeze_all_but,
     make_sgd,
     require_batchnorm,
     require_trainable,
@@ -103,10 +102,8 @@ class CoTTA(AdaptationMethod):
         else:
             named = [(name, parameter) for name, parameter in model.named_parameters()]
         require_trainable([parameter for _, parameter in named], self.method_name)
-        self.adapted_parameter_names = [name for name, _ in named]
-        freeze_all_but(model, [parameter for _, parameter in named])
         self.optimizer = make_sgd(
-            [parameter for _, parameter in named],
+            self._adapt_only(named),
             config.learning_rate,
             config.momentum,
             config.nesterov,

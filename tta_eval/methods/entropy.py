@@ -12,7 +12,6 @@ from tta_eval.methods.base import (
     AdaptationMethod,
     StepInfo,
     batchnorm_affine_parameters,
-    freeze_all_but,
     make_sgd,
     require_batchnorm,
     require_trainable,
@@ -31,11 +30,8 @@ class BatchNormGradientMethod(AdaptationMethod):
         require_batchnorm(model, self.method_name)
         super().__init__(model, config)
         named = batchnorm_affine_parameters(model)
-        self.adapted_parameter_names = [name for name, _ in named]
-        parameters = [parameter for _, parameter in named]
-        require_trainable(parameters, self.method_name)
-        freeze_all_but(model, parameters)
-        self.optimizer = self._make_optimizer(parameters)
+        require_trainable([parameter for _, parameter in named], self.method_name)
+        self.optimizer = self._make_optimizer(self._adapt_only(named))
 
     def _make_optimizer(self, parameters: list[nn.Parameter]) -> torch.optim.Optimizer:
         config = self.config

@@ -132,6 +132,14 @@ def parameters_outside(model: nn.Module, excluded_module_name: str) -> list[tupl
     return [(name, parameter) for name, parameter in model.named_parameters() if not name.startswith(prefix)]
 
 
+def parameters_outside_head(model: nn.Module, head_name: str, method_name: str) -> list[tuple[str, nn.Parameter]]:
+    """``parameters_outside(model, head_name)``; ValueError naming ``method_name`` when there are none."""
+    named = parameters_outside(model, head_name)
+    if not named:
+        raise ValueError(f"method '{method_name}' found no parameter outside the classifier head to adapt")
+    return named
+
+
 @contextmanager
 def batchnorm_statistics_frozen(model: nn.Module) -> Iterator[None]:
     """BatchNorm layers in training mode keep normalising with batch statistics but do not update

@@ -10,7 +10,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
-from tta_eval.methods.base import AdaptationMethod, StepInfo, freeze_all_but, make_sgd, set_batchnorm_batch_statistics
+from tta_eval.methods.base import AdaptationMethod, StepInfo, make_sgd, set_batchnorm_batch_statistics
 from tta_eval.methods.configs import DeYOConfig, SARConfig, SGDConfig
 from tta_eval.methods.entropy import entropy_weights, select_reliable
 from tta_eval.methods.layers import (
@@ -34,9 +34,7 @@ class NormalizationGradientMethod(AdaptationMethod):
         super().__init__(model, config)
         named = normalization_affine_parameters(model, parse_module_list(excluded_modules))
         require_normalization_parameters(named, model, self.method_name)
-        self.adapted_parameter_names = [name for name, _ in named]
-        self.adapted_parameters = [parameter for _, parameter in named]
-        freeze_all_but(model, self.adapted_parameters)
+        self.adapted_parameters = self._adapt_only(named)
         self.optimizer = make_sgd(
             self.adapted_parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
         )

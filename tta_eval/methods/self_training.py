@@ -10,13 +10,12 @@ from torch import nn
 from tta_eval.methods.base import (
     AdaptationMethod,
     StepInfo,
-    freeze_all_but,
     make_sgd,
     set_batchnorm_batch_statistics,
 )
 from tta_eval.methods.configs import PLConfig, SHOTConfig, SHOTIMConfig
 from tta_eval.methods.entropy import BatchNormGradientMethod
-from tta_eval.methods.layers import find_classifier_head, forward_with_features, parameters_outside
+from tta_eval.methods.layers import find_classifier_head, forward_with_features, parameters_outside_head
 from tta_eval.methods.losses import softmax_entropy
 
 
@@ -86,12 +85,7 @@ class SHOTIM(AdaptationMethod):
     def __init__(self, model: nn.Module, config: SHOTIMConfig) -> None:
         super().__init__(model, config)
         self.head_name = find_classifier_head(model, self.method_name)
-        named = parameters_outside(model, self.head_name)
-        if not named:
-            raise ValueError(f"method '{self.method_name}' found no parameter outside the classifier head to adapt")
-        self.adapted_parameter_names = [name for name, _ in named]
-        parameters = [parameter for _, parameter in named]
-        freeze_all_but(model, parameters)
+        parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
         self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
         self._remember_initial_state()
 

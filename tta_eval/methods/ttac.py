@@ -20,14 +20,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from tta_eval.methods.base import AdaptationMethod, freeze_all_but, make_sgd, set_batchnorm_batch_statistics
+from tta_eval.methods.base import AdaptationMethod, make_sgd, set_batchnorm_batch_statistics
 from tta_eval.methods.configs import TTACNQConfig
 from tta_eval.methods.layers import (
     EvaluationModeNetwork,
     attach_prediction_network,
     find_classifier_head,
     forward_with_features,
-    parameters_outside,
+    parameters_outside_head,
 )
 
 STATISTICS_FORMAT = "tta_eval.ttac.source_statistics/1"
@@ -227,12 +227,7 @@ class TTACNQ(AdaptationMethod):
                 f"classes, but the model's head {self.head_name!r} maps {head.in_features} features to "
                 f"{head.out_features} classes"
             )
-        named = parameters_outside(model, self.head_name)
-        if not named:
-            raise ValueError(f"method '{self.method_name}' found no parameter outside the classifier head to adapt")
-        self.adapted_parameter_names = [name for name, _ in named]
-        parameters = [parameter for _, parameter in named]
-        freeze_all_but(model, parameters)
+        parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
         self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
         self._register_statistics(source_statistics, head.weight.device)
         attach_prediction_network(self, EvaluationModeNetwork(model))
