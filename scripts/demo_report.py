@@ -126,41 +126,33 @@ def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: 
     covered = int(sizes.sum())
     if starts[0] != 0 or covered > facts.calibrated.size:
         raise ValueError("the source records do not cover the stream from its first sample")
+    batches = [slice(start, start + size) for start, size in zip(starts, sizes)]
+    batch_calibrated = np.array([facts.calibrated[batch].mean() for batch in batches])
+
+    def aggregate(rows: NDArray[np.bool_]) -> dict[str, float]:
+        samples = int(sizes[rows].sum())
+        return {"samples": samples, "realised": 100.0 * float(correct[rows].sum()) / samples, "calibrated": float(batch_calibrated[rows].mean())}
+
     realised = 100.0 * correct.sum() / covered
     calibrated = float(facts.calibrated[:covered].mean())
     window_of_batch = starts // window
-    windows = np.unique(window_of_batch)
     differences = []
-    for index in windows:
+    for index in np.unique(window_of_batch):
         rows = window_of_batch == index
         first, last = int(starts[rows][0]), int(starts[rows][-1] + sizes[rows][-1])
         differences.append(100.0 * correct[rows].sum() / sizes[rows].sum() - facts.calibrated[first:last].mean())
     differences_array = np.asarray(differences)
-    per_pair: dict[str, dict[str, float]] = {}
     batch_pairs = []
-    for start, size in zip(starts, sizes):
-        names, counts = np.unique(facts.pairs[start : start + size], return_counts=True)
+    for batch in batches:
+        names, counts = np.unique(facts.pairs[batch], return_counts=True)
         batch_pairs.append(names[np.argmax(counts)])
     batch_pairs_array = np.asarray(batch_pairs, dtype=object)
-    for pair in dict.fromkeys(batch_pairs):
-        rows = batch_pairs_array == pair
-        samples = int(sizes[rows].sum())
-        calibrated_pair = float(np.mean([facts.calibrated[s : s + n].mean() for s, n in zip(starts[rows], sizes[rows])]))
-        per_pair[pair] = {
-            "samples": samples,
-            "realised": 100.0 * float(correct[rows].sum()) / samples,
-            "calibrated": calibrated_pair,
-        }
-    per_cell_kind: dict[str, dict[str, float]] = {}
+    per_pair = {pair: aggregate(batch_pairs_array == pair) for pair in dict.fromkeys(batch_pairs)}
+    per_cell_kind = {}
     for kind, (low, high) in CELL_KINDS.items():
-        rows = np.array([np.mean((facts.cell_images[s : s + n] >= low) & (facts.cell_images[s : s + n] <= high)) > 0.5 for s, n in zip(starts, sizes)])
-        samples = int(sizes[rows].sum())
-        if samples:
-            per_cell_kind[kind] = {
-                "samples": samples,
-                "realised": 100.0 * float(correct[rows].sum()) / samples,
-                "calibrated": float(np.mean([facts.calibrated[s : s + n].mean() for s, n in zip(starts[rows], sizes[rows])])),
-            }
+        rows = np.array([np.mean((facts.cell_images[batch] >= low) & (facts.cell_images[batch] <= high)) > 0.5 for batch in batches])
+        if rows.any():
+            per_cell_kind[kind] = aggregate(rows)
     return {
         "samples": covered,
         "target": facts.target,
