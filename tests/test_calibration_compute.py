@@ -18,6 +18,7 @@ from ccc.calibration.compute import (
     CalibrationJob,
     MemoryResultStore,
     compute_calibration,
+    cell_blocks,
     pending_units,
     state_dict_digest,
 )
@@ -25,7 +26,6 @@ from ccc.calibration.engine import (
     CLEAN_CELL,
     Cell,
     RenderContext,
-    WorkUnit,
     corruption_identifier,
     grid_cell,
     render_base,
@@ -137,14 +137,38 @@ def test_cells_of_grid_share_single_and_clean_cells() -> None:
 
 def test_pending_units_group_targets_by_base_and_skip_done_work() -> None:
     requests = {CLEAN_CELL: 2, Cell(0, 3, -1, 0): 2, Cell(0, 3, 1, 4): 2, Cell(0, 3, 1, 5): 1, Cell(1, 2, 0, 1): 1}
-    units = pending_units(requests, done={(Cell(0, 3, 1, 4), 0)})
-    assert units == [
-        WorkUnit(-1, 0, 0, True, ()),
-        WorkUnit(-1, 0, 1, True, ()),
-        WorkUnit(0, 3, 0, True, ((1, 5),)),
-        WorkUnit(0, 3, 1, True, ((1, 4),)),
-        WorkUnit(1, 2, 0, False, ((0, 1),)),
-    ]
+    done = (Cell(0, 3, 1, 4), cell_blocks(Cell(0, 3, 1, 4), 2, 4)[0])
+    units = pending_units(requests, done={done}, block_count=4)
+    keys = [(unit.corruption, unit.severity, unit.block) for unit in units]
+    assert keys == sorted(set(keys))
+    assert [key for key, unit in zip(keys, units) if unit.evaluate_base] == [(-1, 0, 0), (-1, 0, 1), (0, 3, 0), (0, 3, 1)]
+    covered = sorted((Cell(unit.corruption, unit.severity, n2, s2), unit.block) for unit in units for n2, s2 in unit.targets)
+    wanted = sorted(
+        (cell, block)
+        for cell, count in requests.items()
+        if not (cell.is_clean or cell.is_single)
+        for block in cell_blocks(cell, count, 4)
+        if (cell, block) != done
+    )
+    assert covered == wanted and len(wanted) == 3
+    assert all(unit.targets or unit.evaluate_base for unit in units)
+
+
+def test_cell_blocks_are_nested_windows_and_pair_cells_start_apart() -> None:
+    """Singles and the clean cell use the first blocks; pair cells start at their own offsets (so
+    few-block cells see different images), wrap around, keep their earlier blocks when they grow,
+    and cover every block at the full count."""
+    assert cell_blocks(CLEAN_CELL, 3, 10) == [0, 1, 2] and cell_blocks(Cell(2, 7, -1, 0), 2, 10) == [0, 1]
+    pairs = [Cell(0, i, 1, j) for i in range(1, 21) for j in range(1, 21)]
+    for cell in pairs[:50]:
+        blocks = cell_blocks(cell, 100, 100)
+        assert sorted(blocks) == list(range(100))
+        assert cell_blocks(cell, 7, 100) == blocks[:7]
+        assert blocks[1] == (blocks[0] + 1) % 100
+    starts = {cell_blocks(cell, 1, 100)[0] for cell in pairs}
+    assert len(starts) > 90
+    with pytest.raises(ValueError, match=r"count must be in \[0, 10\], got 11"):
+        cell_blocks(CLEAN_CELL, 11, 10)
 
 
 # ----------------------------------------------------------------------------- work sharing

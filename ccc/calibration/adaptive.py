@@ -8,8 +8,14 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
 1. **Exact single-corruption curves and the clean accuracy** on every image. They are shared by
    all pairs and are the first row and column of every grid, exactly as brute force has them.
 2. **Coarse pass**: each pair's cells on a lattice of severities (every ``coarse_stride``-th
-   index; 1.0, 2.0, … 5.0 by default) on the first ``coarse_blocks`` blocks of images.
-3. **Estimate** every pair cell (:func:`estimate_grid`): the single curves predict the pair on the
+   index; 1.0, 2.0, … 5.0 by default) on ``coarse_blocks`` blocks of images. Each pair cell takes
+   its blocks from its own offset (:func:`ccc.calibration.compute.cell_blocks`), so cells measured
+   on few blocks see different images and their errors average out over cells; had they all used
+   the same first blocks, all would share the luck of those blocks' images.
+3. **Estimate** every pair cell (:func:`estimate_grid`). Measured cells are first corrected
+   towards the whole image set with the single-corruption cells of the same blocks as control
+   variates (:func:`control_variate_grid`), with a finite-population correction (the estimand is
+   what brute force measures on this image set). Then the single curves predict the pair on the
    logit scale (``logit m(i, j) ≈ logit m(i, 0) + logit m(0, j) − logit m(0, 0)``: two
    corruptions' effects add up); measured cells correct that prediction. Each cell gets a prior
    from the other measured cells (leave-one-out kernel-weighted local-linear fit), and the grid's
@@ -37,14 +43,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ccc.calibration.compute import Measurements, Requests, measured_grids, ordered_pairs, single_cells
-from ccc.calibration.engine import Cell
+from ccc.calibration.engine import Cell, grid_cell
 from ccc.calibration.table import GRID_SIZE
 from ccc.paths import PATH_OBJECTIVES, find_path
 
@@ -72,6 +78,9 @@ class AdaptiveSettings:
             looking for a plausibly better path to explore; 0 turns exploration off.
         explore_fraction: largest share of the images a pair cell on an explored (optimistic) path
             gets, in (0, 1]; kept within [refine_fraction, path_fraction] when applied.
+        control_variates: correct each pair cell towards the whole image set with the
+            single-corruption cells of the same blocks (:func:`control_variate_grid`); False keeps
+            the plain means of the measured blocks (and the finite-population correction).
     """
 
     targets: tuple[float, ...] = DEFAULT_TARGETS
@@ -80,11 +89,12 @@ class AdaptiveSettings:
     coarse_stride: int = 4
     coarse_fraction: float = 1 / 32
     refine_fraction: float = 1 / 16
-    path_fraction: float = 1 / 4
+    path_fraction: float = 3 / 16
     bandwidth: float = 0.8
     path_objective: str = "reference"
     optimism: float = 1.5
     explore_fraction: float = 1 / 8
+    control_variates: bool = True
 
     def __post_init__(self) -> None:
         targets = tuple(float(target) for target in self.targets)
@@ -123,13 +133,24 @@ def _expit(value: NDArray[np.float64]) -> NDArray[np.float64]:
     return 1.0 / (1.0 + np.exp(-value))
 
 
-def _smoothed_proportion(correct: NDArray[np.int64], images: NDArray[np.int64]) -> NDArray[np.float64]:
-    """Proportion correct pulled slightly inwards so that its logit is finite (0 images → 0.5)."""
-    return (correct + 0.5) / (images + 1.0)
+_SMALLEST_RESIDUAL_SHARE = 0.05
+"""Floor of the block variance a control variate may be credited with removing."""
+
+_SMALLEST_LOGIT_VARIANCE = 1e-6
+"""Floor of a measured cell's logit variance: a cell measured on every image is known exactly."""
+
+
+def _bounded_proportion(correct: NDArray[np.int64] | NDArray[np.float64], images: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Proportion correct, kept within [0.5, n − 0.5] / (n + 1) so that its logit is finite (0 images → 0.5)."""
+    low, high = 0.5 / (images + 1.0), (images + 0.5) / (images + 1.0)
+    return np.clip(np.divide(correct, images, out=np.full(images.shape, 0.5), where=images > 0), low, high)
 
 
 def estimate_grid(
-    correct: NDArray[np.int64], images: NDArray[np.int64], bandwidth: float
+    correct: NDArray[np.int64] | NDArray[np.float64],
+    images: NDArray[np.int64],
+    bandwidth: float,
+    variance_factor: NDArray[np.float64] | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Estimate one pair's 21×21 accuracy grid from partial measurements.
 
@@ -143,14 +164,17 @@ def estimate_grid(
 
     Args:
         correct, images: 21×21 correct predictions and images evaluated per cell; the first row and
-            column (single corruptions) and the corner (clean) must be measured.
+            column (single corruptions) and the corner (clean) must be measured. Interior counts may
+            be fractional (control-variate adjusted, :func:`control_variate_grid`).
         bandwidth: Gaussian kernel width in cells of the prior's local fit.
+        variance_factor: optional 21×21 factor (≥ 0) on each measured interior cell's binomial
+            variance (control-variate residual share × finite-population correction); 1 if omitted.
 
     Returns:
         (accuracy in percent, standard error in percentage points), two 21×21 arrays. The first row
         and column are the measured values (standard error from the binomial count).
     """
-    proportion = _smoothed_proportion(correct, images)
+    proportion = _bounded_proportion(correct, images)
     logit = _logit(proportion)
     baseline = logit[:, :1] + logit[:1, :] - logit[0, 0]
     interior = np.zeros((GRID_SIZE, GRID_SIZE), dtype=bool)
@@ -158,6 +182,8 @@ def estimate_grid(
     measured = interior & (images > 0)
     residual = logit - baseline
     measurement_variance = 1.0 / np.maximum(images * proportion * (1.0 - proportion), 1e-12)
+    if variance_factor is not None:
+        measurement_variance = np.maximum(measurement_variance * variance_factor, _SMALLEST_LOGIT_VARIANCE)
     estimate_logit = baseline.copy()
     variance_logit = np.zeros((GRID_SIZE, GRID_SIZE))
     if measured.any():
@@ -181,6 +207,81 @@ def estimate_grid(
     # The same arithmetic as brute force, so that shared cells are bit-identical.
     accuracy[border] = 100.0 * correct[border] / np.maximum(images[border], 1)
     return accuracy, 100.0 * error
+
+
+def control_variate_grid(
+    block_results: Mapping[tuple[int, int], tuple[Sequence[int], Sequence[int]]],
+    block_sizes: Sequence[int],
+    control: bool = True,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Correct counts of one pair's measured cells, corrected towards the whole image set.
+
+    A pair cell measured on ``k`` blocks estimates the accuracy brute force would measure on all
+    blocks; part of its error is the luck of its blocks holding easier or harder images than
+    average. The single-corruption cells and the clean cell are measured on every block, so each
+    block's images reveal how easy they are: per block, the independence prediction
+    ``rate(i, 0) · rate(0, j) / rate(0, 0)`` serves as a control variate ``x``. The adjusted rate is
+    ``mean_k(y) − β · (mean_k(x) − mean_all(x))`` (a regression estimator; means weighted by block
+    size), with one slope β per grid fitted by least squares to the within-cell block variation of
+    all cells measured on at least two blocks (β = 0, the plain mean, when there are none).
+
+    Args:
+        block_results: ``(i, j)`` → (measured blocks, correct predictions per measured block) for
+            every measured cell of the grid; cells ``(i, 0)``, ``(0, j)`` and ``(0, 0)`` measured on
+            every block.
+        block_sizes: images per block of the whole set, each ≥ 1.
+        control: False sets β = 0 (plain means; the finite-population correction stays).
+
+    Returns:
+        (correct counts, variance factor): two 21×21 arrays. Counts equal the measured ones on the
+        first row and column and where β = 0, and are fractional elsewhere (0 where unmeasured). The
+        variance factor of a measured interior cell is the pooled share of the block variance the
+        control variate leaves (in [0.05, 1]) times the finite-population correction
+        ``1 − images / set size`` (a cell measured on every image is known exactly: factor 0);
+        elsewhere 1.
+    """
+    sizes = np.asarray(block_sizes, dtype=np.float64)
+    total_images = float(sizes.sum())
+    counts = np.zeros((GRID_SIZE, GRID_SIZE))
+    factor = np.ones((GRID_SIZE, GRID_SIZE))
+    every_block: dict[tuple[int, int], NDArray[np.float64]] = {}
+    for (i, j), (blocks, values) in block_results.items():
+        if i == 0 or j == 0:
+            counts[i, j] = float(sum(values))
+            rates = np.full(len(sizes), np.nan)
+            rates[list(blocks)] = np.asarray(values, dtype=np.float64) / sizes[list(blocks)]
+            every_block[i, j] = rates
+    cells = []
+    for (i, j), (blocks, values) in block_results.items():
+        if i == 0 or j == 0:
+            continue
+        predicted = np.clip(
+            every_block[i, 0] * every_block[0, j] / np.maximum(every_block[0, 0], 1.0 / sizes), 0.0, 1.0
+        )
+        if np.isnan(predicted).any():
+            raise ValueError(f"cells ({i}, 0), (0, {j}) and (0, 0) must be measured on every block")
+        measured = list(blocks)
+        weights = sizes[measured]
+        rate = np.asarray(values, dtype=np.float64) / weights
+        cells.append((i, j, weights, rate, predicted[measured], float(np.dot(sizes, predicted)) / total_images))
+    covariance = variance = spread = 0.0
+    for _, _, weights, rate, control_rate, _ in cells:
+        if control and len(rate) >= 2:
+            centred_rate = rate - np.average(rate, weights=weights)
+            centred_control = control_rate - np.average(control_rate, weights=weights)
+            covariance += float(np.sum(weights * centred_rate * centred_control))
+            variance += float(np.sum(weights * centred_control**2))
+            spread += float(np.sum(weights * centred_rate**2))
+    slope = covariance / variance if variance > 0 else 0.0
+    residual_share = 1.0
+    if spread > 0:
+        residual_share = min(1.0, max(_SMALLEST_RESIDUAL_SHARE, (spread - slope * covariance) / spread))
+    for i, j, weights, rate, control_rate, control_mean in cells:
+        images = float(weights.sum())
+        adjusted = np.average(rate, weights=weights) - slope * (np.average(control_rate, weights=weights) - control_mean)
+        counts[i, j] = adjusted * images
+        factor[i, j] = residual_share * max(0.0, 1.0 - images / total_images)
+    return counts, factor
 
 
 def _local_linear(
@@ -301,11 +402,10 @@ class AdaptivePlanner:
                     for j in lattice:
                         wanted[Cell(a, i, b, j)] = self.coarse_blocks
             return wanted
-        correct, images = measured_grids(self.corruption_count, measured)
         wanted = dict(requested)
         grown = False
-        for p, (a, b) in enumerate(ordered_pairs(self.corruption_count)):
-            for (i, j), limit in self._cells_to_refine(correct[p], images[p]).items():
+        for p, ((a, b), grid_inputs) in enumerate(zip(ordered_pairs(self.corruption_count), self._grid_inputs(measured))):
+            for (i, j), limit in self._cells_to_refine(*grid_inputs).items():
                 cell = Cell(a, i, b, j)
                 current = requested.get(cell, 0)
                 blocks = min(limit, max(self.coarse_blocks, 2 * current))
@@ -314,10 +414,12 @@ class AdaptivePlanner:
                     grown = True
         return wanted if grown else None
 
-    def _cells_to_refine(self, correct: NDArray[np.int64], images: NDArray[np.int64]) -> dict[tuple[int, int], int]:
+    def _cells_to_refine(
+        self, correct: NDArray[np.float64], images: NDArray[np.int64], variance_factor: NDArray[np.float64]
+    ) -> dict[tuple[int, int], int]:
         """Interior cells that want more images, each with the number of blocks it may grow to."""
         settings = self.settings
-        estimate, error = estimate_grid(correct, images, settings.bandwidth)
+        estimate, error = estimate_grid(correct, images, settings.bandwidth, variance_factor)
         low = estimate - settings.z * error
         high = estimate + settings.z * error
         limits = np.zeros((GRID_SIZE, GRID_SIZE), dtype=np.int64)
@@ -335,8 +437,26 @@ class AdaptivePlanner:
 
     def grids(self, measured: Measurements) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """Estimated accuracy (percent) per pair and the images really evaluated per cell."""
-        correct, images = measured_grids(self.corruption_count, measured)
-        accuracy = np.empty(correct.shape, dtype=np.float64)
-        for p in range(len(correct)):
-            accuracy[p], _ = estimate_grid(correct[p], images[p], self.settings.bandwidth)
+        _, images = measured_grids(self.corruption_count, measured)
+        accuracy = np.empty(images.shape, dtype=np.float64)
+        for p, grid_inputs in enumerate(self._grid_inputs(measured)):
+            accuracy[p], _ = estimate_grid(*grid_inputs[:2], self.settings.bandwidth, grid_inputs[2])
         return np.clip(accuracy, 0.0, 100.0), images
+
+    def _grid_inputs(
+        self, measured: Measurements
+    ) -> list[tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]]]:
+        """Per ordered pair: (correct counts, images, variance factor) for :func:`estimate_grid`."""
+        _, images = measured_grids(self.corruption_count, measured)
+        sizes = [self.block_size] * (self.block_count - 1) + [self.image_count - self.block_size * (self.block_count - 1)]
+        inputs = []
+        for p, (a, b) in enumerate(ordered_pairs(self.corruption_count)):
+            block_results = {
+                (i, j): (known.blocks, known.block_correct)
+                for i in range(GRID_SIZE)
+                for j in range(GRID_SIZE)
+                if (known := measured.get(grid_cell(a, b, i, j))) is not None
+            }
+            counts, factor = control_variate_grid(block_results, sizes, self.settings.control_variates)
+            inputs.append((counts, images[p], factor))
+        return inputs

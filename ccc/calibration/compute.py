@@ -27,9 +27,11 @@ import dataclasses
 import datetime
 import hashlib
 import logging
+import struct
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -59,11 +61,50 @@ from ccc.corruptions import canonical_name
 
 logger = logging.getLogger(__name__)
 
-Measurements = Mapping[Cell, tuple[int, int]]
-"""Cell → (correct predictions, images evaluated)."""
+class CellMeasurement(NamedTuple):
+    """What is known of one cell: its results on the blocks :func:`cell_blocks` gives it.
+
+    Attributes:
+        correct: correct predictions over the measured blocks.
+        images: images evaluated (the sizes of the measured blocks added up).
+        blocks: the measured blocks, in the cell's own order.
+        block_correct: correct predictions per measured block, in the same order.
+    """
+
+    correct: int
+    images: int
+    blocks: tuple[int, ...]
+    block_correct: tuple[int, ...]
+
+
+Measurements = Mapping[Cell, CellMeasurement]
+"""Cell → its :class:`CellMeasurement`."""
 
 Requests = dict[Cell, int]
-"""Cell → number of blocks (prefix of the evaluation order) the cell must be measured on."""
+"""Cell → number of blocks the cell must be measured on (which ones: :func:`cell_blocks`)."""
+
+
+def cell_blocks(cell: Cell, count: int, block_count: int) -> list[int]:
+    """The blocks a cell measured on ``count`` of ``block_count`` blocks uses, in its own order.
+
+    The clean cell and the single-corruption cells use blocks ``0 … count − 1``. A pair cell starts
+    at its own offset (CRC-32 of its four indices, modulo ``block_count``) and wraps around. Cells
+    measured on a few blocks therefore see different images: their errors do not all share the
+    luck of the same first blocks, and averaging over cells (smoothing, a path's mean) removes
+    them. A cell asked for more blocks keeps its earlier ones (its order is fixed), and with
+    ``count = block_count`` every cell uses every block.
+
+    Args:
+        cell: the cell.
+        count: blocks wanted, in [0, block_count].
+        block_count: blocks of the image set, ≥ 1.
+    """
+    if not 0 <= count <= block_count:
+        raise ValueError(f"count must be in [0, {block_count}], got {count}")
+    if cell.is_clean or cell.is_single:
+        return list(range(count))
+    offset = zlib.crc32(struct.pack("<4i", *cell)) % block_count
+    return [(offset + step) % block_count for step in range(count)]
 
 RESNET50_MODEL_NAME = "torchvision resnet50 IMAGENET1K_V1"
 
@@ -113,7 +154,9 @@ def measured_grids(
     for p, (a, b) in enumerate(pairs):
         for i in range(GRID_SIZE):
             for j in range(GRID_SIZE):
-                correct[p, i, j], images[p, i, j] = measured.get(grid_cell(a, b, i, j), (0, 0))
+                known = measured.get(grid_cell(a, b, i, j))
+                if known is not None:
+                    correct[p, i, j], images[p, i, j] = known.correct, known.images
     return correct, images
 
 
@@ -149,8 +192,9 @@ class BruteForcePlanner:
         return "brute force: every cell measured on every calibration image"
 
 
-def pending_units(requests: Mapping[Cell, int], done: Iterable[tuple[Cell, int]]) -> list[WorkUnit]:
-    """Group the requested (cell, block) pairs that are not ``done`` into work units.
+def pending_units(requests: Mapping[Cell, int], done: Iterable[tuple[Cell, int]], block_count: int) -> list[WorkUnit]:
+    """Group the requested (cell, block) pairs (blocks from :func:`cell_blocks`) that are not
+    ``done`` into work units.
 
     One unit per (base corruption, base severity, block): the base cell is evaluated if requested,
     and every requested pair cell with that base is a target. Units come sorted by base, then block.
@@ -160,7 +204,7 @@ def pending_units(requests: Mapping[Cell, int], done: Iterable[tuple[Cell, int]]
         lambda: ([False], [])
     )
     for cell, blocks in requests.items():
-        for block in range(blocks):
+        for block in cell_blocks(cell, blocks, block_count):
             if (cell, block) in finished:
                 continue
             base_flag, targets = grouped[(cell.n1, cell.s1, block)]
@@ -301,17 +345,18 @@ ProgressCallback = Callable[[int, int], None]
 
 def _measurements(
     requests: Mapping[Cell, int], results: Mapping[tuple[Cell, int], int], block_sizes: list[int]
-) -> dict[Cell, tuple[int, int]]:
-    measured: dict[Cell, tuple[int, int]] = {}
-    for cell, blocks in requests.items():
-        correct = images = 0
-        for block in range(blocks):
+) -> dict[Cell, CellMeasurement]:
+    measured: dict[Cell, CellMeasurement] = {}
+    for cell, count in requests.items():
+        blocks = cell_blocks(cell, count, len(block_sizes))
+        block_correct = []
+        for block in blocks:
             value = results.get((cell, block))
             if value is None:
                 raise CalibrationError(f"internal error: result of cell {tuple(cell)} block {block} missing")
-            correct += value
-            images += block_sizes[block]
-        measured[cell] = (correct, images)
+            block_correct.append(value)
+        images = sum(block_sizes[block] for block in blocks)
+        measured[cell] = CellMeasurement(sum(block_correct), images, tuple(blocks), tuple(block_correct))
     return measured
 
 
@@ -357,10 +402,14 @@ def compute_calibration(
         for cell, blocks in requested.items():
             if wanted.get(cell, 0) < blocks:
                 raise CalibrationError(f"internal error: planner shrank the request of cell {tuple(cell)}")
-        new_pairs = [(cell, block) for cell, blocks in wanted.items() for block in range(requested.get(cell, 0), blocks)]
+        new_pairs = [
+            (cell, block)
+            for cell, count in wanted.items()
+            for block in cell_blocks(cell, count, len(block_sizes))[requested.get(cell, 0) :]
+        ]
         already = sum(block_sizes[block] for cell, block in new_pairs if (cell, block) in folder.results)
         resumed += already
-        units = pending_units(wanted, folder.results)
+        units = pending_units(wanted, folder.results, len(block_sizes))
         planned = sum(len(unit.cells()) * block_sizes[unit.block] for unit in units)
         logger.info("round: %d cells requested, %d evaluations to do, %d already done", len(wanted), planned, already)
         if progress is not None:
@@ -371,7 +420,7 @@ def compute_calibration(
     measured = _measurements(requested, folder.results, block_sizes)
     accuracy, counts = job.planner.grids(measured)
     table = _build_table(job, accuracy, counts, created)
-    total = sum(images for _, images in measured.values())
+    total = sum(known.images for known in measured.values())
     return CalibrationOutcome(table, evaluated, resumed, total, seconds, corrupted)
 
 

@@ -137,8 +137,8 @@ class CalibrationImageSet:
     def evaluation_order(self) -> NDArray[np.int64]:
         """A seeded permutation of the positions 0 … N−1; result blocks are consecutive runs of it.
 
-        A prefix of this order mixes all classes, so a cell measured on the first ``n`` images of the
-        order (as the adaptive scheme does) is a random subset of the whole set.
+        Any run of this order mixes all classes, so a cell measured on a few blocks (as the adaptive
+        scheme does, :func:`ccc.calibration.compute.cell_blocks`) sees a random subset of the set.
         """
         generator = np.random.default_rng(
             np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,))
