@@ -64,6 +64,7 @@ from ccc.calibration.compute import (  # noqa: E402
 )
 from ccc.calibration.evaluator import ModelEvaluator  # noqa: E402
 from ccc.calibration.imageset import Preprocessing, select_calibration_images  # noqa: E402
+from ccc.calibration.simulation import CorrelatedImagesBackend  # noqa: E402
 from ccc.calibration.workfolder import WorkFolder  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402
 from ccc.imagenet import index_image_folder  # noqa: E402
@@ -424,6 +425,9 @@ def measure_adaptive(
         dataclasses.replace(brute_job, planner=BruteForcePlanner(count, half_blocks)), ReplayBackend(recorded, sizes), MemoryResultStore()
     )
     floor = {"images": half_blocks * block_size, **path_agreement(brute.table, half.table, targets)}
+    plain_planner = AdaptivePlanner(dataclasses.replace(settings, control_variates=False), count, block_count, block_size, image_count)
+    plain = compute_calibration(dataclasses.replace(brute_job, planner=plain_planner), ReplayBackend(recorded, sizes), MemoryResultStore())
+    real_plain = {"evaluation_ratio": brute.total_images / plain.total_images, **path_agreement(brute.table, plain.table, targets)}
     truth = true_accuracies_from(brute.table, count)
     paper_blocks = PAPER_IMAGES // 50
     simulated = SimulatedBackend(truth, 50, paper_blocks, seed=simulation_seed)
@@ -443,6 +447,16 @@ def measure_adaptive(
         "brute_force_corruption_calls": (20 * count + 400 * count * (count - 1)) * PAPER_IMAGES,
         **path_agreement(paper_brute.table, paper_adaptive.table, targets),
     }
+    correlated = CorrelatedImagesBackend(truth, [50] * paper_blocks, seed=simulation_seed)
+    correlated_brute = compute_calibration(paper_job, correlated, MemoryResultStore())
+    paper_correlated = {}
+    for name, control in (("control_variates", True), ("plain_means", False)):
+        planner = AdaptivePlanner(dataclasses.replace(settings, control_variates=control), count, paper_blocks, 50, PAPER_IMAGES)
+        outcome = compute_calibration(dataclasses.replace(paper_job, planner=planner), correlated, MemoryResultStore())
+        paper_correlated[name] = {
+            "evaluation_ratio": correlated_brute.total_images / outcome.total_images,
+            **path_agreement(correlated_brute.table, outcome.table, targets),
+        }
     return {
         "corruptions": list(corruptions),
         "images": image_count,
@@ -450,7 +464,9 @@ def measure_adaptive(
         "clean_accuracy": float(brute.table.grid(corruptions[0], corruptions[1])[0, 0]),
         "real": real,
         "half_brute_force": floor,
+        "real_without_control_variates": real_plain,
         "paper_scale_simulated": paper,
+        "paper_scale_correlated": paper_correlated,
     }
 
 
@@ -552,10 +568,16 @@ def render_report(results: dict[str, object]) -> str:
         ]
         rows = [
             (f"adaptive, real run, {adaptive['images']} images", adaptive["real"], adaptive["real"]["evaluation_ratio"]),
-            (f"brute force on the first {adaptive['half_brute_force']['images']} images (noise floor)", adaptive["half_brute_force"], 2.0),
-            (f"adaptive, paper scale ({PAPER_IMAGES} simulated images, true accuracies = the real grids)",
+            ("same run without control variates (replayed)", adaptive["real_without_control_variates"],
+             adaptive["real_without_control_variates"]["evaluation_ratio"]),
+            (f"brute force on {adaptive['half_brute_force']['images']} of the {adaptive['images']} images per cell (noise floor)",
+             adaptive["half_brute_force"], 2.0),
+            (f"adaptive, paper scale ({PAPER_IMAGES} simulated images, true accuracies = the real grids, independent counts)",
              adaptive["paper_scale_simulated"], adaptive["paper_scale_simulated"]["evaluation_ratio"]),
         ]  # fmt: skip
+        for name, label in (("control_variates", "control variates"), ("plain_means", "plain means")):
+            agreement = adaptive["paper_scale_correlated"][name]
+            rows.append((f"same, images correlated across cells (CorrelatedImagesBackend), {label}", agreement, agreement["evaluation_ratio"]))
         for label, agreement, ratio in rows:
             lines.append(
                 f"| {label} | {ratio:.1f}x | {agreement['reference_agreeing']}/{agreement['cases']} | "
