@@ -214,7 +214,7 @@ def control_variate_grid(
     block_sizes: Sequence[int],
     control: bool = True,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Correct counts of one pair's measured cells, corrected towards the whole image set.
+    """Correct-prediction counts of one pair's measured cells, adjusted towards the whole image set.
 
     A pair cell measured on ``k`` blocks estimates the accuracy brute force would measure on all
     blocks; part of its error is the luck of its blocks holding easier or harder images than
