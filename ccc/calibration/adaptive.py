@@ -437,10 +437,11 @@ class AdaptivePlanner:
 
     def grids(self, measured: Measurements) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """Estimated accuracy (percent) per pair and the images really evaluated per cell."""
-        _, images = measured_grids(self.corruption_count, measured)
+        inputs = self._grid_inputs(measured)
+        images = np.stack([grid_images for _, grid_images, _ in inputs])
         accuracy = np.empty(images.shape, dtype=np.float64)
-        for p, grid_inputs in enumerate(self._grid_inputs(measured)):
-            accuracy[p], _ = estimate_grid(*grid_inputs[:2], self.settings.bandwidth, grid_inputs[2])
+        for p, (counts, grid_images, factor) in enumerate(inputs):
+            accuracy[p], _ = estimate_grid(counts, grid_images, self.settings.bandwidth, factor)
         return np.clip(accuracy, 0.0, 100.0), images
 
     def _grid_inputs(

@@ -61,6 +61,7 @@ from ccc.corruptions import canonical_name
 
 logger = logging.getLogger(__name__)
 
+
 class CellMeasurement(NamedTuple):
     """What is known of one cell: its results on the blocks :func:`cell_blocks` gives it.
 
