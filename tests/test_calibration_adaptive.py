@@ -325,6 +325,28 @@ def test_exploration_visits_a_ridge_the_estimate_underrates() -> None:
     assert _path_worth_exploring(estimate, np.zeros_like(error), target, optimism=1.5) == []
 
 
+def test_path_cells_far_from_the_target_get_only_explored_images() -> None:
+    """A path whose cells all lie 30 points above the target gains nothing from measuring them
+    precisely: they get the explored level; path cells near the target get the path level."""
+    target = 50.0
+    estimate = np.full((GRID, GRID), 80.0)
+    estimate[0, :] = estimate[:, 0] = 100.0
+    error = np.full((GRID, GRID), 1.0)
+    error[0, :] = error[:, 0] = 0.0
+    settings = AdaptiveSettings(targets=(target,), optimism=0.0, path_objective="mean_abs")
+    planner = AdaptivePlanner(settings, 2, 100, 50, 5000)
+    path = [(i, j) for i, j in find_path(estimate, target, "mean_abs") if i > 0 and j > 0]
+    assert path
+    limits = planner._refinement_limits(estimate, error)
+    assert {limits[cell] for cell in path} == {planner.explore_blocks}
+    everywhere = AdaptivePlanner(dataclasses.replace(settings, path_window=100.0), 2, 100, 50, 5000)
+    assert {everywhere._refinement_limits(estimate, error)[cell] for cell in path} == {planner.path_blocks}
+    estimate[1:, 1:] = 54.0
+    near_path = [(i, j) for i, j in find_path(estimate, target, "mean_abs") if i > 0 and j > 0]
+    limits = planner._refinement_limits(estimate, error)
+    assert {limits[cell] for cell in near_path} == {planner.path_blocks}
+
+
 def test_settings_are_validated() -> None:
     with pytest.raises(ValueError, match=r"targets must be one or more accuracies in \[0, 100\] percent, got \[120.0\]"):
         AdaptiveSettings(targets=(120.0,))
@@ -338,6 +360,8 @@ def test_settings_are_validated() -> None:
         AdaptiveSettings(optimism=-1)
     with pytest.raises(ValueError, match=r"explore_fraction must be in \(0, 1\], got 0"):
         AdaptiveSettings(explore_fraction=0)
+    with pytest.raises(ValueError, match="path_window must be a positive number, got 0"):
+        AdaptiveSettings(path_window=0)
     with pytest.raises(ValueError, match="path_objective must be one of"):
         AdaptiveSettings(path_objective="median")
 

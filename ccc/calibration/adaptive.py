@@ -24,7 +24,10 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    gets a standard error.
 4. **Sequential refinement**: a cell whose interval ``estimate ± z·se`` overlaps the band
    ``target ± band`` of some target gets its images doubled (up to ``refine_blocks``); a cell on the
-   path currently chosen for a target, up to ``path_blocks``.
+   path currently chosen for a target, up to ``path_blocks`` while its interval reaches within
+   ``path_window`` points of the target, else (a path crossing a cliff) up to ``explore_blocks``:
+   such a cell adds its distance to the path's mean deviation whatever its small error, so more
+   images would hardly change which path is chosen.
 5. **Optimistic exploration** (where the local prior is wrong, e.g. a ridge next to a cliff, a
    cell can be estimated several points off with a small standard error, and no path ever goes
    there to correct it): each cell is moved towards the target by up to ``optimism·se`` (the best
@@ -71,7 +74,11 @@ class AdaptiveSettings:
         refine_fraction: largest share of the images a pair cell near a target gets, in
             [coarse_fraction, 1].
         path_fraction: largest share of the images a pair cell on a current path gets, in
-            [refine_fraction, 1].
+            [refine_fraction, 1], while its interval (estimate ± z·se) reaches within ``path_window``
+            of the target.
+        path_window: distance from the target (percentage points, > 0; 100 = every path cell)
+            within which a path cell's interval must reach for it to get ``path_fraction``; farther
+            path cells get up to ``explore_fraction``.
         bandwidth: kernel width (in grid cells) of the residual smoothing, > 0.
         path_objective: objective of the paths whose cells are refined (see :func:`ccc.paths.find_path`).
         optimism: how far (in standard errors, ≥ 0) each cell is moved towards the target when
@@ -90,6 +97,7 @@ class AdaptiveSettings:
     coarse_fraction: float = 1 / 32
     refine_fraction: float = 1 / 16
     path_fraction: float = 3 / 16
+    path_window: float = 5.0
     bandwidth: float = 0.8
     path_objective: str = "reference"
     optimism: float = 1.5
@@ -101,7 +109,7 @@ class AdaptiveSettings:
         if not targets or not all(math.isfinite(t) and 0.0 <= t <= 100.0 for t in targets):
             raise ValueError(f"targets must be one or more accuracies in [0, 100] percent, got {list(self.targets)}")
         object.__setattr__(self, "targets", targets)
-        for name in ("band", "z", "bandwidth"):
+        for name in ("band", "z", "bandwidth", "path_window"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
@@ -418,8 +426,12 @@ class AdaptivePlanner:
         self, correct: NDArray[np.float64], images: NDArray[np.int64], variance_factor: NDArray[np.float64]
     ) -> dict[tuple[int, int], int]:
         """Interior cells that want more images, each with the number of blocks it may grow to."""
+        estimate, error = estimate_grid(correct, images, self.settings.bandwidth, variance_factor)
+        return self._refinement_limits(estimate, error)
+
+    def _refinement_limits(self, estimate: NDArray[np.float64], error: NDArray[np.float64]) -> dict[tuple[int, int], int]:
+        """Blocks each interior cell may grow to, given the current estimate and its standard error (cells with 0 left out)."""
         settings = self.settings
-        estimate, error = estimate_grid(correct, images, settings.bandwidth, variance_factor)
         low = estimate - settings.z * error
         high = estimate + settings.z * error
         limits = np.zeros((GRID_SIZE, GRID_SIZE), dtype=np.int64)
@@ -427,7 +439,8 @@ class AdaptivePlanner:
             near = (high >= target - settings.band) & (low <= target + settings.band)
             limits[near] = np.maximum(limits[near], self.refine_blocks)
             for i, j in find_path(estimate, target, settings.path_objective):  # type: ignore[arg-type]
-                limits[i, j] = self.path_blocks
+                within = abs(estimate[i, j] - target) <= settings.path_window + settings.z * error[i, j]
+                limits[i, j] = max(limits[i, j], self.path_blocks if within else self.explore_blocks)
             if settings.optimism > 0:
                 for i, j in _path_worth_exploring(estimate, error, target, settings.optimism):
                     limits[i, j] = max(limits[i, j], self.explore_blocks)
