@@ -362,6 +362,8 @@ def test_settings_are_validated() -> None:
         AdaptiveSettings(explore_fraction=0)
     with pytest.raises(ValueError, match="path_window must be a positive number, got 0"):
         AdaptiveSettings(path_window=0)
+    with pytest.raises(ValueError, match="growth must be a number > 1, got 1"):
+        AdaptiveSettings(growth=1)
     with pytest.raises(ValueError, match="path_objective must be one of"):
         AdaptiveSettings(path_objective="median")
 
@@ -376,22 +378,45 @@ def test_rounds_start_with_exact_singles_and_then_only_grow() -> None:
     assert requested[Cell(-1, 0, -1, 0)] == 16 and requested[Cell(1, 20, -1, 0)] == 16
     assert requested[Cell(0, 4, 1, 8)] == 1
     assert Cell(0, 5, 1, 8) not in requested
-    truth = SyntheticModel.draw(2, 3)
+    requested, rounds = run_rounds(planner, SyntheticModel.draw(2, 3), requested)
+    assert 1 <= rounds <= 10
+    assert any(blocks == 4 for cell, blocks in requested.items() if not (cell.is_single or cell.is_clean))
+
+
+def run_rounds(planner: AdaptivePlanner, truth: SyntheticModel, requested: dict[Cell, int]) -> tuple[dict[Cell, int], int]:
+    """Play the planner's rounds to the end on noiseless counts (25 images per block); check that
+    requests only grow and stay within ``path_blocks``. Returns (final requests, rounds played)."""
     rounds = 0
     while True:
         per_block = {cell: round(truth.accuracy(cell) * 25) for cell in requested}
         measured = {
-            cell: CellMeasurement(per_block[cell] * count, 25 * count, tuple(cell_blocks(cell, count, 16)), (per_block[cell],) * count)
+            cell: CellMeasurement(
+                per_block[cell] * count, 25 * count, tuple(cell_blocks(cell, count, planner.block_count)), (per_block[cell],) * count
+            )
             for cell, count in requested.items()
         }
         wanted = planner.next_round(requested, measured)
         if wanted is None:
-            break
+            return requested, rounds
         assert all(wanted[cell] >= blocks for cell, blocks in requested.items())
-        assert max(blocks for cell, blocks in wanted.items() if not (cell.is_single or cell.is_clean)) <= 4
+        assert max(blocks for cell, blocks in wanted.items() if not (cell.is_single or cell.is_clean)) <= planner.path_blocks
         requested, rounds = wanted, rounds + 1
-    assert 1 <= rounds <= 10
-    assert any(blocks == 4 for cell, blocks in requested.items() if not (cell.is_single or cell.is_clean))
+
+
+def test_cells_grow_by_the_growth_factor() -> None:
+    """With growth 1.5 a cell on the path goes 1 → 2 → 3 → 5 → 8 → 12 → 16 blocks (rounded up,
+    capped at path_blocks); doubling would only ever give powers of two below the cap."""
+    reached = {}
+    for growth in (2.0, 1.5):
+        planner = AdaptivePlanner(AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, growth=growth), 2, 32, 25, 800)
+        assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (1, 2, 4, 16)
+        first = planner.next_round({}, {})
+        assert first is not None
+        requested, _ = run_rounds(planner, SyntheticModel.draw(2, 3), first)
+        reached[growth] = {blocks for cell, blocks in requested.items() if not (cell.is_single or cell.is_clean)}
+    assert reached[2.0] <= {1, 2, 4, 8, 16} and 16 in reached[2.0]
+    assert reached[1.5] <= {1, 2, 3, 4, 5, 8, 12, 16} and 16 in reached[1.5]
+    assert reached[1.5] & {3, 5, 12}
 
 
 # ----------------------------------------------------------------------------- real images

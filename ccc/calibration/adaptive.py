@@ -23,17 +23,18 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    keeps its own number: smooth grids are smoothed, rough grids keep their measurements. Every cell
    gets a standard error.
 4. **Sequential refinement**: a cell whose interval ``estimate ± z·se`` overlaps the band
-   ``target ± band`` of some target gets its images doubled (up to ``refine_blocks``); a cell on the
-   path currently chosen for a target, up to ``path_blocks`` while its interval reaches within
-   ``path_window`` points of the target, else (a path crossing a cliff) up to ``explore_blocks``:
-   such a cell adds its distance to the path's mean deviation whatever its small error, so more
-   images would hardly change which path is chosen.
+   ``target ± band`` of some target gets its images multiplied by ``growth`` (doubled by default),
+   up to ``refine_blocks``; a cell on the path currently chosen for a target, up to
+   ``path_blocks`` while its interval reaches within ``path_window`` points of the target, else (a
+   path crossing a cliff) up to ``explore_blocks``: such a cell adds its distance to the path's
+   mean deviation whatever its small error, so more images would hardly change which path is
+   chosen.
 5. **Optimistic exploration** (where the local prior is wrong, e.g. a ridge next to a cliff, a
    cell can be estimated several points off with a small standard error, and no path ever goes
    there to correct it): each cell is moved towards the target by up to ``optimism·se`` (the best
    value it could plausibly have); if the exact ``mean_abs`` path on that optimistic grid is a
    different path that beats the chosen ``mean_abs`` path on the same optimistic grid, its cells
-   double their images (up to ``explore_blocks``). Exploration stops by itself once no plausible
+   grow the same way (up to ``explore_blocks``). Exploration stops by itself once no plausible
    alternative is better than the chosen path. Then estimate again; stop when no cell grows.
 
 Because each round only reads results of blocks requested in earlier rounds, a resumed run makes
@@ -85,6 +86,9 @@ class AdaptiveSettings:
             looking for a plausibly better path to explore; 0 turns exploration off.
         explore_fraction: largest share of the images a pair cell on an explored (optimistic) path
             gets, in (0, 1]; kept within [refine_fraction, path_fraction] when applied.
+        growth: factor (> 1) by which a growing cell's blocks are multiplied per round (rounded up);
+            smaller steps stop cells on paths that are abandoned later at fewer images, at the
+            cost of more rounds.
         control_variates: correct each pair cell towards the whole image set with the
             single-corruption cells of the same blocks (:func:`control_variate_grid`); False keeps
             the plain means of the measured blocks (and the finite-population correction).
@@ -102,6 +106,7 @@ class AdaptiveSettings:
     path_objective: str = "reference"
     optimism: float = 1.5
     explore_fraction: float = 1 / 8
+    growth: float = 2.0
     control_variates: bool = True
 
     def __post_init__(self) -> None:
@@ -127,6 +132,8 @@ class AdaptiveSettings:
             )
         if not (isinstance(self.optimism, (int, float)) and math.isfinite(self.optimism) and self.optimism >= 0):
             raise ValueError(f"optimism must be a number >= 0, got {self.optimism!r}")
+        if not (isinstance(self.growth, (int, float)) and math.isfinite(self.growth) and self.growth > 1.0):
+            raise ValueError(f"growth must be a number > 1, got {self.growth!r}")
         if not 0.0 < self.explore_fraction <= 1.0:
             raise ValueError(f"explore_fraction must be in (0, 1], got {self.explore_fraction!r}")
         if self.path_objective not in PATH_OBJECTIVES:
@@ -401,7 +408,7 @@ class AdaptivePlanner:
         )
 
     def next_round(self, requested: Mapping[Cell, int], measured: Measurements) -> Requests | None:
-        """Round 0: singles + coarse lattice; later rounds: double the blocks of cells near the targets."""
+        """Round 0: singles + coarse lattice; later rounds: grow the blocks of cells near the targets by ``growth``."""
         if not requested:
             wanted: Requests = {cell: self.block_count for cell in single_cells(self.corruption_count)}
             lattice = range(self.settings.coarse_stride, GRID_SIZE, self.settings.coarse_stride)
@@ -416,7 +423,7 @@ class AdaptivePlanner:
             for (i, j), limit in self._cells_to_refine(*grid_inputs).items():
                 cell = Cell(a, i, b, j)
                 current = requested.get(cell, 0)
-                blocks = min(limit, max(self.coarse_blocks, 2 * current))
+                blocks = min(limit, max(self.coarse_blocks, math.ceil(self.settings.growth * current)))
                 if blocks > current:
                     wanted[cell] = blocks
                     grown = True
