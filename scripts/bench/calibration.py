@@ -43,6 +43,7 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator, Sequence  # noqa: E402
+from fractions import Fraction  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -393,13 +394,15 @@ def measure_adaptive(
     evaluators: int,
     targets: Sequence[float],
     simulation_seed: int = 0,
+    settings_overrides: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """Brute force versus adaptive: real runs (Ray), the brute-force noise floor, and paper scale
-    (simulated; ``simulation_seed`` ≥ 0 draws the simulated images' correct counts)."""
+    (simulated; ``simulation_seed`` ≥ 0 draws the simulated images' correct counts).
+    ``settings_overrides`` replace defaults of :class:`AdaptiveSettings` (see :func:`parse_setting`)."""
     corruptions = ADAPTIVE_CORRUPTIONS
     count = len(corruptions)
     block_count = -(-image_count // block_size)
-    settings = AdaptiveSettings(targets=tuple(targets))
+    settings = AdaptiveSettings(**{**(settings_overrides or {}), "targets": tuple(targets)})
     brute_job = make_job(setup, image_count, corruptions, BruteForcePlanner(count, block_count), block_size)
     adaptive_job = dataclasses.replace(brute_job, planner=AdaptivePlanner(settings, count, block_count, block_size, image_count))
     with ray_backend(brute_job.render_context(), setup.model, workers=workers, evaluators=evaluators, images_per_task=125) as backend:
@@ -461,6 +464,7 @@ def measure_adaptive(
         "corruptions": list(corruptions),
         "images": image_count,
         "targets": list(targets),
+        "settings_overrides": dict(settings_overrides or {}),
         "clean_accuracy": float(brute.table.grid(corruptions[0], corruptions[1])[0, 0]),
         "real": real,
         "half_brute_force": floor,
@@ -558,7 +562,8 @@ def render_report(results: dict[str, object]) -> str:
             "## Adaptive versus brute force",
             "",
             f"Tiny CNN (clean accuracy {adaptive['clean_accuracy']:.1f} %, 10 classes), {len(adaptive['corruptions'])} "
-            f"corruptions ({', '.join(adaptive['corruptions'])}), 12 ordered pairs, targets {adaptive['targets']} %. "
+            f"corruptions ({', '.join(adaptive['corruptions'])}), 12 ordered pairs, targets {adaptive['targets']} %, "
+            f"adaptive settings: {adaptive.get('settings_overrides') or 'defaults'}. "
             "Paths of the second table are judged on the brute-force numbers: *reference* = the public greedy "
             "objective, agreeing if the same path or mean accuracy within 0.5 points; *mean_abs* = exact "
             "mean-|deviation| objective, within 0.5 points of the brute-force path's deviation.",
@@ -627,11 +632,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=2, help="Ray workers for the adaptive comparison")
     parser.add_argument("--targets", default="50,30,15", help="target accuracies (percent) of the adaptive comparison")
     parser.add_argument("--evaluators", type=int, default=2, help="model actors for the adaptive comparison")
+    parser.add_argument(
+        "--adaptive-setting", action="append", default=[], metavar="NAME=VALUE", type=parse_setting,
+        help="override one AdaptiveSettings field in the adaptive comparison, e.g. explore_fraction=3/32 (repeatable)",
+    )
     parser.add_argument("--simulation-seed", type=int, default=0, help="seed of the simulated 5,000-image comparison (>= 0)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions of the scaling runs")
     parser.add_argument("--gpu-images-per-second", type=float, default=2500.0, help="assumed ResNet-50 inference rate of one GPU")
     parser.add_argument("--overhead", type=float, default=0.1, help="assumed CPU share outside corruption at full scale")
     return parser
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """``NAME=VALUE`` → (field, value) of :class:`AdaptiveSettings`, the value converted to the type
+    of the field's default (numbers may be fractions such as ``3/32``; booleans ``true``/``false``)."""
+    name, separator, value = text.partition("=")
+    defaults = {field.name: field.default for field in dataclasses.fields(AdaptiveSettings) if field.name != "targets"}
+    if not separator or name not in defaults:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(defaults)}, got {text!r}")
+    default = defaults[name]
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return name, value.lower() == "true"
+        if isinstance(default, (int, float)):
+            number = Fraction(value)
+            return name, int(number) if isinstance(default, int) and number.denominator == 1 else float(number)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{name} needs a {type(default).__name__}, got {value!r}") from None
+    return name, value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -659,6 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["adaptive"] = measure_adaptive(
             setup, out, arguments.adaptive_images, arguments.block_size, arguments.workers, arguments.evaluators,
             [float(value) for value in arguments.targets.split(",")], arguments.simulation_seed,
+            dict(arguments.adaptive_setting),
         )
     if "estimate" in parts:
         costs = measure_full_scale_costs(repeats=5)
