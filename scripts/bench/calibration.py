@@ -673,6 +673,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown part(s) {unknown}; available: {', '.join(PARTS)}", file=sys.stderr)
         return 2
+    try:
+        AdaptiveSettings(**dict(arguments.adaptive_setting))
+    except ValueError as error:
+        print(f"error: --adaptive-setting: {error}", file=sys.stderr)
+        return 2
     out: Path = arguments.out
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
