@@ -15,6 +15,7 @@ from ccc.calibration.adaptive import (
     _path_worth_exploring,
     control_variate_grid,
     estimate_grid,
+    parse_adaptive_setting,
 )
 from ccc.calibration.backends import SerialBackend
 from ccc.calibration.compute import (
@@ -366,6 +367,27 @@ def test_settings_are_validated() -> None:
         AdaptiveSettings(growth=1)
     with pytest.raises(ValueError, match="path_objective must be one of"):
         AdaptiveSettings(path_objective="median")
+
+
+def test_settings_parse_from_name_value_text() -> None:
+    assert parse_adaptive_setting("explore_fraction=3/32") == ("explore_fraction", 3 / 32)
+    assert parse_adaptive_setting("growth=1.5") == ("growth", 1.5)
+    assert parse_adaptive_setting("coarse_stride=2") == ("coarse_stride", 2)
+    assert isinstance(parse_adaptive_setting("coarse_stride=4/2")[1], int)
+    assert parse_adaptive_setting("control_variates=False") == ("control_variates", False)
+    assert parse_adaptive_setting("path_objective=mean_abs") == ("path_objective", "mean_abs")
+    with pytest.raises(ValueError, match="expected NAME=VALUE with NAME one of band, z, coarse_stride"):
+        parse_adaptive_setting("targets=50")
+    with pytest.raises(ValueError, match="expected NAME=VALUE"):
+        parse_adaptive_setting("growth")
+    with pytest.raises(ValueError, match="growth needs a float, got 'fast'"):
+        parse_adaptive_setting("growth=fast")
+    with pytest.raises(ValueError, match="growth needs a float, got '1/0'"):
+        parse_adaptive_setting("growth=1/0")
+    with pytest.raises(ValueError, match="coarse_stride needs an int, got '2.5'"):
+        parse_adaptive_setting("coarse_stride=2.5")
+    with pytest.raises(ValueError, match="control_variates needs true or false, got 'yes'"):
+        parse_adaptive_setting("control_variates=yes")
 
 
 def test_rounds_start_with_exact_singles_and_then_only_grow() -> None:

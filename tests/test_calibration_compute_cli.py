@@ -79,6 +79,25 @@ def test_compute_summary_reports_images_and_rate(texture_folder: Path, tmp_path:
     assert (table.image_counts_array[:, 1:, 1:] < 4).any()  # pair cells on a subset of the images
 
 
+def test_adaptive_settings_from_the_command_line_are_used_and_recorded(texture_folder: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "tuned.npz"
+    extra = ("--workers", "0", "--adaptive", "--targets", "75,60", "--adaptive-setting", "growth=1.5", "--adaptive-setting", "path_fraction=2/2")
+    assert main(arguments(texture_folder, out, *extra)) == 0
+    notes = CalibrationTable.load(out).metadata.notes
+    assert "; path_fraction=1.0; growth=1.5" in notes
+    assert "pair cells measured on 2-4 images" in notes  # path cells may reach both blocks (by default 1)
+    capsys.readouterr()
+    assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--adaptive-setting", "growth=1.5")) == 2
+    assert_one_line_error(capsys, "--adaptive-setting only applies with --adaptive")
+    assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--adaptive", "--adaptive-setting", "explore_fraction=0")) == 2
+    assert_one_line_error(capsys, "explore_fraction must be in (0, 1], got 0.0")
+    assert not default_work_folder(tmp_path / "t.npz").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(arguments(texture_folder, tmp_path / "t.npz", "--adaptive", "--adaptive-setting", "speed=2"))
+    assert exit_info.value.code == 2
+    assert "expected NAME=VALUE with NAME one of band, z," in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster (2 CPUs, 100 MB object store) whose workers can import the test modules."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -138,6 +139,39 @@ class AdaptiveSettings:
             raise ValueError(f"explore_fraction must be in (0, 1], got {self.explore_fraction!r}")
         if self.path_objective not in PATH_OBJECTIVES:
             raise ValueError(f"path_objective must be one of {', '.join(PATH_OBJECTIVES)}, got {self.path_objective!r}")
+
+
+def parse_adaptive_setting(text: str) -> tuple[str, Any]:
+    """Parse ``NAME=VALUE`` into (field name, value) of :class:`AdaptiveSettings` (any field but ``targets``).
+
+    The value takes the type of the field's default: numbers may be written as fractions
+    (``explore_fraction=3/32``), booleans as ``true`` or ``false``, the path objective by its name.
+    Ranges are checked when the settings are built (:class:`AdaptiveSettings` raises ValueError).
+
+    Raises:
+        ValueError: unknown name, missing ``=``, or a value of the wrong type (the message names
+            the settings, or the expected type).
+    """
+    name, separator, value = text.partition("=")
+    defaults = {field.name: field.default for field in dataclasses.fields(AdaptiveSettings) if field.name != "targets"}
+    if not separator or name not in defaults:
+        raise ValueError(f"expected NAME=VALUE with NAME one of {', '.join(defaults)}, got {text!r}")
+    default = defaults[name]
+    if isinstance(default, bool):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"{name} needs true or false, got {value!r}")
+        return name, value.lower() == "true"
+    if isinstance(default, (int, float)):
+        try:
+            number = Fraction(value)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"{name} needs a {type(default).__name__}, got {value!r}") from None
+        if isinstance(default, int):
+            if number.denominator != 1:
+                raise ValueError(f"{name} needs an int, got {value!r}")
+            return name, int(number)
+        return name, float(number)
+    return name, value
 
 
 def _logit(proportion: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -405,7 +439,17 @@ class AdaptivePlanner:
             f"paths for targets {', '.join(f'{t:g}' for t in settings.targets)} % need them (band ±{settings.band:g}), "
             "interior values are estimates (additive logit model of the single curves + smoothed measured "
             "residual); image_counts are the images really evaluated per cell (0 = predicted only)"
+            + "".join(f"; {name}={value!r}" for name, value in self._changed_settings().items())
         )
+
+    def _changed_settings(self) -> dict[str, Any]:
+        """Settings other than ``targets`` that differ from the defaults of :class:`AdaptiveSettings` (name → value)."""
+        defaults = AdaptiveSettings()
+        return {
+            field.name: getattr(self.settings, field.name)
+            for field in dataclasses.fields(AdaptiveSettings)
+            if field.name != "targets" and getattr(self.settings, field.name) != getattr(defaults, field.name)
+        }
 
     def next_round(self, requested: Mapping[Cell, int], measured: Measurements) -> Requests | None:
         """Round 0: singles + coarse lattice; later rounds: grow the blocks of cells near the targets by ``growth``."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from torch import nn
 from tqdm import tqdm
 
-from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
+from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings, parse_adaptive_setting
 from ccc.calibration.backends import CalibrationBackend, SerialBackend, build_evaluator, ray_backend
 from ccc.calibration.compute import (
     BruteForcePlanner,
@@ -53,6 +53,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def adaptive_setting_argument(text: str) -> tuple[str, object]:
+    """argparse type of ``--adaptive-setting NAME=VALUE`` (see :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
+    try:
+        return parse_adaptive_setting(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _non_negative_int(text: str) -> int:
@@ -94,6 +102,10 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the per-image corruption randomness (default: 0)")
     parser.add_argument("--adaptive", action="store_true", help="adaptive scheme: measure pair cells only where severity paths need them")
     parser.add_argument("--targets", type=_float_list, default=None, metavar="T1,T2,...", help="adaptive: target accuracies in percent (default: 40,20,0)")
+    parser.add_argument(
+        "--adaptive-setting", action="append", default=[], metavar="NAME=VALUE", type=adaptive_setting_argument,
+        help="adaptive: override one AdaptiveSettings field (repeatable; fractions allowed), e.g. path_fraction=1/4 (docs/calibration.md)",
+    )
     parser.add_argument("--workers", type=_non_negative_int, default=None, help="CPUs of a local Ray cluster (default: all); 0 runs in this process without Ray")
     parser.add_argument("--ray-address", default=None, metavar="ADDR", help="use an existing Ray cluster (auto, host:port, ray://host:port)")
     parser.add_argument("--evaluators", type=_positive_int, default=None, help="model actors (default: one per GPU with --device cuda, else one per CPU, each rendering too)")
@@ -123,6 +135,14 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
     arguments.corruptions = arguments.corruptions or list(DEMO_CALIBRATION_CORRUPTIONS)
     if arguments.adaptive and arguments.targets is None:
         arguments.targets = sorted({preset.target_accuracy for preset in DEMO_DIFFICULTY_PRESETS.values()}, reverse=True)
+
+
+def _adaptive_settings(arguments: argparse.Namespace) -> AdaptiveSettings:
+    """``--targets`` and ``--adaptive-setting`` overrides over the defaults (ValueError if out of range)."""
+    overrides = dict(arguments.adaptive_setting)
+    if arguments.targets:
+        overrides["targets"] = tuple(arguments.targets)
+    return AdaptiveSettings(**overrides)
 
 
 def _with_demo_presets(table: CalibrationTable) -> CalibrationTable:
@@ -220,9 +240,12 @@ def run_compute(arguments: argparse.Namespace) -> int:
             raise CalibrationError(f"--amp needs --device cuda, got --device {arguments.device}")
         if arguments.targets is not None and not arguments.adaptive:
             raise CalibrationError("--targets only applies with --adaptive")
+        if arguments.adaptive_setting and not arguments.adaptive:
+            raise CalibrationError("--adaptive-setting only applies with --adaptive")
         resolve_device(arguments.device)
         if arguments.demo:
             _apply_demo(arguments)
+        settings = _adaptive_settings(arguments) if arguments.adaptive else None
         corruptions = arguments.corruptions or list(CCC_CORRUPTIONS)
         preprocessing = Preprocessing(arguments.resize, arguments.crop)
         root = resolve_imagenet_folder(arguments.imagenet)
@@ -237,8 +260,7 @@ def run_compute(arguments: argparse.Namespace) -> int:
         corruption_count = len(corruptions)
         block_count = -(-len(image_set) // arguments.block_size)
         planner: CalibrationPlanner
-        if arguments.adaptive:
-            settings = AdaptiveSettings(targets=tuple(arguments.targets)) if arguments.targets else AdaptiveSettings()
+        if settings is not None:
             planner = AdaptivePlanner(settings, corruption_count, block_count, arguments.block_size, len(image_set))
         else:
             planner = BruteForcePlanner(corruption_count, block_count)

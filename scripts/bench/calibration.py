@@ -43,7 +43,6 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterator, Sequence  # noqa: E402
-from fractions import Fraction  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -54,6 +53,7 @@ from torch import nn  # noqa: E402
 import ccc.calibration.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
 from ccc.calibration.backends import SerialBackend, ray_backend  # noqa: E402
+from ccc.calibration.commands import adaptive_setting_argument  # noqa: E402
 from ccc.calibration.compute import (  # noqa: E402
     BruteForcePlanner,
     CalibrationJob,
@@ -398,7 +398,7 @@ def measure_adaptive(
 ) -> dict[str, object]:
     """Brute force versus adaptive: real runs (Ray), the brute-force noise floor, and paper scale
     (simulated; ``simulation_seed`` ≥ 0 draws the simulated images' correct counts).
-    ``settings_overrides`` replace defaults of :class:`AdaptiveSettings` (see :func:`parse_setting`)."""
+    ``settings_overrides`` replace defaults of :class:`AdaptiveSettings` (see :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
     corruptions = ADAPTIVE_CORRUPTIONS
     count = len(corruptions)
     block_count = -(-image_count // block_size)
@@ -633,7 +633,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--targets", default="50,30,15", help="target accuracies (percent) of the adaptive comparison")
     parser.add_argument("--evaluators", type=int, default=2, help="model actors for the adaptive comparison")
     parser.add_argument(
-        "--adaptive-setting", action="append", default=[], metavar="NAME=VALUE", type=parse_setting,
+        "--adaptive-setting", action="append", default=[], metavar="NAME=VALUE", type=adaptive_setting_argument,
         help="override one AdaptiveSettings field in the adaptive comparison, e.g. explore_fraction=3/32 (repeatable)",
     )
     parser.add_argument("--simulation-seed", type=int, default=0, help="seed of the simulated 5,000-image comparison (>= 0)")
@@ -641,27 +641,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-images-per-second", type=float, default=2500.0, help="assumed ResNet-50 inference rate of one GPU")
     parser.add_argument("--overhead", type=float, default=0.1, help="assumed CPU share outside corruption at full scale")
     return parser
-
-
-def parse_setting(text: str) -> tuple[str, object]:
-    """``NAME=VALUE`` → (field, value) of :class:`AdaptiveSettings`, the value converted to the type
-    of the field's default (numbers may be fractions such as ``3/32``; booleans ``true``/``false``)."""
-    name, separator, value = text.partition("=")
-    defaults = {field.name: field.default for field in dataclasses.fields(AdaptiveSettings) if field.name != "targets"}
-    if not separator or name not in defaults:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(defaults)}, got {text!r}")
-    default = defaults[name]
-    try:
-        if isinstance(default, bool):
-            if value.lower() not in ("true", "false"):
-                raise ValueError(value)
-            return name, value.lower() == "true"
-        if isinstance(default, (int, float)):
-            number = Fraction(value)
-            return name, int(number) if isinstance(default, int) and number.denominator == 1 else float(number)
-    except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"{name} needs a {type(default).__name__}, got {value!r}") from None
-    return name, value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
