@@ -334,8 +334,9 @@ def test_path_cells_far_from_the_target_get_only_explored_images() -> None:
     estimate[0, :] = estimate[:, 0] = 100.0
     error = np.full((GRID, GRID), 1.0)
     error[0, :] = error[:, 0] = 0.0
-    settings = AdaptiveSettings(targets=(target,), optimism=0.0, path_objective="mean_abs")
+    settings = AdaptiveSettings(targets=(target,), optimism=0.0, path_objective="mean_abs", path_fraction=3 / 16, explore_fraction=1 / 8)
     planner = AdaptivePlanner(settings, 2, 100, 50, 5000)
+    assert planner.explore_blocks < planner.path_blocks
     path = [(i, j) for i, j in find_path(estimate, target, "mean_abs") if i > 0 and j > 0]
     assert path
     limits = planner._refinement_limits(estimate, error)
@@ -394,7 +395,7 @@ def test_rounds_start_with_exact_singles_and_then_only_grow() -> None:
     planner = AdaptivePlanner(AdaptiveSettings(targets=(40.0,), path_fraction=1 / 4), 2, 16, 25, 400)
     assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (1, 1, 2, 4)
     default = AdaptivePlanner(AdaptiveSettings(), 4, 100, 50, 5000)
-    assert (default.coarse_blocks, default.refine_blocks, default.explore_blocks, default.path_blocks) == (3, 6, 12, 19)
+    assert (default.coarse_blocks, default.refine_blocks, default.explore_blocks, default.path_blocks) == (3, 6, 16, 16)
     requested = planner.next_round({}, {})
     assert requested is not None
     assert requested[Cell(-1, 0, -1, 0)] == 16 and requested[Cell(1, 20, -1, 0)] == 16
@@ -430,7 +431,7 @@ def test_cells_grow_by_the_growth_factor() -> None:
     capped at path_blocks); doubling would only ever give powers of two below the cap."""
     reached = {}
     for growth in (2.0, 1.5):
-        planner = AdaptivePlanner(AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, growth=growth), 2, 32, 25, 800)
+        planner = AdaptivePlanner(AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, explore_fraction=1 / 8, growth=growth), 2, 32, 25, 800)
         assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (1, 2, 4, 16)
         first = planner.next_round({}, {})
         assert first is not None

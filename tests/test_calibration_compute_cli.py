@@ -81,10 +81,10 @@ def test_compute_summary_reports_images_and_rate(texture_folder: Path, tmp_path:
 
 def test_adaptive_settings_from_the_command_line_are_used_and_recorded(texture_folder: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "tuned.npz"
-    extra = ("--workers", "0", "--adaptive", "--targets", "75,60", "--adaptive-setting", "growth=1.5", "--adaptive-setting", "path_fraction=2/2")
+    extra = ("--workers", "0", "--adaptive", "--targets", "75,60", "--adaptive-setting", "growth=2", "--adaptive-setting", "path_fraction=2/2")
     assert main(arguments(texture_folder, out, *extra)) == 0
     notes = CalibrationTable.load(out).metadata.notes
-    assert "; path_fraction=1.0; growth=1.5" in notes
+    assert "; path_fraction=1.0; growth=2.0" in notes
     assert "pair cells measured on 2-4 images" in notes  # path cells may reach both blocks (by default 1)
     capsys.readouterr()
     assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--adaptive-setting", "growth=1.5")) == 2

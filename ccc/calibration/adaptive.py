@@ -23,12 +23,13 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    keeps its own number: smooth grids are smoothed, rough grids keep their measurements. Every cell
    gets a standard error.
 4. **Sequential refinement**: a cell whose interval ``estimate ± z·se`` overlaps the band
-   ``target ± band`` of some target gets its images multiplied by ``growth`` (doubled by default),
-   up to ``refine_blocks``; a cell on the path currently chosen for a target, up to
+   ``target ± band`` of some target gets its images multiplied by ``growth`` (1.5 by default,
+   rounded up), up to ``refine_blocks``; a cell on the path currently chosen for a target, up to
    ``path_blocks`` while its interval reaches within ``path_window`` points of the target, else (a
    path crossing a cliff) up to ``explore_blocks``: such a cell adds its distance to the path's
    mean deviation whatever its small error, so more images would hardly change which path is
-   chosen.
+   chosen. (By default both levels are 5/32 of the set, so the window only matters when
+   ``path_fraction`` is raised above ``explore_fraction``.)
 5. **Optimistic exploration** (where the local prior is wrong, e.g. a ridge next to a cliff, a
    cell can be estimated several points off with a small standard error, and no path ever goes
    there to correct it): each cell is moved towards the target by up to ``optimism·se`` (the best
@@ -36,6 +37,9 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    different path that beats the chosen ``mean_abs`` path on the same optimistic grid, its cells
    grow the same way (up to ``explore_blocks``). Exploration stops by itself once no plausible
    alternative is better than the chosen path. Then estimate again; stop when no cell grows.
+   Explored cells get as many images as path cells by default: a wrong path is chosen mostly
+   because a better alternative was measured too little, less because the chosen path's own cells
+   were (docs/calibration.md, "Measured against brute force").
 
 Because each round only reads results of blocks requested in earlier rounds, a resumed run makes
 the same decisions. The table's interior cells hold the estimates; ``image_counts`` hold the images
@@ -101,13 +105,13 @@ class AdaptiveSettings:
     coarse_stride: int = 4
     coarse_fraction: float = 1 / 32
     refine_fraction: float = 1 / 16
-    path_fraction: float = 3 / 16
+    path_fraction: float = 5 / 32
     path_window: float = 5.0
     bandwidth: float = 0.8
     path_objective: str = "reference"
     optimism: float = 1.5
-    explore_fraction: float = 1 / 8
-    growth: float = 2.0
+    explore_fraction: float = 5 / 32
+    growth: float = 1.5
     control_variates: bool = True
 
     def __post_init__(self) -> None:
