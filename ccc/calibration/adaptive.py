@@ -145,6 +145,11 @@ class AdaptiveSettings:
             raise ValueError(f"path_objective must be one of {', '.join(PATH_OBJECTIVES)}, got {self.path_objective!r}")
 
 
+def _setting_defaults() -> dict[str, Any]:
+    """Default value of every :class:`AdaptiveSettings` field but ``targets`` (name → value)."""
+    return {field.name: field.default for field in dataclasses.fields(AdaptiveSettings) if field.name != "targets"}
+
+
 def parse_adaptive_setting(text: str) -> tuple[str, Any]:
     """Parse ``NAME=VALUE`` into (field name, value) of :class:`AdaptiveSettings` (any field but ``targets``).
 
@@ -157,7 +162,7 @@ def parse_adaptive_setting(text: str) -> tuple[str, Any]:
             the settings, or the expected type).
     """
     name, separator, value = text.partition("=")
-    defaults = {field.name: field.default for field in dataclasses.fields(AdaptiveSettings) if field.name != "targets"}
+    defaults = _setting_defaults()
     if not separator or name not in defaults:
         raise ValueError(f"expected NAME=VALUE with NAME one of {', '.join(defaults)}, got {text!r}")
     default = defaults[name]
@@ -448,11 +453,10 @@ class AdaptivePlanner:
 
     def _changed_settings(self) -> dict[str, Any]:
         """Settings other than ``targets`` that differ from the defaults of :class:`AdaptiveSettings` (name → value)."""
-        defaults = AdaptiveSettings()
         return {
-            field.name: getattr(self.settings, field.name)
-            for field in dataclasses.fields(AdaptiveSettings)
-            if field.name != "targets" and getattr(self.settings, field.name) != getattr(defaults, field.name)
+            name: getattr(self.settings, name)
+            for name, default in _setting_defaults().items()
+            if getattr(self.settings, name) != default
         }
 
     def next_round(self, requested: Mapping[Cell, int], measured: Measurements) -> Requests | None:
