@@ -13,6 +13,7 @@ import torch
 from ccc.calibration.adaptive import (
     AdaptivePlanner,
     AdaptiveSettings,
+    _estimate,
     _path_worth_exploring,
     control_variate_grid,
     estimate_grid,
@@ -206,6 +207,63 @@ def test_estimate_recovers_an_additive_surface_from_a_few_cells() -> None:
     assert (error >= 0).all()
     clean = correct[0, 0] / images[0, 0]
     assert error[0, 0] == pytest.approx(100 * np.sqrt(clean * (1 - clean) / images[0, 0]))
+
+
+def _measure(truth_logit: np.ndarray, images: int, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of one pair grid: the border measured on 10⁶ images, every interior cell on ``images``."""
+    counts = np.full((GRID, GRID), images, dtype=np.int64)
+    counts[0, :] = counts[:, 0] = 10**6
+    return generator.binomial(counts, logistic(truth_logit)), counts
+
+
+def _borrowing_errors(other_logit_from_own, seed: int, draws: int = 12) -> tuple[float, float, float]:
+    """Mean squared error (points²) of a rough pair's interior estimates without and with the other
+    order's cells, and the median worth of a cell's own images, over ``draws`` draws of 200 images
+    per cell. ``other_logit_from_own`` makes the other order's true logits (in its own orientation)."""
+    generator = np.random.default_rng(seed)
+    roughness = 0.3 * generator.standard_normal((GRID, GRID))
+    own_logit = 1.0 - 0.3 * SEVERITY[:, None] ** 1.3 - 0.35 * SEVERITY[None, :] + roughness
+    own_logit[0, :] = 1.0 - 0.35 * SEVERITY
+    own_logit[:, 0] = 1.0 - 0.3 * SEVERITY**1.3
+    other_logit = other_logit_from_own(own_logit, generator)
+    other_logit[0, :], other_logit[:, 0] = own_logit[:, 0], own_logit[0, :]
+    alone, borrowing, worths = [], [], []
+    for _ in range(draws):
+        correct, images = _measure(own_logit, 200, generator)
+        other = _measure(other_logit, 200, generator)
+        truth = 100 * logistic(own_logit)[1:, 1:]
+        estimate, _ = estimate_grid(correct, images, 0.8)
+        combined, _, worth = _estimate(correct, images, 0.8, None, (*other, None))
+        alone.append(np.mean((estimate[1:, 1:] - truth) ** 2))
+        borrowing.append(np.mean((combined[1:, 1:] - truth) ** 2))
+        worths.append(np.median(worth[1:, 1:]))
+    return float(np.mean(alone)), float(np.mean(borrowing)), float(np.median(worths))
+
+
+def test_a_commuting_pair_borrows_a_full_measurement_from_the_other_order() -> None:
+    """The other order holds the same accuracies at swapped severities: a cell's 200 images are
+    worth about 400, and the squared error falls by about half."""
+    alone, borrowing, worth = _borrowing_errors(lambda own, generator: own.T.copy(), seed=0)
+    assert 1.7 <= worth <= 2.0
+    assert borrowing < 0.7 * alone
+
+
+def test_a_smooth_order_offset_is_fitted_and_borrowing_stays_unbiased() -> None:
+    """The other order is 0.6 logit harder everywhere (about 15 points at 50 %): borrowed through
+    the fitted offset, its cells still halve the error."""
+    alone, borrowing, worth = _borrowing_errors(lambda own, generator: own.T - 0.6, seed=1)
+    assert 1.5 <= worth <= 2.0
+    assert borrowing < 0.75 * alone
+
+
+def test_a_pair_whose_orders_differ_irregularly_borrows_little() -> None:
+    """The other order differs by an independent 0.6-logit scatter per cell: the local misfit
+    variance keeps its cells out, so the estimate is about as good as without them."""
+    alone, borrowing, worth = _borrowing_errors(
+        lambda own, generator: own.T + 0.6 * generator.standard_normal((GRID, GRID)), seed=2
+    )
+    assert worth <= 1.2
+    assert borrowing < 1.1 * alone
 
 
 def _control_variate_example() -> dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -436,7 +494,8 @@ def test_cells_grow_by_the_growth_factor() -> None:
     capped at path_blocks); doubling would only ever give powers of two below the cap."""
     reached = {}
     for growth in (2.0, 1.5):
-        planner = AdaptivePlanner(AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, explore_fraction=1 / 8, growth=growth), 2, 32, 25, 800)
+        settings = AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, explore_fraction=1 / 8, growth=growth, borrow_orders=False)
+        planner = AdaptivePlanner(settings, 2, 32, 25, 800)
         assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (1, 2, 4, 16)
         first = planner.next_round({}, {})
         assert first is not None
@@ -445,6 +504,26 @@ def test_cells_grow_by_the_growth_factor() -> None:
     assert reached[2.0] <= {1, 2, 4, 8, 16} and 16 in reached[2.0]
     assert reached[1.5] <= {1, 2, 3, 4, 5, 8, 12, 16} and 16 in reached[1.5]
     assert reached[1.5] & {3, 5, 12}
+
+
+def test_cells_of_a_commuting_pair_stop_growing_when_both_orders_measured_them() -> None:
+    """Pair (1, 0) is pair (0, 1) transposed: cells on both orders' paths count each other's images
+    and stop below the path limit, which every such cell reaches when each order stands alone."""
+    final = {}
+    for borrow in (False, True):
+        truth = SyntheticModel.draw(2, 3)
+        truth.pair_logits[(1, 0)] = truth.pair_logits[(0, 1)].T
+        settings = AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, explore_fraction=1 / 2, borrow_orders=borrow)
+        planner = AdaptivePlanner(settings, 2, 32, 25, 800)
+        first = planner.next_round({}, {})
+        assert first is not None
+        requested, _ = run_rounds(planner, truth, first)
+        pair_cells = {cell: blocks for cell, blocks in requested.items() if not (cell.is_single or cell.is_clean)}
+        twins = [(blocks, pair_cells.get(Cell(cell.n2, cell.s2, cell.n1, cell.s1), 0)) for cell, blocks in pair_cells.items()]
+        final[borrow] = (sum(pair_cells.values()), [blocks for blocks, twin in twins if blocks == twin and blocks > 4])
+    assert final[False][1] and set(final[False][1]) == {planner.path_blocks}
+    assert final[True][1] and max(final[True][1]) < planner.path_blocks
+    assert final[True][0] < 0.9 * final[False][0]
 
 
 # ----------------------------------------------------------------------------- real images

@@ -15,8 +15,12 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
 3. **Estimate** every pair cell (:func:`estimate_grid`). Measured cells are first corrected
    towards the whole image set with the single-corruption cells of the same blocks as control
    variates (:func:`control_variate_grid`), with a finite-population correction (the estimand is
-   what brute force measures on this image set). Then the single curves predict the pair on the
-   logit scale (``logit m(i, j) ≈ logit m(i, 0) + logit m(0, j) − logit m(0, 0)``: two
+   what brute force measures on this image set). Each measured cell is then combined with the
+   other order's cell at swapped severities, ``(j, i)`` of pair (b, a), through an order offset
+   fitted to the cells both orders measured, with its own misfit variance
+   (:func:`_borrow_other_order`): commuting pairs (blur and contrast) pool their measurements,
+   pairs whose orders differ irregularly keep their own. Then the single curves predict the pair
+   on the logit scale (``logit m(i, j) ≈ logit m(i, 0) + logit m(0, j) − logit m(0, 0)``: two
    corruptions' effects add up); measured cells correct that prediction. Each cell gets a prior
    from the other measured cells (leave-one-out kernel-weighted local-linear fit), and the grid's
    misfit variance τ² (how far cells really stray from such a fit) decides how much a measured cell
@@ -28,7 +32,8 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    ``path_blocks`` while its interval reaches within ``path_window`` points of the target, else (a
    path crossing a cliff) up to ``explore_blocks``: such a cell adds its distance to the path's
    mean deviation whatever its small error, so more images would hardly change which path is
-   chosen. (By default both levels are 5/32 of the set, so the window only matters when
+   chosen. Limits count a cell's images at their worth after borrowing: a cell whose other-order
+   twin adds an equal measurement stops at about half of them. (By default both levels are 1/5 of the set, so the window only matters when
    ``path_fraction`` is raised above ``explore_fraction``.)
 5. **Optimistic exploration** (where the local prior is wrong, e.g. a ridge next to a cliff, a
    cell can be estimated several points off with a small standard error, and no path ever goes
@@ -53,7 +58,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -97,6 +102,10 @@ class AdaptiveSettings:
         control_variates: correct each pair cell towards the whole image set with the
             single-corruption cells of the same blocks (:func:`control_variate_grid`); False keeps
             the plain means of the measured blocks (and the finite-population correction).
+        borrow_orders: combine each pair cell with the other order's cell at swapped severities
+            through a fitted order offset (:func:`_borrow_other_order`), and count a cell's images
+            at their combined worth when deciding whether it needs more; False estimates every
+            ordered pair on its own.
     """
 
     targets: tuple[float, ...] = DEFAULT_TARGETS
@@ -105,14 +114,15 @@ class AdaptiveSettings:
     coarse_stride: int = 4
     coarse_fraction: float = 1 / 32
     refine_fraction: float = 1 / 16
-    path_fraction: float = 5 / 32
+    path_fraction: float = 1 / 5
     path_window: float = 5.0
     bandwidth: float = 0.8
     path_objective: str = "reference"
     optimism: float = 1.5
-    explore_fraction: float = 5 / 32
+    explore_fraction: float = 1 / 5
     growth: float = 1.5
     control_variates: bool = True
+    borrow_orders: bool = True
 
     def __post_init__(self) -> None:
         targets = tuple(float(target) for target in self.targets)
@@ -204,21 +214,113 @@ def _bounded_proportion(correct: NDArray[np.int64] | NDArray[np.float64], images
     return np.clip(np.divide(correct, images, out=np.full(images.shape, 0.5), where=images > 0), low, high)
 
 
+class _LogitObservations(NamedTuple):
+    """One pair's measurements on the logit scale (21×21 arrays)."""
+
+    baseline: NDArray[np.float64]
+    """The additive prediction from the single curves, ``logit m(i, 0) + logit m(0, j) − logit m(0, 0)``."""
+    residual: NDArray[np.float64]
+    """Measured logit minus baseline (meaningful where ``measured``)."""
+    variance: NDArray[np.float64]
+    """Variance of ``residual`` (infinite where not measured)."""
+    measured: NDArray[np.bool_]
+    """Interior cells with at least one image evaluated."""
+
+
+def _logit_observations(
+    correct: NDArray[np.int64] | NDArray[np.float64],
+    images: NDArray[np.int64],
+    variance_factor: NDArray[np.float64] | None,
+) -> _LogitObservations:
+    proportion = _bounded_proportion(correct, images)
+    logit = _logit(proportion)
+    baseline = logit[:, :1] + logit[:1, :] - logit[0, 0]
+    measured = np.zeros((GRID_SIZE, GRID_SIZE), dtype=bool)
+    measured[1:, 1:] = images[1:, 1:] > 0
+    variance = 1.0 / np.maximum(images * proportion * (1.0 - proportion), 1e-12)
+    if variance_factor is not None:
+        variance = np.maximum(variance * variance_factor, _SMALLEST_LOGIT_VARIANCE)
+    return _LogitObservations(baseline, logit - baseline, np.where(measured, variance, np.inf), measured)
+
+
+_ORDER_OFFSET_BANDWIDTH = 1.2
+"""Kernel width (grid cells) of the fitted offset between a pair's two orders."""
+
+_ORDER_MISFIT_BANDWIDTH = 2.0
+"""Kernel width (grid cells) over which the misfit around that offset is averaged."""
+
+
+def _borrow_other_order(own: _LogitObservations, other: _LogitObservations) -> tuple[_LogitObservations, NDArray[np.float64]]:
+    """Combine a pair's measured cells with those of the other order at swapped severities.
+
+    Cell ``(i, j)`` of pair (a, b) and cell ``(j, i)`` of pair (b, a) apply the same two corruptions
+    at the same severities in the other order, and both residuals are taken from the same baseline
+    (the single curves are shared). Where the corruptions commute, the two cells are two
+    measurements of one number; elsewhere they differ by an *order offset*. The offset is fitted to
+    the cells both orders measured (leave-one-out kernel-weighted local-linear, width
+    ``_ORDER_OFFSET_BANDWIDTH``), and how far the cells stray from it, the local misfit variance
+    (mean of the leave-one-out excess over the expected noise, Gaussian kernel of width
+    ``_ORDER_MISFIT_BANDWIDTH``), joins the variance of the borrowed value. So commuting pairs
+    borrow almost a full measurement, pairs whose orders differ irregularly almost nothing.
+
+    Returns:
+        (the combined observations, worth): worth is, per cell this order measured, its combined
+        precision over its own precision (≥ 1; 2 when the other order adds an equal, exact
+        measurement), 1 elsewhere.
+    """
+    other_residual, other_variance, other_measured = other.residual.T, other.variance.T, other.measured.T
+    both = own.measured & other_measured
+    worth = np.ones((GRID_SIZE, GRID_SIZE))
+    if both.sum() < 3:
+        return own, worth
+    difference = own.residual - other_residual
+    difference_variance = own.variance + other_variance
+    points = np.argwhere(both)
+    offset = np.zeros((GRID_SIZE, GRID_SIZE))
+    offset_variance = np.full((GRID_SIZE, GRID_SIZE), np.inf)
+    offset[1:, 1:], offset_variance[1:, 1:] = _local_linear(
+        points, difference[both], 1.0 / difference_variance[both], _ORDER_OFFSET_BANDWIDTH
+    )
+    excess = (difference - offset) ** 2 - difference_variance - offset_variance
+    cells = np.argwhere(np.ones((GRID_SIZE, GRID_SIZE), dtype=bool))
+    kernel = np.exp(-0.5 * ((cells[:, None, :] - points[None, :, :]) ** 2).sum(axis=2) / _ORDER_MISFIT_BANDWIDTH**2)
+    misfit = np.maximum(0.0, (kernel @ excess[both]) / kernel.sum(axis=1)).reshape(GRID_SIZE, GRID_SIZE)
+    borrowed_variance = other_variance + offset_variance + misfit
+    usable = other_measured & np.isfinite(borrowed_variance)
+    own_precision = np.where(own.measured, 1.0 / own.variance, 0.0)
+    borrowed_precision = np.where(usable, 1.0 / np.where(usable, borrowed_variance, 1.0), 0.0)
+    precision = own_precision + borrowed_precision
+    measured = own.measured | usable
+    safe_precision = np.where(measured, precision, 1.0)
+    residual = np.where(
+        measured,
+        (own_precision * np.where(own.measured, own.residual, 0.0) + borrowed_precision * np.where(usable, other_residual + offset, 0.0))
+        / safe_precision,
+        own.residual,
+    )
+    worth = np.where(own.measured, precision / np.where(own.measured, own_precision, 1.0), 1.0)
+    return _LogitObservations(own.baseline, residual, np.where(measured, 1.0 / safe_precision, np.inf), measured), worth
+
+
 def estimate_grid(
     correct: NDArray[np.int64] | NDArray[np.float64],
     images: NDArray[np.int64],
     bandwidth: float,
     variance_factor: NDArray[np.float64] | None = None,
+    other_order: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64] | None] | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Estimate one pair's 21×21 accuracy grid from partial measurements.
 
     On the logit scale, the single curves predict the pair additively; measured interior cells
-    correct that baseline. For every interior cell a *prior* is fitted to the residuals of the
-    other measured cells (leave-one-out, Gaussian-kernel local-linear, inverse-variance weights).
-    How far real cells stray from such a fit (the misfit variance τ², estimated per grid from the
-    measured cells by the method of moments) decides how much a measured cell keeps its own value:
-    smooth grids are smoothed, rough grids (cliffs, one corruption undoing another) keep their
-    measurements. An unmeasured cell gets the prior, with standard error √(prior variance + τ²).
+    correct that baseline. With ``other_order``, each cell's measurement is first combined with the
+    other order's cell at swapped severities through a fitted order offset
+    (:func:`_borrow_other_order`). For every interior cell a *prior* is fitted to the residuals of
+    the other measured cells (leave-one-out, Gaussian-kernel local-linear, inverse-variance
+    weights). How far real cells stray from such a fit (the misfit variance τ², estimated per grid
+    from the measured cells by the method of moments) decides how much a measured cell keeps its
+    own value: smooth grids are smoothed, rough grids (cliffs, one corruption undoing another)
+    keep their measurements. An unmeasured cell gets the prior, with standard error
+    √(prior variance + τ²).
 
     Args:
         correct, images: 21×21 correct predictions and images evaluated per cell; the first row and
@@ -227,28 +329,37 @@ def estimate_grid(
         bandwidth: Gaussian kernel width in cells of the prior's local fit.
         variance_factor: optional 21×21 factor (≥ 0) on each measured interior cell's binomial
             variance (control-variate residual share × finite-population correction); 1 if omitted.
+        other_order: optional (correct, images, variance_factor) of the pair in the other order,
+            (b, a) for a grid of (a, b), in that pair's own orientation.
 
     Returns:
         (accuracy in percent, standard error in percentage points), two 21×21 arrays. The first row
         and column are the measured values (standard error from the binomial count).
     """
-    proportion = _bounded_proportion(correct, images)
-    logit = _logit(proportion)
-    baseline = logit[:, :1] + logit[:1, :] - logit[0, 0]
-    interior = np.zeros((GRID_SIZE, GRID_SIZE), dtype=bool)
-    interior[1:, 1:] = True
-    measured = interior & (images > 0)
-    residual = logit - baseline
-    measurement_variance = 1.0 / np.maximum(images * proportion * (1.0 - proportion), 1e-12)
-    if variance_factor is not None:
-        measurement_variance = np.maximum(measurement_variance * variance_factor, _SMALLEST_LOGIT_VARIANCE)
+    accuracy, error, _ = _estimate(correct, images, bandwidth, variance_factor, other_order)
+    return accuracy, error
+
+
+def _estimate(
+    correct: NDArray[np.int64] | NDArray[np.float64],
+    images: NDArray[np.int64],
+    bandwidth: float,
+    variance_factor: NDArray[np.float64] | None,
+    other_order: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64] | None] | None,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """:func:`estimate_grid`, plus the worth of each measured cell's own images (see :func:`_borrow_other_order`)."""
+    observations = _logit_observations(correct, images, variance_factor)
+    worth = np.ones((GRID_SIZE, GRID_SIZE))
+    if other_order is not None:
+        observations, worth = _borrow_other_order(observations, _logit_observations(*other_order))
+    baseline, residual, measurement_variance, measured = observations
     estimate_logit = baseline.copy()
     variance_logit = np.zeros((GRID_SIZE, GRID_SIZE))
     if measured.any():
         points = np.argwhere(measured)
         prior, prior_variance = _local_linear(points, residual[measured], 1.0 / measurement_variance[measured], bandwidth)
         own = measured[1:, 1:]
-        own_variance = measurement_variance[1:, 1:]
+        own_variance = np.where(own, measurement_variance[1:, 1:], 1.0)
         excess = (residual[1:, 1:] - prior) ** 2 - own_variance - prior_variance
         misfit = max(0.0, float(np.mean(excess[own]))) if own.sum() >= 3 else 0.0
         prior_total = prior_variance + misfit
@@ -257,14 +368,15 @@ def estimate_grid(
         estimate_logit[1:, 1:] += combined
         variance_logit[1:, 1:] = combined_variance
     estimate = _expit(estimate_logit)
-    border = ~interior
+    border = np.ones((GRID_SIZE, GRID_SIZE), dtype=bool)
+    border[1:, 1:] = False
     estimate[border] = correct[border] / np.maximum(images[border], 1)
     error = np.sqrt(variance_logit) * estimate * (1.0 - estimate)
     error[border] = np.sqrt(estimate[border] * (1 - estimate[border]) / np.maximum(images[border], 1))
     accuracy = 100.0 * estimate
     # The same arithmetic as brute force, so that shared cells are bit-identical.
     accuracy[border] = 100.0 * correct[border] / np.maximum(images[border], 1)
-    return accuracy, 100.0 * error
+    return accuracy, 100.0 * error, worth
 
 
 def control_variate_grid(
@@ -471,22 +583,15 @@ class AdaptivePlanner:
             return wanted
         wanted = dict(requested)
         grown = False
-        for p, ((a, b), grid_inputs) in enumerate(zip(ordered_pairs(self.corruption_count), self._grid_inputs(measured))):
-            for (i, j), limit in self._cells_to_refine(*grid_inputs).items():
+        for (a, b), (estimate, error, worth) in zip(ordered_pairs(self.corruption_count), self._estimates(measured)):
+            for (i, j), limit in self._refinement_limits(estimate, error).items():
                 cell = Cell(a, i, b, j)
                 current = requested.get(cell, 0)
-                blocks = min(limit, max(self.coarse_blocks, math.ceil(self.settings.growth * current)))
+                blocks = min(math.ceil(limit / worth[i, j]), max(self.coarse_blocks, math.ceil(self.settings.growth * current)))
                 if blocks > current:
                     wanted[cell] = blocks
                     grown = True
         return wanted if grown else None
-
-    def _cells_to_refine(
-        self, correct: NDArray[np.float64], images: NDArray[np.int64], variance_factor: NDArray[np.float64]
-    ) -> dict[tuple[int, int], int]:
-        """Interior cells that want more images, each with the number of blocks it may grow to."""
-        estimate, error = estimate_grid(correct, images, self.settings.bandwidth, variance_factor)
-        return self._refinement_limits(estimate, error)
 
     def _refinement_limits(self, estimate: NDArray[np.float64], error: NDArray[np.float64]) -> dict[tuple[int, int], int]:
         """Blocks each interior cell may grow to, given the current estimate and its standard error (cells with 0 left out)."""
@@ -509,12 +614,23 @@ class AdaptivePlanner:
 
     def grids(self, measured: Measurements) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """Estimated accuracy (percent) per pair and the images really evaluated per cell."""
-        inputs = self._grid_inputs(measured)
-        images = np.stack([grid_images for _, grid_images, _ in inputs])
-        accuracy = np.empty(images.shape, dtype=np.float64)
-        for p, (counts, grid_images, factor) in enumerate(inputs):
-            accuracy[p], _ = estimate_grid(counts, grid_images, self.settings.bandwidth, factor)
+        _, images = measured_grids(self.corruption_count, measured)
+        accuracy = np.stack([estimate for estimate, _, _ in self._estimates(measured)])
         return np.clip(accuracy, 0.0, 100.0), images
+
+    def _estimates(
+        self, measured: Measurements
+    ) -> list[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]]:
+        """Per ordered pair: (accuracy, standard error, worth of each cell's own images), see :func:`_estimate`."""
+        inputs = self._grid_inputs(measured)
+        pairs = ordered_pairs(self.corruption_count)
+        position = {pair: p for p, pair in enumerate(pairs)}
+        estimates = []
+        for p, (a, b) in enumerate(pairs):
+            correct, images, factor = inputs[p]
+            other_order = inputs[position[b, a]] if self.settings.borrow_orders else None
+            estimates.append(_estimate(correct, images, self.settings.bandwidth, factor, other_order))
+        return estimates
 
     def _grid_inputs(
         self, measured: Measurements
