@@ -33,8 +33,9 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    path crossing a cliff) up to ``explore_blocks``: such a cell adds its distance to the path's
    mean deviation whatever its small error, so more images would hardly change which path is
    chosen. Limits count a cell's images at their worth after borrowing: a cell whose other-order
-   twin adds an equal measurement stops at about half of them. (By default both levels are 1/5 of the set, so the window only matters when
-   ``path_fraction`` is raised above ``explore_fraction``.)
+   twin adds an equal measurement stops at about half of them. (By default both levels are 1/5
+   of the set, so the window only matters when ``path_fraction`` is raised above
+   ``explore_fraction``.)
 5. **Optimistic exploration** (where the local prior is wrong, e.g. a ridge next to a cliff, a
    cell can be estimated several points off with a small standard error, and no path ever goes
    there to correct it): each cell is moved towards the target by up to ``optimism·se`` (the best
@@ -232,6 +233,7 @@ def _logit_observations(
     images: NDArray[np.int64],
     variance_factor: NDArray[np.float64] | None,
 ) -> _LogitObservations:
+    """Logit residuals of one pair's measured cells and their variances (see :func:`estimate_grid`'s arguments)."""
     proportion = _bounded_proportion(correct, images)
     logit = _logit(proportion)
     baseline = logit[:, :1] + logit[:1, :] - logit[0, 0]
@@ -292,12 +294,9 @@ def _borrow_other_order(own: _LogitObservations, other: _LogitObservations) -> t
     precision = own_precision + borrowed_precision
     measured = own.measured | usable
     safe_precision = np.where(measured, precision, 1.0)
-    residual = np.where(
-        measured,
-        (own_precision * np.where(own.measured, own.residual, 0.0) + borrowed_precision * np.where(usable, other_residual + offset, 0.0))
-        / safe_precision,
-        own.residual,
-    )
+    own_part = own_precision * np.where(own.measured, own.residual, 0.0)
+    borrowed_part = borrowed_precision * np.where(usable, other_residual + offset, 0.0)
+    residual = np.where(measured, (own_part + borrowed_part) / safe_precision, own.residual)
     worth = np.where(own.measured, precision / np.where(own.measured, own_precision, 1.0), 1.0)
     return _LogitObservations(own.baseline, residual, np.where(measured, 1.0 / safe_precision, np.inf), measured), worth
 
