@@ -582,7 +582,8 @@ class AdaptivePlanner:
             return wanted
         wanted = dict(requested)
         grown = False
-        for (a, b), (estimate, error, worth) in zip(ordered_pairs(self.corruption_count), self._estimates(measured)):
+        estimates = self._estimates(self._grid_inputs(measured))
+        for (a, b), (estimate, error, worth) in zip(ordered_pairs(self.corruption_count), estimates):
             for (i, j), limit in self._refinement_limits(estimate, error).items():
                 cell = Cell(a, i, b, j)
                 current = requested.get(cell, 0)
@@ -613,15 +614,16 @@ class AdaptivePlanner:
 
     def grids(self, measured: Measurements) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """Estimated accuracy (percent) per pair and the images really evaluated per cell."""
-        _, images = measured_grids(self.corruption_count, measured)
-        accuracy = np.stack([estimate for estimate, _, _ in self._estimates(measured)])
+        inputs = self._grid_inputs(measured)
+        images = np.stack([grid_images for _, grid_images, _ in inputs])
+        accuracy = np.stack([estimate for estimate, _, _ in self._estimates(inputs)])
         return np.clip(accuracy, 0.0, 100.0), images
 
     def _estimates(
-        self, measured: Measurements
+        self, inputs: list[tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]]]
     ) -> list[tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]]:
-        """Per ordered pair: (accuracy, standard error, worth of each cell's own images), see :func:`_estimate`."""
-        inputs = self._grid_inputs(measured)
+        """Per ordered pair, from its :meth:`_grid_inputs`: (accuracy, standard error, worth of each
+        cell's own images), see :func:`_estimate`."""
         pairs = ordered_pairs(self.corruption_count)
         position = {pair: p for p, pair in enumerate(pairs)}
         estimates = []
