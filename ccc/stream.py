@@ -223,7 +223,11 @@ class CCCStream(torch.utils.data.IterableDataset):
         rank, world_size: this process's rank among ``world_size`` (default: ``RANK``/``WORLD_SIZE`` from the environment, else 0 and 1).
         rank_split: ``interleaved`` or ``contiguous`` (see the module documentation).
         on_error: ``raise`` or ``skip``.
+        spec: the stream's definition (:class:`ccc.stream_plan.StreamSpec`) when known — from the run
+            folder's manifest or the rendered plan; None for shards read without a manifest.
     """
+
+    spec: StreamSpec | None = None
 
     def __init__(
         self,
@@ -384,8 +388,9 @@ def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard:
 
 
 class _ShardStream(CCCStream):
-    def __init__(self, shards: Sequence[ShardLocation], total: int | None, **options: Any) -> None:
+    def __init__(self, shards: Sequence[ShardLocation], total: int | None, spec: StreamSpec | None, **options: Any) -> None:
         self.shards = tuple(shards)
+        self.spec = spec
         super().__init__(total=total, **options)
 
     def _samples(self, selection: _Selection) -> Iterator[StreamSample | _Skipped]:
@@ -437,6 +442,7 @@ class _ShardStream(CCCStream):
 class _RenderedStream(CCCStream):
     def __init__(self, plan: StreamPlan, compress: bool, **options: Any) -> None:
         self.plan = plan
+        self.spec = plan.spec
         self.compress = compress
         super().__init__(total=plan.spec.num_images, **options)
 
@@ -467,7 +473,7 @@ class _RenderedStream(CCCStream):
             relative = selection.next_wanted(relative + 1)
 
 
-def _manifest_shards(folder: Path) -> tuple[list[ShardLocation], int]:
+def _manifest_shards(folder: Path) -> tuple[list[ShardLocation], StreamSpec]:
     try:
         manifest = load_manifest(folder)
     except FileNotFoundError:
@@ -482,7 +488,7 @@ def _manifest_shards(folder: Path) -> tuple[list[ShardLocation], int]:
     for index in range(manifest.stream.num_shards):
         sample_range = manifest.stream.shard_range(index)
         shards.append(ShardLocation(str(folder / shard_name(index)), sample_range.start, len(sample_range), index in finished))
-    return shards, manifest.stream.num_images
+    return shards, manifest.stream
 
 
 def _expand(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -528,15 +534,17 @@ def open_stream(
         StreamError: a folder without manifest or with a malformed one.
         ValueError: invalid arguments.
     """
+    spec: StreamSpec | None = None
     if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
-        shards, total = _manifest_shards(Path(source))
+        shards, spec = _manifest_shards(Path(source))
     elif isinstance(source, (str, os.PathLike)) and Path(source).name == MANIFEST_NAME and Path(source).is_file():
-        shards, total = _manifest_shards(Path(source).parent)
+        shards, spec = _manifest_shards(Path(source).parent)
     else:
-        shards, total = [ShardLocation(location) for location in _expand(source)], None
+        shards = [ShardLocation(location) for location in _expand(source)]
     return _ShardStream(
         shards,
-        total,
+        None if spec is None else spec.num_images,
+        spec,
         start=start,
         limit=limit,
         image_format=image_format,

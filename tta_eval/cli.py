@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tta_eval.experiment import ExperimentSettings, MethodSpec, SweepSettings, run_experiment, run_sweep
+from tta_eval.experiment import DEMO_MODEL, ExperimentSettings, MethodSpec, SweepSettings, resolve_experiment, run_experiment, run_sweep
 from tta_eval.methods import get_method, list_methods
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
-from tta_eval.models import ModelSpec
+from tta_eval.models import DEFAULT_MODEL, ModelSpec
 from tta_eval.protocols import (
     PROTOCOLS,
     AlfarraProtocol,
@@ -30,7 +30,7 @@ from tta_eval.protocols import (
     OfflineProtocol,
 )
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
-from tta_eval.reports import adaptation_notes, comparison_table, load_run, plot_comparison, rescore_run, run_scores, scores_table, write_json
+from tta_eval.reports import adaptation_notes, comparison_table, find_run_folders, load_run, plot_comparison, rescore_run, run_scores, scores_table, write_json
 from tta_eval.streams import StreamOptions
 
 PROGRAM = "tta-eval"
@@ -49,11 +49,17 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--method",
         action="append",
-        required=True,
+        default=[],
         metavar="NAME[:OPTION=VALUE,...]",
-        help="method to run (repeatable), e.g. rdumb, eata, tent:learning_rate=0.001; see 'tta-eval methods'",
+        help="method to run (repeatable), e.g. rdumb, eata, tent:learning_rate=0.001; see 'tta-eval methods' "
+        "(demo-world streams: source, bn, tent, eta, rdumb when none is given)",
     )
-    parser.add_argument("--model", default="resnet50", help="torchvision model name or 'module:function' factory")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="torchvision model name or 'module:function' factory (default: the stream's world's model: the demo "
+        "model for demo-world streams, resnet50 otherwise)",
+    )
     parser.add_argument(
         "--weights",
         default=None,
@@ -76,13 +82,23 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     episodic = parser.add_mutually_exclusive_group()
     episodic.add_argument("--episodic-domain", metavar="KEY", help="episodic: reset methods when KEY changes")
     episodic.add_argument("--episodic-every", type=int, metavar="N", help="episodic: reset methods every N batches")
-    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="samples per accuracy window")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help=f"samples per accuracy window (default: fitted to the stream's length for >= 20 windows, at most {DEFAULT_WINDOW:,})",
+    )
     parser.add_argument(
         "--collapse-reference",
         default="source",
         help="'source' (run the source model as reference), an accuracy in [0, 1], or 'none'",
     )
-    parser.add_argument("--collapse-span", type=int, default=DEFAULT_COLLAPSE_SPAN, help="samples below the reference")
+    parser.add_argument(
+        "--collapse-span",
+        type=int,
+        default=None,
+        help=f"samples below the reference that make a collapse (default: 5 windows, at most {DEFAULT_COLLAPSE_SPAN:,})",
+    )
     parser.add_argument("--nonfinite-loss", choices=("continue", "stop"), default="continue")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder holding run folders")
     parser.add_argument("--name", default=None, help="run folder name (default: from the stream)")
@@ -171,7 +187,9 @@ def _build_parser() -> argparse.ArgumentParser:
     rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here")
 
     compare = commands.add_parser("compare", help="markdown table and overlay plot of run folders")
-    compare.add_argument("runs", nargs="+", type=Path, help="run folders written by 'tta-eval run'")
+    compare.add_argument(
+        "runs", nargs="+", type=Path, help="run folders written by 'tta-eval run', folders holding them (any depth) or glob patterns"
+    )
     compare.add_argument("--out", type=Path, default=Path("comparison"), help="folder for table and plot")
 
     methods = commands.add_parser("methods", help="list registered methods with their defaults")
@@ -271,15 +289,15 @@ def _cost_model(arguments: argparse.Namespace) -> CostModel | None:
     return CostModel(latency, tuple(costs.items()), plain, origin)
 
 
-DEMO_MODEL = "ccc.demo:demo_model"
-
-
-def _model_spec(arguments: argparse.Namespace) -> ModelSpec:
-    if not arguments.demo:
-        return ModelSpec(arguments.model, arguments.weights, arguments.normalization)
-    if arguments.model != "resnet50" or arguments.weights is not None:
-        raise ValueError("--demo selects the demo model: do not combine it with --model or --weights")
-    return ModelSpec(DEMO_MODEL)
+def _model_spec(arguments: argparse.Namespace) -> ModelSpec | None:
+    """The model the user chose, or None to let the stream's world choose (``resolve_experiment``)."""
+    if arguments.demo:
+        if arguments.model is not None or arguments.weights is not None:
+            raise ValueError("--demo selects the demo model: do not combine it with --model or --weights")
+        return ModelSpec(DEMO_MODEL)
+    if arguments.model is None and arguments.weights is None and arguments.normalization == "auto":
+        return None
+    return ModelSpec(arguments.model or DEFAULT_MODEL, arguments.weights, arguments.normalization)
 
 
 def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSettings) -> ExperimentSettings:
@@ -321,8 +339,10 @@ def _timing_line(summary: dict) -> str:
 
 
 def _run(arguments: argparse.Namespace) -> int:
-    settings = _experiment_settings(arguments, _protocol(arguments))
-    run_dir = run_experiment(settings)
+    resolved = resolve_experiment(_experiment_settings(arguments, _protocol(arguments)))
+    for note in resolved.notes:
+        print(note)
+    run_dir = run_experiment(resolved.settings)
     run = load_run(run_dir)
     print(comparison_table([run]), end="")
     scores = scores_table(run_scores(run))
@@ -346,8 +366,11 @@ def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
 
 
 def _sweep(arguments: argparse.Namespace) -> int:
+    resolved = resolve_experiment(_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))))
+    for note in resolved.notes:
+        print(note)
     settings = SweepSettings(
-        experiment=_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))),
+        experiment=resolved.settings,
         speeds=_grid("--speeds", arguments.speeds),
         utilisations=_grid("--utilisations", arguments.utilisations),
         thresholds=_grid("--thresholds-ms", arguments.thresholds_ms, 1e-3),
@@ -377,7 +400,7 @@ def _rescore(arguments: argparse.Namespace) -> int:
 
 
 def _compare(arguments: argparse.Namespace) -> int:
-    runs = [load_run(path) for path in arguments.runs]
+    runs = [load_run(path) for path in find_run_folders(arguments.runs)]
     table = comparison_table(runs)
     arguments.out.mkdir(parents=True, exist_ok=True)
     (arguments.out / "comparison.md").write_text(table)

@@ -67,12 +67,23 @@ from tta_eval.reports import (
     write_json,
     write_rows_csv,
 )
-from tta_eval.streams import StreamOptions, as_batch, limit_samples, open_stream_source, parse_options
+from tta_eval.streams import (
+    StreamDescription,
+    StreamOptions,
+    as_batch,
+    describe_stream_source,
+    limit_samples,
+    open_stream_source,
+    parse_options,
+)
 from tta_eval.validation import check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
 FLUSH_EVERY_ROWS = 1000
+DEMO_MODEL = "ccc.demo:demo_model"
+"""The demo world's model factory (``ccc.demo.demo_model``)."""
+DEMO_WORLD = "demo"
 
 
 @dataclass(frozen=True)
@@ -96,12 +107,16 @@ class MethodSpec:
 class ExperimentSettings:
     """Everything a run needs.
 
-    stream: stream source text (see ``tta_eval.streams.open_stream_source``); methods: at least
-    one, labels unique; max_samples: stop after this many samples (None: whole stream); window:
-    samples per accuracy window; collapse_reference: "source" (the source model is added to the
-    run when not requested) or a fixed accuracy in [0, 1], or None; collapse_span: samples;
-    run_name: folder name under output_root (default: derived from the stream); overwrite: allow
-    replacing an existing run folder.
+    stream: stream source text (see ``tta_eval.streams.open_stream_source``); methods: labels
+    unique; none: the stream world's demonstration methods (demo streams), else an error; model:
+    None for the model of the stream's world (the demo model for demo-world streams, ResNet-50
+    otherwise); max_samples: stop after this many samples (None: whole stream); window: samples per
+    accuracy window; collapse_reference: "source" (the source model is added to the run when not
+    requested) or a fixed accuracy in [0, 1], or None; collapse_span: samples; window and
+    collapse_span None: fitted to the stream's length (``fitted_window``); run_name: folder name
+    under output_root (default: the stream's name); overwrite: allow replacing an existing run
+    folder. world_defaults: on a demo-world stream, give each method the demo's options
+    (``ccc.demo.DEMO_METHOD_OPTIONS``) where ``methods`` does not set them.
 
     protocol: any protocol's settings (``tta_eval.protocols``). cost_model: deterministic timing
     with these costs (None: measured wall time). baseline_latency: λ in seconds for measured
@@ -111,8 +126,8 @@ class ExperimentSettings:
     """
 
     stream: str
-    methods: tuple[MethodSpec, ...]
-    model: ModelSpec = ModelSpec()
+    methods: tuple[MethodSpec, ...] = ()
+    model: ModelSpec | None = None
     output_root: Path = Path("results")
     run_name: str | None = None
     device: str = "cpu"
@@ -123,23 +138,24 @@ class ExperimentSettings:
     baseline_latency: float | None = None
     calibration_calls: int = DEFAULT_CALIBRATION_CALLS
     warmup_calls: int = DEFAULT_WARMUP_CALLS
-    window: int = DEFAULT_WINDOW
+    window: int | None = None
     collapse_reference: str | float | None = SOURCE_METHOD
-    collapse_span: int = DEFAULT_COLLAPSE_SPAN
+    collapse_span: int | None = None
     overwrite: bool = False
     progress: bool = True
+    world_defaults: bool = True
 
     def __post_init__(self) -> None:
-        if not self.methods:
-            raise ValueError("methods must list at least one method, got none")
         labels = [method.label for method in self.methods]
         duplicates = sorted({label for label in labels if labels.count(label) > 1})
         if duplicates:
             raise ValueError(f"each method may be given once per run, got duplicates: {', '.join(duplicates)}")
         if self.max_samples is not None:
             check_positive_int("max_samples", self.max_samples)
-        check_positive_int("window", self.window)
-        check_positive_int("collapse_span", self.collapse_span)
+        if self.window is not None:
+            check_positive_int("window", self.window)
+        if self.collapse_span is not None:
+            check_positive_int("collapse_span", self.collapse_span)
         if isinstance(self.collapse_reference, str) and self.collapse_reference != SOURCE_METHOD:
             raise ValueError(
                 f"collapse_reference must be 'source', an accuracy in [0, 1] or None, got {self.collapse_reference!r}"
@@ -170,11 +186,128 @@ class ExperimentSettings:
         return methods
 
     def resolved_run_name(self) -> str:
-        """``run_name`` or a folder-safe name derived from the stream text."""
+        """``run_name`` or a folder-safe name derived from the stream (its run folder's name for CCC shards)."""
         if self.run_name:
             return self.run_name
-        stem = Path(self.stream.rstrip("/")).name if Path(self.stream).is_dir() else self.stream
-        return safe_file_name(stem) or "run"
+        return safe_file_name(describe_stream_source(self.stream, self.stream_options).name) or "run"
+
+
+WINDOWS_PER_STREAM = 20
+"""A fitted accuracy window gives at least this many windows over the stream."""
+
+COLLAPSE_SPAN_WINDOWS = 5
+"""A fitted collapse span lasts this many windows (the paper's 50,000 samples for 10,000-sample windows)."""
+
+SUGGESTED_RESETS_PER_STREAM = 10
+"""A reset interval suggested for a stream too short for a method's own resets gives this many resets."""
+
+
+def fitted_window(samples: int | None) -> int:
+    """Accuracy window (samples) for a stream of ``samples`` samples (None: unknown length).
+
+    The largest of 1, 2, 5 × 10^k that gives at least ``WINDOWS_PER_STREAM`` windows, at most the
+    paper's ``DEFAULT_WINDOW`` (10,000), so full-length CCC streams keep the paper's value.
+    """
+    if samples is None:
+        return DEFAULT_WINDOW
+    check_positive_int("samples", samples)
+    limit = max(1, samples // WINDOWS_PER_STREAM)
+    window = 1
+    for exponent in range(len(str(limit))):
+        for mantissa in (1, 2, 5):
+            if mantissa * 10**exponent <= limit:
+                window = mantissa * 10**exponent
+    return min(window, DEFAULT_WINDOW)
+
+
+@dataclass(frozen=True)
+class ResolvedExperiment:
+    """Settings with every stream-dependent default filled in, what is known of the stream, and one
+    line per choice made for the user (to print before the run)."""
+
+    settings: ExperimentSettings
+    stream: StreamDescription
+    notes: tuple[str, ...]
+
+
+def _with_world_methods(settings: ExperimentSettings, notes: list[str]) -> tuple[MethodSpec, ...]:
+    """The demo world's methods and options where ``settings`` leaves them open."""
+    from ccc.demo import DEMO_METHOD_OPTIONS, DEMO_METHODS
+
+    methods = settings.methods or tuple(MethodSpec(name, name) for name in DEMO_METHODS)
+    if not settings.methods:
+        notes.append(f"demo world: methods {', '.join(DEMO_METHODS)} (pass --method to choose)")
+    if not settings.world_defaults:
+        return methods
+    applied = []
+    updated = []
+    for method in methods:
+        given = dict(method.options)
+        added = {option: value for option, value in DEMO_METHOD_OPTIONS.get(method.name, {}).items() if option not in given}
+        if added:
+            applied.append(f"{method.label}: {', '.join(f'{option}={value:g}' for option, value in added.items())}")
+        updated.append(dataclasses.replace(method, options=tuple({**added, **given}.items())))
+    if applied:
+        notes.append(f"demo world settings (docs/demo.md; the demo's, not the paper's): {'; '.join(applied)}")
+    return tuple(updated)
+
+
+def _check_world_model(model: ModelSpec, stream: StreamDescription, stream_text: str) -> None:
+    if model.name == DEMO_MODEL and stream.world is not None and stream.world != DEMO_WORLD:
+        raise ValueError(
+            f"the demo model (--demo) fits only streams of the demo world, but stream {stream_text!r} was rendered "
+            "from an ImageNet-layout folder: drop --demo (and choose --model)"
+        )
+
+
+def _reset_notes(methods: tuple[MethodSpec, ...], batch_size: int, samples: int | None) -> list[str]:
+    """A note for each method whose periodic reset never fires within ``samples`` samples."""
+    if samples is None:
+        return []
+    notes = []
+    for method in methods:
+        _, reset_every = resolve_config(method.name, **dict(method.options))
+        if reset_every is not None and reset_every * batch_size >= samples:
+            suggestion = max(1, samples // (batch_size * SUGGESTED_RESETS_PER_STREAM))
+            notes.append(
+                f"note: {method.label} resets every {reset_every:,} batches ({reset_every * batch_size:,} samples), but the stream "
+                f"has {samples:,} samples: it never resets and equals its method without resets; "
+                f"e.g. --method {method.name}:reset_every={suggestion}"
+            )
+    return notes
+
+
+def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
+    """Fill in what ``settings`` leaves to the stream: model and methods of its world, window and
+    collapse span fitted to its length (``fitted_window``; explicit values always win); one note
+    per choice and per method whose reset interval exceeds the stream.
+
+    Reads only what is known of the stream (``describe_stream_source``: a manifest, a folder's file
+    names), not its samples. Raises ValueError for a stream that names nothing, no methods outside
+    the demo world, or the demo model on a stream of another world.
+    """
+    stream = describe_stream_source(settings.stream, settings.stream_options)
+    notes: list[str] = []
+    demo = stream.world == DEMO_WORLD
+    methods = _with_world_methods(settings, notes) if demo else settings.methods
+    if not methods:
+        raise ValueError("pass at least one method (--method NAME, repeatable; see 'tta-eval methods')")
+    model = settings.model
+    if model is None:
+        model = ModelSpec(DEMO_MODEL) if demo else ModelSpec()
+        if demo:
+            notes.append(f"demo world stream: evaluating the demo model ({DEMO_MODEL}, docs/demo.md)")
+    _check_world_model(model, stream, settings.stream)
+    samples = stream.samples if settings.max_samples is None else min(settings.max_samples, stream.samples or settings.max_samples)
+    window = settings.window if settings.window is not None else fitted_window(samples)
+    span = settings.collapse_span if settings.collapse_span is not None else min(DEFAULT_COLLAPSE_SPAN, COLLAPSE_SPAN_WINDOWS * window)
+    fitted = [text for text, given in ((f"window {window:,} samples", settings.window), (f"collapse span {span:,}", settings.collapse_span)) if given is None]
+    if fitted:
+        basis = f"fitted to the stream's {samples:,} samples" if samples is not None else "the paper's values; stream length unknown"
+        notes.append(f"{' and '.join(fitted)} ({basis}; --window, --collapse-span to change)")
+    resolved = dataclasses.replace(settings, methods=methods, model=model, window=window, collapse_span=span)
+    notes += _reset_notes(resolved.resolved_methods(), settings.stream_options.batch_size, samples)
+    return ResolvedExperiment(resolved, stream, tuple(notes))
 
 
 def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...]) -> dict[str, Any]:
@@ -190,6 +323,7 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
         }
     return {
         "stream": settings.stream,
+        "stream_name": describe_stream_source(settings.stream, settings.stream_options).name,
         "stream_options": dataclasses.asdict(settings.stream_options),
         "max_samples": settings.max_samples,
         "model": dataclasses.asdict(settings.model),
@@ -264,6 +398,25 @@ def _baseline_latency(
     return BaselineLatency(calibration.baseline_latency, "calibrated", calibration), stream
 
 
+def check_model_classes(model: torch.nn.Module, batch: Any, device: torch.device, num_classes: int | None, model_name: str) -> None:
+    """Refuse a model whose logits do not fit the stream's labels.
+
+    One forward pass (no gradients; the model is in evaluation mode, so nothing changes) on the first
+    batch: the logits' width must equal ``num_classes`` when the stream's class count is known (e.g.
+    16 for the demo world), and exceed every label of the batch otherwise. Raises ValueError.
+    """
+    with torch.no_grad():
+        width = int(model(batch.images.to(device)).shape[-1])
+    if num_classes is not None and width != num_classes:
+        raise ValueError(
+            f"model {model_name!r} predicts {width:,} classes, but the stream's labels come from {num_classes:,} classes; "
+            "choose a model trained for this stream's classes (demo-world streams: leave --model out, or --demo)"
+        )
+    highest = int(batch.labels.max())
+    if highest >= width:
+        raise ValueError(f"model {model_name!r} predicts {width:,} classes, but the stream has label {highest:,}; choose a model for these classes")
+
+
 def _check_protocol(protocol: EpisodeSettings, baseline_latency: float | None) -> None:
     """Settings that can only be checked once λ is known (raise ValueError before the run starts)."""
     if isinstance(protocol, ContinuousProtocol):
@@ -304,6 +457,8 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     thresholds) before or during the run, and NonFiniteLossError under the "stop" policy after
     writing what was recorded.
     """
+    resolved = resolve_experiment(settings)
+    settings = resolved.settings
     methods = settings.resolved_methods()
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
@@ -313,11 +468,14 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
         stream = limit_samples(stream, settings.max_samples)
     if model is None:
         model = load_model(settings.model, device)
+    first, stream = _peek(stream)
+    check_model_classes(model, as_batch(first, 0), device, resolved.stream.num_classes, settings.model.name)
     modules = {method.label: create(method.name, model, **dict(method.options)) for method in methods}
     latency, stream = _baseline_latency(settings, model, stream, device)
     _check_protocol(settings.protocol, latency.seconds)
     run_dir = _prepare_run_folder(settings)
     config = resolved_config(settings, methods)
+    config["choices"] = list(resolved.notes)
     config.update(latency.to_json())
     write_json(run_dir / CONFIG_FILE, config)
     tables = {label: RecordTable() for label in modules}
@@ -455,7 +613,7 @@ def run_sweep(settings: SweepSettings) -> Path:
     The model is loaded once and shared by all scenario runs. Raises ValueError for user mistakes,
     as ``run_experiment``.
     """
-    base = settings.experiment
+    base = resolve_experiment(settings.experiment).settings
     sweep_dir = base.output_root / base.resolved_run_name()
     if sweep_dir.exists() and any(sweep_dir.iterdir()) and not base.overwrite:
         raise ValueError(f"sweep folder {str(sweep_dir)!r} already exists; choose another --name or pass --overwrite")

@@ -152,7 +152,14 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
                 weights = DEFAULT_RESNET50_WEIGHTS if spec.name == DEFAULT_MODEL else "DEFAULT"
             weights_enum = _torchvision_weights(spec.name, weights)
             logger.info("building torchvision model %s with weights %s", spec.name, weights_enum)
-            model = torchvision.models.get_model(spec.name, weights=weights_enum)
+            try:
+                model = torchvision.models.get_model(spec.name, weights=weights_enum)
+            except (OSError, RuntimeError) as error:  # URLError is an OSError; a torn download a RuntimeError
+                reason = " ".join(str(getattr(error, "reason", None) or error).split())
+                raise ValueError(
+                    f"could not get the {weights} weights of {spec.name} ({reason}); torchvision downloads them on first "
+                    "use: without internet, pass --weights FILE (a local state_dict) or --weights none"
+                ) from None
     if weights_path is not None:
         _load_state_dict_file(model, weights_path)
     if normalization == "imagenet":

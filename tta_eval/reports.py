@@ -4,6 +4,7 @@ tables, rescoring of saved traces, and sweep result tables; all from records and
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import math
 import re
@@ -160,6 +161,10 @@ def load_run(run_dir: Path) -> RunResult:
 RARE_ADAPTATION_FRACTION = 0.01
 """A learning method that adapted on fewer than this fraction of the samples gets a note after a run."""
 
+FEW_CLASS_REDUNDANCY_MARGIN = 0.4
+"""The redundancy margin the note suggests for models with 10–16 classes (public CIFAR-10 configurations;
+about the ImageNet ratio 1.58/√C, docs/methods.md)."""
+
 
 def adaptation_notes(run: RunResult) -> list[str]:
     """One line per learning method (its config has a ``learning_rate``) of ``run`` that adapted on
@@ -173,10 +178,13 @@ def adaptation_notes(run: RunResult) -> list[str]:
     configs = run.config.get("methods", {})
     for label, entry in run.summary.get("methods", {}).items():
         fraction = entry.get("adapted_fraction")
-        learns = "learning_rate" in configs.get(label, {}).get("config", {})
-        if learns and fraction is not None and not math.isnan(fraction) and fraction < RARE_ADAPTATION_FRACTION:
+        config = configs.get(label, {}).get("config", {})
+        if "learning_rate" in config and fraction is not None and not math.isnan(fraction) and fraction < RARE_ADAPTATION_FRACTION:
+            fix = ""
+            if "redundancy_margin" in config:
+                fix = f"; with few classes try --method {label}{',' if ':' in label else ':'}redundancy_margin={FEW_CLASS_REDUNDANCY_MARGIN}"
             notes.append(
-                f"note: {label} adapted on {100 * fraction:.2g} % of the samples: its filters kept almost none "
+                f"note: {label} adapted on {100 * fraction:.2g} % of the samples: its filters kept almost none{fix} "
                 "(thresholds tuned for 1,000 classes? see docs/methods.md, 'Filters on models with few classes')"
             )
     return notes
@@ -186,48 +194,134 @@ def _percent(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
 
-def comparison_table(runs: Sequence[RunResult]) -> str:
-    """Markdown tables: top-1 accuracy (%) per method (rows) and run (columns), with the mean over runs
-    when there are several (like the CCC paper's Table 2); then where each method collapsed."""
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+def find_run_folders(paths: Sequence[Path]) -> list[Path]:
+    """The run folders named by ``paths``: run folders themselves, folders holding run folders at any
+    depth (sorted), or glob patterns (``results/*/demo_*``) of either; each folder once, in order.
+
+    A run folder is one holding ``summary.json`` or ``config.json``. Raises ValueError naming a path
+    that does not exist, matches nothing, or holds no run folder.
+    """
+    found: dict[Path, None] = {}
+    for path in paths:
+        text = str(path)
+        candidates = [Path(match) for match in sorted(glob.glob(text))] if GLOB_CHARACTERS & set(text) else [path]
+        if not candidates:
+            raise ValueError(f"{text!r} matches no file or folder")
+        for candidate in candidates:
+            if not candidate.exists():
+                raise ValueError(f"{text!r} does not exist")
+            if _is_run_folder(candidate):
+                found[candidate] = None
+                continue
+            nested = sorted({marker.parent for name in (SUMMARY_FILE, CONFIG_FILE) for marker in candidate.rglob(name)}) if candidate.is_dir() else []
+            if not nested:
+                raise ValueError(f"{str(candidate)!r} is not a tta-eval run folder (no {SUMMARY_FILE}) and holds none")
+            found.update(dict.fromkeys(nested))
+    return list(found)
+
+
+def _is_run_folder(path: Path) -> bool:
+    return path.is_dir() and ((path / SUMMARY_FILE).is_file() or (path / CONFIG_FILE).is_file())
+
+
+def run_stream_name(run: RunResult) -> str:
+    """The name of the stream a run evaluated: the one recorded in its config (the run folder of CCC
+    shards), else the last component of its stream text, else the run folder's name."""
+    recorded = run.config.get("stream_name")
+    if recorded:
+        return str(recorded)
+    stream = str(run.config.get("stream", "")).partition(":")[2] or str(run.config.get("stream", ""))
+    return Path(stream.rstrip("/")).name or run.name
+
+
+@dataclass(frozen=True)
+class ComparisonCell:
+    """One method's result on one stream: the row (method label, with the model when runs differ in it),
+    the column (stream name), and the run it comes from."""
+
+    row: str
+    stream: str
+    run: RunResult
+    label: str
+
+
+def comparison_cells(runs: Sequence[RunResult]) -> list[ComparisonCell]:
+    """Every (method, stream) result of ``runs``, keyed by method label and stream name, so that
+    different streams never share a column; rows carry the model's name when the runs evaluated
+    several models. Raises ValueError when two runs hold the same method on the same stream (their
+    results would be mixed), naming both run folders."""
     if not runs:
         raise ValueError("comparison needs at least one run folder, got none")
-    labels = list(dict.fromkeys(label for run in runs for label in run.summary["methods"]))
-    names = [run.name for run in runs]
-    with_mean = len(runs) > 1
-    header = ["method", *names, *(["mean"] if with_mean else [])]
+    models = {json.dumps(run.config.get("model"), sort_keys=True) for run in runs}
+    cells: dict[tuple[str, str], ComparisonCell] = {}
+    for run in runs:
+        stream = run_stream_name(run)
+        model = (run.config.get("model") or {}).get("name", "?")
+        for label in run.summary["methods"]:
+            row = f"{label} ({model})" if len(models) > 1 else label
+            if (row, stream) in cells:
+                other = cells[(row, stream)].run.path
+                raise ValueError(
+                    f"runs {str(other)!r} and {str(run.path)!r} both hold method {row!r} on stream {stream!r}; "
+                    "compare them separately (their results would be mixed in one cell)"
+                )
+            cells[(row, stream)] = ComparisonCell(row, stream, run, label)
+    return list(cells.values())
+
+
+def comparison_table(runs: Sequence[RunResult]) -> str:
+    """Markdown tables: top-1 accuracy (%) per method (rows) and stream (columns), with the mean over
+    streams when there are several (like the CCC paper's Table 2); then where each method collapsed.
+    Runs of the same stream with different methods share its column; see ``comparison_cells``."""
+    cells = {(cell.row, cell.stream): cell for cell in comparison_cells(runs)}
+    rows = list(dict.fromkeys(row for row, _ in cells))
+    streams = list(dict.fromkeys(stream for _, stream in cells))
+    with_mean = len(streams) > 1
+
+    def method_summary(row: str, stream: str) -> dict[str, Any] | None:
+        cell = cells.get((row, stream))
+        return None if cell is None else cell.run.summary["methods"][cell.label]
+
+    header = ["method", *streams, *(["mean"] if with_mean else [])]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    for label in labels:
-        values = [run.summary["methods"].get(label, {}).get("accuracy") for run in runs]
-        cells = [_percent(value) for value in values]
+    for row in rows:
+        values = [(method_summary(row, stream) or {}).get("accuracy") for stream in streams]
+        texts = [_percent(value) for value in values]
         if with_mean:
             present = [value for value in values if value is not None]
-            cells.append(_percent(sum(present) / len(present)) if len(present) == len(values) else "–")
-        lines.append("| " + " | ".join([label, *cells]) + " |")
+            texts.append(_percent(sum(present) / len(present)) if len(present) == len(values) else "–")
+        lines.append("| " + " | ".join([row, *texts]) + " |")
     lines += ["", "Collapse (first sample after which windowed accuracy stayed below the reference):", ""]
-    lines += ["| method | " + " | ".join(names) + " |", "|" + "|".join(["---"] * (len(names) + 1)) + "|"]
-    for label in labels:
-        cells = []
-        for run in runs:
-            collapse = run.summary["methods"].get(label, {}).get("collapse")
+    lines += ["| method | " + " | ".join(streams) + " |", "|" + "|".join(["---"] * (len(streams) + 1)) + "|"]
+    for row in rows:
+        texts = []
+        for stream in streams:
+            summary = method_summary(row, stream)
+            collapse = None if summary is None else summary.get("collapse")
             if collapse is None:
-                cells.append("–")
+                texts.append("–")
             elif collapse["collapsed"]:
-                cells.append(f"{collapse['sample_index']:,}")
+                texts.append(f"{collapse['sample_index']:,}")
             else:
-                cells.append("none")
-        lines.append("| " + " | ".join([label, *cells]) + " |")
+                texts.append("none")
+        lines.append("| " + " | ".join([row, *texts]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot_comparison(runs: Sequence[RunResult], output_stem: Path) -> list[Path]:
-    """Overlay of every run's method curves ("run/method" labels when several runs), sources dashed."""
+    """Overlay of every (method, stream) curve, sources dashed; labels are the method, with the stream's
+    name when several streams are compared."""
+    cells = comparison_cells(runs)
+    several_streams = len({cell.stream for cell in cells}) > 1
     curves: dict[str, WindowedAccuracy] = {}
     references: dict[str, WindowedAccuracy] = {}
-    for run in runs:
-        for label, method in run.summary["methods"].items():
-            name = f"{run.name}/{label}" if len(runs) > 1 else label
-            target = references if label == SOURCE_METHOD else curves
-            target[name] = WindowedAccuracy.from_json(method["windowed_accuracy"])
+    for cell in cells:
+        name = f"{cell.row} · {cell.stream}" if several_streams else cell.row
+        target = references if cell.label == SOURCE_METHOD else curves
+        target[name] = WindowedAccuracy.from_json(cell.run.summary["methods"][cell.label]["windowed_accuracy"])
     return plot_accuracy_curves(curves, output_stem, references)
 
 

@@ -155,17 +155,41 @@ class StreamOptions:
             raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
 
 
+@dataclass(frozen=True)
+class StreamDescription:
+    """What is known of a stream before reading it.
+
+    name: a short name of the stream (e.g. the run folder of CCC shards; not yet folder-safe); samples: its
+    length in samples (None: unknown); world: "demo" for a stream of the demo world
+    (``ccc.demo``), None otherwise or when unknown; num_classes: how many classes its labels come
+    from (None: unknown).
+    """
+
+    name: str
+    samples: int | None = None
+    world: str | None = None
+    num_classes: int | None = None
+
+
 StreamOpener = Callable[[str, StreamOptions], Iterable[Any]]
+StreamDescriber = Callable[[str, StreamOptions], StreamDescription]
 _SOURCES: dict[str, StreamOpener] = {}
+_DESCRIBERS: dict[str, StreamDescriber] = {}
 
 
-def register_stream_source(scheme: str, opener: StreamOpener) -> None:
-    """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+."""
+def register_stream_source(scheme: str, opener: StreamOpener, describe: StreamDescriber | None = None) -> None:
+    """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+.
+
+    describe: optional ``describe(location, options) -> StreamDescription`` that reads what is known
+    of the stream (length, world) without reading its samples; without it only the name is known.
+    """
     if not scheme.replace("_", "").isalnum() or scheme != scheme.lower():
         raise ValueError(f"stream scheme must be lower-case letters, digits or '_', got {scheme!r}")
     if scheme in _SOURCES:
         raise ValueError(f"stream scheme {scheme!r} is already registered")
     _SOURCES[scheme] = opener
+    if describe is not None:
+        _DESCRIBERS[scheme] = describe
 
 
 def stream_schemes() -> list[str]:
@@ -249,6 +273,28 @@ def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data
     )
 
 
+def describe_stream_source(text: str, options: StreamOptions) -> StreamDescription:
+    """What is known of the stream named by ``text`` (see ``open_stream_source``) without reading it.
+
+    Raises ValueError for a text that names no stream, as ``open_stream_source``.
+    """
+    scheme, separator, location = text.partition(":")
+    if scheme in _SOURCES:
+        describe = _DESCRIBERS.get(scheme)
+        if describe is not None:
+            return describe(location if separator else "", options)
+        return StreamDescription(name=_last_component(location or scheme))
+    if Path(text).is_dir():
+        return _describe_image_folder(text, options)
+    open_stream_source(text, options)
+    raise AssertionError("unreachable: open_stream_source raises for an unknown stream")
+
+
+def _last_component(text: str) -> str:
+    """The last path component of ``text`` (``text`` itself if it has none)."""
+    return Path(text.rstrip("/")).name or text
+
+
 def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
     """The stream named by ``text``: "<scheme>:<location>" for a registered scheme, "synthetic", or a folder."""
     scheme, separator, location = text.partition(":")
@@ -262,8 +308,23 @@ def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
     )
 
 
-register_stream_source("synthetic", _open_synthetic)
-register_stream_source("folder", open_image_folder)
+def _describe_synthetic(location: str, options: StreamOptions) -> StreamDescription:
+    spec = _open_synthetic(location, options).spec
+    return StreamDescription(name=f"synthetic:{location}" if location else "synthetic", samples=spec.num_batches * spec.batch_size, num_classes=spec.num_classes)
+
+
+def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescription:
+    """An ImageFolder's name, image count and class count (files are counted, not read)."""
+    root = Path(location)
+    if not root.is_dir():
+        raise ValueError(f"stream folder {location!r} does not exist or is not a directory")
+    classes = [folder for folder in root.iterdir() if folder.is_dir()]
+    samples = sum(1 for folder in classes for path in folder.iterdir() if path.is_file())
+    return StreamDescription(name=_last_component(location), samples=samples or None, num_classes=len(classes) or None)
+
+
+register_stream_source("synthetic", _open_synthetic, _describe_synthetic)
+register_stream_source("folder", open_image_folder, _describe_image_folder)
 
 
 def _open_ccc(location: str, options: StreamOptions) -> Iterable[Any]:
@@ -275,4 +336,30 @@ def _open_ccc(location: str, options: StreamOptions) -> Iterable[Any]:
     return stream_loader(open_stream(location, image_format="float"), batch_size=options.batch_size, num_workers=options.num_workers)
 
 
-register_stream_source("ccc", _open_ccc)
+def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
+    """A CCC run folder's length and world from its manifest; a shard pattern is described by its name only."""
+    from ccc.demo import DEMO_CLASSES, is_demo_stream
+    from ccc.shards import ManifestError, load_manifest
+
+    if not location:
+        raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
+    folder = Path(location)
+    folder = folder.parent if folder.name == "manifest.json" else folder
+    if not folder.is_dir():
+        return StreamDescription(name=_last_component(location))
+    try:
+        spec = load_manifest(folder).stream
+    except FileNotFoundError:
+        raise ValueError(f"stream folder {location!r} has no manifest.json; pass a run folder written by ccc-generate or shard files") from None
+    except ManifestError as error:
+        raise ValueError(str(error)) from None
+    demo = is_demo_stream(spec)
+    return StreamDescription(
+        name=folder.resolve().name,
+        samples=spec.num_images,
+        world="demo" if demo else None,
+        num_classes=len(DEMO_CLASSES) if demo else None,
+    )
+
+
+register_stream_source("ccc", _open_ccc, _describe_ccc)

@@ -23,20 +23,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path
-from ccc.demo.folder import DEMO_IMAGES_PER_CLASS, ensure_demo_folder
+from ccc.demo.demonstration import DEMO_METHOD_OPTIONS, DEMO_METHODS, DEMO_NUM_IMAGES, DEMO_SPEED
+from ccc.demo.folder import DEMO_IMAGES_PER_CLASS, EXPECTED_INDEX_SHA256, ensure_demo_folder
 from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 
 if TYPE_CHECKING:
     from torch import nn
+
+    from ccc.stream_plan import StreamSpec
 
 __all__ = [
     "CLASS_NAMES",
     "DEMO_CLASSES",
     "DEMO_DIFFICULTY_PRESETS",
     "DEMO_IMAGES_PER_CLASS",
+    "DEMO_METHODS",
+    "DEMO_METHOD_OPTIONS",
+    "DEMO_NUM_IMAGES",
+    "DEMO_SPEED",
     "demo_calibration_path",
     "demo_image_folder",
     "demo_model",
+    "is_demo_stream",
 ]
 
 
@@ -65,3 +73,9 @@ def demo_model() -> nn.Module:
     from ccc.demo.model import demo_model as build
 
     return build()
+
+
+def is_demo_stream(spec: StreamSpec) -> bool:
+    """True if the stream ``spec`` was rendered from the demo world's images (its source index checksum
+    is the demo folder's), i.e. its labels are the 16 demo classes and the demo model fits it."""
+    return spec.source_index_checksum == EXPECTED_INDEX_SHA256

@@ -151,14 +151,35 @@ def test_run_writes_a_complete_run_folder_and_compare_tabulates_runs(tmp_path, c
     for suffix in ("png", "svg"):
         assert (run_dir / f"accuracy.{suffix}").stat().st_size > 1000
 
-    code, _, err = run_cli(capsys, *common, "--name", "second", "--method", "bn")
+    other_stream = SMALL_STREAM + ",seed=1"
+    code, _, err = run_cli(capsys, *common, "--name", "second", "--method", "bn", "--stream", other_stream)
     assert code == 0, err
     code, out, err = run_cli(capsys, "compare", str(run_dir), str(tmp_path / "results" / "second"), "--out", str(tmp_path / "cmp"))
     assert code == 0, err
-    assert "| method | first | second | mean |" in out
+    short, other = SMALL_STREAM, other_stream
+    assert f"| method | {short} | {other} | mean |" in out
     assert "| bn | – |" in out
     assert (tmp_path / "cmp" / "comparison.md").read_text().startswith("| method |")
     assert (tmp_path / "cmp" / "accuracy.svg").exists()
+
+
+def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_refuses_duplicates(tmp_path, capsys):
+    common = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--window", "32", "--no-progress"]
+    assert run_cli(capsys, *common, "--method", "tent", "--out", str(tmp_path / "results" / "a"))[0] == 0
+    assert run_cli(capsys, *common, "--method", "bn", "--collapse-reference", "none", "--out", str(tmp_path / "results" / "b"))[0] == 0
+    code, out, err = run_cli(capsys, "compare", str(tmp_path / "results"), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    table = out.split("\n\n")[0].splitlines()
+    assert table[0] == f"| method | {SMALL_STREAM} |"
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| source", "| tent", "| bn"]
+    code, out, err = run_cli(capsys, "compare", str(tmp_path / "results" / "*"), "--out", str(tmp_path / "cmp"))
+    assert code == 0 and f"| method | {SMALL_STREAM} |" in out, err
+
+    assert run_cli(capsys, *common, "--method", "tent", "--out", str(tmp_path / "results" / "c"))[0] == 0
+    code, _, err = run_cli(capsys, "compare", str(tmp_path / "results"), "--out", str(tmp_path / "cmp"))
+    assert code == 2 and "both hold method 'source' on stream" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "compare", str(tmp_path / "results" / "zz*"))
+    assert code == 2 and "matches no file or folder" in err
 
 
 def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, capsys):
@@ -170,7 +191,8 @@ def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, 
     assert code == 0, err
     notes = [line for line in out.splitlines() if line.startswith("note:")]
     assert notes == [
-        "note: eta:entropy_margin_fraction=0.001 adapted on 0 % of the samples: its filters kept almost none "
+        "note: eta:entropy_margin_fraction=0.001 adapted on 0 % of the samples: its filters kept almost none; "
+        "with few classes try --method eta:entropy_margin_fraction=0.001,redundancy_margin=0.4 "
         "(thresholds tuned for 1,000 classes? see docs/methods.md, 'Filters on models with few classes')"
     ]
 

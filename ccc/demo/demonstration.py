@@ -1,0 +1,54 @@
+"""The demo world's own settings for a short demonstration run: stream speed and length, and the
+evaluation's methods and options.
+
+They are the demo's, not the paper's (``docs/demo.md``, "The demonstration run"): the paper's values
+are tuned for ImageNet, ResNet-50 and 7.5M-image streams, and on this small world they would show
+nothing in a few minutes (one corruption pair per 40,000–80,000 images at speed 2,000; filters that
+reject every sample with 16 classes; a learning rate that moves the 140k-parameter CNN too little in
+a few hundred steps; a reset interval longer than the stream). ``ccc-generate --demo`` and
+``tta-eval run`` on a demo stream apply them wherever the user gave no value of their own, print
+them, and record them (manifest, ``config.json``). This module holds data only: it knows option
+names of ``tta_eval`` methods as plain strings and imports nothing of ``tta_eval``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+DEMO_SPEED = 100
+"""Images per severity step of a demo stream: the demo paths are 20–41 steps long, so a corruption
+pair lasts 2,000–4,100 images and a 30,000-image stream crosses about ten pairs."""
+
+DEMO_NUM_IMAGES = 30_000
+"""Length of a demo stream: a few minutes to render and to evaluate five methods on two CPU cores."""
+
+DEMO_METHODS: tuple[str, ...] = ("source", "bn", "tent", "eta", "rdumb")
+"""Methods ``tta-eval run`` evaluates on a demo stream when no ``--method`` is given: the source
+model, BN adaptation, one method that drifts (Tent), its filtered variant (ETA) and the same with
+periodic resets (RDumb)."""
+
+DEMO_FILTER_MARGIN = 0.4
+"""ETA/EATA's redundancy margin ε for 16 classes (published: 0.05 for 1,000): with 0.05 the cosine
+filter rejects every confident sample once the mean prediction exists (0.5 % adapted)."""
+
+DEMO_LEARNING_RATE = 0.01
+"""SGD learning rate of the demonstration's entropy-minimising methods (published: 2.5·10⁻⁴ for
+batch 64): 40× larger, so that 470 steps on 30,000 images move the small CNN visibly."""
+
+DEMO_RESET_EVERY = 50
+"""RDumb's reset interval in batches (published: 1,000): 470 batches of 64 make a demo stream,
+so resets come every 3,200 images, about once per corruption pair, as in the paper."""
+
+DEMO_METHOD_OPTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "tent": MappingProxyType({"learning_rate": DEMO_LEARNING_RATE}),
+        "eta": MappingProxyType({"learning_rate": DEMO_LEARNING_RATE, "redundancy_margin": DEMO_FILTER_MARGIN}),
+        "eata": MappingProxyType({"learning_rate": DEMO_LEARNING_RATE, "redundancy_margin": DEMO_FILTER_MARGIN}),
+        "rdumb": MappingProxyType(
+            {"learning_rate": DEMO_LEARNING_RATE, "redundancy_margin": DEMO_FILTER_MARGIN, "reset_every": DEMO_RESET_EVERY}
+        ),
+    }
+)
+"""Per method (registry name), the options the demo world gives it unless the user sets them."""
