@@ -19,7 +19,7 @@ from ccc.shard_reader import ShardReadError, open_shard, read_samples
 from ccc.shards import TEMPORARY_SUFFIX, Manifest, file_sha256, load_manifest, sample_key, shard_name
 from ccc.stream import StreamError, decode_tar_sample
 
-__all__ = ["SHARD_STATUSES", "ShardCheck", "VerificationReport", "verify_run"]
+__all__ = ["SHARD_STATUSES", "PlanInputs", "ShardCheck", "VerificationReport", "locate_plan_inputs", "verify_run"]
 
 SHARD_STATUSES = ("ok", "missing", "unfinished", "truncated", "altered", "undecodable")
 """``missing``: recorded as finished, file absent. ``unfinished``: not recorded, not written (resume
@@ -121,6 +121,57 @@ def _plan_hash_status(manifest: Manifest, calibration: str | os.PathLike[str] | 
     sources = load_source_images(index_image_folder(os.fspath(imagenet), progress=False))
     plan = build_stream_plan(manifest.stream, table, sources)
     return "matches" if plan_hash(plan) == manifest.plan_hash else "differs"
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The calibration table and source image folder found for a stream (None where not found), and
+    a one-line ``hint`` saying which flags to add when either is missing."""
+
+    calibration: Path | None
+    imagenet: Path | None
+    hint: str = ""
+
+
+DEFAULT_TABLE_CANDIDATES = (Path("calibration") / "resnet50.npz",)
+"""Tables (relative to the working folder) tried for a stream's plan hash, besides the demo table and
+the tables converted from published pickles in the cache."""
+
+
+def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TABLE_CANDIDATES) -> PlanInputs:
+    """Find the table and the images a stream was made from, to recompute its plan hash.
+
+    Tables: the demo table, ``tables`` and the converted published tables in the cache, matched by
+    checksum to the manifest's. Images: the demo folder for a demo-world stream (built on first
+    use), else ``$CCC_IMAGENET``. Reads tables' checksums only; never indexes a large folder.
+    """
+    from ccc.cache import default_cache_dir
+    from ccc.calibration import CalibrationError, CalibrationTable
+    from ccc.calibration.published import CONVERTED_TABLES_FOLDER
+    from ccc.demo import demo_image_folder, is_demo_stream
+    from ccc.demo.calibration import DEMO_CALIBRATION_PATH
+    from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE
+
+    spec = manifest.stream
+    candidates = [DEMO_CALIBRATION_PATH, *tables, *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz"))]
+    calibration = None
+    for candidate in candidates:
+        try:
+            if candidate.is_file() and CalibrationTable.load(candidate).checksum() == spec.calibration_checksum:
+                calibration = candidate
+                break
+        except CalibrationError:
+            continue
+    demo = is_demo_stream(spec)
+    environment = os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE)
+    imagenet = demo_image_folder() if demo else (Path(environment) if environment else None)
+    missing = []
+    if calibration is None:
+        missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")
+    if imagenet is None:
+        missing.append(f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; images with index checksum {spec.source_index_checksum[:16]}…)")
+    hint = f"to check the plan hash, pass {' and '.join(missing)}" if missing else ""
+    return PlanInputs(calibration, imagenet, hint)
 
 
 def verify_run(

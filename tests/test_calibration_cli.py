@@ -67,7 +67,7 @@ def test_info_of_missing_file(tmp_path, capsys):
 def test_info_of_a_pickle_suggests_import(tmp_path, published_pickle, capsys):
     source, _ = published_pickle
     assert main(["info", str(source)]) == 2
-    assert_one_line_error(capsys, "it looks like a pickle; use import_ccc_pickle")
+    assert_one_line_error(capsys, "it looks like the published CCC pickle: pass it to ccc-generate --calibration")
 
 
 def test_import_of_hostile_pickle(tmp_path, capsys):

@@ -394,7 +394,7 @@ def bad_files(good: bytes, tmp_path: Path):
 
     return {
         "not_zip": (b"hello, not a zip", "not a .npz \\(zip\\) file"),
-        "pickle_file": (pickle.dumps({"a": 1}), "looks like a pickle"),
+        "pickle_file": (pickle.dumps({"a": 1}), "looks like the published CCC pickle"),
         "truncated_zip": (good[: len(good) // 2], "damaged|missing member"),
         "missing_member": (dict(image_counts=None), "missing member\\(s\\) image_counts.npy"),
         "extra_member": (dict(extra=npy(np.zeros(2))), "unexpected or repeated member\\(s\\): extra.npy"),

@@ -54,11 +54,47 @@ def test_missing_calibration_says_what_to_provide(inputs, tmp_path: Path, capsys
     monkeypatch.chdir(tmp_path)
     argv = [a for a in arguments(inputs, tmp_path) if a not in ("--calibration", str(inputs["table"]))]
     line = run_error(capsys, argv)
-    assert "no calibration table: pass --calibration FILE" in line
-    assert "ccc-calibrate import URL_OR_PICKLE --out calibration/resnet50.npz" in line
-    assert "ccc-calibrate compute" in line
+    assert "no calibration table (calibration/resnet50.npz does not exist here): pass --calibration FILE" in line
+    assert "the published CCC pickle or its URL" in line and "add --demo" in line
     line = run_error(capsys, ["--calibration", "missing.npz", *argv])
-    assert "calibration table missing.npz does not exist" in line
+    assert "calibration table missing.npz does not exist" in line and "ccc-calibrate compute" in line
+
+
+def test_the_headline_command_in_an_empty_folder_names_every_way_forward(tmp_path: Path) -> None:
+    environment = {key: value for key, value in os.environ.items() if key != "CCC_IMAGENET"}
+    result = subprocess.run(
+        ["ccc-generate", "--difficulty", "medium", "--speed", "2000"], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    for expected in ("--calibration FILE", "--imagenet PATH (or CCC_IMAGENET=PATH)", "--demo", "published CCC pickle"):
+        assert expected in line
+
+
+def test_a_published_pickle_is_accepted_as_calibration_and_converted_once(tmp_path: Path, capsys, monkeypatch) -> None:
+    import pickle
+
+    import numpy as np
+
+    from ccc.calibration import CCC_CORRUPTIONS
+
+    steps = np.arange(21)
+    matrices = {
+        f"n1_{a}_n2_{b}": 76.0 * np.exp(-0.12 * steps)[:, None] * np.exp(-0.1 * steps)[None, :]
+        for a in CCC_CORRUPTIONS
+        for b in CCC_CORRUPTIONS
+        if a != b
+    }
+    source = tmp_path / "ccc_accuracy_matrix.pickle"
+    source.write_bytes(pickle.dumps(matrices, protocol=4))
+    monkeypatch.setenv("CCC_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["--calibration", str(source), "--difficulty", "medium", "--speed", "2000", "--dry-run", "--num-images", "10000",
+            "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert "converted the published CCC pickle" in capsys.readouterr().err
+    assert len(list((tmp_path / "cache" / "calibration").glob("published-*.npz"))) == 1
+    assert main(argv) == 0
+    assert "using the table converted earlier" in capsys.readouterr().err
 
 
 def test_the_default_calibration_table_is_found(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,8 +22,10 @@ from ccc.calibration import (
     CCC_CORRUPTIONS,
     RESNET50_DIFFICULTY_PRESETS,
     CalibrationError,
+    CalibrationTable,
     UnsafePickleError,
     import_ccc_pickle,
+    load_calibration,
     read_matrix_pickle,
 )
 from ccc.calibration import published
@@ -522,3 +524,39 @@ def test_download_larger_than_limit_is_refused(tmp_path, server):
     with pytest.raises(DownloadError, match="5000 bytes is more than max_bytes=1000"):
         download_to_cache(url_of(server, "/big.bin"), cache_dir=tmp_path, max_bytes=1000, progress=False)
     assert cache_files(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- load_calibration
+def test_load_calibration_converts_a_pickle_once_and_reuses_the_cached_table(tmp_path, published_bytes):
+    source = tmp_path / "ccc_accuracy_matrix.pickle"
+    source.write_bytes(published_bytes)
+    cache = tmp_path / "cache"
+    table, note = load_calibration(source, cache_dir=cache, progress=False)
+    converted = cache / "calibration" / f"published-{hashlib.sha256(published_bytes).hexdigest()[:16]}.npz"
+    assert note.startswith(f"converted the published CCC pickle {source} into the table {converted}")
+    assert CalibrationTable.load(converted).checksum() == table.checksum()
+    again, note = load_calibration(source, cache_dir=cache, progress=False)
+    assert again.checksum() == table.checksum() and note.startswith("using the table converted earlier")
+    plain, note = load_calibration(converted, cache_dir=cache, progress=False)
+    assert plain.checksum() == table.checksum() and note is None
+
+
+def test_load_calibration_of_a_url_downloads_and_converts_once(tmp_path, server, published_bytes):
+    server.routes["/ccc_accuracy_matrix.pickle"] = (200, published_bytes, None)
+    url = url_of(server, "/ccc_accuracy_matrix.pickle")
+    cache = tmp_path / "cache"
+    first, note = load_calibration(url, cache_dir=cache, progress=False)
+    assert "converted the published CCC pickle http://127.0.0.1" in note
+    second, note = load_calibration(url, cache_dir=cache, progress=False)
+    assert second.checksum() == first.checksum() and note.startswith("using the table converted earlier")
+    assert server.request_paths == ["/ccc_accuracy_matrix.pickle"]
+
+
+def test_load_calibration_refuses_a_malicious_pickle_and_a_missing_file(tmp_path):
+    malicious = tmp_path / "evil.pickle"
+    malicious.write_bytes(pickle.dumps(os.system, protocol=4))
+    with pytest.raises(UnsafePickleError):
+        load_calibration(malicious, cache_dir=tmp_path / "cache", progress=False)
+    with pytest.raises(CalibrationError, match="absent.npz does not exist"):
+        load_calibration(tmp_path / "absent.npz", cache_dir=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache" / "calibration").exists()

@@ -4,12 +4,14 @@
   counts, :class:`CalibrationMetadata` and difficulty presets; saved as a documented ``.npz``
   (``docs/calibration_format.md``).
 - :func:`import_ccc_pickle` — safe import of the published CCC matrices (pickle file or URL).
+- :func:`load_calibration` — a table from a ``.npz``, the published pickle or its URL (converted once, cached).
 """
 
 from ccc.calibration.published import (
     PUBLISHED_MATRIX_URL,
     UnsafePickleError,
     import_ccc_pickle,
+    load_calibration,
     read_matrix_pickle,
 )
 from ccc.calibration.table import (
@@ -39,5 +41,6 @@ __all__ = [
     "UnsafePickleError",
     "canonical_corruption_name",
     "import_ccc_pickle",
+    "load_calibration",
     "read_matrix_pickle",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.cache import download_to_cache, is_url
+from ccc.cache import cache_path_for_url, default_cache_dir, download_to_cache, is_url
 from ccc.calibration.table import (
     CCC_CORRUPTIONS,
     GRID_SIZE,
@@ -482,6 +482,58 @@ def import_ccc_pickle(
     except CalibrationError as error:
         raise type(error)(f"{path}: {error}") from None
 
+
+
+CONVERTED_TABLES_FOLDER = "calibration"
+"""Folder of the cache (:func:`ccc.cache.default_cache_dir`) holding tables converted from published pickles."""
+
+
+def load_calibration(
+    location: str | os.PathLike[str],
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+) -> tuple[CalibrationTable, str | None]:
+    """A calibration table from a ``.npz`` table, a published CCC pickle, or the pickle's http(s) URL.
+
+    A pickle (file or URL) goes through :func:`import_ccc_pickle` (nothing in it runs); the converted
+    table is kept as ``<cache>/calibration/published-<sha256 of the pickle, 16 hex>.npz`` so later
+    calls read the table instead of the pickle. Returns the table and a one-line note saying what was
+    converted or reused (None for a ``.npz`` table).
+
+    Raises:
+        CalibrationError: a missing or invalid file (naming it), a refused pickle.
+        ccc.cache.DownloadError: a failed download.
+    """
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if is_url(location):
+        url = str(location)
+        pickle_path = cache_path_for_url(url, cache_dir)
+        if not pickle_path.is_file():
+            import_ccc_pickle(url, cache_dir=cache_dir, progress=progress)
+        source = url
+    else:
+        pickle_path = Path(location)
+        if not pickle_path.is_file():
+            raise CalibrationError(f"calibration table {pickle_path} does not exist")
+        with pickle_path.open("rb") as handle:
+            if handle.read(1) != b"\x80":
+                return CalibrationTable.load(pickle_path), None
+        source = str(pickle_path)
+    data = _read_limited(pickle_path)
+    converted = folder / CONVERTED_TABLES_FOLDER / f"published-{hashlib.sha256(data).hexdigest()[:16]}.npz"
+    if converted.is_file():
+        return CalibrationTable.load(converted), f"using the table converted earlier from the published pickle {source}: {converted}"
+    try:
+        table = table_from_published_bytes(data, source=source)
+    except CalibrationError as error:
+        raise type(error)(f"{source}: {error}") from None
+    converted.parent.mkdir(parents=True, exist_ok=True)
+    table.save(converted)
+    return table, (
+        f"converted the published CCC pickle {source} into the table {converted} "
+        f"(checksum {table.checksum()[:16]}…; later runs read it)"
+    )
 
 
 def admitted_global_names() -> list[str]:

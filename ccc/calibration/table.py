@@ -720,7 +720,12 @@ class CalibrationTable:
     def from_bytes(cls, data: bytes) -> CalibrationTable:
         """Parse and validate the content of a table file (see :meth:`load`)."""
         if not data.startswith(b"PK"):
-            hint = " (it looks like a pickle; use import_ccc_pickle)" if data[:1] == b"\x80" else ""
+            hint = (
+                " (it looks like the published CCC pickle: pass it to ccc-generate --calibration as it is, or convert it "
+                "with `ccc-calibrate import FILE --out TABLE.npz`)"
+                if data[:1] == b"\x80"
+                else ""
+            )
             raise CalibrationError(f"not a calibration table: not a .npz (zip) file{hint}")
         try:
             archive = zipfile.ZipFile(io.BytesIO(data))

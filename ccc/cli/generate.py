@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable
+from ccc.cache import is_url
+from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
+from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.generate import (
     OutputFolderError,
     RayBackend,
@@ -30,7 +32,7 @@ from ccc.generate import (
     generate_stream,
     load_source_images,
 )
-from ccc.imagenet import ImageFolderError, index_image_folder, resolve_imagenet_folder
+from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, resolve_imagenet_folder
 from ccc.paths import PATH_OBJECTIVES
 from ccc.ray_runtime import RayUnavailableError, ray_session
 from ccc.render import SourceImageMismatchError
@@ -93,16 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream = parser.add_argument_group("stream")
     stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table")
-    stream.add_argument("--speed", type=_integer_at_least(1), required=True, metavar="K", help="transition speed: images per severity step (the paper: 1000, 2000, 5000)")
+    stream.add_argument("--speed", type=_integer_at_least(1), metavar="K", help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})")
     stream.add_argument("--seed", type=_integer_at_least(0), default=DEFAULT_SEED, metavar="S", help=f"stream seed (default {DEFAULT_SEED}; the paper: 43, 44, 45)")
-    stream.add_argument("--num-images", type=_integer_at_least(1), default=DEFAULT_NUM_IMAGES, metavar="N", help=f"stream length (default {DEFAULT_NUM_IMAGES:,}, the paper's)")
+    stream.add_argument("--num-images", type=_integer_at_least(1), metavar="N", help=f"stream length (default {DEFAULT_NUM_IMAGES:,}, the paper's; with --demo {DEMO_NUM_IMAGES:,})")
     stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (overrides the preset's)")
     stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions (overrides the preset's; order matters for the schedule)")
     stream.add_argument("--schedule", choices=SCHEDULES, default="reference", help="corruption order (default: reference, the public generator's order for the seed)")
     stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, default="reference", help="severity path choice (default: reference, the public generator's; see docs/paths.md)")
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
-    inputs.add_argument("--calibration", metavar="FILE", help=f"calibration table .npz (default: {DEFAULT_CALIBRATION} if it exists)")
+    inputs.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help=f"calibration table .npz, or the published CCC pickle (file or URL; converted once and cached) "
+        f"(default: {DEFAULT_CALIBRATION} if it exists)",
+    )
     inputs.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
     inputs.add_argument(
         "--demo",
@@ -125,21 +132,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_table(path: str | None) -> CalibrationTable:
+def _load_table(path: str | None, progress: bool) -> CalibrationTable:
     if path is None:
         if not DEFAULT_CALIBRATION.is_file():
+            imagenet = "" if os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE) else f" and --imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}=PATH)"
             raise UsageError(
-                f"no calibration table: pass --calibration FILE, or create the default {DEFAULT_CALIBRATION} from the "
-                f"published CCC matrices with `ccc-calibrate import URL_OR_PICKLE --out {DEFAULT_CALIBRATION}` "
-                f"(URL: {PUBLISHED_MATRIX_URL}) or compute one with `ccc-calibrate compute`"
+                f"no calibration table ({DEFAULT_CALIBRATION} does not exist here): pass --calibration FILE — a table .npz, "
+                f"or the published CCC pickle or its URL ({PUBLISHED_MATRIX_URL}), converted once —{imagenet}; "
+                "without ImageNet, add --demo to run on the embedded demo world"
             )
         path = str(DEFAULT_CALIBRATION)
-    if not Path(path).is_file():
+    if not is_url(path) and not Path(path).is_file():
         raise UsageError(
-            f"calibration table {path} does not exist; import the published matrices with "
-            f"`ccc-calibrate import URL_OR_PICKLE --out {path}` or compute one with `ccc-calibrate compute`"
+            f"calibration table {path} does not exist; pass a table .npz, the published CCC pickle or its URL "
+            f"({PUBLISHED_MATRIX_URL}), or compute one with `ccc-calibrate compute`"
         )
-    return CalibrationTable.load(path)
+    table, note = load_calibration(path, progress=progress)
+    if note:
+        print(f"{PROGRAM}: {note}", file=sys.stderr)
+    return table
 
 
 def _stream_choice(arguments: argparse.Namespace, table: CalibrationTable) -> tuple[float, tuple[str, ...], str | None]:
@@ -166,13 +177,27 @@ def _stream_choice(arguments: argparse.Namespace, table: CalibrationTable) -> tu
 
 
 def _apply_demo(arguments: argparse.Namespace) -> None:
-    """Point --imagenet and --calibration at the demo world (building its images on first use)."""
+    """Point --imagenet and --calibration at the demo world (building its images on first use); the
+    demo's speed and length where the user gave none (printed)."""
     from ccc.demo import demo_calibration_path, demo_image_folder
 
     if arguments.imagenet is not None:
         raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet")
     if arguments.calibration is None:
         arguments.calibration = str(demo_calibration_path())
+    chosen = []
+    if arguments.speed is None:
+        arguments.speed = DEMO_SPEED
+        chosen.append(f"--speed {DEMO_SPEED}")
+    if arguments.num_images is None:
+        arguments.num_images = DEMO_NUM_IMAGES
+        chosen.append(f"--num-images {DEMO_NUM_IMAGES:,}")
+    if chosen:
+        print(
+            f"{PROGRAM}: demo world settings (the demo's, not the paper's; docs/demo.md): {', '.join(chosen)} "
+            "— its corruption pairs last 2,000–4,100 images",
+            file=sys.stderr,
+        )
     if not arguments.dry_run:
         print(f"{PROGRAM}: demo world (not ImageNet): preparing its images on first use …", file=sys.stderr)
         arguments.imagenet = str(demo_image_folder())
@@ -181,7 +206,11 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
 def _run(arguments: argparse.Namespace) -> int:
     if arguments.demo:
         _apply_demo(arguments)
-    table = _load_table(arguments.calibration)
+    if arguments.speed is None:
+        raise UsageError("--speed K is required: images per severity step (the paper: 1000, 2000 or 5000); --demo chooses the demo's")
+    if arguments.num_images is None:
+        arguments.num_images = DEFAULT_NUM_IMAGES
+    table = _load_table(arguments.calibration, progress=not arguments.no_progress)
     target, names, difficulty = _stream_choice(arguments, table)
     schedule = build_schedule(table, target, names, arguments.seed, arguments.schedule, arguments.path_objective)
     default_name = ("demo_" if arguments.demo else "") + run_name(target, arguments.speed, arguments.seed)
@@ -223,10 +252,10 @@ def _run(arguments: argparse.Namespace) -> int:
         f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
         f"{summary.shards_skipped} shards were already finished; output {run_dir}"
     )
-    model = " --demo" if arguments.demo else ""
+    methods = "" if arguments.demo else " --method source --method bn --method eata --method rdumb"
     print(
         f"next: ccc-verify {run_dir}\n"
-        f"      tta-eval run --stream ccc:{run_dir}{model} --method source --method bn --method rdumb --out results/{run_dir.name}"
+        f"      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
     )
     return 0
 

@@ -25,7 +25,8 @@ from ccc.calibration import CalibrationError
 from ccc.imagenet import ImageFolderError
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError
-from ccc.verify import verify_run
+from ccc.demo import is_demo_stream
+from ccc.verify import locate_plan_inputs, verify_run
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1
@@ -39,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
     parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash)")
     parser.add_argument("--imagenet", metavar="PATH", help="source image folder of the stream (with --calibration: check the plan hash)")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="the stream is of the demo world: its table and images (found without it too, for demo streams)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -51,11 +57,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (arguments.calibration is None) != (arguments.imagenet is None):
         print(f"{PROGRAM}: error: pass both --calibration and --imagenet to check the plan hash, or neither", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
+    if arguments.demo and arguments.calibration is not None:
+        print(f"{PROGRAM}: error: --demo uses the demo world's table and images: do not combine it with --calibration/--imagenet", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
     if not folder.is_dir():
         print(f"{PROGRAM}: error: {folder} is not a folder", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     try:
-        total = load_manifest(folder).stream.num_shards
+        manifest = load_manifest(folder)
+        hint = ""
+        if arguments.calibration is None:
+            found = locate_plan_inputs(manifest)
+            if arguments.demo and not is_demo_stream(manifest.stream):
+                print(f"{PROGRAM}: error: --demo: {folder} is not a demo-world stream (its images are not the demo folder's)", file=sys.stderr)
+                return USER_ERROR_EXIT_CODE
+            if found.calibration is not None and found.imagenet is not None:
+                arguments.calibration, arguments.imagenet = found.calibration, found.imagenet
+            hint = found.hint
+        total = manifest.stream.num_shards
         with tqdm(total=total, desc=folder.name, unit="shard", disable=arguments.no_progress, mininterval=1.0) as bar:
             report = verify_run(
                 folder,
@@ -78,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{PROGRAM}: {intact} of {report.num_shards} shards intact ({report.num_images:,} images in the stream"
         f"{f', {report.samples_decoded:,} samples decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
+        f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}"
     )
     if arguments.json:
         Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
