@@ -342,7 +342,7 @@ def _run(arguments: argparse.Namespace) -> int:
     resolved = resolve_experiment(_experiment_settings(arguments, _protocol(arguments)))
     for note in resolved.notes:
         print(note)
-    run_dir = run_experiment(resolved.settings)
+    run_dir = run_experiment(resolved.settings, choices=resolved.notes)
     run = load_run(run_dir)
     print(comparison_table([run]), end="")
     scores = scores_table(run_scores(run))

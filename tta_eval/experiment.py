@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import logging
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -447,15 +447,17 @@ def _measured_costs(tables: dict[str, RecordTable], baseline_latency: float, run
     return CostModel(baseline_latency, tuple(costs), origin=f"measured in run {run_name}") if costs else None
 
 
-def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None = None) -> Path:
+def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None = None, choices: Sequence[str] = ()) -> Path:
     """Run every method of ``settings`` over the stream in lockstep under its protocol and write the run
     folder; returns it.
 
     model: the already loaded classifier of ``settings.model`` (on the run's device), e.g. shared by
     the scenarios of a sweep so that a randomly initialised factory gives every run the same
-    weights; None loads it. Methods work on copies; the model itself is not modified. Raises ValueError for user mistakes (bad names, options, paths, streams, labels, costs,
-    thresholds) before or during the run, and NonFiniteLossError under the "stop" policy after
-    writing what was recorded.
+    weights; None loads it. choices: lines saying what was chosen for the user when ``settings`` were
+    resolved earlier (``resolve_experiment``'s notes), recorded in config.json with this call's own.
+    Methods work on copies; the model itself is not modified. Raises ValueError for user mistakes
+    (bad names, options, paths, streams, labels, costs, thresholds) before or during the run, and
+    NonFiniteLossError under the "stop" policy after writing what was recorded.
     """
     resolved = resolve_experiment(settings)
     settings = resolved.settings
@@ -475,7 +477,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     _check_protocol(settings.protocol, latency.seconds)
     run_dir = _prepare_run_folder(settings)
     config = resolved_config(settings, methods)
-    config["choices"] = list(resolved.notes)
+    config["choices"] = [*choices, *resolved.notes]
     config.update(latency.to_json())
     write_json(run_dir / CONFIG_FILE, config)
     tables = {label: RecordTable() for label in modules}

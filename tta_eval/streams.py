@@ -161,7 +161,7 @@ class StreamDescription:
 
     name: a short name of the stream (e.g. the run folder of CCC shards; not yet folder-safe); samples: its
     length in samples (None: unknown); world: "demo" for a stream of the demo world
-    (``ccc.demo``), None otherwise or when unknown; num_classes: how many classes its labels come
+    (``ccc.demo``), "imagenet" for one rendered from an ImageNet-layout folder, None when unknown; num_classes: how many classes its labels come
     from (None: unknown).
     """
 
@@ -357,7 +357,7 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     return StreamDescription(
         name=folder.resolve().name,
         samples=spec.num_images,
-        world="demo" if demo else None,
+        world="demo" if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
     )
 
