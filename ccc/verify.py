@@ -8,14 +8,13 @@ calibration table and the source images, the plan hash is recomputed and compare
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccc.shard_reader import ShardReadError, open_shard, read_samples
+from ccc.shard_reader import ShardReadError, load_json_member, open_shard, read_samples
 from ccc.shards import TEMPORARY_SUFFIX, Manifest, file_sha256, load_manifest, sample_key, shard_name
 from ccc.stream import StreamError, decode_tar_sample
 
@@ -96,10 +95,10 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
                 assert sample.members is not None
                 try:
                     decode_tar_sample(sample.members, index, sample.key, path.name, "uint8")
-                    record = json.loads(sample.members["json"]) if "json" in sample.members else None
-                except StreamError as error:
+                    record = load_json_member(sample.members["json"], f"sample {sample.key}") if "json" in sample.members else None
+                except (StreamError, ShardReadError) as error:
                     return "undecodable", str(error), decoded
-                if record is None or record.get("index") != index:
+                if not isinstance(record, dict) or record.get("index") != index:
                     return "altered", f"sample {sample.key}: json record missing or of another index", decoded
                 decoded += 1
     except ShardReadError as error:
