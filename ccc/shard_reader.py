@@ -239,13 +239,15 @@ class _Reader:
                 raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {remaining})")
 
     def read(self, size: int, what: str) -> bytes:
-        self._check_remaining(size, what)
+        """The ``size`` bytes of a member (at most :data:`MAX_MEMBER_BYTES`), its padding consumed."""
+        padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
+        self._check_remaining(padded, what)
         if size > MAX_MEMBER_BYTES:
             raise ShardReadError(f"shard {self.location}: {what} of {size:,} bytes exceeds the reader's limit of {MAX_MEMBER_BYTES:,}")
-        data = self.handle.read(size)
-        if len(data) != size:
-            raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {len(data)})")
-        return data
+        data = self.handle.read(padded)
+        if len(data) != padded:
+            raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {padded} bytes, got {len(data)})")
+        return data[:size]
 
     def skip(self, size: int, what: str) -> None:
         self._check_remaining(size, what)
@@ -303,7 +305,7 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
         kind = header[156:157]
         padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
         if kind in (b"x", b"L"):
-            data = reader.read(padded, f"extended header {where}")[:size]
+            data = reader.read(size, f"extended header {where}")
             if kind == b"x":
                 pax_name = _pax_path(data, location, where)
             else:
@@ -331,7 +333,7 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
         if members is None:
             reader.skip(padded, f"sample {member_key}, member {extension}")
         else:
-            members[extension] = reader.read(padded, f"sample {member_key}, member {extension}")[:size]
+            members[extension] = reader.read(size, f"sample {member_key}, member {extension}")
     if key is not None:
         yield TarSample(position, key, members)
 
