@@ -6,8 +6,11 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 import warnings
 from pathlib import Path
@@ -472,6 +475,35 @@ def test_verify_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 # ----------------------------------------------------------------------------- integration
+def test_a_manifest_claiming_10_15_images_costs_what_its_recorded_shards_cost(world: dict, run_copy: Path, tmp_path: Path) -> None:
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    manifest["stream"]["num_images"] = manifest["num_images"] = 10**15
+    manifest["num_shards"] = 10**15 // SHARD_SIZE
+    manifest["shards"] = [entry for entry in manifest["shards"] if entry["index"] < 2]
+    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "ccc.cli.verify", str(run_copy), "--no-progress", "--json", str(tmp_path / "report.json")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "serial_00002.tar … serial_62499999999999.tar: unfinished — 62,499,999,999,998 shards not recorded as finished "
+        "(an unrecorded file exists: serial_00002.tar)"
+    )
+    assert "2 of 62,500,000,000,000 shards intact (1,000,000,000,000,000 images in the stream, 32 samples decoded)" in result.stdout
+    assert [check["count"] for check in json.loads((tmp_path / "report.json").read_text())["shards"]] == [1, 1, 10**15 // SHARD_SIZE - 2]
+    command = [sys.executable, "-m", "ccc.cli.verify", str(run_copy), "--calibration", str(world["table_path"]), "--imagenet", str(world["folder"]), "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "is not recomputed (limit 10,000,000)" in result.stderr
+    read = []
+    with pytest.raises(StreamError, match=r"serial_00002\.tar \(samples 32–47\) is not finished"):
+        for images, _, metadata in open_stream_source(f"ccc:{run_copy}", StreamOptions(batch_size=16, num_workers=0)):
+            read += [entry["index"] for entry in metadata]
+    assert read == list(range(32))
+    with pytest.warns(StreamWarning, match="skipped 3 samples in 1 place"):
+        assert indices(open_stream(run_copy, start=10**15 - 3, on_error="skip")) == []
+    assert indices(open_stream(run_copy, start=10**14, limit=2, world_size=2, rank=1, on_error="skip")) == []
+
+
 def test_tta_eval_reads_ccc_streams(world: dict) -> None:
     batches = list(open_stream_source(f"ccc:{world['run']}", StreamOptions(batch_size=16, num_workers=0)))
     assert [images.shape[0] for images, _, _ in batches] == [16, 16, 8]

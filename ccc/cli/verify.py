@@ -55,14 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROGRAM}: error: {folder} is not a folder", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     try:
-        total = load_manifest(folder).stream.num_shards
+        total = len(load_manifest(folder).shards)
         with tqdm(total=total, desc=folder.name, unit="shard", disable=arguments.no_progress, mininterval=1.0) as bar:
             report = verify_run(
                 folder,
                 decode=not arguments.no_decode,
                 calibration=arguments.calibration,
                 imagenet=arguments.imagenet,
-                on_shard=lambda check: bar.update(1),
+                on_shard=lambda check: bar.update(0 if check.status == "unfinished" else 1),
             )
     except FileNotFoundError as error:
         print(f"{PROGRAM}: error: {folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder", file=sys.stderr)
@@ -74,9 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{check.name}: {check.status}{f' — {check.detail}' if check.detail else ''}")
     for name in report.stray_files:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
-    intact = report.num_shards - len(report.problems)
     print(
-        f"{PROGRAM}: {intact} of {report.num_shards} shards intact ({report.num_images:,} images in the stream"
+        f"{PROGRAM}: {report.intact_shards:,} of {report.num_shards:,} shards intact ({report.num_images:,} images in the stream"
         f"{f', {report.samples_decoded:,} samples decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
     )
     if arguments.json:
