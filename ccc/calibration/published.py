@@ -54,7 +54,7 @@ MAX_PICKLE_BYTES = 64 * 2**20
 MAX_PICKLE_OPCODES = 500_000
 """Most opcodes an imported pickle may hold. Each builds at most one object, so this bounds what
 unpickling can build from small opcodes (an empty set is 1 byte in the file, 216 in memory); the
-published matrices take about 5,000 (arrays) to 100,000 (nested lists of floats)."""
+published matrices take about 5,000 (arrays) to 111,500 (nested lists of floats)."""
 
 MAX_PICKLE_ARRAY_ELEMENTS = 2**20
 """Most elements of one numpy array in an imported pickle (a matrix has 441)."""
@@ -308,8 +308,8 @@ def safe_unpickle(data: bytes) -> object:
         for count, _ in enumerate(pickletools.genops(data), 1):
             if count > MAX_PICKLE_OPCODES:
                 raise CalibrationError(
-                    f"the pickle holds more than {MAX_PICKLE_OPCODES:,} opcodes (the published matrices need about "
-                    "100,000 at most); refusing to unpickle it"
+                    f"the pickle holds more than {MAX_PICKLE_OPCODES:,} opcodes (the published matrices need at most about "
+                    "112,000); refusing to unpickle it"
                 )
         return RestrictedUnpickler(io.BytesIO(data)).load()
     except (UnsafePickleError, CalibrationError):
