@@ -2,6 +2,10 @@
 
 The plot follows the paper's Figure 8b: severities ``s1`` and ``s2`` over the stream (top) and the
 calibrated accuracy of every path step against the target (bottom).
+
+Both cover at most :data:`SUMMARY_MAX_STEPS` path steps (the whole stream for the paper's lengths),
+so their time and memory do not grow with ``--num-images``: a dry run of 10^15 images costs what
+one of 10^6 costs, and says which prefix it describes.
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ from numpy.typing import NDArray
 
 from ccc.paths import SEVERITY_STEP
 from ccc.schedule import PairVisit, StreamSchedule
+from ccc.shards import shard_name
 
-__all__ = ["ScheduleTrace", "describe_schedule", "plot_schedule", "trace_schedule"]
+__all__ = ["SUMMARY_MAX_STEPS", "ScheduleTrace", "describe_schedule", "plot_schedule", "summarised_images", "trace_schedule"]
+
+SUMMARY_MAX_STEPS = 100_000
+"""Path steps the text summary and the plot cover at most (7.5M images at speed 100 is 75,000 steps)."""
 
 
 @dataclass(frozen=True)
@@ -53,28 +61,44 @@ def trace_schedule(schedule: StreamSchedule, speed: int, num_images: int) -> Sch
     return ScheduleTrace(visits, first_images, cells[:, 0] * SEVERITY_STEP, cells[:, 1] * SEVERITY_STEP, accuracies, images_per_step)
 
 
-def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, shard_names: list[str]) -> str:
-    """A multi-line text description: settings, each pair with its path cells and accuracies, the shards."""
-    trace = trace_schedule(schedule, speed, num_images)
+def summarised_images(speed: int, num_images: int) -> int:
+    """Images the summary and the plot cover: ``num_images``, at most :data:`SUMMARY_MAX_STEPS` × ``speed``."""
+    return min(num_images, SUMMARY_MAX_STEPS * speed)
+
+
+def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num_shards: int) -> str:
+    """A multi-line text description: settings, each pair with its path cells and accuracies, the shards.
+
+    Covers the first :func:`summarised_images` images (all of them unless the stream has more than
+    :data:`SUMMARY_MAX_STEPS` steps; the text then says so). ``num_shards``: shards of the run, >= 1.
+    """
+    shown = summarised_images(speed, num_images)
+    trace = trace_schedule(schedule, speed, shown)
     num_steps = len(trace.first_images)
     deviation = np.abs(trace.accuracies - schedule.target_accuracy)
     weights = trace.images_per_step / trace.images_per_step.sum()
+    total_steps = -(-num_images // speed)
+    scope = "the stream" if shown == num_images else f"the first {shown:,} images"
     lines = [
         f"target accuracy: {schedule.target_accuracy:g} %   path objective: {schedule.path_objective}   "
         f"schedule: {schedule.schedule}   seed: {schedule.seed}",
         f"corruptions ({len(schedule.corruptions)}): {', '.join(schedule.corruptions)}",
-        f"images: {num_images:,}   speed: {speed:,} images per step   steps: {num_steps:,}   pairs: {len(trace.visits):,}",
-        f"calibrated accuracy over the stream: mean {float(weights @ trace.accuracies):.2f} %, "
+        f"images: {num_images:,}   speed: {speed:,} images per step   steps: {total_steps:,}   "
+        + (f"pairs: {len(trace.visits):,}" if shown == num_images else f"pairs in the first {num_steps:,} steps: {len(trace.visits):,}"),
+        f"calibrated accuracy over {scope}: mean {float(weights @ trace.accuracies):.2f} %, "
         f"mean |accuracy - target| {float(weights @ deviation):.2f}, max {float(deviation.max()):.2f} percentage points",
-        "",
-        "pairs (each cell: s1/s2 = calibrated accuracy %):",
     ]
+    if shown < num_images:
+        lines.append(
+            f"(summary and plot cover the first {SUMMARY_MAX_STEPS:,} steps; later pairs follow the same paths in the seeded order)"
+        )
+    lines += ["", "pairs (each cell: s1/s2 = calibrated accuracy %):"]
     for visit in trace.visits:
         first = visit.first_step
         last = min(first + len(visit.path.cells), num_steps) - 1
         first_image = int(trace.first_images[first])
         last_image = int(trace.first_images[last] + trace.images_per_step[last] - 1)
-        cut = " (stream ends inside this path)" if last < first + len(visit.path.cells) - 1 else ""
+        cut = f" ({'stream' if shown == num_images else 'summary'} ends inside this path)" if last < first + len(visit.path.cells) - 1 else ""
         lines.append(
             f"  pair {visit.pair_index}: {visit.path.n1} -> {visit.path.n2}, steps {first}-{last}, "
             f"images {first_image:,}-{last_image:,}{cut}"
@@ -84,16 +108,18 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, sha
         lines.append(
             "    " + ", ".join(f"{i * SEVERITY_STEP:g}/{j * SEVERITY_STEP:g} = {accuracy:.1f}" for (i, j), accuracy in zip(cells, accuracies))
         )
-    lines += ["", f"shards to write ({len(shard_names)}): " + (", ".join(shard_names) if len(shard_names) <= 6 else f"{shard_names[0]} … {shard_names[-1]}")]
+    names = ", ".join(shard_name(index) for index in range(num_shards)) if num_shards <= 6 else f"{shard_name(0)} … {shard_name(num_shards - 1)}"
+    lines += ["", f"shards to write ({num_shards:,}): {names}"]
     return "\n".join(lines)
 
 
 def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: str | Path) -> Path:
-    """Write a PNG of s1/s2 and calibrated accuracy over the stream to ``path``; return the path."""
+    """Write a PNG of s1/s2 and calibrated accuracy over the stream (its first :func:`summarised_images`) to ``path``; return the path."""
     from matplotlib.figure import Figure
 
-    trace = trace_schedule(schedule, speed, num_images)
-    edges = np.append(trace.first_images, num_images)
+    shown = summarised_images(speed, num_images)
+    trace = trace_schedule(schedule, speed, shown)
+    edges = np.append(trace.first_images, shown)
     figure = Figure(figsize=(10, 5))
     severity_axis, accuracy_axis = figure.subplots(2, 1, sharex=True)
     severity_axis.stairs(trace.s1, edges, baseline=None, label="s1 (first corruption)", color="tab:blue")
@@ -106,8 +132,9 @@ def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: s
     accuracy_axis.set_ylabel("accuracy (%)")
     accuracy_axis.set_xlabel("image index")
     accuracy_axis.legend(loc="upper right", fontsize="small")
+    scope = "" if shown == num_images else f", first {shown:,} of {num_images:,} images"
     figure.suptitle(
-        f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}"
+        f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}{scope}"
     )
     figure.tight_layout()
     output = Path(path)

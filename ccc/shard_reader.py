@@ -13,10 +13,17 @@ a key, WebDataset's convention: the key is the member path up to the first dot o
 
 Shard formats (``docs/loading.md``): ours (``info``, ``input.jpg``, ``json``, ``output.cls``) and the
 published CCC shards (``info``, ``input.jpg``, ``output.cls``; keys ``sample_<i>``).
+
+Limits: every length read from the file (member sizes, PAX record lengths) is checked against the
+bytes that remain before anything is allocated; a member held in memory is at most
+:data:`MAX_MEMBER_BYTES`; ``json`` members (:func:`load_json_member`) at most
+:data:`MAX_JSON_BYTES` and :data:`MAX_JSON_DEPTH` levels deep. Any violation, a non-UTF-8 name
+included, is a :class:`ShardReadError` naming the shard and the sample.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,9 +31,13 @@ from typing import BinaryIO
 
 __all__ = [
     "BLOCK_BYTES",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_MEMBER_BYTES",
     "InfoRecord",
     "ShardReadError",
     "TarSample",
+    "load_json_member",
     "open_shard",
     "parse_info",
     "read_all",
@@ -35,6 +46,15 @@ __all__ = [
 
 BLOCK_BYTES = 512
 """Size of a tar block: headers and data are padded to multiples of it."""
+
+MAX_MEMBER_BYTES = 64 * 2**20
+"""Largest member (bytes) the reader holds in memory; a CCC JPEG is about 20 KB."""
+
+MAX_JSON_BYTES = 2**20
+"""Largest ``json`` member (bytes) :func:`load_json_member` parses; a CCC record is about 400 bytes."""
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects :func:`load_json_member` parses; a CCC record has depth 2."""
 
 _REGULAR_TYPES = (b"0", b"\0", b"7")
 _SKIPPED_TYPES = (b"5", b"g", b"1", b"2", b"3", b"4", b"6")
@@ -122,18 +142,72 @@ def _header_checksum_ok(header: bytes) -> bool:
     return stored == unsigned
 
 
-def _pax_path(data: bytes) -> str | None:
+def _pax_path(data: bytes, location: str, where: str) -> str | None:
+    """The ``path`` of a PAX extended header: records ``"<length> <keyword>=<value>\\n"``, each length checked."""
     path = None
-    view = data
-    while view:
-        length_text, _, _ = view.partition(b" ")
-        length = int(length_text)
-        record = view[:length]
-        keyword, _, value = record[len(length_text) + 1 : -1].partition(b"=")
+    offset = 0
+    while offset < len(data):
+        length_text = data[offset : offset + 20].partition(b" ")[0]
+        length = int(length_text) if length_text.isdigit() else -1
+        if not len(length_text) + 2 < length <= len(data) - offset or data[offset + length - 1 : offset + length] != b"\n":
+            raise ShardReadError(
+                f"shard {location}: damaged PAX extended header {where} (record length {length_text[:20]!r} "
+                f"at byte {offset} of {len(data)})"
+            )
+        keyword, _, value = data[offset + len(length_text) + 1 : offset + length - 1].partition(b"=")
         if keyword == b"path":
-            path = value.decode("utf-8")
-        view = view[length:]
+            path = _utf8(value, location, f"PAX path {where}")
+        offset += length
     return path
+
+
+def _utf8(data: bytes, location: str, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ShardReadError(f"shard {location}: {what} is not UTF-8 ({data[:60]!r})") from None
+
+
+def load_json_member(data: bytes, where: str) -> object:
+    """Parse a ``json`` member of at most :data:`MAX_JSON_BYTES` bytes and :data:`MAX_JSON_DEPTH` levels.
+
+    Args:
+        data: the member's bytes (UTF-8 JSON).
+        where: shard and sample, for the message.
+
+    Raises:
+        ShardReadError: too large, too deep, or not JSON; the message starts with ``where``.
+    """
+    if len(data) > MAX_JSON_BYTES:
+        raise ShardReadError(f"{where}: json member of {len(data):,} bytes exceeds the reader's limit of {MAX_JSON_BYTES:,}")
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _json_depth(data) > MAX_JSON_DEPTH:
+        raise ShardReadError(f"{where}: json member nested deeper than the reader's limit of {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ShardReadError(f"{where}: json member is not JSON ({error})") from None
+
+
+def _json_depth(data: bytes) -> int:
+    """Deepest nesting of ``[``/``{`` outside strings (only called when the bracket count exceeds the limit)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -151,20 +225,34 @@ class _Reader:
             self.seekable = handle.seekable()
         except (AttributeError, OSError):
             self.seekable = False
+        self.end: int | None = None
+        if self.seekable:
+            position = handle.tell()
+            self.end = handle.seek(0, os.SEEK_END)
+            handle.seek(position)
+
+    def _check_remaining(self, size: int, what: str) -> None:
+        """Refuse a length beyond the bytes that remain (known for seekable files) before allocating or seeking."""
+        if self.end is not None:
+            remaining = self.end - self.handle.tell()
+            if size > remaining:
+                raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {remaining})")
 
     def read(self, size: int, what: str) -> bytes:
-        data = self.handle.read(size)
-        if len(data) != size:
-            raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {len(data)})")
-        return data
+        """The ``size`` bytes of a member (at most :data:`MAX_MEMBER_BYTES`), its padding consumed."""
+        padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
+        self._check_remaining(padded, what)
+        if size > MAX_MEMBER_BYTES:
+            raise ShardReadError(f"shard {self.location}: {what} of {size:,} bytes exceeds the reader's limit of {MAX_MEMBER_BYTES:,}")
+        data = self.handle.read(padded)
+        if len(data) != padded:
+            raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {padded} bytes, got {len(data)})")
+        return data[:size]
 
     def skip(self, size: int, what: str) -> None:
+        self._check_remaining(size, what)
         if self.seekable and size >= _SEEK_THRESHOLD_BYTES:
-            position = self.handle.tell()
-            end = self.handle.seek(0, os.SEEK_END)
-            if end < position + size:
-                raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {end - position})")
-            self.handle.seek(position + size)
+            self.handle.seek(size, os.SEEK_CUR)
             return
         remaining = size
         while remaining:
@@ -184,8 +272,10 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
             False skips the data (yielded with ``members=None``). None reads every sample.
 
     Raises:
-        ShardReadError: on a truncated file, a damaged header (checksum mismatch), a missing
-            end-of-archive marker, or members of one sample that are not consecutive.
+        ShardReadError: on a truncated file, a damaged header (checksum mismatch, a size or PAX
+            length beyond the bytes that remain, a non-UTF-8 name), a member larger than
+            :data:`MAX_MEMBER_BYTES`, a missing end-of-archive marker, or members of one sample that
+            are not consecutive; the message names the shard and the sample.
     """
     reader = _Reader(handle, location)
     position = -1
@@ -209,21 +299,23 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
         try:
             size = _octal(header[124:136])
         except ValueError:
-            raise ShardReadError(f"shard {location}: damaged tar header {where} (size field)") from None
+            size = -1
+        if size < 0:
+            raise ShardReadError(f"shard {location}: damaged tar header {where} (size field {header[124:136]!r})")
         kind = header[156:157]
         padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
         if kind in (b"x", b"L"):
-            data = reader.read(padded, f"extended header {where}")[:size]
+            data = reader.read(size, f"extended header {where}")
             if kind == b"x":
-                pax_name = _pax_path(data)
+                pax_name = _pax_path(data, location, where)
             else:
-                long_name = data.rstrip(b"\0").decode("utf-8")
+                long_name = _utf8(data.rstrip(b"\0"), location, f"GNU long name {where}")
             continue
         name = pax_name or long_name
         pax_name = long_name = None
         if name is None:
-            prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8")
-            base = header[:100].split(b"\0", 1)[0].decode("utf-8")
+            prefix = _utf8(header[345:500].split(b"\0", 1)[0], location, f"member name prefix {where}")
+            base = _utf8(header[:100].split(b"\0", 1)[0], location, f"member name {where}")
             name = f"{prefix}/{base}" if prefix and header[257:262] == b"ustar" else base
         if kind in _SKIPPED_TYPES or kind not in _REGULAR_TYPES:
             reader.skip(padded, f"member {name}")
@@ -241,7 +333,7 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
         if members is None:
             reader.skip(padded, f"sample {member_key}, member {extension}")
         else:
-            members[extension] = reader.read(padded, f"sample {member_key}, member {extension}")[:size]
+            members[extension] = reader.read(size, f"sample {member_key}, member {extension}")
     if key is not None:
         yield TarSample(position, key, members)
 

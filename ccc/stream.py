@@ -21,18 +21,24 @@ so :func:`stream_loader` (which sets ``chunk_size`` to the batch size) yields ea
 stream order. Every position is read by exactly one consumer: no loss, no duplicate; a stream with
 fewer shards (or samples) than workers works, idle workers end at once. Details: ``docs/loading.md``.
 
-**Errors.** ``on_error="raise"`` (default): a missing, unfinished, truncated or damaged shard, or a
-sample without image or label, stops the stream with a :class:`StreamError` naming the shard and the
-sample. ``on_error="skip"``: such samples (or the rest of such a shard) are skipped, and a
-:class:`StreamWarning` with the counts is issued when the iteration ends. The stream is never
-shortened silently.
+**Checks.** With a manifest, every shard's byte size is compared with the manifest's before it is
+read, every sample's key must be its stream index (``sample_key``) and a shard must hold exactly
+the manifest's sample count; ``verify="sha256"`` also compares each shard's sha256 with the
+manifest's before any of its samples is delivered (catches any changed byte, e.g. in a JPEG, which
+decoding alone may not notice).
+
+**Errors.** ``on_error="raise"`` (default): a missing, unfinished, truncated, damaged or altered
+shard, or a sample without image or label, stops the stream with a :class:`StreamError` naming the
+shard and the sample. ``on_error="skip"``: such samples (or the rest of such a shard) are skipped,
+and a :class:`StreamWarning` with the counts is issued when the iteration ends. Every index is
+delivered at most once, every skipped index this consumer would have read is counted once, and the
+shards after a skipped one are read. The stream is never shortened silently.
 """
 
 from __future__ import annotations
 
 import copy
 import io
-import json
 import logging
 import os
 import warnings
@@ -46,8 +52,8 @@ import torch
 from PIL import Image
 
 from ccc.render import encode_jpeg, render_pixels
-from ccc.shard_reader import ShardReadError, open_shard, parse_info, read_samples
-from ccc.shards import MANIFEST_NAME, ManifestError, load_manifest, shard_name
+from ccc.shard_reader import ShardReadError, load_json_member, open_shard, parse_info, read_samples
+from ccc.shards import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, sample_key, shard_name
 from ccc.stream_plan import PlanError, StreamPlan, StreamSpec, build_stream_plan, plan_sample
 
 __all__ = [
@@ -57,6 +63,7 @@ __all__ = [
     "IMAGE_FORMATS",
     "RANK_SPLITS",
     "UNBOUNDED_IMAGES",
+    "VERIFY_MODES",
     "CCCStream",
     "ShardLocation",
     "StreamError",
@@ -77,6 +84,8 @@ IMAGE_FORMATS = ("uint8", "float", "normalized", "pil", "jpeg")
 float tensor ``(x - IMAGENET_MEAN) / IMAGENET_STD``, ``pil`` RGB image, ``jpeg`` encoded bytes."""
 
 ERROR_POLICIES = ("raise", "skip")
+VERIFY_MODES = (None, "sha256")
+"""``verify=`` of :func:`open_stream`: None (size, key and count checks only) or ``"sha256"``."""
 RANK_SPLITS = ("interleaved", "contiguous")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -122,12 +131,16 @@ class ShardLocation:
         first_sample: stream index of its first sample (None when unknown: no manifest).
         sample_count: samples it holds (None when unknown).
         finished: False for a shard the manifest lists as not yet written.
+        sha256: the manifest's sha256 (hex) of the file (None when unknown).
+        bytes: the manifest's file size in bytes (None when unknown).
     """
 
     location: str
     first_sample: int | None = None
     sample_count: int | None = None
     finished: bool = True
+    sha256: str | None = None
+    bytes: int | None = None
 
 
 _MEAN = torch.tensor(IMAGENET_MEAN).view(3, 1, 1)
@@ -178,6 +191,19 @@ class _Selection:
         if relative < self.lo or (self.hi is not None and relative >= self.hi):
             return False
         return self.offset <= (relative - self.lo) % self.period < self.offset + self.chunk
+
+    def count(self, begin: int, end: int) -> int:
+        """How many wanted positions lie in ``[begin, end)`` (closed form, no iteration)."""
+        return max(self._below(end) - self._below(begin), 0)
+
+    def _below(self, relative: int) -> int:
+        """Wanted positions in ``[lo, relative)``."""
+        if self.hi is not None:
+            relative = min(relative, self.hi)
+        if relative <= self.lo:
+            return 0
+        periods, phase = divmod(relative - self.lo, self.period)
+        return periods * self.chunk + min(max(phase - self.offset, 0), self.chunk)
 
     def next_wanted(self, relative: int) -> int | None:
         """The smallest wanted position >= ``relative``, or None."""
@@ -349,7 +375,9 @@ def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard:
     metadata: dict[str, Any]
     try:
         if "json" in members:
-            record = json.loads(members["json"])
+            record = load_json_member(members["json"], where)
+            if not isinstance(record, dict):
+                raise StreamError(f"{where}: json member must hold an object, got {type(record).__name__}")
             metadata = {
                 "index": index,
                 "n1": record["n1"],
@@ -374,6 +402,8 @@ def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard:
             }
         else:
             raise StreamError(f"{where} has neither json nor info (corruption metadata)")
+    except ShardReadError as error:
+        raise StreamError(str(error)) from None
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
         if isinstance(error, StreamError):
             raise
@@ -387,56 +417,122 @@ def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard:
     return StreamSample(image, label, metadata)
 
 
+class _ManifestShards(Sequence[ShardLocation]):
+    """The shards of a manifest's stream, built on demand: cost per shard read, not per shard of the stream."""
+
+    def __init__(self, folder: Path, manifest: Manifest) -> None:
+        self.folder = folder
+        self.stream = manifest.stream
+        self.finished = {entry.index: entry for entry in manifest.shards}
+
+    def __len__(self) -> int:
+        return self.stream.num_shards
+
+    def __getitem__(self, index: int) -> ShardLocation:  # type: ignore[override]
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        sample_range = self.stream.shard_range(index)
+        entry = self.finished.get(index)
+        return ShardLocation(
+            str(self.folder / shard_name(index)),
+            sample_range.start,
+            len(sample_range),
+            entry is not None,
+            None if entry is None else entry.sha256,
+            None if entry is None else entry.bytes,
+        )
+
+    def shard_of(self, sample_index: int) -> int:
+        """The shard holding stream index ``sample_index`` (>= 0)."""
+        return sample_index // self.stream.shard_size
+
+
 class _ShardStream(CCCStream):
-    def __init__(self, shards: Sequence[ShardLocation], total: int | None, spec: StreamSpec | None, **options: Any) -> None:
-        self.shards = tuple(shards)
+    def __init__(self, shards: Sequence[ShardLocation], total: int | None, spec: StreamSpec | None, verify: str | None, **options: Any) -> None:
+        self.shards = shards if isinstance(shards, _ManifestShards) else tuple(shards)
         self.spec = spec
+        self.verify = verify
         super().__init__(total=total, **options)
+
+    def _altered(self, shard: ShardLocation) -> str | None:
+        """Why a local shard's file is not the manifest's (size; sha256 under ``verify="sha256"``), or None."""
+        if shard.bytes is None or "://" in shard.location or shard.location.startswith("pipe:"):
+            return None
+        path = Path(shard.location)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        if size != shard.bytes:
+            kind = "truncated" if size < shard.bytes else "altered"
+            return f"shard {shard.location}: {kind} ({size:,} bytes, the manifest records {shard.bytes:,})"
+        if self.verify == "sha256" and shard.sha256 is not None and file_sha256(path) != shard.sha256:
+            return f"shard {shard.location}: altered (sha256 differs from the manifest's; the file changed after it was written)"
+        return None
 
     def _samples(self, selection: _Selection) -> Iterator[StreamSample | _Skipped]:
         next_index = 0
-        for shard in self.shards:
+        position = 0
+        while position < len(self.shards):
+            shard = self.shards[position]
+            position += 1
             name = shard.location
             first = shard.first_sample if shard.first_sample is not None else next_index
             upcoming = selection.next_wanted(max(first - self.start, 0))
             if upcoming is None:
                 return
-            if shard.sample_count is not None:
-                next_index = first + shard.sample_count
-                if self.start + upcoming >= next_index:
+            count = shard.sample_count
+            end = None if count is None else first + count
+            if end is not None:
+                next_index = end
+                if self.start + upcoming >= end:
+                    if isinstance(self.shards, _ManifestShards):
+                        position = self.shards.shard_of(self.start + upcoming)
                     continue
+
+            def lost(begin: int, end: int | None = end) -> int | None:
+                return None if end is None else selection.count(begin - self.start, end - self.start)
+
             if not shard.finished:
                 yield self._fail(
-                    f"shard {name} (samples {first}–{first + (shard.sample_count or 1) - 1}) is not finished according to the "
+                    f"shard {name} (samples {first}–{first + (count or 1) - 1}) is not finished according to the "
                     "manifest; run the same ccc-generate command again to finish it",
-                    shard.sample_count,
+                    lost(first),
                 )
                 continue
-            read = 0
-            failure: str | None = None
-            try:
-                with open_shard(name) as handle:
-                    for sample in read_samples(handle, name, lambda position, first=first: selection.wanted(first + position - self.start)):
-                        read = sample.position + 1
-                        index = first + sample.position
-                        if sample.members is None:
-                            if index >= self.start and selection.next_wanted(index - self.start) is None:
+            accounted = first
+            failure = self._altered(shard)
+            if failure is None:
+                try:
+                    with open_shard(name) as handle:
+                        for sample in read_samples(handle, name, lambda place, first=first: selection.wanted(first + place - self.start)):
+                            index = first + sample.position
+                            if count is not None and sample.position >= count:
+                                raise ShardReadError(f"shard {name}: altered (holds more than the {count} samples the manifest records)")
+                            if shard.first_sample is not None and sample.key != sample_key(index):
+                                raise ShardReadError(
+                                    f"shard {name}: altered (sample {sample.position} of the shard has key {sample.key}, "
+                                    f"expected {sample_key(index)} for stream index {index}: the file is not this shard of the manifest)"
+                                )
+                            accounted = index + 1
+                            if sample.members is None:
+                                if index >= self.start and selection.next_wanted(index - self.start) is None:
+                                    return
+                                continue
+                            try:
+                                yield decode_tar_sample(sample.members, index, sample.key, name, self.image_format)
+                            except StreamError as error:
+                                yield self._fail(str(error), 1)
+                            if selection.next_wanted(index - self.start + 1) is None:
                                 return
-                            continue
-                        try:
-                            yield decode_tar_sample(sample.members, index, sample.key, name, self.image_format)
-                        except StreamError as error:
-                            yield self._fail(str(error), 1)
-                        if selection.next_wanted(index - self.start + 1) is None:
-                            return
-            except ShardReadError as error:
-                failure = str(error)
-            if failure is None and shard.sample_count is not None and read != shard.sample_count:
-                failure = f"shard {name}: holds {read} samples but the manifest records {shard.sample_count} (the file was altered)"
+                except ShardReadError as error:
+                    failure = str(error)
+            if failure is None and end is not None and accounted != end:
+                failure = f"shard {name}: altered (holds {accounted - first} samples, the manifest records {count})"
             if failure is not None:
-                yield self._fail(failure, None if shard.sample_count is None else max(shard.sample_count - read, 0))
-            if shard.sample_count is None:
-                next_index = first + read
+                yield self._fail(failure, lost(accounted))
+            if end is None:
+                next_index = accounted
 
 
 class _RenderedStream(CCCStream):
@@ -473,7 +569,7 @@ class _RenderedStream(CCCStream):
             relative = selection.next_wanted(relative + 1)
 
 
-def _manifest_shards(folder: Path) -> tuple[list[ShardLocation], StreamSpec]:
+def _manifest_shards(folder: Path) -> tuple[_ManifestShards, StreamSpec]:
     try:
         manifest = load_manifest(folder)
     except FileNotFoundError:
@@ -483,12 +579,7 @@ def _manifest_shards(folder: Path) -> tuple[list[ShardLocation], StreamSpec]:
         ) from None
     except ManifestError as error:
         raise StreamError(str(error)) from None
-    finished = {entry.index: entry for entry in manifest.shards}
-    shards = []
-    for index in range(manifest.stream.num_shards):
-        sample_range = manifest.stream.shard_range(index)
-        shards.append(ShardLocation(str(folder / shard_name(index)), sample_range.start, len(sample_range), index in finished))
-    return shards, manifest.stream
+    return _ManifestShards(folder, manifest), manifest.stream
 
 
 def _expand(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -512,6 +603,7 @@ def open_stream(
     world_size: int | None = None,
     rank_split: str = "interleaved",
     on_error: str = "raise",
+    verify: str | None = None,
 ) -> CCCStream:
     """Open a stream of CCC shards for reading in stream order.
 
@@ -529,22 +621,33 @@ def open_stream(
         rank, world_size: split across processes (default: environment ``RANK``/``WORLD_SIZE``).
         rank_split: ``interleaved`` (default) or ``contiguous``.
         on_error: ``raise`` (default) or ``skip`` (skip and warn with counts at the end).
+        verify: None (default: with a manifest, each shard's byte size, every sample's key and the
+            sample count are checked) or ``"sha256"`` (also each shard's sha256 against the
+            manifest's, computed over the whole file before its first sample is delivered; needs a
+            run folder). Cost measured in ``BENCHMARKS.md``.
 
     Raises:
         StreamError: a folder without manifest or with a malformed one.
-        ValueError: invalid arguments.
+        ValueError: invalid arguments (``verify="sha256"`` without a manifest included).
     """
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be None or 'sha256', got {verify!r}")
     spec: StreamSpec | None = None
     if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
         shards, spec = _manifest_shards(Path(source))
     elif isinstance(source, (str, os.PathLike)) and Path(source).name == MANIFEST_NAME and Path(source).is_file():
         shards, spec = _manifest_shards(Path(source).parent)
     else:
+        if verify is not None:
+            raise ValueError(
+                f"verify={verify!r} needs a run folder with a manifest (it records each shard's sha256), got {source!r}"
+            )
         shards = [ShardLocation(location) for location in _expand(source)]
     return _ShardStream(
         shards,
         None if spec is None else spec.num_images,
         spec,
+        verify,
         start=start,
         limit=limit,
         image_format=image_format,

@@ -4,22 +4,32 @@ Per shard of the stream: present, recorded as finished, byte size and sha256 as 
 unless ``decode=False`` — every sample readable in order with the expected key, a decodable
 ``input.jpg``, a class index in ``output.cls`` and a ``json`` record of the same index. With the
 calibration table and the source images, the plan hash is recomputed and compared too.
+
+The work is per shard recorded in the manifest and per file in the folder, never per shard of the
+stream: consecutive shards that are not recorded are reported as one ``unfinished`` range, so a
+manifest claiming 10^15 images costs what its recorded shards cost.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccc.shard_reader import ShardReadError, open_shard, read_samples
+from ccc.shard_reader import ShardReadError, load_json_member, open_shard, read_samples
 from ccc.shards import TEMPORARY_SUFFIX, Manifest, file_sha256, load_manifest, sample_key, shard_name
 from ccc.stream import StreamError, decode_tar_sample
+from ccc.stream_plan import PlanError
 
 __all__ = ["SHARD_STATUSES", "PlanInputs", "ShardCheck", "VerificationReport", "locate_plan_inputs", "verify_run"]
+
+_SHARD_FILE = re.compile(r"serial_(\d{5,})\.tar")
+
+PLAN_HASH_MAX_WORK = 10**7
+"""Largest path steps + shards for which the plan hash is recomputed (the paper's streams: about 10^4)."""
 
 SHARD_STATUSES = ("ok", "missing", "unfinished", "truncated", "altered", "undecodable")
 """``missing``: recorded as finished, file absent. ``unfinished``: not recorded, not written (resume
@@ -29,12 +39,21 @@ samples that are not the recorded ones. ``undecodable``: recorded bytes, but a s
 
 @dataclass(frozen=True)
 class ShardCheck:
-    """The verdict on one shard: ``status`` in :data:`SHARD_STATUSES` and a one-line ``detail``."""
+    """The verdict on shard ``index`` (``count`` consecutive shards for an ``unfinished`` range).
+
+    Attributes:
+        index: first shard number, >= 0.
+        name: its file name (``serial_00002.tar … serial_00009.tar`` for a range).
+        status: one of :data:`SHARD_STATUSES`.
+        detail: one line.
+        count: shards covered, >= 1 (more than 1 only for ``unfinished``).
+    """
 
     index: int
     name: str
     status: str
     detail: str = ""
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -44,7 +63,7 @@ class VerificationReport:
     Attributes:
         folder: the run folder.
         num_images, num_shards: the stream's length and shard count.
-        shards: one check per shard of the stream, in order.
+        shards: one check per recorded shard and per range of unrecorded shards, in order.
         plan_hash: ``"matches"``, ``"differs"`` or ``"not checked"``.
         stray_files: temporary files of an interrupted run (removed by the next ``ccc-generate``).
         samples_decoded: samples read and decoded.
@@ -62,6 +81,11 @@ class VerificationReport:
     def problems(self) -> tuple[ShardCheck, ...]:
         """The shards that are not ``ok``."""
         return tuple(check for check in self.shards if check.status != "ok")
+
+    @property
+    def intact_shards(self) -> int:
+        """Shards of the stream that are present and intact."""
+        return self.num_shards - sum(check.count for check in self.problems)
 
     @property
     def ok(self) -> bool:
@@ -96,10 +120,10 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
                 assert sample.members is not None
                 try:
                     decode_tar_sample(sample.members, index, sample.key, path.name, "uint8")
-                    record = json.loads(sample.members["json"]) if "json" in sample.members else None
-                except StreamError as error:
+                    record = load_json_member(sample.members["json"], f"sample {sample.key}") if "json" in sample.members else None
+                except (StreamError, ShardReadError) as error:
                     return "undecodable", str(error), decoded
-                if record is None or record.get("index") != index:
+                if not isinstance(record, dict) or record.get("index") != index:
                     return "altered", f"sample {sample.key}: json record missing or of another index", decoded
                 decoded += 1
     except ShardReadError as error:
@@ -112,6 +136,13 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
 def _plan_hash_status(manifest: Manifest, calibration: str | os.PathLike[str] | None, imagenet: str | os.PathLike[str] | None) -> str:
     if calibration is None or imagenet is None:
         return "not checked"
+    stream = manifest.stream
+    work = -(-stream.num_images // stream.speed) + stream.num_shards
+    if work > PLAN_HASH_MAX_WORK:
+        raise PlanError(
+            f"the plan hash of a stream of {stream.num_images:,} images at speed {stream.speed:,} ({work:,} steps and shards) "
+            f"is not recomputed (limit {PLAN_HASH_MAX_WORK:,}); run ccc-verify without --calibration and --imagenet"
+        )
     from ccc.calibration import CalibrationTable
     from ccc.generate import load_source_images
     from ccc.imagenet import index_image_folder
@@ -189,50 +220,71 @@ def verify_run(
         decode: also read and decode every sample (slower; sizes and sha256 are always checked).
         calibration, imagenet: the calibration table and source image folder the stream was made
             from; when both are given the plan hash is recomputed and compared.
-        on_shard: called after each shard's check (progress reporting).
+        on_shard: called after each check (progress reporting): once per recorded shard and once
+            per range of unrecorded ones.
 
     Raises:
         FileNotFoundError: no manifest in ``folder``. ccc.shards.ManifestError: malformed manifest.
-        ccc.stream_plan.PlanError: the table or images do not fit the stream (plan hash check).
+        ccc.stream_plan.PlanError: the table or images do not fit the stream (plan hash check), or the
+            stream is too long to recompute its plan hash (:data:`PLAN_HASH_MAX_WORK`).
     """
     root = Path(folder)
     manifest = load_manifest(root)
-    recorded = {entry.index: entry for entry in manifest.shards}
-    checks = []
+    plan_status = _plan_hash_status(manifest, calibration, imagenet)
+    num_shards = manifest.stream.num_shards
+    unrecorded_files = sorted(
+        int(match.group(1)) for path in root.iterdir() if (match := _SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
+    )
+    checks: list[ShardCheck] = []
     decoded_total = 0
-    for index in range(manifest.stream.num_shards):
-        name = shard_name(index)
-        path = root / name
-        entry = recorded.get(index)
-        sample_range = manifest.stream.shard_range(index)
-        if entry is None:
-            check = ShardCheck(index, name, "unfinished", "not recorded as finished" + (" (an unrecorded file exists)" if path.exists() else ""))
-        elif not path.is_file():
-            check = ShardCheck(index, name, "missing", f"recorded as finished ({entry.bytes} bytes) but absent")
-        else:
-            size = path.stat().st_size
-            if size < entry.bytes:
-                check = ShardCheck(index, name, "truncated", f"{size} bytes, {entry.bytes} recorded")
-            elif size != entry.bytes:
-                check = ShardCheck(index, name, "altered", f"{size} bytes, {entry.bytes} recorded")
-            elif file_sha256(path) != entry.sha256:
-                check = ShardCheck(index, name, "altered", "sha256 differs from the manifest's")
-            elif decode:
-                status, detail, decoded = _check_samples(path, sample_range.start, len(sample_range))
-                decoded_total += decoded
-                check = ShardCheck(index, name, status, detail)
-            else:
-                check = ShardCheck(index, name, "ok")
+
+    def report(check: ShardCheck) -> None:
         checks.append(check)
         if on_shard is not None:
             on_shard(check)
+
+    def unfinished(begin: int, end: int) -> None:
+        if begin >= end:
+            return
+        name = shard_name(begin) if end - begin == 1 else f"{shard_name(begin)} … {shard_name(end - 1)}"
+        present = [shard_name(index) for index in unrecorded_files if begin <= index < end]
+        listed = ", ".join(present[:5]) + (" …" if len(present) > 5 else "")
+        files = "" if not present else f" (an unrecorded file exists: {listed})" if len(present) == 1 else f" (unrecorded files exist: {listed})"
+        counted = "not" if end - begin == 1 else f"{end - begin:,} shards not"
+        report(ShardCheck(begin, name, "unfinished", f"{counted} recorded as finished{files}", end - begin))
+
+    next_index = 0
+    for entry in manifest.shards:
+        unfinished(next_index, entry.index)
+        next_index = entry.index + 1
+        name = shard_name(entry.index)
+        path = root / name
+        sample_range = manifest.stream.shard_range(entry.index)
+        if not path.is_file():
+            check = ShardCheck(entry.index, name, "missing", f"recorded as finished ({entry.bytes} bytes) but absent")
+        else:
+            size = path.stat().st_size
+            if size < entry.bytes:
+                check = ShardCheck(entry.index, name, "truncated", f"{size} bytes, {entry.bytes} recorded")
+            elif size != entry.bytes:
+                check = ShardCheck(entry.index, name, "altered", f"{size} bytes, {entry.bytes} recorded")
+            elif file_sha256(path) != entry.sha256:
+                check = ShardCheck(entry.index, name, "altered", "sha256 differs from the manifest's")
+            elif decode:
+                status, detail, decoded = _check_samples(path, sample_range.start, len(sample_range))
+                decoded_total += decoded
+                check = ShardCheck(entry.index, name, status, detail)
+            else:
+                check = ShardCheck(entry.index, name, "ok")
+        report(check)
+    unfinished(next_index, num_shards)
     stray = tuple(sorted(path.name for path in root.glob(f".serial_*.tar{TEMPORARY_SUFFIX}")))
     return VerificationReport(
         folder=root,
         num_images=manifest.stream.num_images,
         num_shards=manifest.stream.num_shards,
         shards=tuple(checks),
-        plan_hash=_plan_hash_status(manifest, calibration, imagenet),
+        plan_hash=plan_status,
         stray_files=stray,
         samples_decoded=decoded_total,
     )

@@ -22,6 +22,7 @@ from ccc.calibration import (
     CalibrationTable,
     DifficultyPreset,
 )
+from ccc.calibration.table import MAX_METADATA_BYTES
 
 NAMES = ("fog", "snow", "jpeg")
 
@@ -487,3 +488,32 @@ def test_with_difficulty_presets_replaces_only_the_presets(tmp_path: Path) -> No
     assert CalibrationTable.load(changed.save(tmp_path / "t.npz")).difficulty_presets == changed.difficulty_presets
     with pytest.raises(CalibrationError, match="unknown corruption"):
         table.with_difficulty_presets({"bad": (10.0, ("no_such_corruption", NAMES[0]))})
+
+
+# ----------------------------------------------------------------------------- bounded imports (issue 19)
+def npy_header_only(shape: tuple[int, ...]) -> bytes:
+    """A .npy file whose header declares ``shape`` (float64) but holds 8 bytes of data."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + bytes(8)
+
+
+def test_a_npy_header_declaring_a_huge_array_is_refused_before_allocating(tmp_path: Path) -> None:
+    good = make_table().to_bytes()
+    path = rewrite(good, tmp_path / "huge.npz", accuracy=npy_header_only((10**12, 21, 21)))
+    with pytest.raises(CalibrationError, match=r"huge\.npz: member accuracy\.npy declares a 1000000000000×21×21 float64 array \(3,528,000,000,000,000 bytes\) but holds 8 bytes"):
+        CalibrationTable.load(path)
+
+
+def test_a_member_inflating_beyond_its_limit_is_refused_before_reading(tmp_path: Path) -> None:
+    good = make_table().to_bytes()
+    with zipfile.ZipFile(io.BytesIO(good)) as original:
+        contents = {name: original.read(name) for name in original.namelist()}
+    contents["metadata.json"] = contents["metadata.json"] + b" " * MAX_METADATA_BYTES
+    path = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in contents.items():
+            archive.writestr(name, data)
+    assert path.stat().st_size < MAX_METADATA_BYTES // 100
+    with pytest.raises(CalibrationError, match=r"bomb\.npz: member metadata\.json inflates to [\d,]+ bytes, more than the limit of 4,194,304"):
+        CalibrationTable.load(path)

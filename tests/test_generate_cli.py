@@ -173,6 +173,22 @@ def test_dry_run_prints_the_schedule_and_plots_it(inputs, tmp_path: Path, capsys
     assert sorted(path.name for path in (tmp_path / RUN_NAME).iterdir()) == ["schedule.png"]
 
 
+def test_dry_run_cost_does_not_grow_with_the_stream_length(inputs, tmp_path: Path) -> None:
+    """10^6 and 10^12 images: the same bounded summary (first SUMMARY_MAX_STEPS steps), within a subprocess timeout."""
+    argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    listings = {}
+    for num_images in (10**6, 10**12):
+        command = [sys.executable, "-m", "ccc.cli.generate", *argv, "--dry-run", "--num-images", str(num_images), "--plot", str(tmp_path / f"{num_images}.png")]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+        assert result.returncode == 0, result.stderr
+        assert f"images: {num_images:,}" in result.stdout and "calibrated accuracy over the first 400,000 images" in result.stdout
+        listings[num_images] = result.stdout[result.stdout.index("pairs (each cell") : result.stdout.index("shards to write")]
+        assert (tmp_path / f"{num_images}.png").read_bytes()[:4] == b"\x89PNG"
+    assert listings[10**6] == listings[10**12]
+    assert "shards to write (40,000,000): serial_00000.tar … serial_39999999.tar" in result.stdout
+
+
 def test_a_run_and_a_conflicting_rerun(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CCC_IMAGENET", str(inputs["images"]))
     argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]

@@ -9,6 +9,7 @@ import hashlib
 import http.server
 import os
 import pickle
+import pickletools
 import struct
 import subprocess
 import threading
@@ -560,3 +561,49 @@ def test_load_calibration_refuses_a_malicious_pickle_and_a_missing_file(tmp_path
     with pytest.raises(CalibrationError, match="absent.npz does not exist"):
         load_calibration(tmp_path / "absent.npz", cache_dir=tmp_path / "cache", progress=False)
     assert not (tmp_path / "cache" / "calibration").exists()
+
+
+# ----------------------------------------------------------------------------- bounded imports (issue 19)
+class _DeclaredArray:
+    """Pickles to numpy's own array reconstruction with a declared shape and only a little data."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+    def __reduce__(self):
+        return (np._core.multiarray._reconstruct, (np.ndarray, (0,), b"b"), (1, self.shape, np.dtype("O"), False, [None]))
+
+
+def test_small_opcodes_cannot_build_gigabytes(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "sets.pickle"
+    path.write_bytes(b"\x80\x04" + pickle.EMPTY_SET * (4 * 2**20) + pickle.STOP)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CalibrationError, match=r"more than 500,000 opcodes .*refusing to unpickle it"):
+            import_ccc_pickle(path, progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20 + path.stat().st_size
+
+
+def test_a_declared_huge_array_and_shared_nested_lists_are_refused():
+    with pytest.raises(CalibrationError, match=r"array of shape \[1000000000\], more than the limit of 1,048,576 elements"):
+        read_matrix_pickle(pickle.dumps({"n1_fog_n2_snow": _DeclaredArray((10**9,))}, protocol=4))
+    nested: list = [0.5]
+    for _ in range(40):
+        nested = [nested, nested]
+    data = pickle.dumps({"n1_fog_n2_snow": nested}, protocol=4)
+    assert len(data) < 1000
+    with pytest.raises(CalibrationError, match=r"matrix 'n1_fog_n2_snow' holds more than 65,536 entries"):
+        read_matrix_pickle(data)
+
+
+def test_nested_list_matrices_stay_within_the_opcode_budget(published_matrices):
+    as_lists = {key: value.tolist() for key, value in published_matrices.items()}
+    for protocol in (2, 5):
+        data = pickle.dumps(as_lists, protocol=protocol)
+        assert sum(1 for _ in pickletools.genops(data)) < published.MAX_PICKLE_OPCODES
+        assert set(read_matrix_pickle(data)) == set(published_matrices)

@@ -6,8 +6,13 @@ import hashlib
 import io
 import itertools
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 import tarfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -284,12 +289,15 @@ def test_render_stream_bad_definitions(world: dict, definition: object, message:
 def test_truncated_shard_names_the_shard_and_sample(world: dict, run_copy: Path) -> None:
     path = run_copy / "serial_00001.tar"
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(StreamError, match=r"serial_00001\.tar.*truncated.*sample 0000000000\d\d"):
+    with pytest.raises(StreamError, match=r"serial_00001\.tar: truncated \([\d,]+ bytes, the manifest records [\d,]+\)"):
         list(open_stream(run_copy))
-    with pytest.warns(StreamWarning, match=r"skipped \d+ samples"):
-        read = indices(open_stream(run_copy, on_error="skip"))
-    assert read[:16] == list(range(16)) and read[-8:] == list(range(32, 40))
-    assert 16 < len(read) < NUM_IMAGES
+    with pytest.warns(StreamWarning, match=r"skipped 16 samples"):
+        assert indices(open_stream(run_copy, on_error="skip")) == list(range(16)) + list(range(32, 40))
+    with pytest.raises(StreamError, match=r"serial_00001\.tar.*truncated.*sample 0000000000\d\d"):
+        list(open_stream(str(path)))
+    with pytest.warns(StreamWarning, match=r"skipped samples in 1 place"):
+        read = indices(open_stream(str(path), on_error="skip"))
+    assert 0 < len(read) < SHARD_SIZE
 
 
 def test_missing_shard_in_the_middle(world: dict, run_copy: Path) -> None:
@@ -298,6 +306,78 @@ def test_missing_shard_in_the_middle(world: dict, run_copy: Path) -> None:
         list(open_stream(run_copy))
     with pytest.warns(StreamWarning, match="skipped 16 samples"):
         assert indices(open_stream(run_copy, on_error="skip")) == list(range(16)) + list(range(32, 40))
+
+
+def edit_manifest_entry(run: Path, index: int, path: Path) -> None:
+    """Record ``path``'s size and sha256 for shard ``index``, as if the manifest had been written for it."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    entry = next(entry for entry in manifest["shards"] if entry["index"] == index)
+    entry["bytes"] = path.stat().st_size
+    entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def write_tar(path: Path, samples: list) -> None:  # type: ignore[type-arg]
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as archive:
+        for sample in samples:
+            for extension, content in sample.members.items():
+                header = tarfile.TarInfo(f"{sample.key}.{extension}")
+                header.size = len(content)
+                archive.addfile(header, io.BytesIO(content))
+
+
+def test_a_shard_replaced_by_another_valid_shard_is_refused(run_copy: Path) -> None:
+    shutil.copyfile(run_copy / "serial_00000.tar", run_copy / "serial_00001.tar")
+    edit_manifest_entry(run_copy, 1, run_copy / "serial_00001.tar")
+    with pytest.raises(StreamError, match=r"serial_00001\.tar: altered .*key 000000000000, expected 000000000016 for stream index 16"):
+        list(open_stream(run_copy))
+    with pytest.warns(StreamWarning, match="skipped 16 samples in 1 place"):
+        assert indices(open_stream(run_copy, on_error="skip")) == list(range(16)) + list(range(32, 40))
+
+
+def test_an_oversized_shard_never_duplicates_an_index(run_copy: Path) -> None:
+    write_tar(run_copy / "big.tar", read_all(str(run_copy / "serial_00000.tar")) + read_all(str(run_copy / "serial_00001.tar")))
+    (run_copy / "big.tar").replace(run_copy / "serial_00000.tar")
+    edit_manifest_entry(run_copy, 0, run_copy / "serial_00000.tar")
+    with pytest.raises(StreamError, match=r"serial_00000\.tar: altered \(holds more than the 16 samples"):
+        list(open_stream(run_copy))
+    with pytest.warns(StreamWarning, match="skipped samples in 1 place.*holds more than"):
+        assert indices(open_stream(run_copy, on_error="skip")) == list(range(NUM_IMAGES))
+
+
+def test_after_a_damaged_shard_the_next_ones_are_read_and_skips_are_counted_once(run_copy: Path) -> None:
+    path = run_copy / "serial_00000.tar"
+    data = bytearray(path.read_bytes())
+    data[data.find(b"000000000005.input.jpg") + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    for world_size in (1, 2, 3):
+        read, skipped = [], 0
+        for rank in range(world_size):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                read += indices(open_stream(run_copy, on_error="skip", rank=rank, world_size=world_size, chunk_size=3))
+            counts = [re.search(r"skipped (\d+) samples", str(warning.message)) for warning in caught]
+            skipped += sum(int(match.group(1)) for match in counts if match)
+        assert len(read) == len(set(read)) and set(range(16, NUM_IMAGES)) <= set(read)
+        assert len(read) + skipped == NUM_IMAGES and 0 < skipped < 16
+
+
+def test_a_flipped_jpeg_byte_is_caught_by_the_sha256_option(run_copy: Path) -> None:
+    path = run_copy / "serial_00001.tar"
+    data = bytearray(path.read_bytes())
+    jpeg = read_all(str(path))[3].members["input.jpg"]
+    data[data.find(jpeg) + len(jpeg) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    assert len(list(open_stream(run_copy))) == NUM_IMAGES
+    with pytest.raises(StreamError, match=r"serial_00001\.tar: altered \(sha256 differs from the manifest's"):
+        list(open_stream(run_copy, verify="sha256"))
+    with pytest.warns(StreamWarning, match="skipped 16 samples"):
+        assert indices(open_stream(run_copy, verify="sha256", on_error="skip")) == list(range(16)) + list(range(32, 40))
+    assert indices(open_stream(run_copy, verify="sha256", start=32)) == list(range(32, 40))
+    with pytest.raises(ValueError, match="verify='sha256' needs a run folder with a manifest"):
+        open_stream(str(path), verify="sha256")
+    with pytest.raises(ValueError, match="verify must be None or 'sha256', got 'md5'"):
+        open_stream(run_copy, verify="md5")
 
 
 def test_unfinished_shard_is_an_error_not_the_end(world: dict, run_copy: Path) -> None:
@@ -395,6 +475,35 @@ def test_verify_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 # ----------------------------------------------------------------------------- integration
+def test_a_manifest_claiming_10_15_images_costs_what_its_recorded_shards_cost(world: dict, run_copy: Path, tmp_path: Path) -> None:
+    manifest = json.loads((run_copy / "manifest.json").read_text())
+    manifest["stream"]["num_images"] = manifest["num_images"] = 10**15
+    manifest["num_shards"] = 10**15 // SHARD_SIZE
+    manifest["shards"] = [entry for entry in manifest["shards"] if entry["index"] < 2]
+    (run_copy / "manifest.json").write_text(json.dumps(manifest))
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "ccc.cli.verify", str(run_copy), "--no-progress", "--json", str(tmp_path / "report.json")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "serial_00002.tar … serial_62499999999999.tar: unfinished — 62,499,999,999,998 shards not recorded as finished "
+        "(an unrecorded file exists: serial_00002.tar)"
+    )
+    assert "2 of 62,500,000,000,000 shards intact (1,000,000,000,000,000 images in the stream, 32 samples decoded)" in result.stdout
+    assert [check["count"] for check in json.loads((tmp_path / "report.json").read_text())["shards"]] == [1, 1, 10**15 // SHARD_SIZE - 2]
+    command = [sys.executable, "-m", "ccc.cli.verify", str(run_copy), "--calibration", str(world["table_path"]), "--imagenet", str(world["folder"]), "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "is not recomputed (limit 10,000,000)" in result.stderr
+    read = []
+    with pytest.raises(StreamError, match=r"serial_00002\.tar \(samples 32–47\) is not finished"):
+        for images, _, metadata in open_stream_source(f"ccc:{run_copy}", StreamOptions(batch_size=16, num_workers=0)):
+            read += [entry["index"] for entry in metadata]
+    assert read == list(range(32))
+    with pytest.warns(StreamWarning, match="skipped 3 samples in 1 place"):
+        assert indices(open_stream(run_copy, start=10**15 - 3, on_error="skip")) == []
+    assert indices(open_stream(run_copy, start=10**14, limit=2, world_size=2, rank=1, on_error="skip")) == []
+
+
 def test_tta_eval_reads_ccc_streams(world: dict) -> None:
     batches = list(open_stream_source(f"ccc:{world['run']}", StreamOptions(batch_size=16, num_workers=0)))
     assert [images.shape[0] for images, _, _ in batches] == [16, 16, 8]

@@ -20,7 +20,9 @@ import hashlib
 import io
 import logging
 import os
+import math
 import pickle
+import pickletools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +50,17 @@ PUBLISHED_MATRIX_URL = (
 
 PUBLISHED_IMAGE_COUNT = 5000
 MAX_PICKLE_BYTES = 64 * 2**20
+
+MAX_PICKLE_OPCODES = 500_000
+"""Most opcodes an imported pickle may hold. Each builds at most one object, so this bounds what
+unpickling can build from small opcodes (an empty set is 1 byte in the file, 216 in memory); the
+published matrices take about 5,000 (arrays) to 111,500 (nested lists of floats)."""
+
+MAX_PICKLE_ARRAY_ELEMENTS = 2**20
+"""Most elements of one numpy array in an imported pickle (a matrix has 441)."""
+
+MAX_MATRIX_NUMBERS = 2**16
+"""Most entries (numbers and nested lists, shared ones counted at each use) of one matrix given as lists."""
 _KEY_PATTERN = re.compile(r"n1_(?P<n1>.+)_n2_(?P<n2>.+)")
 
 _CONVERSION_HINT = (
@@ -96,13 +109,28 @@ class _NdarrayType(metaclass=_ImmutableType):
     """Stand-in for the ``numpy.ndarray`` class argument of numpy's array pickles (not callable)."""
 
 
+class _BoundedArray(np.ndarray):
+    """The array numpy's ``_reconstruct`` returns: its BUILD step refuses more than :data:`MAX_PICKLE_ARRAY_ELEMENTS` elements."""
+
+    def __setstate__(self, state: Any) -> None:
+        shape = state[1] if isinstance(state, tuple) and len(state) == 5 else state[0] if isinstance(state, tuple) and state else None
+        if not isinstance(shape, tuple) or not all(isinstance(size, int) and size >= 0 for size in shape):
+            raise UnsafePickleError(f"numpy array state needs a shape of non-negative integers, got {shape!r}")
+        if math.prod(shape) > MAX_PICKLE_ARRAY_ELEMENTS:
+            raise CalibrationError(
+                f"the pickle declares a numpy array of shape {list(shape)}, more than the limit of "
+                f"{MAX_PICKLE_ARRAY_ELEMENTS:,} elements; refusing to build it"
+            )
+        super().__setstate__(state)
+
+
 def _reconstruct_array(array_type: object, shape: object, type_code: object) -> np.ndarray:
-    """numpy's ``_reconstruct``: an empty array that the pickle's BUILD step then fills."""
+    """numpy's ``_reconstruct``: an empty array that the pickle's BUILD step then fills (bounded in size)."""
     if array_type is not _NdarrayType:
         raise UnsafePickleError(
             f"numpy array reconstruction is admitted only for numpy.ndarray, got {array_type!r}"
         )
-    return np.empty((0,), dtype=np.uint8)
+    return np.empty((0,), dtype=np.uint8).view(_BoundedArray)
 
 
 def _array_from_buffer(buffer: object, dtype: object, shape: object, order: object) -> np.ndarray:
@@ -271,10 +299,20 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def safe_unpickle(data: bytes) -> object:
-    """Unpickle ``data`` with :class:`RestrictedUnpickler`; raise :class:`CalibrationError` on any failure."""
+    """Unpickle ``data`` with :class:`RestrictedUnpickler`; raise :class:`CalibrationError` on any failure.
+
+    The opcodes are counted first (at most :data:`MAX_PICKLE_OPCODES`) and arrays are bounded
+    (:data:`MAX_PICKLE_ARRAY_ELEMENTS`), so a small file cannot make the import build gigabytes.
+    """
     try:
+        for count, _ in enumerate(pickletools.genops(data), 1):
+            if count > MAX_PICKLE_OPCODES:
+                raise CalibrationError(
+                    f"the pickle holds more than {MAX_PICKLE_OPCODES:,} opcodes (the published matrices need at most about "
+                    "112,000); refusing to unpickle it"
+                )
         return RestrictedUnpickler(io.BytesIO(data)).load()
-    except UnsafePickleError:
+    except (UnsafePickleError, CalibrationError):
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
             KeyError, OverflowError, MemoryError, RecursionError) as error:
@@ -325,6 +363,20 @@ def _series_to_dict(series: _PandasSeries) -> dict[object, object]:
     return dict(zip(labels, values.tolist()))
 
 
+def _exceeds_entries(value: list | tuple, limit: int) -> bool:  # type: ignore[type-arg]
+    """Whether nested lists/tuples hold more than ``limit`` entries, counting a shared list at each use (as numpy would)."""
+    pending: list[object] = [value]
+    seen = 0
+    while pending:
+        item = pending.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return False
+
+
 def read_matrix_pickle(data: bytes) -> dict[str, NDArray[np.float64]]:
     """Safely read a pickled mapping key → array (a dict or a pandas Series) into a plain dict.
 
@@ -348,6 +400,8 @@ def read_matrix_pickle(data: bytes) -> dict[str, NDArray[np.float64]]:
             raise CalibrationError(f"matrix keys must be strings, got {key!r}")
         if not isinstance(value, (np.ndarray, list, tuple)):
             raise CalibrationError(f"matrix {key!r} must be an array, got {type(value).__name__}")
+        if not isinstance(value, np.ndarray) and _exceeds_entries(value, MAX_MATRIX_NUMBERS):
+            raise CalibrationError(f"matrix {key!r} holds more than {MAX_MATRIX_NUMBERS:,} entries (a matrix has 441)")
         try:
             array = np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError):

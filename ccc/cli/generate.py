@@ -38,7 +38,7 @@ from ccc.ray_runtime import RayUnavailableError, ray_session
 from ccc.render import SourceImageMismatchError
 from ccc.schedule import SCHEDULES, ScheduleError, build_schedule
 from ccc.schedule_report import describe_schedule, plot_schedule
-from ccc.shards import ManifestError, shard_name
+from ccc.shards import ManifestError
 from ccc.stream_plan import DEFAULT_SHARD_SIZE, PlanError, StreamSpec, build_stream_plan, run_name
 
 PROGRAM = "ccc-generate"
@@ -217,7 +217,7 @@ def _run(arguments: argparse.Namespace) -> int:
     run_dir = Path(arguments.out) / (arguments.name or default_name)
     if arguments.dry_run:
         num_shards = -(-arguments.num_images // arguments.shard_size)
-        print(describe_schedule(schedule, arguments.speed, arguments.num_images, [shard_name(k) for k in range(num_shards)]))
+        print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards))
         plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or run_dir / "schedule.png")
         print(f"\nrun folder: {run_dir}\nplot: {plot}")
         return 0

@@ -74,14 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if found.calibration is not None and found.imagenet is not None:
                 arguments.calibration, arguments.imagenet = found.calibration, found.imagenet
             hint = found.hint
-        total = manifest.stream.num_shards
+        total = len(manifest.shards)
         with tqdm(total=total, desc=folder.name, unit="shard", disable=arguments.no_progress, mininterval=1.0) as bar:
             report = verify_run(
                 folder,
                 decode=not arguments.no_decode,
                 calibration=arguments.calibration,
                 imagenet=arguments.imagenet,
-                on_shard=lambda check: bar.update(1),
+                on_shard=lambda check: bar.update(0 if check.status == "unfinished" else 1),
             )
     except FileNotFoundError as error:
         print(f"{PROGRAM}: error: {folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder", file=sys.stderr)
@@ -93,9 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{check.name}: {check.status}{f' — {check.detail}' if check.detail else ''}")
     for name in report.stray_files:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
-    intact = report.num_shards - len(report.problems)
     print(
-        f"{PROGRAM}: {intact} of {report.num_shards} shards intact ({report.num_images:,} images in the stream"
+        f"{PROGRAM}: {report.intact_shards:,} of {report.num_shards:,} shards intact ({report.num_images:,} images in the stream"
         f"{f', {report.samples_decoded:,} samples decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
         f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}"
     )

@@ -6,11 +6,15 @@ JPEGs), then, in alternating repetitions over the same shards:
 - ``webdataset``: ``WebDataset(urls, shardshuffle=False).decode("rgb8").to_tuple("input.jpg", "output.cls")``
   — decode to uint8 HWC arrays, nothing else;
 - ``ccc``: ``open_stream(run_folder)`` — uint8 CHW tensors, label and metadata record per sample,
-  in stream order;
+  in stream order (byte size, keys and sample count checked against the manifest);
+- ``ccc sha256``: ``open_stream(run_folder, verify="sha256")`` — the same, each shard's sha256
+  compared with the manifest's before its first sample is delivered;
 
 each with 0 DataLoader workers (iterated in this process) and with 2 workers (batches of 64; the
 webdataset pipeline splits shards between workers, ours splits batches round-robin). Reports
-samples/s (median of the repetitions) and ccc's overhead relative to webdataset.
+samples/s (median of the repetitions), ccc's overhead relative to webdataset and the rate with
+sha256 verification relative to the rate without (median of the per-repetition ratios: each pair
+runs back to back, so the ratio is robust to other jobs on the machine).
 
     python scripts/bench/load.py --samples 2000 --shards 4 --repeats 5 --json results/bench_load.json
 """
@@ -56,13 +60,14 @@ def webdataset_rate(urls: list[str], workers: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def ccc_rate(run: Path, workers: int) -> float:
-    """Samples/s of ``open_stream`` (uint8 tensors, stream order)."""
+def ccc_rate(run: Path, workers: int, verify: str | None = None) -> float:
+    """Samples/s of ``open_stream`` (uint8 tensors, stream order), with ``verify`` as given."""
     started = time.perf_counter()
     if workers == 0:
-        count = sum(1 for _ in open_stream(run))
+        count = sum(1 for _ in open_stream(run, verify=verify))
     else:
-        count = sum(len(labels) for _, labels, _ in stream_loader(open_stream(run), batch_size=BATCH_SIZE, num_workers=workers))
+        loader = stream_loader(open_stream(run, verify=verify), batch_size=BATCH_SIZE, num_workers=workers)
+        count = sum(len(labels) for _, labels, _ in loader)
     return count / (time.perf_counter() - started)
 
 
@@ -85,7 +90,7 @@ def main() -> int:
         run = root / "run"
         generate_stream(plan, run, SerialBackend(), progress=False)
         urls = sorted(str(path) for path in run.glob("serial_*.tar"))
-        rates: dict[str, dict[int, list[float]]] = {"webdataset": {w: [] for w in workers_list}, "ccc": {w: [] for w in workers_list}}
+        rates: dict[str, dict[int, list[float]]] = {name: {w: [] for w in workers_list} for name in ("webdataset", "ccc", "ccc sha256")}
         for workers in workers_list:
             webdataset_rate(urls, workers)
             ccc_rate(run, workers)
@@ -94,16 +99,26 @@ def main() -> int:
             for workers in workers_list:
                 rates["webdataset"][workers].append(webdataset_rate(urls, workers))
                 rates["ccc"][workers].append(ccc_rate(run, workers))
+                rates["ccc sha256"][workers].append(ccc_rate(run, workers, verify="sha256"))
     print(f"\n## Reading {arguments.samples} samples in {arguments.shards} shards (samples/s, median of {arguments.repeats})\n")
-    print("| DataLoader workers | webdataset decode | ccc.open_stream | ccc overhead |")
-    print("|---|---|---|---|")
+    print("| DataLoader workers | webdataset decode | ccc.open_stream | ccc overhead | verify='sha256' | sha256 / plain rate |")
+    print("|---|---|---|---|---|---|")
     results = {}
     for workers in workers_list:
         bare = statistics.median(rates["webdataset"][workers])
         ours = statistics.median(rates["ccc"][workers])
+        verified = statistics.median(rates["ccc sha256"][workers])
+        ratio = statistics.median(v / p for v, p in zip(rates["ccc sha256"][workers], rates["ccc"][workers]))
         overhead = bare / ours - 1
-        results[workers] = {"webdataset": bare, "ccc": ours, "overhead": overhead, "all": {k: v[workers] for k, v in rates.items()}}
-        print(f"| {workers} | {bare:,.0f} | {ours:,.0f} | {overhead * 100:+.1f} % |")
+        results[workers] = {
+            "webdataset": bare,
+            "ccc": ours,
+            "ccc_sha256": verified,
+            "overhead": overhead,
+            "sha256_ratio": ratio,
+            "all": {k: v[workers] for k, v in rates.items()},
+        }
+        print(f"| {workers} | {bare:,.0f} | {ours:,.0f} | {overhead * 100:+.1f} % | {verified:,.0f} | {ratio:.3f} |")
     if arguments.json:
         Path(arguments.json).parent.mkdir(parents=True, exist_ok=True)
         Path(arguments.json).write_text(json.dumps(results, indent=1) + "\n")
