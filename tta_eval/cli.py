@@ -401,6 +401,16 @@ def _methods(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _os_error_text(error: OSError) -> str:
+    """One line for a failed file operation: the file and the system's reason, without "[Errno N]"."""
+    reason = error.strerror or str(error)
+    if error.filename is None:
+        return reason
+    if error.filename2 is not None:
+        return f"{error.filename} -> {error.filename2}: {reason}"
+    return f"{error.filename}: {reason}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tta-eval`` console script; returns the exit code."""
     parser = _build_parser()
@@ -415,8 +425,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteLossError as error:
         print(f"{PROGRAM}: stopped: {error}", file=sys.stderr)
         return RUN_STOPPED_EXIT
-    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as error:
+    except ValueError as error:
         print(f"{PROGRAM}: error: {error}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    except OSError as error:
+        print(f"{PROGRAM}: error: {_os_error_text(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
     except KeyboardInterrupt:
         print(f"{PROGRAM}: interrupted", file=sys.stderr)
