@@ -118,6 +118,19 @@ def test_bad_image_folders_fail_fast_or_are_skipped(inputs, tmp_path: Path, caps
     assert all(record["source_path"] != "n00000001/ILSVRC2012_val_00000005.JPEG" for record in records)
 
 
+def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(inputs, tmp_path: Path, capsys) -> None:
+    folder = make_image_folder(tmp_path / "val")
+    (folder / "n00000001").rename(folder / "n01443537")  # a real WordNet id (standard class 1) among fake ones
+    (folder / "lost+found").mkdir()
+    line = run_error(capsys, [*arguments(inputs, tmp_path), "--imagenet", str(folder)])
+    assert "looks like ImageNet but has 2 folder(s) that are not ImageNet classes: n00000000, n00000002" in line
+    assert "999 of the 1,000 classes missing" in line and "--classes FILE" in line
+    (tmp_path / "classes.txt").write_text("n00000000\nn01443537\nn00000002\n")
+    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--classes", str(tmp_path / "classes.txt"), "--num-images", "12"]) == 0
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    assert {record["source_path"].split("/")[0]: record["class_index"] for record in records} == {"n00000000": 0, "n01443537": 1, "n00000002": 2}
+
+
 def _json_records(path: Path) -> list[bytes]:
     import tarfile
 
