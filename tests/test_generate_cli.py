@@ -164,6 +164,19 @@ def test_a_run_and_a_conflicting_rerun(inputs, tmp_path: Path, capsys, monkeypat
     assert main([*argv, "--num-images", "8", "--shard-size", "4", "--overwrite"]) == 0
 
 
+def test_verify_json_that_cannot_be_written_gives_one_line(inputs, tmp_path: Path, capsys) -> None:
+    from ccc.cli.verify import main as verify_main
+
+    assert main([*arguments(inputs, tmp_path), "--num-images", "4"]) == 0
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("")
+    for target, reason in [("a_folder", "Is a directory"), ("a_file/report.json", "Not a directory")]:
+        capsys.readouterr()
+        assert verify_main([str(tmp_path / RUN_NAME), "--no-progress", "--json", str(tmp_path / target)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"ccc-verify: error: cannot write --json {tmp_path / target}: {reason}\n"
+
+
 def _sha256_of_shards(run_dir: Path) -> dict[str, str]:
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(run_dir.glob("serial_*.tar"))}
 
