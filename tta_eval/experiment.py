@@ -75,7 +75,7 @@ from tta_eval.reports import (
     write_rows_csv,
 )
 from tta_eval.streams import StreamOptions, as_batch, limit_samples, open_stream_source, parse_options
-from tta_eval.validation import check_positive, check_positive_int
+from tta_eval.validation import MAX_SAMPLES, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -142,9 +142,9 @@ class ExperimentSettings:
         if duplicates:
             raise ValueError(f"each method may be given once per run, got duplicates: {', '.join(duplicates)}")
         if self.max_samples is not None:
-            check_positive_int("max_samples", self.max_samples)
-        check_positive_int("window", self.window)
-        check_positive_int("collapse_span", self.collapse_span)
+            check_positive_int("max_samples", self.max_samples, MAX_SAMPLES)
+        check_positive_int("window", self.window, MAX_SAMPLES)
+        check_positive_int("collapse_span", self.collapse_span, MAX_SAMPLES)
         if isinstance(self.collapse_reference, str) and self.collapse_reference != SOURCE_METHOD:
             raise ValueError(
                 f"collapse_reference must be 'source', an accuracy in [0, 1] or None, got {self.collapse_reference!r}"

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
-from tta_eval.validation import check_positive_int
+from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def majority_value(values: Sequence[str]) -> str:
 
 def limit_samples(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
     """Yield items of ``batches`` until ``max_samples`` samples were yielded, cutting the last batch."""
-    check_positive_int("max_samples", max_samples)
+    check_positive_int("max_samples", max_samples, MAX_SAMPLES)
     seen = 0
     for index, item in enumerate(batches):
         batch = as_batch(item, index)
@@ -149,8 +149,8 @@ class StreamOptions:
     shuffle_seed: int | None = 0
 
     def __post_init__(self) -> None:
-        check_positive_int("batch_size", self.batch_size)
-        check_positive_int("image_size", self.image_size)
+        check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
+        check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
 

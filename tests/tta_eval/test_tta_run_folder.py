@@ -156,3 +156,22 @@ def test_outputs_that_cannot_be_written_give_one_line(tmp_path, capsys, monkeypa
     assert_one_line(code, err, f"{tmp_path / 'readonly' / 'x' / 'records'}: Permission denied")
     code, _, err = run_cli(capsys, "compare", run_dir, "--out", str(tmp_path / "readonly"))
     assert_one_line(code, err, f"{tmp_path / 'readonly'}: Permission denied")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--batch-size", "100000000000"], "batch_size must be an integer in [1, 65,536], got 100,000,000,000"),
+        (["--window", "100000000000000000000"], "window must be an integer in [1, 1,000,000,000,000,000], got 100,000,000,000,000,000,000"),
+        (["--collapse-span", "100000000000000000000"], "collapse_span must be an integer in [1, 1,000,000,000,000,000]"),
+        (["--max-samples", "100000000000000000000"], "max_samples must be an integer in [1, 1,000,000,000,000,000]"),
+        (["--image-size", "100000000"], "image_size must be an integer in [1, 16,384], got 100,000,000"),
+    ],
+)
+def test_huge_values_give_one_line(tmp_path, capsys, arguments, message):
+    stream = tmp_path / "images"
+    (stream / "a").mkdir(parents=True)
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(stream), *arguments))
+    assert_one_line(code, err, message)
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", "synthetic:batch_size=100000000000"))
+    assert_one_line(code, err, "batch_size must be an integer in [1, 65,536], got 100,000,000,000")
