@@ -176,12 +176,17 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _decode_problem(path: Path) -> str | None:
-    """None if the file decodes completely, else a short description of the problem."""
+UNREADABLE_IMAGE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, Image.DecompressionBombError)
+"""What Pillow raises for a damaged, truncated, non-image or oversized (decompression bomb) file."""
+
+
+def decode_problem(path: str | os.PathLike[str]) -> str | None:
+    """None if the file decodes completely, else a short description of the problem (a damaged,
+    truncated, empty or non-image file, or one above Pillow's decompression-bomb pixel limit)."""
     try:
         with Image.open(path) as image:
             image.load()
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
+    except UNREADABLE_IMAGE_ERRORS as error:
         return str(error) or type(error).__name__
     return None
 
@@ -258,6 +263,6 @@ def index_image_folder(
 
 def _find_unreadable(folder: Path, images: Sequence[SourceImage], threads: int | None, progress: bool) -> list[tuple[str, str]]:
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        results = pool.map(_decode_problem, (folder / image.relative_path for image in images), chunksize=64)
+        results = pool.map(decode_problem, (folder / image.relative_path for image in images), chunksize=64)
         checked = tqdm(results, total=len(images), desc="checking images", unit="img", disable=not progress, mininterval=5.0)
         return [(image.relative_path, problem) for image, problem in zip(images, checked) if problem is not None]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_calibration_table, make_image_folder
+from image_fixtures import bomb_png
 
 from ccc.calibration import CalibrationTable
 from ccc.cli.generate import main
@@ -116,6 +117,16 @@ def test_bad_image_folders_fail_fast_or_are_skipped(inputs, tmp_path: Path, caps
     assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(broken), "--skip-bad-images", "--num-images", "4"]) == 0
     records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
     assert all(record["source_path"] != "n00000001/ILSVRC2012_val_00000005.JPEG" for record in records)
+
+
+def test_a_decompression_bomb_is_named_or_skipped(inputs, tmp_path: Path, capsys) -> None:
+    folder = make_image_folder(tmp_path / "val")
+    (folder / "n00000001" / "bomb.png").write_bytes(bomb_png())
+    line = run_error(capsys, [*arguments(inputs, tmp_path), "--imagenet", str(folder)])
+    assert "1 unreadable image(s)" in line and "n00000001/bomb.png: Image size (400000000 pixels) exceeds limit" in line
+    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--skip-bad-images", "--num-images", "12"]) == 0
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    assert len(records) == 12 and all(record["source_path"] != "n00000001/bomb.png" for record in records)
 
 
 def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(inputs, tmp_path: Path, capsys) -> None:

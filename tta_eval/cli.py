@@ -71,6 +71,9 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=224, help="centre-crop size for image folders")
     parser.add_argument("--shuffle-seed", type=int, default=0, help="fixed shuffling of image folders")
     parser.add_argument("--no-shuffle", action="store_true", help="read image folders in sorted (class) order")
+    parser.add_argument(
+        "--skip-bad-images", action="store_true", help="image folders: exclude unreadable images (all checked before the run) instead of stopping"
+    )
     parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples")
     parser.add_argument("--domain-key", default=None, help="metadata key naming each sample's domain")
     episodic = parser.add_mutually_exclusive_group()
@@ -296,6 +299,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
             num_workers=arguments.num_workers,
             image_size=arguments.image_size,
             shuffle_seed=None if arguments.no_shuffle else arguments.shuffle_seed,
+            skip_bad_images=arguments.skip_bad_images,
         ),
         max_samples=arguments.max_samples,
         protocol=protocol,

@@ -17,15 +17,21 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import logging
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torchvision
 
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
 from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -137,16 +143,20 @@ def limit_samples(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
 class StreamOptions:
     """Options given to stream openers.
 
-    batch_size >= 1; num_workers >= 0 DataLoader worker processes; image_size: side in pixels of
-    the centre crop for image folders (images are resized so the short side is 256/224 of it);
-    shuffle_seed: seed of the fixed permutation applied to image folders (their files are sorted by
-    class otherwise), None keeps the sorted order.
+    batch_size in [1, 65536]; num_workers >= 0 DataLoader worker processes; image_size: side in
+    pixels of the centre crop for image folders (images are resized so the short side is 256/224
+    of it), at most 16384; shuffle_seed: seed of the fixed permutation applied to image folders
+    (their files are sorted by class otherwise), None keeps the sorted order; skip_bad_images:
+    decode every image of a folder before the run and exclude the unreadable ones (logged), as
+    ``ccc-generate --skip-bad-images`` does; without it the first unreadable image stops the run
+    with an error naming it.
     """
 
     batch_size: int = 64
     num_workers: int = 0
     image_size: int = 224
     shuffle_seed: int | None = 0
+    skip_bad_images: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
@@ -219,7 +229,6 @@ def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data
     For ImageNet-style folders named by WordNet id the sorted order is the standard ImageNet class
     index. Images: resize (short side image_size·256/224), centre crop image_size, in [0, 1].
     """
-    import torchvision
     from torchvision.transforms import v2
 
     root = Path(location)
@@ -234,19 +243,90 @@ def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data
         ]
     )
     try:
-        dataset = torchvision.datasets.ImageFolder(str(root), transform=transform)
+        dataset = _CheckedImageFolder(str(root), transform=transform)
     except FileNotFoundError as error:
         raise ValueError(f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}") from None
+    if options.skip_bad_images:
+        _exclude_unreadable(dataset, root)
     generator = None
     if options.shuffle_seed is not None:
         generator = torch.Generator().manual_seed(options.shuffle_seed)
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_size=options.batch_size,
-        shuffle=options.shuffle_seed is not None,
-        generator=generator,
-        num_workers=options.num_workers,
+    return _FolderLoader(
+        torch.utils.data.DataLoader(
+            dataset,
+            batch_size=options.batch_size,
+            shuffle=options.shuffle_seed is not None,
+            generator=generator,
+            num_workers=options.num_workers,
+            collate_fn=_collate_checked,
+        )
     )
+
+
+class _CheckedImageFolder(torchvision.datasets.ImageFolder):
+    """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
+    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback)."""
+
+    def __getitem__(self, position: int) -> Any:
+        from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
+
+        path, label = self.samples[position]
+        try:
+            return super().__getitem__(position)
+        except UNREADABLE_IMAGE_ERRORS as error:
+            return _Unreadable(path, str(error) or type(error).__name__)
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    path: str
+    problem: str
+
+
+def _collate_checked(items: list[Any]) -> Any:
+    bad = [item for item in items if isinstance(item, _Unreadable)]
+    return bad[0] if bad else torch.utils.data.default_collate(items)
+
+
+class _FolderLoader:
+    """The DataLoader of an image folder; an unreadable image ends the stream with a ValueError naming it."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            if isinstance(batch, _Unreadable):
+                raise ValueError(
+                    f"unreadable image {batch.path}: {batch.problem}; fix or remove it, or pass --skip-bad-images "
+                    "to check every image before the run and exclude the unreadable ones deterministically"
+                )
+            yield batch
+
+
+def _exclude_unreadable(dataset: Any, root: Path) -> None:
+    """Decode every image of ``dataset`` (threads) and drop the unreadable ones from its sample list."""
+    from ccc.imagenet import decode_problem
+
+    paths = [path for path, _ in dataset.samples]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        problems = list(pool.map(decode_problem, paths, chunksize=64))
+    bad = [(path, problem) for path, problem in zip(paths, problems) if problem is not None]
+    if bad:
+        logger.warning(
+            "stream folder %s: excluded %d unreadable image(s): %s",
+            root,
+            len(bad),
+            "; ".join(f"{Path(path).relative_to(root)}: {problem}" for path, problem in bad[:10]),
+        )
+        dataset.samples = [sample for sample, problem in zip(dataset.samples, problems) if problem is None]
+        dataset.imgs = dataset.samples
+        dataset.targets = [label for _, label in dataset.samples]
+        if not dataset.samples:
+            raise ValueError(f"stream folder {str(root)!r} has no readable image")
 
 
 def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from image_fixtures import bomb_png, truncated_jpeg
 
 import tta_eval.experiment
 from tta_eval.cli import main
@@ -175,3 +176,41 @@ def test_huge_values_give_one_line(tmp_path, capsys, arguments, message):
     assert_one_line(code, err, message)
     code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", "synthetic:batch_size=100000000000"))
     assert_one_line(code, err, "batch_size must be an integer in [1, 65,536], got 100,000,000,000")
+
+
+def image_folder_with(tmp_path, name: str, content: bytes):
+    from PIL import Image
+
+    root = tmp_path / "images"
+    for class_name in ("a", "b"):
+        (root / class_name).mkdir(parents=True, exist_ok=True)
+        for index in range(3):
+            Image.new("RGB", (40, 30), color=(index * 40, 10, 200)).save(root / class_name / f"{index}.png")
+    (root / "b" / name).write_bytes(content)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        ("bomb.png", bomb_png(), "exceeds limit"),
+        ("truncated.jpg", truncated_jpeg(), "truncated"),
+        ("empty.jpg", b"", "cannot identify image file"),
+        ("notes.jpg", b"these are notes, not an image\n", "cannot identify image file"),
+    ],
+)
+def test_unreadable_images_in_a_folder_stream_are_named_or_skipped(tmp_path, capsys, name, content, problem):
+    root = image_folder_with(tmp_path, name, content)
+    common = ["--batch-size", "4", "--image-size", "16", "--collapse-reference", "none"]
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), *common))
+    assert_one_line(code, err, f"unreadable image {root / 'b' / name}: ")
+    assert problem in err and "--skip-bad-images" in err
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "s", str(root), *common, "--skip-bad-images"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "s" / "summary.json").read_text())["samples"] == 6
+
+
+def test_an_unreadable_image_read_by_a_worker_process_is_one_line(tmp_path, capsys):
+    root = image_folder_with(tmp_path, "bomb.png", bomb_png())
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), "--batch-size", "4", "--image-size", "16", "--num-workers", "1"))
+    assert_one_line(code, err, f"unreadable image {root / 'b' / 'bomb.png'}: Image size (400000000 pixels) exceeds limit")
