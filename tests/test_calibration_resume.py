@@ -132,6 +132,15 @@ def test_a_folder_in_use_is_refused(tmp_path: Path) -> None:
             WorkFolder.open(tmp_path / "run.work", IDENTITY)
 
 
+def test_deleting_the_lock_file_does_not_free_the_folder(tmp_path: Path) -> None:
+    with WorkFolder.open(tmp_path / "run.work", IDENTITY):
+        (tmp_path / "run.work" / "lock").unlink()
+        with pytest.raises(WorkFolderError, match="in use by another ccc-calibrate run"):
+            WorkFolder.open(tmp_path / "run.work", IDENTITY)
+    with WorkFolder.open(tmp_path / "run.work", IDENTITY) as folder:
+        assert folder.results == {}
+
+
 def test_default_work_folder_sits_next_to_the_table() -> None:
     assert default_work_folder("calibration/vit.npz") == Path("calibration/vit.npz.work")
 

@@ -13,8 +13,8 @@ A run writes into a work folder (by default ``<out>.work/`` next to the table):
   unit is simply computed again). Any other damage is reported, never repaired silently; so is a
   record the run cannot have written (a cell outside its corruptions or grid, a block outside its
   images, more correct predictions than the block has images), as soon as the folder is opened.
-- ``lock`` — an exclusive ``flock`` held while a run uses the folder, so two runs cannot write the
-  same results.
+- ``lock`` — with the folder itself, held under an exclusive ``flock`` (:mod:`ccc.folder_lock`) while a
+  run uses the folder, so two runs cannot write the same results (deleting the file does not free it).
 
 Results are keyed by (cell, block); the order of lines does not matter (Ray finishes units in any
 order), and the final table is a function of the keyed results only.
@@ -33,11 +33,7 @@ from typing import Any, BinaryIO
 
 from ccc.calibration.engine import Cell, UnitResult, WorkUnit
 from ccc.calibration.table import GRID_SIZE, CalibrationError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows has no flock; the lock is then advisory only
-    fcntl = None  # type: ignore[assignment]
+from ccc.folder_lock import FolderLock
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +98,7 @@ class WorkFolder:
     predictions; :meth:`append` persists one finished unit; :meth:`close` releases the lock.
     """
 
-    def __init__(self, path: Path, results: dict[tuple[Cell, int], int], log: BinaryIO, lock: BinaryIO) -> None:
+    def __init__(self, path: Path, results: dict[tuple[Cell, int], int], log: BinaryIO, lock: FolderLock) -> None:
         self.path = path
         self.results = results
         self._log = log
@@ -119,20 +115,16 @@ class WorkFolder:
         """
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        lock = open(folder / LOCK_FILE, "ab")
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise WorkFolderError(
-                        f"work folder {folder} is in use by another ccc-calibrate run; wait for it or stop it"
-                    ) from None
+            lock = FolderLock.acquire(folder, LOCK_FILE)
+        except BlockingIOError:
+            raise WorkFolderError(f"work folder {folder} is in use by another ccc-calibrate run; wait for it or stop it") from None
+        try:
             _check_identity(folder, identity)
             results = _read_results(folder / RESULTS_FILE, identity)
             log = open(folder / RESULTS_FILE, "ab")
         except BaseException:
-            lock.close()
+            lock.release()
             raise
         return cls(folder, results, log, lock)
 
@@ -147,7 +139,7 @@ class WorkFolder:
     def close(self) -> None:
         """Close the log and release the lock."""
         self._log.close()
-        self._lock.close()
+        self._lock.release()
 
     def remove(self) -> None:
         """Close, then delete the folder (after the table has been written)."""
