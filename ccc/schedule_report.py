@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from ccc.paths import SEVERITY_STEP
 from ccc.schedule import PairVisit, StreamSchedule
 
-__all__ = ["ScheduleTrace", "describe_schedule", "plot_schedule", "trace_schedule"]
+__all__ = ["ScheduleTrace", "describe_schedule", "plot_schedule", "png_destination", "trace_schedule"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,18 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, sha
     return "\n".join(lines)
 
 
+def png_destination(path: str | Path, default_name: str) -> Path:
+    """Where a PNG asked for at ``path`` is written: ``path/default_name`` for an existing folder,
+    ``path`` + ".png" when it does not end in .png (what matplotlib would write), else ``path``."""
+    output = Path(path)
+    if output.is_dir():
+        return output / default_name
+    return output if output.suffix.lower() == ".png" else output.with_name(output.name + ".png")
+
+
 def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: str | Path) -> Path:
-    """Write a PNG of s1/s2 and calibrated accuracy over the stream to ``path``; return the path."""
+    """Write a PNG of s1/s2 and calibrated accuracy over the stream to ``path`` (see
+    :func:`png_destination`: a folder gets ``schedule.png``); return the path written."""
     from matplotlib.figure import Figure
 
     trace = trace_schedule(schedule, speed, num_images)
@@ -110,7 +120,7 @@ def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: s
         f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}"
     )
     figure.tight_layout()
-    output = Path(path)
+    output = png_destination(path, "schedule.png")
     output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100)
+    figure.savefig(output, dpi=100, format="png")
     return output

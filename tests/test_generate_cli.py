@@ -161,6 +161,15 @@ def test_dry_run_prints_the_schedule_and_plots_it(inputs, tmp_path: Path, capsys
     assert sorted(path.name for path in (tmp_path / RUN_NAME).iterdir()) == ["schedule.png"]
 
 
+def test_dry_run_plot_into_a_folder_or_without_suffix_prints_the_file_written(inputs, tmp_path: Path, capsys) -> None:
+    argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]
+    (tmp_path / "plots").mkdir()
+    for plot, written in [(tmp_path / "plots", tmp_path / "plots" / "schedule.png"), (tmp_path / "sched", tmp_path / "sched.png")]:
+        assert main([*argv, "--dry-run", "--num-images", "100", "--plot", str(plot)]) == 0
+        assert capsys.readouterr().out.endswith(f"plot: {written}\n")
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_run_and_a_conflicting_rerun(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CCC_IMAGENET", str(inputs["images"]))
     argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]
