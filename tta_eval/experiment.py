@@ -218,8 +218,9 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
 def _check_run_folder(settings: ExperimentSettings) -> Path:
     """The run folder; ValueError if it holds files and ``overwrite`` is not set (nothing is changed)."""
     run_dir = settings.output_root / settings.resolved_run_name()
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run folder {str(run_dir)!r} is an existing file, not a folder; choose another --out or --name")
+    for folder in (*reversed(run_dir.parents), run_dir):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
     if run_dir.is_dir() and any(run_dir.iterdir()) and not settings.overwrite:
         raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
     return run_dir

@@ -135,7 +135,7 @@ def test_outputs_that_cannot_be_written_give_one_line(tmp_path, capsys, monkeypa
     (tmp_path / "a_file").write_text("not a folder")
     (tmp_path / "a_folder").mkdir()
     cases = [
-        (run_arguments(tmp_path / "a_file", "x"), f"{tmp_path / 'a_file'}"),
+        (run_arguments(tmp_path / "a_file", "x"), f"'{tmp_path / 'a_file'}' is an existing file, not a folder; choose another --out or --name"),
         (run_arguments(tmp_path, "a_file"), "is an existing file, not a folder; choose another --out or --name"),
         (["compare", run_dir, "--out", str(tmp_path / "a_file")], f"{tmp_path / 'a_file'}: File exists"),
         (["rescore", run_dir, "--threshold-ms", "50", "--baseline-latency-ms", "1", "--json", str(tmp_path / "a_folder")], f"{tmp_path / 'a_folder'}: Is a directory"),
