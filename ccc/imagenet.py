@@ -8,8 +8,8 @@ order is part of the benchmark's definition:
   the 1,000 sorted WordNet ids (``ccc/imagenet_wnids.txt``), and must hold exactly those classes;
   an explicit class list (``classes=``, ``--classes FILE``) gives each class its line's position;
   any other folder (the demo world, the test fixtures) gets its class folders sorted as strings, the
-  torchvision ``ImageFolder`` convention. Folders that are not classes (``lost+found``, hidden or
-  empty folders) are skipped with a logged note;
+  torchvision ``ImageFolder`` convention. Folders that are not classes (``lost+found``, folders
+  without images) are skipped with a logged note, hidden folders ignored;
 - images are sorted by (class folder, file name); only files with an image extension count;
 - :meth:`ImageIndex.checksum` is the sha256 of the sorted ``wnid/file`` list (plus the excluded
   files, and the class list when it is not the sorted class folders), so a plan or table can record
