@@ -1,18 +1,23 @@
 """The user cache folder of ccc and downloads into it.
 
 The folder is ``$CCC_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/ccc``, else ``~/.cache/ccc``. A
-download goes to a temporary file in the destination folder, is checked (length, optional
-validation callback) and only then renamed into place, so the cache never holds a partial file.
+download goes to a temporary ``.part`` file in the destination folder, is checked (length, optional
+validation callback) and only then renamed into place, so the cache never holds a partial file
+under its final name. The writer holds an ``flock`` on its ``.part`` file; the next download of the
+same URL deletes the ``.part`` files no live process holds (left by a killed download). A download
+has a socket timeout per read and an overall time limit, so a slow server cannot stall it for ever.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import http.client
 import logging
 import os
 import re
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,12 +27,20 @@ from typing import BinaryIO
 
 from tqdm.auto import tqdm
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows has no flock: abandoned .part files are then kept
+    fcntl = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 CACHE_DIR_VARIABLE = "CCC_CACHE_DIR"
 _CHUNK_BYTES = 1 << 16
 _PROGRESS_INTERVAL_SECONDS = 2.0
 _UNSAFE_FILENAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
+_PART_SUFFIX = ".part"
+DEFAULT_TOTAL_TIMEOUT_SECONDS = 900.0
+"""Overall time limit of one download (the published tables are a few MB)."""
 
 
 class DownloadError(OSError):
@@ -68,6 +81,7 @@ def download_to_cache(
     validate: Callable[[Path], None] | None = None,
     max_bytes: int = 256 * 2**20,
     timeout_seconds: float = 60.0,
+    total_timeout_seconds: float = DEFAULT_TOTAL_TIMEOUT_SECONDS,
     progress: bool = True,
 ) -> Path:
     """Return the cached copy of ``url``, downloading it once if it is not cached yet.
@@ -78,28 +92,36 @@ def download_to_cache(
         validate: called with the downloaded temporary file before it enters the cache; whatever it
             raises aborts the download (the file is deleted) and propagates.
         max_bytes: refuse bodies larger than this (bytes, ≥ 1).
-        timeout_seconds: socket timeout of the connection, > 0.
+        timeout_seconds: socket timeout of the connection and of each read, > 0.
+        total_timeout_seconds: the whole download must finish within this many seconds, > 0.
         progress: show a (throttled) tqdm progress bar on stderr.
 
     Raises:
-        DownloadError: HTTP or network error, truncated body, body larger than ``max_bytes``.
+        DownloadError: HTTP or network error, truncated body, body larger than ``max_bytes``, or
+            slower than ``total_timeout_seconds``.
     """
     if max_bytes < 1:
         raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
     if timeout_seconds <= 0:
         raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
+    if not total_timeout_seconds > 0:
+        raise ValueError(f"total_timeout_seconds must be > 0, got {total_timeout_seconds}")
     destination = cache_path_for_url(url, cache_dir)
     if destination.is_file():
         logger.info("using cached %s for %s", destination, url)
         return destination
     destination.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_parts(destination)
     descriptor, temporary_name = tempfile.mkstemp(
-        prefix=f".{destination.name}.", suffix=".part", dir=destination.parent
+        prefix=f".{destination.name}.", suffix=_PART_SUFFIX, dir=destination.parent
     )
     temporary = Path(temporary_name)
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            _stream_url(url, handle, max_bytes, timeout_seconds, progress)
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            deadline = time.monotonic() + total_timeout_seconds
+            _stream_url(url, handle, max_bytes, timeout_seconds, deadline, progress)
         if validate is not None:
             validate(temporary)
         os.replace(temporary, destination)
@@ -109,8 +131,22 @@ def download_to_cache(
     return destination
 
 
+def _remove_abandoned_parts(destination: Path) -> None:
+    """Delete the ``.part`` files of ``destination`` that no live download holds locked."""
+    if fcntl is None:  # pragma: no cover - without flock a live download cannot be told apart
+        return
+    for part in destination.parent.glob(f".{glob.escape(destination.name)}.*{_PART_SUFFIX}"):
+        try:
+            with open(part, "rb") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                part.unlink(missing_ok=True)
+                logger.info("removed %s, left by an interrupted download", part)
+        except (BlockingIOError, FileNotFoundError):
+            continue
+
+
 def _stream_url(
-    url: str, handle: BinaryIO, max_bytes: int, timeout_seconds: float, progress: bool
+    url: str, handle: BinaryIO, max_bytes: int, timeout_seconds: float, deadline: float, progress: bool
 ) -> None:
     logger.info("downloading %s", url)
     try:
@@ -139,8 +175,14 @@ def _stream_url(
             leave=False,
         ) as bar:
             while True:
+                if time.monotonic() > deadline:
+                    raise DownloadError(
+                        f"download of {url} was too slow: {received} bytes after the overall limit "
+                        "(total_timeout_seconds) ran out; try again later"
+                    )
                 try:
-                    chunk = response.read(_CHUNK_BYTES)
+                    # read1: returns what arrived, so a server trickling bytes cannot hold one call long.
+                    chunk = response.read1(_CHUNK_BYTES)
                 except (http.client.IncompleteRead, OSError) as error:
                     raise DownloadError(
                         f"download of {url} was interrupted after {received} bytes: {error!r}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import logging
 import os
 import platform
@@ -34,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 from PIL import Image
 from tqdm import tqdm
 
+from ccc.folder_lock import FolderLock
 from ccc.imagenet import ImageIndex
 from ccc.render import RenderedSample, render_sample
 from ccc.shards import (
@@ -247,16 +247,14 @@ class GenerationSummary:
 
 @contextlib.contextmanager
 def _folder_lock(run_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the run folder (released by the OS if the process dies)."""
-    with open(run_dir / LOCK_NAME, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """Hold an exclusive lock on the run folder (``ccc.folder_lock``: on the folder itself and its
+    lock file, released by the OS if the process dies; deleting the lock file does not free it)."""
+    try:
+        lock = FolderLock.acquire(run_dir, LOCK_NAME)
+    except BlockingIOError:
+        raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process") from None
+    with lock:
+        yield
 
 
 def _own_files(run_dir: Path) -> list[Path]:

@@ -3,11 +3,17 @@
 Both calibration and stream generation address source images by position in this index, so its
 order is part of the benchmark's definition:
 
-- classes are the sub-folder names sorted as strings; class index = position (0..K-1), the
-  torchvision ``ImageFolder`` convention (for ImageNet: sorted WordNet ids → 0..999);
+- class indices never depend on what else a folder holds (see :func:`class_list`): an ImageNet
+  folder (WordNet-id sub-folders from the ILSVRC-2012 list) gets the standard index, the position in
+  the 1,000 sorted WordNet ids (``ccc/imagenet_wnids.txt``), and must hold exactly those classes;
+  an explicit class list (``classes=``, ``--classes FILE``) gives each class its line's position;
+  any other folder (the demo world, the test fixtures) gets its class folders sorted as strings, the
+  torchvision ``ImageFolder`` convention. Folders that are not classes (``lost+found``, folders
+  without images) are skipped with a logged note, hidden folders ignored;
 - images are sorted by (class folder, file name); only files with an image extension count;
 - :meth:`ImageIndex.checksum` is the sha256 of the sorted ``wnid/file`` list (plus the excluded
-  files), so a plan or table can record exactly which image set it was made from.
+  files, and the class list when it is not the sorted class folders), so a plan or table can record
+  exactly which image set and labels it was made from.
 
 Unreadable images are found at indexing time (a full decode of every file, in threads) and either
 reported by name (the default: fail fast) or excluded deterministically (``skip_bad_images``).
@@ -15,7 +21,9 @@ reported by name (the default: fail fast) or excluded deterministically (``skip_
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +33,8 @@ from typing import Iterator, Sequence
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
+logger = logging.getLogger(__name__)
+
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
 """File extensions (case-insensitive) counted as images."""
 
@@ -32,8 +42,78 @@ IMAGENET_ENVIRONMENT_VARIABLE = "CCC_IMAGENET"
 """Environment variable naming the ImageNet validation folder when ``--imagenet`` is not given."""
 
 
+IMAGENET_CLASS_COUNT = 1000
+
+NOT_CLASS_FOLDERS = ("lost+found",)
+"""Folder names that are never classes (file-system artefacts at a partition root)."""
+
+
 class ImageFolderError(ValueError):
     """The folder is missing, not in ImageNet layout, or holds unreadable images."""
+
+
+@functools.cache
+def imagenet_wnids() -> tuple[str, ...]:
+    """The 1,000 ILSVRC-2012 WordNet ids, sorted: position = the standard ImageNet class index."""
+    text = (Path(__file__).parent / "imagenet_wnids.txt").read_text()
+    wnids = tuple(text.split())
+    assert len(wnids) == IMAGENET_CLASS_COUNT and list(wnids) == sorted(wnids)
+    return wnids
+
+
+def read_class_list(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """An explicit class list: one class folder name per line (blank lines ignored); line k → class k.
+
+    Raises ImageFolderError for a missing file, an empty list or a name given twice.
+    """
+    try:
+        names = tuple(line.strip() for line in Path(path).read_text().splitlines() if line.strip())
+    except (OSError, UnicodeDecodeError) as error:
+        raise ImageFolderError(f"--classes {path}: cannot read the class list: {getattr(error, 'strerror', None) or error}") from None
+    if not names:
+        raise ImageFolderError(f"--classes {path}: the class list is empty; expected one class folder name per line")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ImageFolderError(f"--classes {path}: each class may be listed once, got duplicates: {', '.join(duplicates[:10])}")
+    return names
+
+
+def _listed(names: Sequence[str], limit: int = 10) -> str:
+    more = f" (and {len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def class_list(folders: Sequence[str], classes: Sequence[str] | None = None, where: str = "the folder") -> tuple[str, ...]:
+    """The class list (position = class index) of a folder whose class folders holding images are
+    ``folders``.
+
+    classes: an explicit list (returned as is; folders not in it are skipped with a logged note,
+    listed classes without a folder simply have no images). Without it: the standard ImageNet list
+    when the folders are WordNet ids of it (every one of the 1,000 must be present), else the folders
+    sorted as strings. Raises ImageFolderError naming the extra or missing classes of a folder that
+    is partly ImageNet.
+    """
+    if classes is not None:
+        unlisted = sorted(set(folders) - set(classes))
+        if unlisted:
+            logger.warning("%s: %d folder(s) not in the class list are skipped: %s", where, len(unlisted), _listed(unlisted))
+        return tuple(classes)
+    standard = set(imagenet_wnids())
+    if not standard.intersection(folders):
+        return tuple(sorted(folders))
+    extra = sorted(set(folders) - standard)
+    missing = sorted(standard - set(folders))
+    if extra or missing:
+        problems = []
+        if extra:
+            problems.append(f"{len(extra)} folder(s) that are not ImageNet classes: {_listed(extra)}")
+        if missing:
+            problems.append(f"{len(missing)} of the 1,000 classes missing or without images: {_listed(missing)}")
+        raise ImageFolderError(
+            f"{where} looks like ImageNet but has {' and '.join(problems)}; class indices would not be the standard "
+            "ones: fix the folder, or pass --classes FILE (one class folder name per line, line k = class k)"
+        )
+    return imagenet_wnids()
 
 
 @dataclass(frozen=True)
@@ -68,12 +148,15 @@ class ImageIndex:
         return self.root / self.images[position].relative_path
 
     def checksum(self) -> str:
-        """sha256 (hex) of the ordered ``wnid/file`` list and of the excluded files."""
+        """sha256 (hex) of the ordered ``wnid/file`` list, of the excluded files, and of the class list
+        when it is not the sorted class folders (an explicit list: the labels differ)."""
         digest = hashlib.sha256()
         for image in self.images:
             digest.update(image.relative_path.encode() + b"\n")
         for name in self.excluded:
             digest.update(b"excluded " + name.encode() + b"\n")
+        if self.classes != tuple(sorted({image.wnid for image in self.images})):
+            digest.update(b"classes " + "\n".join(self.classes).encode() + b"\n")
         return digest.hexdigest()
 
 
@@ -93,12 +176,17 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _decode_problem(path: Path) -> str | None:
-    """None if the file decodes completely, else a short description of the problem."""
+UNREADABLE_IMAGE_ERRORS = (OSError, UnidentifiedImageError, SyntaxError, ValueError, Image.DecompressionBombError)
+"""What Pillow raises for a damaged, truncated, non-image or oversized (decompression bomb) file."""
+
+
+def decode_problem(path: str | os.PathLike[str]) -> str | None:
+    """None if the file decodes completely, else a short description of the problem (a damaged,
+    truncated, empty or non-image file, or one above Pillow's decompression-bomb pixel limit)."""
     try:
         with Image.open(path) as image:
             image.load()
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as error:
+    except UNREADABLE_IMAGE_ERRORS as error:
         return str(error) or type(error).__name__
     return None
 
@@ -106,6 +194,7 @@ def _decode_problem(path: Path) -> str | None:
 def index_image_folder(
     root: str | os.PathLike[str],
     *,
+    classes: Sequence[str] | None = None,
     check_images: bool = True,
     skip_bad_images: bool = False,
     threads: int | None = None,
@@ -115,6 +204,8 @@ def index_image_folder(
 
     Args:
         root: the folder (for ImageNet, the validation folder with 1,000 WordNet-id sub-folders).
+        classes: an explicit class list (position = class index, see :func:`class_list`); None:
+            the standard ImageNet index, or the sorted class folders of a folder that is not ImageNet.
         check_images: decode every image once to find unreadable or truncated files.
         skip_bad_images: exclude unreadable images (recorded in :attr:`ImageIndex.excluded`)
             instead of failing.
@@ -123,25 +214,37 @@ def index_image_folder(
 
     Raises:
         ImageFolderError: for a missing folder, a folder without class sub-folders or images,
-            images outside class folders, or unreadable images (listing them) unless skipped.
+            images outside class folders, an ImageNet folder with extra or missing classes (without
+            ``classes``), or unreadable images (listing them) unless skipped.
     """
     folder = Path(root).expanduser()
     if not folder.is_dir():
         raise ImageFolderError(f"image folder {folder} does not exist or is not a directory")
     entries = sorted(os.listdir(folder))
-    classes = tuple(name for name in entries if (folder / name).is_dir() and not name.startswith("."))
+    folders = tuple(name for name in entries if (folder / name).is_dir() and not name.startswith("."))
     stray = [name for name in entries if _is_image(name) and (folder / name).is_file()]
-    if not classes:
+    if not folders:
         hint = f" (found {len(stray)} images directly inside it)" if stray else ""
         raise ImageFolderError(f"{folder} is not in ImageNet layout <folder>/<class>/<image>.JPEG: no class sub-folders{hint}")
     if stray:
         raise ImageFolderError(f"{folder} mixes images and class sub-folders, e.g. {stray[0]}; expected <folder>/<class>/<image>.JPEG")
+    files = {
+        name: sorted(entry for entry in os.listdir(folder / name) if _is_image(entry) and (folder / name / entry).is_file())
+        for name in folders
+        if name not in NOT_CLASS_FOLDERS
+    }
+    skipped = [name for name in folders if not files.get(name)]
+    if skipped:
+        logger.warning("%s: skipped %d folder(s) that are not classes (no images, or %s): %s", folder, len(skipped), ", ".join(NOT_CLASS_FOLDERS), _listed(skipped))
+    with_images = [name for name in folders if files.get(name)]
+    if not with_images:
+        raise ImageFolderError(f"{folder} has {len(folders)} class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
+    classes = class_list(with_images, classes, str(folder))
     images: list[SourceImage] = []
     for class_index, wnid in enumerate(classes):
-        names = sorted(name for name in os.listdir(folder / wnid) if _is_image(name) and (folder / wnid / name).is_file())
-        images.extend(SourceImage(f"{wnid}/{name}", wnid, class_index) for name in names)
+        images.extend(SourceImage(f"{wnid}/{name}", wnid, class_index) for name in files.get(wnid, ()))
     if not images:
-        raise ImageFolderError(f"{folder} has {len(classes)} class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise ImageFolderError(f"{folder}: none of the {len(classes)} listed classes has a folder with images")
     excluded: tuple[str, ...] = ()
     if check_images:
         problems = _find_unreadable(folder, images, threads, progress)
@@ -160,6 +263,6 @@ def index_image_folder(
 
 def _find_unreadable(folder: Path, images: Sequence[SourceImage], threads: int | None, progress: bool) -> list[tuple[str, str]]:
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        results = pool.map(_decode_problem, (folder / image.relative_path for image in images), chunksize=64)
+        results = pool.map(decode_problem, (folder / image.relative_path for image in images), chunksize=64)
         checked = tqdm(results, total=len(images), desc="checking images", unit="img", disable=not progress, mininterval=5.0)
         return [(image.relative_path, problem) for image, problem in zip(images, checked) if problem is not None]

@@ -20,7 +20,7 @@ from ccc.paths import SEVERITY_STEP
 from ccc.schedule import PairVisit, StreamSchedule
 from ccc.shards import shard_name
 
-__all__ = ["SUMMARY_MAX_STEPS", "ScheduleTrace", "describe_schedule", "plot_schedule", "summarised_images", "trace_schedule"]
+__all__ = ["SUMMARY_MAX_STEPS", "ScheduleTrace", "describe_schedule", "plot_schedule", "png_destination", "summarised_images", "trace_schedule"]
 
 SUMMARY_MAX_STEPS = 100_000
 """Path steps the text summary and the plot cover at most (7.5M images at speed 100 is 75,000 steps)."""
@@ -113,8 +113,18 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num
     return "\n".join(lines)
 
 
+def png_destination(path: str | Path, default_name: str) -> Path:
+    """Where a PNG asked for at ``path`` is written: ``path/default_name`` for an existing folder,
+    ``path`` + ".png" when it does not end in .png (what matplotlib would write), else ``path``."""
+    output = Path(path)
+    if output.is_dir():
+        return output / default_name
+    return output if output.suffix.lower() == ".png" else output.with_name(output.name + ".png")
+
+
 def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: str | Path) -> Path:
-    """Write a PNG of s1/s2 and calibrated accuracy over the stream (its first :func:`summarised_images`) to ``path``; return the path."""
+    """Write a PNG of s1/s2 and calibrated accuracy over the stream (its first :func:`summarised_images`) to
+    ``path`` (see :func:`png_destination`: a folder gets ``schedule.png``); return the path written."""
     from matplotlib.figure import Figure
 
     shown = summarised_images(speed, num_images)
@@ -137,7 +147,7 @@ def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: s
         f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}{scope}"
     )
     figure.tight_layout()
-    output = Path(path)
+    output = png_destination(path, "schedule.png")
     output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100)
+    figure.savefig(output, dpi=100, format="png")
     return output

@@ -15,6 +15,7 @@ replaced the same way after every finished shard.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -71,7 +72,13 @@ _HASH_CHUNK_BYTES = 1 << 20
 
 
 class ShardWriteError(OSError):
-    """Writing a shard failed (e.g. the disk is full); no partial shard is left behind."""
+    """Writing a shard failed (e.g. the disk is full); no partial shard is left behind.
+
+    Built as ``ShardWriteError(errno, message)``; ``str()`` is the message alone (no "[Errno N]").
+    """
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
 
 
 class ManifestError(ValueError):
@@ -256,7 +263,9 @@ class ShardWriter:
         """Discard the shard: close and delete the temporary file (the final name is never touched)."""
         self._finished = True
         if self._handle is not None:
-            self._handle.close()
+            # Closing flushes the buffer, which fails again on a full disk: the file goes regardless.
+            with contextlib.suppress(OSError):
+                self._handle.close()
         self.temporary_path.unlink(missing_ok=True)
 
 

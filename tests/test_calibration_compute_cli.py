@@ -220,6 +220,16 @@ def test_plot_writes_a_png_with_paths(tmp_path: Path, capsys) -> None:
     assert everything.stat().st_size > 0
 
 
+def test_plot_into_a_folder_or_without_suffix_prints_the_file_written(tmp_path: Path, capsys) -> None:
+    table_path = tmp_path / "synthetic.npz"
+    make_calibration_table().save(table_path)
+    (tmp_path / "plots").mkdir()
+    for out, written in [(tmp_path / "plots", tmp_path / "plots" / "calibration.png"), (tmp_path / "grid", tmp_path / "grid.png")]:
+        assert main(["plot", str(table_path), "--out", str(out), "--max-pairs", "2"]) == 0
+        assert capsys.readouterr().out.strip() == f"wrote {written}"
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_plot_of_a_computed_table(serial_table, tmp_path: Path) -> None:
     table = CalibrationTable.load(serial_table[0])
     png = tmp_path / "tiny.png"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,27 @@ def test_damage_before_the_last_line_is_reported(tmp_path: Path) -> None:
         WorkFolder.open(folder_path, IDENTITY)
 
 
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        (result(0, base_correct=3, targets=((1, 4, 5),)), "5 correct predictions in a block of 4 images"),
+        (result(3, base_correct=0), "block 3 is outside the 10 images (blocks of 4)"),
+        (result(2, base_correct=3), "3 correct predictions in a block of 2 images"),
+        (result(1, base_correct=-1), "a negative block or count"),
+        (result(0, targets=((2, 4, 1),)), "corruption index outside the run's 2 corruptions"),
+        (result(0, targets=((1, 21, 1),)), "severity index outside 0 … 20"),
+    ],
+)
+def test_impossible_counts_are_refused_when_read(tmp_path: Path, record: UnitResult, problem: str) -> None:
+    identity = {**IDENTITY, "image_count": 10, "block_size": 4}
+    folder_path = tmp_path / "run.work"
+    with WorkFolder.open(folder_path, identity) as folder:
+        folder.append(result(1))
+        folder.append(record)
+    with pytest.raises(WorkFolderError, match=rf"results.log line 2 records an impossible result for cell .*: {re.escape(problem)}; move the folder away"):
+        WorkFolder.open(folder_path, identity)
+
+
 def test_a_different_run_is_refused_and_its_folder_kept(tmp_path: Path) -> None:
     folder_path = tmp_path / "run.work"
     with WorkFolder.open(folder_path, IDENTITY) as folder:
@@ -108,6 +130,15 @@ def test_a_folder_in_use_is_refused(tmp_path: Path) -> None:
     with WorkFolder.open(tmp_path / "run.work", IDENTITY):
         with pytest.raises(WorkFolderError, match="in use by another ccc-calibrate run"):
             WorkFolder.open(tmp_path / "run.work", IDENTITY)
+
+
+def test_deleting_the_lock_file_does_not_free_the_folder(tmp_path: Path) -> None:
+    with WorkFolder.open(tmp_path / "run.work", IDENTITY):
+        (tmp_path / "run.work" / "lock").unlink()
+        with pytest.raises(WorkFolderError, match="in use by another ccc-calibrate run"):
+            WorkFolder.open(tmp_path / "run.work", IDENTITY)
+    with WorkFolder.open(tmp_path / "run.work", IDENTITY) as folder:
+        assert folder.results == {}
 
 
 def test_default_work_folder_sits_next_to_the_table() -> None:

@@ -245,3 +245,17 @@ def test_bad_generators_and_batches():
         corrupt_batch(image, "fog", 1.0, [1])
     with pytest.raises(ValueError, match="one generator per image \\(2\\), got 1"):
         corrupt_batch(np.stack([image, image]), "fog", 1.0, [1])
+
+
+@pytest.mark.parametrize("content, problem", [("bomb", "exceeds limit"), ("text", "cannot identify image file")])
+def test_corruption_grid_names_an_unreadable_image(tmp_path, capsys, content, problem):
+    from image_fixtures import bomb_png
+
+    from ccc.cli.corruption_grid import main
+
+    image = tmp_path / "input.png"
+    image.write_bytes(bomb_png() if content == "bomb" else b"not an image")
+    assert main(["--image", str(image), "--out", str(tmp_path / "grid.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ccc-corruption-grid: error: cannot read --image {image}: ") and problem in err
+    assert len(err.strip().splitlines()) == 1

@@ -155,6 +155,16 @@ def test_a_folder_in_use_is_refused(stream, tmp_path: Path) -> None:
             generate_stream(make_plan(stream), tmp_path, SerialBackend(), progress=False)
 
 
+def test_deleting_the_lock_file_does_not_free_the_folder(stream, tmp_path: Path) -> None:
+    from ccc.folder_lock import FolderLock
+
+    with FolderLock.acquire(tmp_path, LOCK_NAME):
+        (tmp_path / LOCK_NAME).unlink()
+        with pytest.raises(OutputFolderError, match="is being written by another ccc-generate process"):
+            generate_stream(make_plan(stream), tmp_path, SerialBackend(), progress=False)
+    generate_stream(make_plan(stream), tmp_path, SerialBackend(), progress=False)
+
+
 def test_a_full_disk_stops_cleanly_and_the_run_resumes(stream, reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_open = open
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_calibration_table, make_image_folder
+from image_fixtures import bomb_png
 
 from ccc.calibration import CalibrationTable
 from ccc.cli.generate import main
@@ -154,6 +155,29 @@ def test_bad_image_folders_fail_fast_or_are_skipped(inputs, tmp_path: Path, caps
     assert all(record["source_path"] != "n00000001/ILSVRC2012_val_00000005.JPEG" for record in records)
 
 
+def test_a_decompression_bomb_is_named_or_skipped(inputs, tmp_path: Path, capsys) -> None:
+    folder = make_image_folder(tmp_path / "val")
+    (folder / "n00000001" / "bomb.png").write_bytes(bomb_png())
+    line = run_error(capsys, [*arguments(inputs, tmp_path), "--imagenet", str(folder)])
+    assert "1 unreadable image(s)" in line and "n00000001/bomb.png: Image size (400000000 pixels) exceeds limit" in line
+    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--skip-bad-images", "--num-images", "12"]) == 0
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    assert len(records) == 12 and all(record["source_path"] != "n00000001/bomb.png" for record in records)
+
+
+def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(inputs, tmp_path: Path, capsys) -> None:
+    folder = make_image_folder(tmp_path / "val")
+    (folder / "n00000001").rename(folder / "n01443537")  # a real WordNet id (standard class 1) among fake ones
+    (folder / "lost+found").mkdir()
+    line = run_error(capsys, [*arguments(inputs, tmp_path), "--imagenet", str(folder)])
+    assert "looks like ImageNet but has 2 folder(s) that are not ImageNet classes: n00000000, n00000002" in line
+    assert "999 of the 1,000 classes missing" in line and "--classes FILE" in line
+    (tmp_path / "classes.txt").write_text("n00000000\nn01443537\nn00000002\n")
+    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--classes", str(tmp_path / "classes.txt"), "--num-images", "12"]) == 0
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    assert {record["source_path"].split("/")[0]: record["class_index"] for record in records} == {"n00000000": 0, "n01443537": 1, "n00000002": 2}
+
+
 def _json_records(path: Path) -> list[bytes]:
     import tarfile
 
@@ -187,6 +211,13 @@ def test_dry_run_cost_does_not_grow_with_the_stream_length(inputs, tmp_path: Pat
         assert (tmp_path / f"{num_images}.png").read_bytes()[:4] == b"\x89PNG"
     assert listings[10**6] == listings[10**12]
     assert "shards to write (40,000,000): serial_00000.tar … serial_39999999.tar" in result.stdout
+def test_dry_run_plot_into_a_folder_or_without_suffix_prints_the_file_written(inputs, tmp_path: Path, capsys) -> None:
+    argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]
+    (tmp_path / "plots").mkdir()
+    for plot, written in [(tmp_path / "plots", tmp_path / "plots" / "schedule.png"), (tmp_path / "sched", tmp_path / "sched.png")]:
+        assert main([*argv, "--dry-run", "--num-images", "100", "--plot", str(plot)]) == 0
+        assert capsys.readouterr().out.endswith(f"plot: {written}\n")
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_run_and_a_conflicting_rerun(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,6 +232,19 @@ def test_a_run_and_a_conflicting_rerun(inputs, tmp_path: Path, capsys, monkeypat
     line = run_error(capsys, [*argv, "--num-images", "8", "--shard-size", "4"])
     assert "holds a different stream (num_images: 6 -> 8)" in line and "--overwrite" in line
     assert main([*argv, "--num-images", "8", "--shard-size", "4", "--overwrite"]) == 0
+
+
+def test_verify_json_that_cannot_be_written_gives_one_line(inputs, tmp_path: Path, capsys) -> None:
+    from ccc.cli.verify import main as verify_main
+
+    assert main([*arguments(inputs, tmp_path), "--num-images", "4"]) == 0
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("")
+    for target, reason in [("a_folder", "Is a directory"), ("a_file/report.json", "Not a directory")]:
+        capsys.readouterr()
+        assert verify_main([str(tmp_path / RUN_NAME), "--no-progress", "--json", str(tmp_path / target)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"ccc-verify: error: cannot write --json {tmp_path / target}: {reason}\n"
 
 
 def _sha256_of_shards(run_dir: Path) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_image_folder
-from ccc.imagenet import ImageFolderError, index_image_folder, resolve_imagenet_folder
+from ccc.imagenet import ImageFolderError, imagenet_wnids, index_image_folder, read_class_list, resolve_imagenet_folder
 
 
 def test_order_classes_and_checksum(image_folder):
@@ -67,3 +67,65 @@ def test_folder_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("CCC_IMAGENET", str(tmp_path))
     assert resolve_imagenet_folder(None) == tmp_path
     assert resolve_imagenet_folder(tmp_path / "x") == tmp_path / "x"
+
+
+def test_folders_that_are_not_classes_do_not_shift_labels(image_folder, caplog):
+    reference = index_image_folder(image_folder, progress=False)
+    (image_folder / "lost+found").mkdir()
+    (image_folder / "lost+found" / "#1234.JPEG").write_bytes(b"orphan")
+    (image_folder / "a_empty_folder").mkdir()
+    with caplog.at_level("WARNING", logger="ccc.imagenet"):
+        index = index_image_folder(image_folder, progress=False)
+    assert index.classes == reference.classes and index.images == reference.images
+    assert index.checksum() == reference.checksum()
+    assert "skipped 2 folder(s) that are not classes" in caplog.text and "a_empty_folder, lost+found" in caplog.text
+
+
+def make_imagenet_layout(root, wnids):
+    """Class folders named by ``wnids``, each with one (unchecked) image file."""
+    for wnid in wnids:
+        (root / wnid).mkdir(parents=True)
+        (root / wnid / f"{wnid}_1.JPEG").write_bytes(b"")
+    return root
+
+
+def test_an_imagenet_folder_gets_the_standard_index_whatever_else_it_holds(tmp_path):
+    wnids = imagenet_wnids()
+    assert len(wnids) == 1000 and wnids[0] == "n01440764" and wnids[-1] == "n15075141"
+    root = make_imagenet_layout(tmp_path / "val", wnids)
+    (root / "lost+found").mkdir()
+    (root / "aaa_empty").mkdir()
+    index = index_image_folder(root, check_images=False)
+    assert index.classes == wnids
+    assert [(image.wnid, image.class_index) for image in index][:2] == [("n01440764", 0), ("n01443537", 1)]
+    assert index[999].class_index == 999
+
+
+def test_an_imagenet_folder_with_extra_or_missing_classes_is_refused(tmp_path):
+    wnids = imagenet_wnids()
+    root = make_imagenet_layout(tmp_path / "val", wnids[1:])
+    with pytest.raises(ImageFolderError, match=r"looks like ImageNet but has 1 of the 1,000 classes missing or without images: n01440764; .*--classes FILE"):
+        index_image_folder(root, check_images=False)
+    make_imagenet_layout(root, ["extra_class"])
+    with pytest.raises(ImageFolderError, match=r"1 folder\(s\) that are not ImageNet classes: extra_class and 1 of the 1,000"):
+        index_image_folder(root, check_images=False)
+    # An explicit list: the standard one gives the standard labels to a subset; unlisted folders are skipped.
+    listing = tmp_path / "classes.txt"
+    listing.write_text("\n".join(wnids) + "\n")
+    index = index_image_folder(root, classes=read_class_list(listing), check_images=False)
+    assert index.classes == wnids and index[0].wnid == "n01443537" and index[0].class_index == 1
+    assert "extra_class" not in {image.wnid for image in index}
+
+
+def test_an_explicit_class_list_sets_the_labels_and_the_checksum(image_folder, tmp_path):
+    listing = tmp_path / "classes.txt"
+    listing.write_text("n00000002\nn00000000\nn00000001\n")
+    index = index_image_folder(image_folder, classes=read_class_list(listing), progress=False)
+    assert [image.class_index for image in index if image.wnid == "n00000002"] == [0] * 4
+    assert index.checksum() != index_image_folder(image_folder, progress=False).checksum()
+    for text, message in [("", "the class list is empty"), ("a\nb\na\n", "each class may be listed once, got duplicates: a")]:
+        listing.write_text(text)
+        with pytest.raises(ImageFolderError, match=message):
+            read_class_list(listing)
+    with pytest.raises(ImageFolderError, match="cannot read the class list"):
+        read_class_list(tmp_path / "missing.txt")

@@ -13,6 +13,7 @@ import pickletools
 import struct
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -395,6 +396,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(declared_length if declared_length is not None else len(body)))
         self.end_headers()
+        if self.path.startswith("/slow/"):
+            for byte in body:  # a server trickling one byte every 20 ms
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.02)
+            return
         self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 (http.server signature)
@@ -607,3 +614,28 @@ def test_nested_list_matrices_stay_within_the_opcode_budget(published_matrices):
         data = pickle.dumps(as_lists, protocol=protocol)
         assert sum(1 for _ in pickletools.genops(data)) < published.MAX_PICKLE_OPCODES
         assert set(read_matrix_pickle(data)) == set(published_matrices)
+def test_a_slow_server_hits_the_overall_time_limit(tmp_path, server):
+    from ccc.cache import download_to_cache
+
+    server.routes["/slow/table.pickle"] = (200, b"x" * 500, None)
+    with pytest.raises(DownloadError, match=r"download of .*/slow/table.pickle was too slow: \d+ bytes after the overall limit"):
+        download_to_cache(url_of(server, "/slow/table.pickle"), cache_dir=tmp_path, total_timeout_seconds=0.2, progress=False)
+    assert cache_files(tmp_path) == []
+
+
+def test_a_killed_download_leaves_no_part_file_behind_for_long(tmp_path, server):
+    import fcntl
+
+    from ccc.cache import download_to_cache
+
+    url = url_of(server, "/files/t.bin")
+    server.routes["/files/t.bin"] = (200, b"payload", None)
+    destination = cache_path_for_url(url, tmp_path)
+    destination.parent.mkdir(parents=True)
+    abandoned = destination.parent / f".{destination.name}.k1ll3d.part"
+    abandoned.write_bytes(b"half")
+    live = destination.parent / f".{destination.name}.l1v3.part"
+    with open(live, "wb") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # a download still running in another process
+        assert download_to_cache(url, cache_dir=tmp_path, progress=False).read_bytes() == b"payload"
+        assert not abandoned.exists() and live.exists()

@@ -125,6 +125,16 @@ def test_a_full_disk_gives_a_clear_error_and_no_shard(tmp_path: Path, monkeypatc
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_disk_behind_a_buffer_leaves_no_partial_file_and_no_raw_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As with open(path, "wb"): closing the buffered handle in abort() hits the full disk again.
+    monkeypatch.setattr(ccc.shards, "open", lambda path, mode="rb", **kw: io.BufferedWriter(FullDisk(path, "w"), 1024), raising=False)
+    with pytest.raises(ShardWriteError) as raised:
+        write(tmp_path, 0, 0, 20)
+    assert str(raised.value).startswith("could not write shard ") and "[Errno" not in str(raised.value)
+    assert raised.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []
+
+
 def make_stream(**overrides: object) -> StreamSpec:
     fields = dict(
         target_accuracy=20.0, corruptions=("fog", "snow"), speed=2, seed=43, num_images=10,

@@ -77,6 +77,9 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=224, help="centre-crop size for image folders")
     parser.add_argument("--shuffle-seed", type=int, default=0, help="fixed shuffling of image folders")
     parser.add_argument("--no-shuffle", action="store_true", help="read image folders in sorted (class) order")
+    parser.add_argument(
+        "--skip-bad-images", action="store_true", help="image folders: exclude unreadable images (all checked before the run) instead of stopping"
+    )
     parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples")
     parser.add_argument("--domain-key", default=None, help="metadata key naming each sample's domain")
     episodic = parser.add_mutually_exclusive_group()
@@ -314,6 +317,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
             num_workers=arguments.num_workers,
             image_size=arguments.image_size,
             shuffle_seed=None if arguments.no_shuffle else arguments.shuffle_seed,
+            skip_bad_images=arguments.skip_bad_images,
         ),
         max_samples=arguments.max_samples,
         protocol=protocol,
@@ -424,6 +428,16 @@ def _methods(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _os_error_text(error: OSError) -> str:
+    """One line for a failed file operation: the file and the system's reason, without "[Errno N]"."""
+    reason = error.strerror or str(error)
+    if error.filename is None:
+        return reason
+    if error.filename2 is not None:
+        return f"{error.filename} -> {error.filename2}: {reason}"
+    return f"{error.filename}: {reason}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tta-eval`` console script; returns the exit code."""
     parser = _build_parser()
@@ -438,8 +452,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteLossError as error:
         print(f"{PROGRAM}: stopped: {error}", file=sys.stderr)
         return RUN_STOPPED_EXIT
-    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as error:
+    except ValueError as error:
         print(f"{PROGRAM}: error: {error}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    except OSError as error:
+        print(f"{PROGRAM}: error: {_os_error_text(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
     except KeyboardInterrupt:
         print(f"{PROGRAM}: interrupted", file=sys.stderr)

@@ -15,7 +15,9 @@ and ``utility_<protocol>.png/.svg``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import platform
@@ -51,11 +53,16 @@ from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import (
     ALL_DOMAINS,
     CONFIG_FILE,
+    PLOT_STEM,
+    PLOT_SUFFIXES,
     PRESSURE_PARAMETERS,
     RECORDS_FOLDER,
+    RUN_COMPLETE,
+    RUN_STOPPED,
     SOURCE_METHOD,
     SUMMARY_FILE,
     best_methods,
+    file_sha256,
     load_run,
     plot_run,
     records_path,
@@ -76,11 +83,10 @@ from tta_eval.streams import (
     open_stream_source,
     parse_options,
 )
-from tta_eval.validation import check_positive, check_positive_int
+from tta_eval.validation import MAX_SAMPLES, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
-FLUSH_EVERY_ROWS = 1000
 DEMO_MODEL = "ccc.demo:demo_model"
 """The demo world's model factory (``ccc.demo.demo_model``)."""
 DEMO_WORLD = "demo"
@@ -151,11 +157,11 @@ class ExperimentSettings:
         if duplicates:
             raise ValueError(f"each method may be given once per run, got duplicates: {', '.join(duplicates)}")
         if self.max_samples is not None:
-            check_positive_int("max_samples", self.max_samples)
+            check_positive_int("max_samples", self.max_samples, MAX_SAMPLES)
         if self.window is not None:
-            check_positive_int("window", self.window)
+            check_positive_int("window", self.window, MAX_SAMPLES)
         if self.collapse_span is not None:
-            check_positive_int("collapse_span", self.collapse_span)
+            check_positive_int("collapse_span", self.collapse_span, MAX_SAMPLES)
         if isinstance(self.collapse_reference, str) and self.collapse_reference != SOURCE_METHOD:
             raise ValueError(
                 f"collapse_reference must be 'source', an accuracy in [0, 1] or None, got {self.collapse_reference!r}"
@@ -344,15 +350,27 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
     }
 
 
-def _prepare_run_folder(settings: ExperimentSettings) -> Path:
+def _check_run_folder(settings: ExperimentSettings) -> Path:
+    """The run folder; ValueError if it holds files and ``overwrite`` is not set (nothing is changed)."""
     run_dir = settings.output_root / settings.resolved_run_name()
-    if run_dir.exists() and any(run_dir.iterdir()) and not settings.overwrite:
+    for folder in (*reversed(run_dir.parents), run_dir):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not settings.overwrite:
         raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
-    (run_dir / RECORDS_FOLDER).mkdir(parents=True, exist_ok=True)
-    for stale in (run_dir / RECORDS_FOLDER).glob("*.csv"):
-        stale.unlink()
-    (run_dir / COSTS_FILE).unlink(missing_ok=True)
     return run_dir
+
+
+def _clear_run_folder(run_dir: Path) -> None:
+    """Remove every output a previous run left in ``run_dir`` (summary first: the folder then reads as
+    unfinished until the new run completes), and create it with its records folder."""
+    outputs = [SUMMARY_FILE, CONFIG_FILE, COSTS_FILE, *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES)]
+    for name in outputs:
+        (run_dir / name).unlink(missing_ok=True)
+    if (run_dir / RECORDS_FOLDER).is_dir():
+        for stale in (run_dir / RECORDS_FOLDER).glob("*.csv"):
+            stale.unlink()
+    (run_dir / RECORDS_FOLDER).mkdir(parents=True, exist_ok=True)
 
 
 def _peek(stream: Iterable[Any]) -> tuple[Any, Iterable[Any]]:
@@ -458,6 +476,13 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     Methods work on copies; the model itself is not modified. Raises ValueError for user mistakes
     (bad names, options, paths, streams, labels, costs, thresholds) before or during the run, and
     NonFiniteLossError under the "stop" policy after writing what was recorded.
+
+    Completeness: with ``overwrite`` the previous run's outputs are removed before anything else is
+    written; records are flushed row by row; summary.json is written last (atomically) with
+    ``status`` "complete" and ``config_sha256`` (the sha256 of config.json), or with status
+    "stopped" and the reason when the run ended early. A folder with config.json and no summary.json
+    did not finish (killed, or its disk filled up). ``tta_eval.reports.load_run`` refuses all but
+    complete runs of their own config.
     """
     resolved = resolve_experiment(settings)
     settings = resolved.settings
@@ -465,6 +490,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
     timing.check_methods([method.label for method in methods])
+    run_dir = _check_run_folder(settings)
     stream = open_stream_source(settings.stream, settings.stream_options)
     if settings.max_samples is not None:
         stream = limit_samples(stream, settings.max_samples)
@@ -475,51 +501,76 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     modules = {method.label: create(method.name, model, **dict(method.options)) for method in methods}
     latency, stream = _baseline_latency(settings, model, stream, device)
     _check_protocol(settings.protocol, latency.seconds)
-    run_dir = _prepare_run_folder(settings)
+    _clear_run_folder(run_dir)
     config = resolved_config(settings, methods)
     config["choices"] = [*choices, *resolved.notes]
     config.update(latency.to_json())
     write_json(run_dir / CONFIG_FILE, config)
     tables = {label: RecordTable() for label in modules}
-    handles = {label: open(records_path(run_dir, label), "w", newline="") for label in modules}
-    stopped: str | None = None
-    records = run_protocol(modules, stream, settings.protocol, device, settings.progress, timing, latency.seconds)
+    # Line buffering: every row reaches the file when written, so a killed run leaves its rows.
+    handles = {label: open(records_path(run_dir, label), "w", newline="", buffering=1) for label in modules}
+    finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
     try:
+        records = run_protocol(modules, stream, settings.protocol, device, settings.progress, timing, latency.seconds)
         writers = {label: CsvRecordWriter(handle) for label, handle in handles.items()}
         for record in records:
+            try:
+                writers[record.method].write(record)
+            except OSError as error:
+                path = records_path(run_dir, record.method)
+                raise OSError(error.errno, f"{error.strerror or error}; run {run_dir.name!r} is incomplete", str(path)) from error
             tables[record.method].append(record)
-            writers[record.method].write(record)
-            if len(tables[record.method]) % FLUSH_EVERY_ROWS == 0:
-                handles[record.method].flush()
-    except BaseException as error:
-        stopped = f"{type(error).__name__}: {error}"
-        raise
-    finally:
         for handle in handles.values():
             handle.close()
-        if all(len(table) for table in tables.values()):
-            summary = summarise_run(
-                tables,
-                {method.label: method.name for method in methods},
-                settings.window,
-                settings.collapse_reference,
-                settings.collapse_span,
-                settings.protocol,
-                latency.seconds,
-            )
-            summary["run"] = run_dir.name
-            summary["stopped"] = stopped
-            summary["timing"] = {"mode": timing.mode, **latency.to_json()}
-            if settings.cost_model is not None:
-                summary["timing"]["cost_model_origin"] = settings.cost_model.origin
-            write_json(run_dir / SUMMARY_FILE, summary)
-            plot_run(summary, run_dir, title=run_dir.name)
-            if settings.cost_model is None and latency.seconds is not None:
-                measured = _measured_costs(tables, latency.seconds, run_dir.name)
-                if measured is not None:
-                    measured.save(run_dir / COSTS_FILE)
+    except BaseException as error:
+        for handle in handles.values():
+            with contextlib.suppress(OSError):
+                handle.close()
+        try:
+            finish(f"{type(error).__name__}: {error}")
+        except OSError as summary_error:
+            logger.warning("could not write the summary of the stopped run %s: %s", run_dir, summary_error)
+        raise
+    finish(None)
     logger.info("run written to %s", run_dir)
     return run_dir
+
+
+def _finish_run(
+    settings: ExperimentSettings,
+    run_dir: Path,
+    tables: dict[str, RecordTable],
+    methods: tuple[MethodSpec, ...],
+    timing_mode: str,
+    latency: BaselineLatency,
+    stopped: str | None,
+) -> None:
+    """Write plots, measured costs and, last, summary.json (status and config hash) of a run that
+    recorded at least one batch per method; nothing otherwise (the folder then reads as unfinished)."""
+    if not all(len(table) for table in tables.values()):
+        return
+    summary = summarise_run(
+        tables,
+        {method.label: method.name for method in methods},
+        settings.window,
+        settings.collapse_reference,
+        settings.collapse_span,
+        settings.protocol,
+        latency.seconds,
+    )
+    summary["run"] = run_dir.name
+    summary["status"] = RUN_STOPPED if stopped is not None else RUN_COMPLETE
+    summary["stopped"] = stopped
+    summary["config_sha256"] = file_sha256(run_dir / CONFIG_FILE)
+    summary["timing"] = {"mode": timing_mode, **latency.to_json()}
+    if settings.cost_model is not None:
+        summary["timing"]["cost_model_origin"] = settings.cost_model.origin
+    plot_run(summary, run_dir, title=run_dir.name)
+    if settings.cost_model is None and latency.seconds is not None:
+        measured = _measured_costs(tables, latency.seconds, run_dir.name)
+        if measured is not None:
+            measured.save(run_dir / COSTS_FILE)
+    write_json(run_dir / SUMMARY_FILE, summary)
 
 
 # --- sweeps -------------------------------------------------------------------------------------------
@@ -617,8 +668,15 @@ def run_sweep(settings: SweepSettings) -> Path:
     """
     base = resolve_experiment(settings.experiment).settings
     sweep_dir = base.output_root / base.resolved_run_name()
-    if sweep_dir.exists() and any(sweep_dir.iterdir()) and not base.overwrite:
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise ValueError(f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name")
+    if sweep_dir.is_dir() and any(sweep_dir.iterdir()) and not base.overwrite:
         raise ValueError(f"sweep folder {str(sweep_dir)!r} already exists; choose another --name or pass --overwrite")
+    if sweep_dir.is_dir():
+        # The tables of a previous sweep must not sit next to the runs of this one if it stops.
+        for pattern in ("sweep.json", "results.csv", "results.md", "best_method.*", "utility_*.*"):
+            for stale in sweep_dir.glob(pattern):
+                stale.unlink()
     base.timing(base.device).check_methods([method.label for method in base.resolved_methods()])
     model = load_model(base.model, resolve_device(base.device))
     latency = _sweep_baseline_latency(base, model)

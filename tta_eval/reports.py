@@ -3,10 +3,13 @@ tables, rescoring of saved traces, and sweep result tables; all from records and
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
+import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +34,11 @@ CONFIG_FILE = "config.json"
 RECORDS_FOLDER = "records"
 PLOT_STEM = "accuracy"
 SOURCE_METHOD = "source"
+PLOT_SUFFIXES = (".png", ".svg")
+RUN_COMPLETE = "complete"
+"""``status`` of a run folder's summary.json when every batch of the stream was recorded."""
+RUN_STOPPED = "stopped"
+"""``status`` of a run that ended early (an error, an interrupt): its numbers cover part of the stream."""
 EVERY_BATCH_PROTOCOLS = ("offline", "continuous")
 """Protocols under which every batch is predicted and adapted on (their runs can be rescored)."""
 
@@ -148,14 +156,48 @@ class RunResult:
     summary: dict[str, Any]
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def load_run(run_dir: Path) -> RunResult:
-    """Read config.json and summary.json of a run folder; ValueError if it is not one."""
+    """Read config.json and summary.json of a complete run folder.
+
+    ValueError (one line naming the folder and why) for a folder that is not a run, a run that did
+    not finish (no summary.json next to config.json, or ``status`` other than "complete"), and a
+    summary written for another config.json (its ``config_sha256`` differs: the folder was
+    overwritten by a run that did not finish). Summaries written before ``status`` existed are
+    accepted unless they record that the run stopped.
+    """
+    run_dir = Path(run_dir)
     summary_path = run_dir / SUMMARY_FILE
-    if not summary_path.is_file():
-        raise ValueError(f"{str(run_dir)!r} is not a tta-eval run folder (no {SUMMARY_FILE})")
     config_path = run_dir / CONFIG_FILE
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    return RunResult(run_dir.name, run_dir, config, json.loads(summary_path.read_text()))
+    if not summary_path.is_file():
+        if config_path.is_file():
+            raise ValueError(
+                f"run folder {str(run_dir)!r} is incomplete: it has {CONFIG_FILE} but no {SUMMARY_FILE} "
+                "(the run was killed or could not write its results); run it again with --overwrite"
+            )
+        raise ValueError(f"{str(run_dir)!r} is not a tta-eval run folder (no {SUMMARY_FILE})")
+    try:
+        summary = json.loads(summary_path.read_text())
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"run folder {str(run_dir)!r} has an unreadable {SUMMARY_FILE} or {CONFIG_FILE}: {error}") from None
+    status = summary.get("status", RUN_COMPLETE if not summary.get("stopped") else RUN_STOPPED)
+    if status != RUN_COMPLETE:
+        raise ValueError(
+            f"run folder {str(run_dir)!r} is incomplete: it stopped after {summary.get('samples', '?')} samples "
+            f"({summary.get('stopped') or status}); its numbers cover part of the stream"
+        )
+    expected = summary.get("config_sha256")
+    if expected is not None and (not config_path.is_file() or file_sha256(config_path) != expected):
+        raise ValueError(
+            f"run folder {str(run_dir)!r} is inconsistent: its {SUMMARY_FILE} was written for another {CONFIG_FILE} "
+            "(the folder was overwritten by a run that did not finish); run it again with --overwrite"
+        )
+    return RunResult(run_dir.name, run_dir, config, summary)
 
 
 RARE_ADAPTATION_FRACTION = 0.01
@@ -326,8 +368,21 @@ def plot_comparison(runs: Sequence[RunResult], output_stem: Path) -> list[Path]:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON (NaN written as null)."""
-    path.write_text(json.dumps(_replace_nan(data), indent=2) + "\n")
+    """Write ``data`` as indented JSON (NaN written as null), atomically: a temporary file next to
+    ``path`` renamed over it, so ``path`` is never half written (a full disk leaves the old file or none)."""
+    write_text_atomic(Path(path), json.dumps(_replace_nan(data), indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it; the temporary is removed on error."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
 
 
 def _replace_nan(value: Any) -> Any:

@@ -17,15 +17,21 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import logging
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torchvision
 
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
-from tta_eval.validation import check_positive_int
+from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,7 @@ def majority_value(values: Sequence[str]) -> str:
 
 def limit_samples(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
     """Yield items of ``batches`` until ``max_samples`` samples were yielded, cutting the last batch."""
-    check_positive_int("max_samples", max_samples)
+    check_positive_int("max_samples", max_samples, MAX_SAMPLES)
     seen = 0
     for index, item in enumerate(batches):
         batch = as_batch(item, index)
@@ -137,20 +143,24 @@ def limit_samples(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
 class StreamOptions:
     """Options given to stream openers.
 
-    batch_size >= 1; num_workers >= 0 DataLoader worker processes; image_size: side in pixels of
-    the centre crop for image folders (images are resized so the short side is 256/224 of it);
-    shuffle_seed: seed of the fixed permutation applied to image folders (their files are sorted by
-    class otherwise), None keeps the sorted order.
+    batch_size in [1, 65536]; num_workers >= 0 DataLoader worker processes; image_size: side in
+    pixels of the centre crop for image folders (images are resized so the short side is 256/224
+    of it), at most 16384; shuffle_seed: seed of the fixed permutation applied to image folders
+    (their files are sorted by class otherwise), None keeps the sorted order; skip_bad_images:
+    decode every image of a folder before the run and exclude the unreadable ones (logged), as
+    ``ccc-generate --skip-bad-images`` does; without it the first unreadable image stops the run
+    with an error naming it.
     """
 
     batch_size: int = 64
     num_workers: int = 0
     image_size: int = 224
     shuffle_seed: int | None = 0
+    skip_bad_images: bool = False
 
     def __post_init__(self) -> None:
-        check_positive_int("batch_size", self.batch_size)
-        check_positive_int("image_size", self.image_size)
+        check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
+        check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
 
@@ -243,7 +253,6 @@ def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data
     For ImageNet-style folders named by WordNet id the sorted order is the standard ImageNet class
     index. Images: resize (short side image_size·256/224), centre crop image_size, in [0, 1].
     """
-    import torchvision
     from torchvision.transforms import v2
 
     root = Path(location)
@@ -258,18 +267,23 @@ def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data
         ]
     )
     try:
-        dataset = torchvision.datasets.ImageFolder(str(root), transform=transform)
+        dataset = _CheckedImageFolder(str(root), transform=transform)
     except FileNotFoundError as error:
         raise ValueError(f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}") from None
+    if options.skip_bad_images:
+        _exclude_unreadable(dataset, root)
     generator = None
     if options.shuffle_seed is not None:
         generator = torch.Generator().manual_seed(options.shuffle_seed)
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_size=options.batch_size,
-        shuffle=options.shuffle_seed is not None,
-        generator=generator,
-        num_workers=options.num_workers,
+    return _FolderLoader(
+        torch.utils.data.DataLoader(
+            dataset,
+            batch_size=options.batch_size,
+            shuffle=options.shuffle_seed is not None,
+            generator=generator,
+            num_workers=options.num_workers,
+            collate_fn=_collate_checked,
+        )
     )
 
 
@@ -293,6 +307,70 @@ def describe_stream_source(text: str, options: StreamOptions) -> StreamDescripti
 def _last_component(text: str) -> str:
     """The last path component of ``text`` (``text`` itself if it has none)."""
     return Path(text.rstrip("/")).name or text
+class _CheckedImageFolder(torchvision.datasets.ImageFolder):
+    """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
+    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback)."""
+
+    def __getitem__(self, position: int) -> Any:
+        from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
+
+        path, label = self.samples[position]
+        try:
+            return super().__getitem__(position)
+        except UNREADABLE_IMAGE_ERRORS as error:
+            return _Unreadable(path, str(error) or type(error).__name__)
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    path: str
+    problem: str
+
+
+def _collate_checked(items: list[Any]) -> Any:
+    bad = [item for item in items if isinstance(item, _Unreadable)]
+    return bad[0] if bad else torch.utils.data.default_collate(items)
+
+
+class _FolderLoader:
+    """The DataLoader of an image folder; an unreadable image ends the stream with a ValueError naming it."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            if isinstance(batch, _Unreadable):
+                raise ValueError(
+                    f"unreadable image {batch.path}: {batch.problem}; fix or remove it, or pass --skip-bad-images "
+                    "to check every image before the run and exclude the unreadable ones deterministically"
+                )
+            yield batch
+
+
+def _exclude_unreadable(dataset: Any, root: Path) -> None:
+    """Decode every image of ``dataset`` (threads) and drop the unreadable ones from its sample list."""
+    from ccc.imagenet import decode_problem
+
+    paths = [path for path, _ in dataset.samples]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        problems = list(pool.map(decode_problem, paths, chunksize=64))
+    bad = [(path, problem) for path, problem in zip(paths, problems) if problem is not None]
+    if bad:
+        logger.warning(
+            "stream folder %s: excluded %d unreadable image(s): %s",
+            root,
+            len(bad),
+            "; ".join(f"{Path(path).relative_to(root)}: {problem}" for path, problem in bad[:10]),
+        )
+        dataset.samples = [sample for sample, problem in zip(dataset.samples, problems) if problem is None]
+        dataset.imgs = dataset.samples
+        dataset.targets = [label for _, label in dataset.samples]
+        if not dataset.samples:
+            raise ValueError(f"stream folder {str(root)!r} has no readable image")
 
 
 def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
@@ -314,13 +392,14 @@ def _describe_synthetic(location: str, options: StreamOptions) -> StreamDescript
 
 
 def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescription:
-    """An ImageFolder's name, image count and class count (files are counted, not read)."""
+    """An ImageFolder's name and image count (files are counted, not read). Its class count is left
+    unknown: a subset of ImageNet's classes is evaluated with a 1,000-class model."""
     root = Path(location)
     if not root.is_dir():
         raise ValueError(f"stream folder {location!r} does not exist or is not a directory")
     classes = [folder for folder in root.iterdir() if folder.is_dir()]
     samples = sum(1 for folder in classes for path in folder.iterdir() if path.is_file())
-    return StreamDescription(name=_last_component(location), samples=samples or None, num_classes=len(classes) or None)
+    return StreamDescription(name=_last_component(location), samples=samples or None)
 
 
 register_stream_source("synthetic", _open_synthetic, _describe_synthetic)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
-from tta_eval.validation import check_choice, check_in_range, check_positive_int
+from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_choice, check_in_range, check_positive_int
 
 SYNTHETIC_CORRUPTIONS = ("noise", "contrast", "brightness", "blur")
 SYNTHETIC_SEVERITIES = (1, 2, 3, 4, 5)
@@ -51,10 +51,10 @@ class SyntheticStreamSpec:
         check_positive_int("num_classes", self.num_classes)
         if self.num_classes < 2:
             raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
-        check_positive_int("image_size", self.image_size)
+        check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
         if self.image_size < 8:
             raise ValueError(f"image_size must be >= 8 pixels, got {self.image_size}")
-        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_positive_int("num_batches", self.num_batches)
         check_positive_int("domain_length", self.domain_length)
         if not self.corruptions:

@@ -30,10 +30,23 @@ def check_in_range(
         raise ValueError(f"{name} must be in {interval}, got {value!r}")
 
 
-def check_positive_int(name: str, value: int) -> None:
-    """Require an integer >= 1."""
+MAX_SAMPLES = 10**15
+"""Upper bound of sample counts (windows, spans, stream limits): far beyond any stream, well inside int64."""
+
+MAX_BATCH_SIZE = 2**16
+"""Upper bound of a batch size (65,536 ImageNet images are already ~40 GB as float tensors)."""
+
+
+MAX_IMAGE_SIZE = 2**14
+"""Upper bound of an image side in pixels."""
+
+
+def check_positive_int(name: str, value: int, at_most: int | None = None) -> None:
+    """Require an integer >= 1 (and <= ``at_most`` when given)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if at_most is not None and value > at_most:
+        raise ValueError(f"{name} must be an integer in [1, {at_most:,}], got {value:,}")
 
 
 def check_choice(name: str, value: str, choices: Collection[str]) -> None:

@@ -33,7 +33,7 @@ from ccc.calibration.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.table import CCC_CORRUPTIONS, CalibrationError, CalibrationTable
 from ccc.calibration.workfolder import WorkFolder, default_work_folder
-from ccc.imagenet import ImageFolderError, index_image_folder, resolve_imagenet_folder
+from ccc.imagenet import ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
 from ccc.ray_runtime import RayUnavailableError
 from tta_eval.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
 
@@ -113,6 +113,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass (default: 64)")
     parser.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
     parser.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
+    parser.add_argument("--classes", metavar="FILE", help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes")
     parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE, help=f"images per unit of work (default: {DEFAULT_BLOCK_SIZE})")
     parser.add_argument("--resize", type=_positive_int, default=256, help="preprocessing: shorter side (default: 256)")
     parser.add_argument("--crop", type=_positive_int, default=224, help="preprocessing: centre crop side (default: 224)")
@@ -249,7 +250,8 @@ def run_compute(arguments: argparse.Namespace) -> int:
         corruptions = arguments.corruptions or list(CCC_CORRUPTIONS)
         preprocessing = Preprocessing(arguments.resize, arguments.crop)
         root = resolve_imagenet_folder(arguments.imagenet)
-        index = index_image_folder(root, skip_bad_images=arguments.skip_bad_images, progress=not arguments.no_progress)
+        classes = None if arguments.classes is None else read_class_list(arguments.classes)
+        index = index_image_folder(root, classes=classes, skip_bad_images=arguments.skip_bad_images, progress=not arguments.no_progress)
         if index.excluded:
             logger.warning("excluding %d unreadable image(s): %s", len(index.excluded), ", ".join(index.excluded[:10]))
         image_count = arguments.images or (len(index) if arguments.demo else DEFAULT_IMAGE_COUNT)

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable  # noqa: E402
 from ccc.paths import PATH_OBJECTIVES, find_path  # noqa: E402
+from ccc.schedule_report import png_destination  # noqa: E402
 
 DEFAULT_CONTOURS = (40.0, 20.0)
 """Contour levels (percent) when neither ``contours`` nor the table's presets give any."""
@@ -36,11 +37,12 @@ def plot_table(
     objective: str = "reference",
     max_pairs: int = 30,
 ) -> Path:
-    """Write a PNG with one heat map per pair and return its path.
+    """Write a PNG with one heat map per pair and return the path written.
 
     Args:
         table: the calibration table.
-        out: PNG file to write (its folder must exist).
+        out: PNG file to write (its folder must exist); an existing folder gets ``calibration.png``,
+            a name not ending in .png gets ".png" appended (see ``ccc.schedule_report.png_destination``).
         pairs: ordered pairs ``(n1, n2)`` to draw (aliases accepted); None draws the table's pairs,
             at most ``max_pairs`` of them.
         target: accuracy in percent in [0, 100] whose path is drawn on every panel; None for no path.
@@ -53,7 +55,7 @@ def plot_table(
         CalibrationError: for a pair the table does not hold.
         ValueError: for an invalid target, contour level or objective.
     """
-    destination = Path(out)
+    destination = png_destination(out, "calibration.png")
     if not destination.parent.is_dir():
         raise CalibrationError(f"cannot write plot: folder {destination.parent} does not exist")
     if objective not in PATH_OBJECTIVES:
@@ -101,6 +103,6 @@ def plot_table(
     if image is not None:
         figure.colorbar(image, ax=axes, shrink=0.8, label="top-1 accuracy (%)")
     figure.suptitle(f"{table.metadata.model_name} — {table.metadata.image_count} images", fontsize=9)
-    figure.savefig(destination, dpi=110)
+    figure.savefig(destination, dpi=110, format="png")
     plt.close(figure)
     return destination

@@ -10,9 +10,11 @@ A run writes into a work folder (by default ``<out>.work/`` next to the table):
   ``{"base": [n1, s1], "block": b, "base_correct": c or null, "targets": [[n2, s2, correct], …]}``.
   A record is complete only if its line ends with a newline and its CRC matches, so a kill in the
   middle of a write leaves at most one incomplete last line, which the next start discards (the
-  unit is simply computed again). Any other damage is reported, never repaired silently.
-- ``lock`` — an exclusive ``flock`` held while a run uses the folder, so two runs cannot write the
-  same results.
+  unit is simply computed again). Any other damage is reported, never repaired silently; so is a
+  record the run cannot have written (a cell outside its corruptions or grid, a block outside its
+  images, more correct predictions than the block has images), as soon as the folder is opened.
+- ``lock`` — with the folder itself, held under an exclusive ``flock`` (:mod:`ccc.folder_lock`) while a
+  run uses the folder, so two runs cannot write the same results (deleting the file does not free it).
 
 Results are keyed by (cell, block); the order of lines does not matter (Ray finishes units in any
 order), and the final table is a function of the keyed results only.
@@ -30,12 +32,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ccc.calibration.engine import Cell, UnitResult, WorkUnit
-from ccc.calibration.table import CalibrationError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows has no flock; the lock is then advisory only
-    fcntl = None  # type: ignore[assignment]
+from ccc.calibration.table import GRID_SIZE, CalibrationError
+from ccc.folder_lock import FolderLock
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +98,7 @@ class WorkFolder:
     predictions; :meth:`append` persists one finished unit; :meth:`close` releases the lock.
     """
 
-    def __init__(self, path: Path, results: dict[tuple[Cell, int], int], log: BinaryIO, lock: BinaryIO) -> None:
+    def __init__(self, path: Path, results: dict[tuple[Cell, int], int], log: BinaryIO, lock: FolderLock) -> None:
         self.path = path
         self.results = results
         self._log = log
@@ -117,20 +115,16 @@ class WorkFolder:
         """
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        lock = open(folder / LOCK_FILE, "ab")
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise WorkFolderError(
-                        f"work folder {folder} is in use by another ccc-calibrate run; wait for it or stop it"
-                    ) from None
+            lock = FolderLock.acquire(folder, LOCK_FILE)
+        except BlockingIOError:
+            raise WorkFolderError(f"work folder {folder} is in use by another ccc-calibrate run; wait for it or stop it") from None
+        try:
             _check_identity(folder, identity)
-            results = _read_results(folder / RESULTS_FILE)
+            results = _read_results(folder / RESULTS_FILE, identity)
             log = open(folder / RESULTS_FILE, "ab")
         except BaseException:
-            lock.close()
+            lock.release()
             raise
         return cls(folder, results, log, lock)
 
@@ -145,7 +139,7 @@ class WorkFolder:
     def close(self) -> None:
         """Close the log and release the lock."""
         self._log.close()
-        self._lock.close()
+        self._lock.release()
 
     def remove(self) -> None:
         """Close, then delete the folder (after the table has been written)."""
@@ -187,7 +181,7 @@ def _check_identity(folder: Path, identity: Mapping[str, Any]) -> None:
     )
 
 
-def _read_results(path: Path) -> dict[tuple[Cell, int], int]:
+def _read_results(path: Path, identity: Mapping[str, Any]) -> dict[tuple[Cell, int], int]:
     results: dict[tuple[Cell, int], int] = {}
     if not path.exists():
         return results
@@ -206,9 +200,37 @@ def _read_results(path: Path) -> dict[tuple[Cell, int], int]:
                 f"{path} line {number} is damaged (not an interrupted last write); "
                 "move the folder away to start over"
             )
+        _check_record(entries, identity, path, number)
         _merge(results, entries, path, number)
         valid_bytes += len(line)
     return results
+
+
+def _check_record(entries: Iterable[tuple[Cell, int, int]], identity: Mapping[str, Any], path: Path, number: int) -> None:
+    """Refuse a record that the run of ``identity`` cannot have written: a cell outside its corruptions
+    or the 21-step grid, a block outside its image set, or more correct predictions than the block has
+    images (checked for the identity fields present: corruptions, image_count, block_size)."""
+    corruption_count = len(identity["corruptions"]) if "corruptions" in identity else None
+    image_count, block_size = identity.get("image_count"), identity.get("block_size")
+    for cell, block, value in entries:
+        problem = None
+        if any(not -1 <= n < (corruption_count if corruption_count is not None else n + 1) for n in (cell[0], cell[2])):
+            problem = f"corruption index outside the run's {corruption_count} corruptions"
+        elif any(not 0 <= s < GRID_SIZE for s in (cell[1], cell[3])):
+            problem = f"severity index outside 0 … {GRID_SIZE - 1}"
+        elif block < 0 or value < 0:
+            problem = "a negative block or count"
+        elif image_count is not None and block_size is not None:
+            images = min(block_size, image_count - block * block_size)
+            if images < 1:
+                problem = f"block {block} is outside the {image_count} images (blocks of {block_size})"
+            elif value > images:
+                problem = f"{value} correct predictions in a block of {images} images"
+        if problem is not None:
+            raise WorkFolderError(
+                f"{path} line {number} records an impossible result for cell {tuple(cell)} block {block}: {problem}; "
+                "move the folder away to start over"
+            )
 
 
 def _merge(results: dict[tuple[Cell, int], int], entries: Iterable[tuple[Cell, int, int]], path: Path, number: int) -> None:

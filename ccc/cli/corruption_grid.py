@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
 from ccc.corruptions._severity import validate_severity
+from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.image is None:
             image = default_image()
         else:
-            with Image.open(arguments.image) as opened:
-                image = center_crop_224(opened)
+            try:
+                with Image.open(arguments.image) as opened:
+                    image = center_crop_224(opened)
+            except UNREADABLE_IMAGE_ERRORS as error:
+                raise ValueError(f"cannot read --image {arguments.image}: {error}") from None
         names = list_corruptions() if arguments.holdout else list(CORRUPTIONS)
         grid = render_grid(image, names, severities, arguments.seed)
         arguments.out.parent.mkdir(parents=True, exist_ok=True)

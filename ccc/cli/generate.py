@@ -32,7 +32,7 @@ from ccc.generate import (
     generate_stream,
     load_source_images,
 )
-from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, resolve_imagenet_folder
+from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
 from ccc.paths import PATH_OBJECTIVES
 from ccc.ray_runtime import RayUnavailableError, ray_session
 from ccc.render import SourceImageMismatchError
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_CALIBRATION} if it exists)",
     )
     inputs.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
+    inputs.add_argument("--classes", metavar="FILE", help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes")
     inputs.add_argument(
         "--demo",
         action="store_true",
@@ -222,7 +223,10 @@ def _run(arguments: argparse.Namespace) -> int:
         print(f"\nrun folder: {run_dir}\nplot: {plot}")
         return 0
     index = index_image_folder(
-        resolve_imagenet_folder(arguments.imagenet), skip_bad_images=arguments.skip_bad_images, progress=not arguments.no_progress
+        resolve_imagenet_folder(arguments.imagenet),
+        classes=None if arguments.classes is None else read_class_list(arguments.classes),
+        skip_bad_images=arguments.skip_bad_images,
+        progress=not arguments.no_progress,
     )
     if index.excluded:
         logger.warning("excluded %d unreadable images: %s", len(index.excluded), ", ".join(index.excluded[:10]))

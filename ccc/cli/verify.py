@@ -99,7 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}"
     )
     if arguments.json:
-        Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
+        try:
+            Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
+        except OSError as error:
+            print(f"{PROGRAM}: error: cannot write --json {arguments.json}: {error.strerror or error}", file=sys.stderr)
+            return USER_ERROR_EXIT_CODE
     return 0 if report.ok else PROBLEMS_EXIT_CODE
 
 

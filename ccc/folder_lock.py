@@ -1,0 +1,82 @@
+"""An exclusive lock on an output folder, held through the operating system.
+
+The lock is an ``flock`` on an open descriptor of the folder itself, so it cannot be defeated by
+deleting a file, and the OS releases it when the process ends, however it ends (SIGKILL included).
+A lock file inside the folder is locked as well: processes of earlier versions locked only that
+file, and some network file systems cannot lock a directory (the file lock is then all there is).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows has no flock; the lock is then advisory only
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
+
+
+class FolderLock:
+    """An exclusive lock on ``folder`` (use as a context manager or call :meth:`release`).
+
+    Acquire with :meth:`acquire`, which raises ``BlockingIOError`` when another open lock (this or
+    another process) holds the folder or its lock file.
+    """
+
+    def __init__(self, folder_descriptor: int | None, lock_file: BinaryIO) -> None:
+        self._folder_descriptor = folder_descriptor
+        self._lock_file = lock_file
+
+    @classmethod
+    def acquire(cls, folder: str | os.PathLike[str], lock_name: str) -> FolderLock:
+        """Lock the existing folder ``folder`` and its file ``lock_name`` (created if missing), without waiting."""
+        folder = Path(folder)
+        descriptor: int | None = None
+        lock_file = open(folder / lock_name, "ab")
+        try:
+            if fcntl is not None:
+                descriptor = _lock_directory(folder)
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            lock_file.close()
+            if descriptor is not None:
+                os.close(descriptor)
+            raise
+        return cls(descriptor, lock_file)
+
+    def release(self) -> None:
+        """Release the lock (closing the descriptors releases the flocks); safe to call twice."""
+        if not self._lock_file.closed:
+            self._lock_file.close()
+        if self._folder_descriptor is not None:
+            os.close(self._folder_descriptor)
+            self._folder_descriptor = None
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None) -> None:
+        self.release()
+
+
+def _lock_directory(folder: Path) -> int | None:
+    """An open descriptor of ``folder`` holding an exclusive flock; None where directories cannot be
+    locked; BlockingIOError when another holds it."""
+    descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise
+    except OSError as error:
+        os.close(descriptor)
+        logger.debug("cannot lock the folder %s itself (%s); its lock file is locked only", folder, error)
+        return None
+    return descriptor
+
