@@ -247,15 +247,21 @@ class GenerationSummary:
 
 @contextlib.contextmanager
 def _folder_lock(run_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the run folder (released by the OS if the process dies)."""
-    with open(run_dir / LOCK_NAME, "a") as handle:
+    """Hold an exclusive lock on the run folder (released by the OS if the process dies); the lock
+    file is removed when the block exits, so a finished run leaves no trace of it."""
+    path = run_dir / LOCK_NAME
+    with open(path, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            # a process that finished between our open and flock removed the file we locked
+            if os.fstat(handle.fileno()).st_ino != os.stat(path).st_ino:
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
             raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process") from None
         try:
             yield
         finally:
+            path.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
