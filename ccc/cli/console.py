@@ -27,8 +27,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's and epilog's line breaks; appends "(default: VALUE)" to an option's help.
 
     Nothing is appended when the help already mentions its default (the word "default"), when the
-    default is None, False or suppressed (flags and options whose absence the help explains), or for
-    positional arguments.
+    default is None, False, empty or suppressed (flags, repeatable options and options whose absence
+    the help explains), or for positional arguments.
     """
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
@@ -39,6 +39,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             or default is None
             or default is False
             or default is argparse.SUPPRESS
+            or (isinstance(default, (str, list, tuple)) and not default)
             or "default" in text.lower()
         ):
             return action.help

@@ -22,6 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
+from ccc.cli.console import HelpFormatter, examples
 from ccc.imagenet import ImageFolderError
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError
@@ -34,7 +35,16 @@ USER_ERROR_EXIT_CODE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of ``ccc-verify``."""
-    parser = argparse.ArgumentParser(prog=PROGRAM, description="Check a CCC run folder (shards) against its manifest.")
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description="Check a CCC run folder (shards) against its manifest.",
+        formatter_class=HelpFormatter,
+        epilog=examples(
+            "ccc-verify shards/demo_baseline_30_transition+speed_2000_seed_43",
+            ("ccc-verify RUN --no-decode", "sizes and sha256 only (fast)"),
+            ("ccc-verify RUN --calibration calibration/resnet50.npz --imagenet /data/imagenet/val", "also check the plan hash"),
+        ),
+    )
     parser.add_argument("folder", metavar="DIR", help="run folder written by ccc-generate (holds manifest.json)")
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
     parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash)")
