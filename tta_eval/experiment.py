@@ -67,7 +67,7 @@ from tta_eval.reports import (
     write_json,
     write_rows_csv,
 )
-from tta_eval.streams import StreamOptions, as_batch, limit_samples, open_stream_source, parse_options
+from tta_eval.streams import SizedStream, StreamOptions, as_batch, limit_samples, open_stream_source, parse_options, stream_length
 from tta_eval.validation import check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -227,7 +227,9 @@ def _peek(stream: Iterable[Any]) -> tuple[Any, Iterable[Any]]:
     first = next(iterator, None)
     if first is None:
         raise ValueError("the stream yielded no batches")
-    return first, itertools.chain([first], iterator)
+    chained = itertools.chain([first], iterator)
+    length = stream_length(stream)
+    return first, chained if length is None else SizedStream(chained, length)
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,16 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
 from tta_eval.validation import check_positive_int
+
+# torch is imported where batches are handled, so that the stream sources' registry (named by
+# ``tta-eval --help``) loads without it.
+if TYPE_CHECKING:
+    import torch
+
+    from tta_eval.synthetic import SyntheticStream
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Batch:
 
 def as_batch(item: Any, batch_index: int) -> Batch:
     """Validate one stream item and return it as a Batch; ValueError naming the batch otherwise."""
+    import torch
+
     if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
         raise ValueError(
             f"stream batch {batch_index} must be (images, labels) or (images, labels, metadata), "
@@ -72,6 +78,8 @@ def as_batch(item: Any, batch_index: int) -> Batch:
 
 def metadata_values(metadata: Any, key: str, batch_size: int, batch_index: int) -> list[str]:
     """Per-sample values of ``key`` in a batch's metadata, as strings (length ``batch_size``)."""
+    import torch
+
     if metadata is None:
         raise ValueError(f"stream batch {batch_index} has no metadata, but domain key {key!r} was requested")
     if isinstance(metadata, Mapping):
@@ -112,9 +120,32 @@ def majority_value(values: Sequence[str]) -> str:
     return next(value for value in values if counts[value] == best)
 
 
-def limit_samples(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
-    """Yield items of ``batches`` until ``max_samples`` samples were yielded, cutting the last batch."""
+@dataclass(frozen=True)
+class SizedStream:
+    """A stream whose length in samples is known (None: unknown), e.g. from a manifest or --max-samples;
+    progress bars show it as their total."""
+
+    batches: Iterable[Any]
+    num_samples: int | None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.batches)
+
+
+def stream_length(stream: Iterable[Any]) -> int | None:
+    """Samples in ``stream`` if known (a :class:`SizedStream`), else None."""
+    return stream.num_samples if isinstance(stream, SizedStream) else None
+
+
+def limit_samples(batches: Iterable[Any], max_samples: int) -> SizedStream:
+    """Items of ``batches`` until ``max_samples`` samples were yielded, the last batch cut; its length
+    is ``max_samples`` (or the stream's own, if known and shorter)."""
     check_positive_int("max_samples", max_samples)
+    known = stream_length(batches)
+    return SizedStream(_limited(batches, max_samples), max_samples if known is None else min(known, max_samples))
+
+
+def _limited(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
     seen = 0
     for index, item in enumerate(batches):
         batch = as_batch(item, index)
@@ -157,15 +188,27 @@ class StreamOptions:
 
 StreamOpener = Callable[[str, StreamOptions], Iterable[Any]]
 _SOURCES: dict[str, StreamOpener] = {}
+_DOMAIN_KEYS: dict[str, str] = {}
 
 
-def register_stream_source(scheme: str, opener: StreamOpener) -> None:
-    """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+."""
+def register_stream_source(scheme: str, opener: StreamOpener, domain_key: str | None = None) -> None:
+    """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+.
+
+    domain_key: the metadata key whose value a run records as each batch's domain when the user
+    names none (e.g. the corruption pair of CCC streams); None: no domain.
+    """
     if not scheme.replace("_", "").isalnum() or scheme != scheme.lower():
         raise ValueError(f"stream scheme must be lower-case letters, digits or '_', got {scheme!r}")
     if scheme in _SOURCES:
         raise ValueError(f"stream scheme {scheme!r} is already registered")
     _SOURCES[scheme] = opener
+    if domain_key is not None:
+        _DOMAIN_KEYS[scheme] = domain_key
+
+
+def default_domain_key(text: str) -> str | None:
+    """The domain key registered for the scheme of stream ``text`` ("ccc:…" → "pair"), else None."""
+    return _DOMAIN_KEYS.get(text.partition(":")[0]) if ":" in text else None
 
 
 def stream_schemes() -> list[str]:
@@ -201,6 +244,8 @@ def parse_value(raw: str) -> Any:
 
 
 def _open_synthetic(location: str, options: StreamOptions) -> SyntheticStream:
+    from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
+
     values = parse_options(location, "synthetic stream")
     values.setdefault("batch_size", options.batch_size)
     if "corruptions" in values:
@@ -219,6 +264,7 @@ def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data
     For ImageNet-style folders named by WordNet id the sorted order is the standard ImageNet class
     index. Images: resize (short side image_size·256/224), centre crop image_size, in [0, 1].
     """
+    import torch
     import torchvision
     from torchvision.transforms import v2
 
@@ -266,13 +312,25 @@ register_stream_source("synthetic", _open_synthetic)
 register_stream_source("folder", open_image_folder)
 
 
-def _open_ccc(location: str, options: StreamOptions) -> Iterable[Any]:
-    """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1], in stream order."""
+PAIR_KEY = "pair"
+"""Metadata key added to CCC samples: their corruption pair "n1→n2" (the domain key of CCC runs)."""
+
+
+def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
+    """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
+    in stream order; each sample's metadata also names its pair (``PAIR_KEY``)."""
     from ccc.stream import open_stream, stream_loader
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
-    return stream_loader(open_stream(location, image_format="float"), batch_size=options.batch_size, num_workers=options.num_workers)
+    stream = open_stream(location, image_format="float")
+    loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
+    return SizedStream(_with_pairs(loader), stream.length)
 
 
-register_stream_source("ccc", _open_ccc)
+def _with_pairs(loader: Iterable[Any]) -> Iterator[Any]:
+    for images, labels, metadata in loader:
+        yield images, labels, [{**entry, PAIR_KEY: f"{entry['n1']}→{entry['n2']}"} for entry in metadata]
+
+
+register_stream_source("ccc", _open_ccc, domain_key=PAIR_KEY)
