@@ -1,13 +1,14 @@
 """What ``ccc-generate --dry-run`` shows: the schedule as text and as a plot (no pixels rendered).
 
-The plot follows the paper's Figure 8b: severities ``s1`` and ``s2`` over the stream (top) and the
-calibrated accuracy of every path step against the target (bottom).
+The plot follows the paper's Figure 8b: each corruption's severity over the stream (top) and the
+calibrated accuracy of every path step against the target (bottom), the pairs shaded and named.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -15,7 +16,10 @@ from numpy.typing import NDArray
 from ccc.paths import SEVERITY_STEP
 from ccc.schedule import PairVisit, StreamSchedule
 
-__all__ = ["ScheduleTrace", "describe_schedule", "plot_schedule", "trace_schedule"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["ScheduleTrace", "corruption_severities", "describe_schedule", "plot_schedule", "schedule_figure", "trace_schedule"]
 
 
 @dataclass(frozen=True)
@@ -88,29 +92,71 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, sha
     return "\n".join(lines)
 
 
+def corruption_severities(trace: ScheduleTrace) -> dict[str, NDArray[np.float64]]:
+    """Severity in [0, 5] of each corruption at each step of ``trace`` (NaN where it is not in the
+    current pair), in order of first appearance: a corruption's line runs through the pairs it is in."""
+    num_steps = len(trace.first_images)
+    severities: dict[str, NDArray[np.float64]] = {}
+    for visit in trace.visits:
+        steps = slice(visit.first_step, min(visit.first_step + len(visit.path.cells), num_steps))
+        for name, values in ((visit.path.n1, trace.s1), (visit.path.n2, trace.s2)):
+            line = severities.setdefault(name, np.full(num_steps, np.nan))
+            line[steps] = values[steps]
+    return severities
+
+
 def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: str | Path) -> Path:
-    """Write a PNG of s1/s2 and calibrated accuracy over the stream to ``path``; return the path."""
+    """Write ``schedule_figure`` as a PNG to ``path`` (its folder created); return the path."""
+    output = Path(path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    schedule_figure(schedule, speed, num_images).savefig(output, dpi=120)
+    return output
+
+
+def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Figure:
+    """Each corruption's severity (top, legend: the corruption names) and the calibrated accuracy
+    against the target (bottom) over images 0 … ``num_images - 1``, the pairs shaded alternately
+    and named above. matplotlib is imported here, not with the module."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
 
     trace = trace_schedule(schedule, speed, num_images)
     edges = np.append(trace.first_images, num_images)
-    figure = Figure(figsize=(10, 5))
+    figure = Figure(figsize=(10, 5.5), layout="constrained")
+    FigureCanvasAgg(figure)
     severity_axis, accuracy_axis = figure.subplots(2, 1, sharex=True)
-    severity_axis.stairs(trace.s1, edges, baseline=None, label="s1 (first corruption)", color="tab:blue")
-    severity_axis.stairs(trace.s2, edges, baseline=None, label="s2 (second corruption)", color="tab:orange")
+    for index, visit in enumerate(trace.visits):
+        first = int(edges[visit.first_step])
+        last = int(edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))])
+        for axis in (severity_axis, accuracy_axis):
+            axis.axvspan(first, last, color="black", alpha=0.06 if index % 2 else 0.0, linewidth=0, zorder=0)
+    top = severity_axis.secondary_xaxis("top")
+    centres = [
+        (edges[visit.first_step] + edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))]) / 2
+        for visit in trace.visits
+    ]
+    top.set_xticks(centres, [f"{visit.path.n1}\n→ {visit.path.n2}" for visit in trace.visits], fontsize="x-small")
+    top.tick_params(length=0)
+    if len(trace.visits) > 6:
+        top.tick_params(labelrotation=60)
+    palette = [f"C{index}" for index in range(10)]
+    for index, (name, severity) in enumerate(corruption_severities(trace).items()):
+        # a step plot holding each step's value until the next edge; NaN leaves the gaps between visits
+        severity_axis.step(edges, np.append(severity, severity[-1]), where="post", color=palette[index % len(palette)], linewidth=1.5, label=name)
     severity_axis.set_ylabel("severity")
     severity_axis.set_ylim(-0.1, 5.1)
-    severity_axis.legend(loc="upper right", fontsize="small")
-    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="tab:green", label="calibrated accuracy")
-    accuracy_axis.axhline(schedule.target_accuracy, color="black", linestyle="--", linewidth=1, label="target")
+    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="tab:green", linewidth=1.5, label="calibrated accuracy")
+    accuracy_axis.axhline(schedule.target_accuracy, color="black", linestyle="--", linewidth=1, label=f"target {schedule.target_accuracy:g} %")
     accuracy_axis.set_ylabel("accuracy (%)")
     accuracy_axis.set_xlabel("image index")
-    accuracy_axis.legend(loc="upper right", fontsize="small")
+    accuracy_axis.xaxis.set_major_formatter(EngFormatter(sep=""))
+    accuracy_axis.margins(x=0)
+    for axis in (severity_axis, accuracy_axis):
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False, borderaxespad=0)
     figure.suptitle(
-        f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}"
+        f"CCC schedule: target {schedule.target_accuracy:g} %, speed {speed:,} images per step, seed {schedule.seed}, "
+        f"path objective {schedule.path_objective}"
     )
-    figure.tight_layout()
-    output = Path(path)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100)
-    return output
+    return figure

@@ -58,6 +58,7 @@ from tta_eval.reports import (
     best_methods,
     load_run,
     plot_run,
+    run_title,
     records_path,
     safe_file_name,
     scores_table,
@@ -355,7 +356,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
             if settings.cost_model is not None:
                 summary["timing"]["cost_model_origin"] = settings.cost_model.origin
             write_json(run_dir / SUMMARY_FILE, summary)
-            plot_run(summary, run_dir, title=run_dir.name)
+            plot_run(summary, run_dir, title=run_title(settings.stream, settings.protocol.name))
             if settings.cost_model is None and latency.seconds is not None:
                 measured = _measured_costs(tables, latency.seconds, run_dir.name)
                 if measured is not None:
@@ -447,7 +448,7 @@ def _plot_sweep(rows: list[dict[str, Any]], sweep_dir: Path) -> list[Path]:
             utilities.append(float(row["utility"]) if row["utility"] is not None else float("nan"))
         values = [float(row["parameter"]) for row in selected]
         log_x = min(values) > 0 and max(values) / min(values) > 10
-        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"utility_{protocol}", title=protocol, log_x=log_x)
+        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"utility_{protocol}", title=f"utility against {axis_label} ({protocol} protocol)", log_x=log_x)
     return paths
 
 

@@ -14,14 +14,16 @@ from typing import Any
 
 from tta_eval.metrics import (
     WindowedAccuracy,
+    DomainSegment,
     continuous_scores,
     detect_collapse,
+    domain_segments,
     overall_accuracy,
     per_domain_accuracy,
     protocol_scores,
     windowed_accuracy,
 )
-from tta_eval.plots import plot_accuracy_curves
+from tta_eval.plots import LINE_STYLES, plot_accuracy_curves
 from tta_eval.protocols.settings import EpisodeSettings, OfflineProtocol
 from tta_eval.records import RecordTable
 
@@ -123,6 +125,7 @@ def summarise_run(
         "protocol": protocol.to_json(),
         "samples": first.total_samples,
         "batches": len(first),
+        "domain_segments": [segment.to_json() for segment in domain_segments(first)],
         "window": window,
         "collapse_reference": collapse_reference,
         "collapse_span": collapse_span,
@@ -131,10 +134,13 @@ def summarise_run(
 
 
 def plot_run(summary: Mapping[str, Any], run_dir: Path, title: str = "") -> list[Path]:
-    """accuracy.png/.svg of a run: every method's windowed accuracy, the source model dashed."""
+    """accuracy.png/.svg of a run: every method's windowed accuracy, the source model dashed, the
+    stream's domain segments (corruption pairs) shaded and named."""
     curves = {label: WindowedAccuracy.from_json(method["windowed_accuracy"]) for label, method in summary["methods"].items()}
     references = {SOURCE_METHOD: curves.pop(SOURCE_METHOD)} if SOURCE_METHOD in curves else {}
-    return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title)
+    methods = {label: method["method"] for label, method in summary["methods"].items()}
+    segments = [DomainSegment.from_json(segment) for segment in summary.get("domain_segments", [])]
+    return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title, methods, segments)
 
 
 @dataclass(frozen=True)
@@ -219,16 +225,71 @@ def comparison_table(runs: Sequence[RunResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(runs: Sequence[RunResult], output_stem: Path) -> list[Path]:
-    """Overlay of every run's method curves ("run/method" labels when several runs), sources dashed."""
+def stream_name(stream: str) -> str:
+    """A stream's short name: the last part of its location ("ccc:shards/RUN" → "RUN"); "" if none."""
+    location = stream.partition(":")[2] if ":" in stream else stream
+    return Path(location.rstrip("/")).name
+
+
+def run_title(stream: str, protocol: str = "offline") -> str:
+    """The accuracy plot's title of a run on ``stream`` under ``protocol``."""
+    name = stream_name(stream) or stream
+    return f"top-1 accuracy on {name}" + ("" if protocol == "offline" else f" ({protocol} protocol)")
+
+
+def run_stream_name(run: RunResult) -> str:
+    """The name of a run's stream (``stream_name`` of its config's stream), else the run folder's name."""
+    return stream_name(str(run.config.get("stream", ""))) or run.name
+
+
+def short_stream_tags(names: Sequence[str]) -> list[str]:
+    """Short tags telling the streams apart: the '_'-separated parts of each name that not all names
+    share (e.g. 'seed_43' and 'seed_44' of two otherwise equal CCC run names), the name where none."""
+    parts = [name.split("_") for name in names]
+    if len(set(names)) < 2 or len({len(part) for part in parts}) != 1:
+        return list(names)
+    differing = [index for index in range(len(parts[0])) if len({part[index] for part in parts}) > 1]
+    tags = []
+    for part in parts:
+        words = []
+        for index in differing:
+            previous = part[index - 1] if index and index - 1 not in differing else ""
+            key = "" if previous.replace(".", "").isdigit() else previous.split("+")[-1]
+            words.append(f"{key} {part[index]}".strip())
+        tags.append(", ".join(words))
+    return tags
+
+
+def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "") -> list[Path]:
+    """Overlay of every run's method curves, sources dashed: labelled by method, with a short stream
+    tag when the runs cover several streams (one colour per method, one line style per stream); the
+    corruption pairs are shaded when all runs share one stream."""
+    streams = [run_stream_name(run) for run in runs]
+    distinct = list(dict.fromkeys(streams))
+    tags = dict(zip(distinct, short_stream_tags(distinct)))
+    labels = list(dict.fromkeys(label for run in runs for label in run.summary["methods"]))
     curves: dict[str, WindowedAccuracy] = {}
     references: dict[str, WindowedAccuracy] = {}
-    for run in runs:
-        for label, method in run.summary["methods"].items():
-            name = f"{run.name}/{label}" if len(runs) > 1 else label
+    methods: dict[str, str] = {}
+    styles: dict[str, str] = {}
+    for label in labels:
+        for run, stream in zip(runs, streams):
+            method = run.summary["methods"].get(label)
+            if method is None:
+                continue
+            name = f"{label} ({tags[stream]})" if len(distinct) > 1 else label
+            if name in curves or name in references:
+                name = f"{name} [{run.name}]"
             target = references if label == SOURCE_METHOD else curves
             target[name] = WindowedAccuracy.from_json(method["windowed_accuracy"])
-    return plot_accuracy_curves(curves, output_stem, references)
+            methods[name] = method.get("method", label)
+            if len(distinct) > 1:
+                styles[name] = LINE_STYLES[distinct.index(stream) % len(LINE_STYLES)]
+    segments = (
+        [DomainSegment.from_json(segment) for segment in runs[0].summary.get("domain_segments", [])] if len(distinct) == 1 else []
+    )
+    default_title = f"top-1 accuracy on {distinct[0]}" if len(distinct) == 1 else f"top-1 accuracy on {len(distinct)} streams"
+    return plot_accuracy_curves(curves, output_stem, references, title or default_title, methods, segments, styles)
 
 
 def write_json(path: Path, data: Any) -> None:
