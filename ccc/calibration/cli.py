@@ -142,7 +142,10 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "summarise a calibration table",
         _add_info_arguments,
         _run_info,
-        ("ccc-calibrate info calibration/resnet50.npz",),
+        (
+            ("ccc-calibrate info calibration/resnet50.npz", "corruptions, presets, accuracy ranges, metadata"),
+            ("ccc-calibrate info calibration/demo.npz", "the demo world's table"),
+        ),
     ),
     Subcommand(
         "compute",

@@ -26,7 +26,6 @@ from ccc.cli.console import HelpFormatter, examples
 from ccc.imagenet import ImageFolderError
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError
-from ccc.verify import verify_run
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1
@@ -57,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error)."""
     arguments = build_parser().parse_args(argv)
+    # imported after parsing: the sample decoder imports torch, which --help does not need
+    from ccc.verify import verify_run
+
     folder = Path(arguments.folder)
     if (arguments.calibration is None) != (arguments.imagenet is None):
         print(f"{PROGRAM}: error: pass both --calibration and --imagenet to check the plan hash, or neither", file=sys.stderr)
