@@ -22,7 +22,7 @@ from ccc.cache import DownloadError
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.commands import add_compute_arguments, add_plot_arguments, run_compute, run_plot
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
-from ccc.cli.console import HelpFormatter, examples
+from ccc.cli.console import HelpFormatter, count, examples
 
 PROGRAM = "ccc-calibrate"
 USER_ERROR_EXIT_CODE = 2
@@ -63,7 +63,7 @@ def _run_import(arguments: argparse.Namespace) -> int:
         arguments.source, cache_dir=arguments.cache_dir, progress=not arguments.no_progress
     )
     written = table.save(arguments.out)
-    print(f"wrote {written}: {len(table.pairs())} pairs, checksum {table.checksum()}")
+    print(f"wrote {written}: {count(len(table.pairs()), 'pair')}, checksum {table.checksum()}")
     return 0
 
 

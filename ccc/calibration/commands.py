@@ -24,6 +24,7 @@ from ccc.calibration.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.table import CCC_CORRUPTIONS, CalibrationError, CalibrationTable
 from ccc.calibration.workfolder import WorkFolder, default_work_folder
+from ccc.cli.console import count
 from ccc.imagenet import ImageFolderError, index_image_folder, resolve_imagenet_folder
 from ccc.ray_runtime import RayUnavailableError
 
@@ -225,8 +226,8 @@ def _summary(outcome: CalibrationOutcome, written: Path, job: CalibrationJob, fo
     corruption_count = len(job.corruptions)
     brute_force = (1 + 20 * corruption_count + 400 * corruption_count * (corruption_count - 1)) * len(job.image_set)
     lines = [
-        f"wrote {written}: {len(table.pairs())} pairs of {corruption_count} corruptions, checksum {table.checksum()}",
-        f"evaluated {outcome.evaluated_images:,} images in {outcome.seconds:.1f} s "
+        f"wrote {written}: {count(len(table.pairs()), 'pair')} of {count(corruption_count, 'corruption')}, checksum {table.checksum()}",
+        f"evaluated {count(outcome.evaluated_images, 'image')} in {outcome.seconds:.1f} s "
         f"({outcome.images_per_second:,.1f} images/s)"
         + (f"; {outcome.resumed_images:,} were already done in {folder}" if outcome.resumed_images else ""),
         f"table rests on {outcome.total_images:,} image evaluations; the brute-force grid needs {brute_force:,} "

@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli.console import HelpFormatter, examples
+from ccc.cli.console import HelpFormatter, count, examples
 from ccc.imagenet import ImageFolderError
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError
@@ -88,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
     intact = report.num_shards - len(report.problems)
     print(
-        f"{PROGRAM}: {intact} of {report.num_shards} shards intact ({report.num_images:,} images in the stream"
-        f"{f', {report.samples_decoded:,} samples decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
+        f"{PROGRAM}: {intact} of {count(report.num_shards, 'shard')} intact ({count(report.num_images, 'image')} in the stream"
+        f"{f', {count(report.samples_decoded, 'sample')} decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
     )
     if arguments.json:
         Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
