@@ -87,9 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in report.stray_files:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
     intact = report.num_shards - len(report.problems)
+    decoded = f", {count(report.samples_decoded, 'sample')} decoded" if report.samples_decoded else ""
     print(
         f"{PROGRAM}: {intact} of {count(report.num_shards, 'shard')} intact ({count(report.num_images, 'image')} in the stream"
-        f"{f', {count(report.samples_decoded, 'sample')} decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
+        f"{decoded}); plan hash {report.plan_hash}"
     )
     if arguments.json:
         Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
