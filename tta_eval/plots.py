@@ -70,29 +70,44 @@ def _marker(curve: WindowedAccuracy) -> str:
     return "o" if curve.accuracy.size < FEW_POINTS else ""
 
 
-def _pair_label(domain: str) -> str:
-    """A segment's tick label: a corruption pair "n1→n2" on two lines."""
+def _pair_label(domain: str, two_lines: bool = True) -> str:
+    """A segment's tick label: a corruption pair "n1→n2" as "n1 → n2", on two lines or one."""
     first, arrow, second = domain.partition("→")
-    return f"{first}\n→ {second}" if arrow else domain
+    return f"{first}{chr(10) if two_lines else ' '}→ {second}" if arrow else domain
 
 
-def _shade_segments(axes: Axes, segments: Sequence[DomainSegment]) -> None:
-    """Alternately shade the segments, mark their boundaries and name them on a top axis."""
+LABELLED_SEGMENTS = 24
+"""Up to this many segments are named above the axes (more only shaded: the names would not fit)."""
+
+CROWDED_FRACTION = 0.14
+"""A segment narrower than this fraction of the x range is too narrow for its two-line name: names
+alternate between two rows (up to 8 segments) or are rotated (more)."""
+
+
+def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float) -> None:
+    """Alternately shade the segments, mark their boundaries and name them on top axes."""
     for index, segment in enumerate(segments):
         axes.axvspan(segment.first_sample, segment.end_sample, color=SEGMENT_SHADE, alpha=SEGMENT_ALPHA[index % 2], linewidth=0, zorder=0)
         if index:
             axes.axvline(segment.first_sample, color="0.5", linewidth=0.6, linestyle=":", zorder=0.5)
-    top = axes.secondary_xaxis("top")
-    top.set_xticks(
-        [(segment.first_sample + segment.end_sample) / 2 for segment in segments],
-        [_pair_label(segment.domain) for segment in segments],
-        fontsize="x-small",
-    )
-    top.tick_params(length=0)
-    if len(segments) > 6:
-        top.tick_params(labelrotation=60)
-        for label in top.get_xticklabels():
-            label.set_ha("left")
+    if len(segments) > LABELLED_SEGMENTS:
+        return
+    crowded = any((segment.end_sample - segment.first_sample) < CROWDED_FRACTION * x_end for segment in segments)
+    rows = 2 if crowded and len(segments) <= 8 else 1
+    rotated = crowded and rows == 1
+    for row in range(rows):
+        chosen = segments[row::rows]
+        top = axes.secondary_xaxis("top")
+        top.set_xticks(
+            [(segment.first_sample + segment.end_sample) / 2 for segment in chosen],
+            [_pair_label(segment.domain, two_lines=not rotated) for segment in chosen],
+            fontsize="x-small",
+        )
+        top.tick_params(length=0, pad=2 + 20 * row)
+        if rotated:
+            top.tick_params(labelrotation=60)
+            for label in top.get_xticklabels():
+                label.set_horizontalalignment("left")
 
 
 def plot_accuracy_curves(
@@ -133,7 +148,7 @@ def accuracy_figure(
     methods = methods or {}
     styles = styles or {}
     if segments:
-        _shade_segments(axes, segments)
+        _shade_segments(axes, segments, max(segment.end_sample for segment in segments))
     seen: dict[str, int] = {}
     entries = [(label, curve, True) for label, curve in references.items()] + [(label, curve, False) for label, curve in curves.items()]
     for label, curve, is_reference in entries:
@@ -163,7 +178,7 @@ def accuracy_figure(
     axes.grid(alpha=0.3)
     if title:
         figure.suptitle(title)
-    figure.legend(loc="outside right upper", fontsize="small", frameon=False)
+    figure.legend(loc="outside right center", fontsize="small", frameon=False)
     return figure
 
 

@@ -63,9 +63,24 @@ def test_accuracy_figure_has_title_window_outside_legend_and_named_pairs() -> No
     assert figure.get_suptitle() == "top-1 accuracy on RUN"
     assert "300 samples" in axes.get_ylabel() and axes.get_xlabel() == "samples seen"
     assert axes.get_legend() is None and [text.get_text() for text in figure.legends[0].get_texts()] == ["source", "bn"]
-    top = [child for child in axes.child_axes]
-    assert len(top) == 1
-    assert [label.get_text() for label in top[0].get_xticklabels()] == ["gaussian_noise\n→ frost", "frost\n→ contrast"]
+    assert len(axes.child_axes) == 1
+    assert [label.get_text() for label in axes.child_axes[0].get_xticklabels()] == ["gaussian_noise\n→ frost", "frost\n→ contrast"]
+
+
+def pair_names(figure) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    return [[label.get_text() for label in top.get_xticklabels()] for top in figure.axes[0].child_axes]
+
+
+def test_names_of_narrow_pairs_alternate_between_two_rows_or_turn() -> None:
+    widths = [4000, 4000, 500, 4000]
+    starts = np.cumsum([0, *widths])
+    segments = [DomainSegment(f"c{index}→c{index + 1}", int(start), int(start + width)) for index, (start, width) in enumerate(zip(starts, widths))]
+    assert pair_names(accuracy_figure({"bn": curve(0.7)}, segments=segments)) == [["c0\n→ c1", "c2\n→ c3"], ["c1\n→ c2", "c3\n→ c4"]]
+    many = [DomainSegment(f"c{index}→c{index + 1}", 1000 * index, 1000 * (index + 1)) for index in range(12)]
+    names = pair_names(accuracy_figure({"bn": curve(0.7)}, segments=many))
+    assert names == [[f"c{index} → c{index + 1}" for index in range(12)]]
+    hundreds = [DomainSegment(f"c{index}→c{index + 1}", 100 * index, 100 * (index + 1)) for index in range(90)]
+    assert pair_names(accuracy_figure({"bn": curve(0.7)}, segments=hundreds)) == [], "too many to name: only shaded"
 
 
 def test_compare_labels_runs_by_method_and_a_short_stream_tag(tmp_path: Path) -> None:
