@@ -170,7 +170,8 @@ def accuracy_figure(
         )
     windows = {curve.window for curve in [*curves.values(), *references.values()] if curve.accuracy.size}
     axes.set_xlabel("samples seen")
-    axes.set_ylabel(f"accuracy (%) per window of {windows.pop():,} samples" if len(windows) == 1 else "accuracy (%)")
+    sizes = f"{min(windows):,}" if len(windows) == 1 else f"{min(windows):,}–{max(windows):,}"
+    axes.set_ylabel(f"accuracy (%) per window of {sizes} samples" if windows else "accuracy (%)")
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes.set_ylim(0, 100)
     axes.margins(x=0)

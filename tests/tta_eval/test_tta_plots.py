@@ -97,6 +97,8 @@ def test_compare_labels_runs_by_method_and_a_short_stream_tag(tmp_path: Path) ->
     paths = plot_comparison(runs, tmp_path / "cmp")
     assert [path.name for path in paths] == ["cmp.png", "cmp.svg"]
     assert "bn (seed 44)" in (tmp_path / "cmp.svg").read_text()
+    mixed = accuracy_figure({"bn": curve(0.7, window=250)}, {"source": curve(0.3, window=300)})
+    assert mixed.axes[0].get_ylabel() == "accuracy (%) per window of 250–300 samples"
     assert short_stream_tags(["a_b_seed_43", "a_b_seed_44"]) == ["seed 43", "seed 44"]
     assert short_stream_tags(["baseline_20_transition+speed_2000", "baseline_20_transition+speed_1000"]) == ["speed 2000", "speed 1000"]
     assert short_stream_tags(["only"]) == ["only"]
