@@ -154,7 +154,7 @@ def accuracy_figure(
     for label, curve, is_reference in entries:
         if not curve.accuracy.size:
             continue
-        method = methods.get(label, label)
+        method = methods.get(label, label).split(":", 1)[0]
         repeat = seen.get(method, 0)
         seen[method] = repeat + 1
         style = styles.get(label, LINE_STYLES[(repeat + (1 if is_reference else 0)) % len(LINE_STYLES)])

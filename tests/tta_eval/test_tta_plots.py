@@ -54,6 +54,10 @@ def test_a_method_has_the_same_colour_in_every_plot() -> None:
     patches = {handle.get_label(): handle.get_facecolor() for legend in best.legends for handle in legend.legend_handles}
     assert patches["tent"] == to_rgba(method_colour("tent")) and patches["eta"] == to_rgba(method_colour("eta"))
     assert first["source"] == to_rgba("black")
+    variants = accuracy_figure({"tent:learning_rate=0.01": curve(0.6), "tent:learning_rate=0.001": curve(0.7)})
+    lines = variants.axes[0].get_lines()
+    assert lines[0].get_color() == lines[1].get_color() == method_colour("tent")
+    assert lines[0].get_linestyle() != lines[1].get_linestyle(), "options of one method differ in line style"
 
 
 def test_accuracy_figure_has_title_window_outside_legend_and_named_pairs() -> None:
