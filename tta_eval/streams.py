@@ -301,7 +301,7 @@ def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
     if scheme in _SOURCES:
         return _SOURCES[scheme](location if separator else "", options)
     if Path(text).is_dir():
-        return open_image_folder(text, options)
+        return _open_sized_image_folder(text, options)
     raise ValueError(
         f"stream {text!r} is neither an existing folder nor '<scheme>:<options>' with a known scheme "
         f"({', '.join(_SOURCES)})"
@@ -309,7 +309,13 @@ def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
 
 
 register_stream_source("synthetic", _open_synthetic)
-register_stream_source("folder", open_image_folder)
+def _open_sized_image_folder(location: str, options: StreamOptions) -> SizedStream:
+    """``open_image_folder`` with its number of images as the stream's length."""
+    loader = open_image_folder(location, options)
+    return SizedStream(loader, len(loader.dataset))  # type: ignore[arg-type]
+
+
+register_stream_source("folder", _open_sized_image_folder)
 
 
 PAIR_KEY = "pair"
