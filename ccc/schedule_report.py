@@ -146,8 +146,9 @@ def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Fi
         severity_axis.step(edges, np.append(severity, severity[-1]), where="post", color=palette[index % len(palette)], linewidth=1.5, label=name)
     severity_axis.set_ylabel("severity")
     severity_axis.set_ylim(-0.1, 5.1)
-    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="tab:green", linewidth=1.5, label="calibrated accuracy")
-    accuracy_axis.axhline(schedule.target_accuracy, color="black", linestyle="--", linewidth=1, label=f"target {schedule.target_accuracy:g} %")
+    # black and grey: the corruption colours of the panel above mean nothing here
+    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="black", linewidth=1.3, label="calibrated accuracy")
+    accuracy_axis.axhline(schedule.target_accuracy, color="0.45", linestyle="--", linewidth=1.2, label=f"target {schedule.target_accuracy:g} %")
     accuracy_axis.set_ylabel("accuracy (%)")
     accuracy_axis.set_xlabel("image index")
     accuracy_axis.xaxis.set_major_formatter(EngFormatter(sep=""))
