@@ -248,13 +248,17 @@ class GenerationSummary:
 @contextlib.contextmanager
 def _folder_lock(run_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on the run folder (``ccc.folder_lock``: on the folder itself and its
-    lock file, released by the OS if the process dies; deleting the lock file does not free it)."""
+    lock file, released by the OS if the process dies; deleting the lock file does not free it). The
+    lock file is removed when the block exits, so a finished run leaves no trace of it."""
     try:
         lock = FolderLock.acquire(run_dir, LOCK_NAME)
     except BlockingIOError:
         raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process") from None
     with lock:
-        yield
+        try:
+            yield
+        finally:
+            (run_dir / LOCK_NAME).unlink(missing_ok=True)
 
 
 def _own_files(run_dir: Path) -> list[Path]:

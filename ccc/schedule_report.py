@@ -1,7 +1,7 @@
 """What ``ccc-generate --dry-run`` shows: the schedule as text and as a plot (no pixels rendered).
 
-The plot follows the paper's Figure 8b: severities ``s1`` and ``s2`` over the stream (top) and the
-calibrated accuracy of every path step against the target (bottom).
+The plot follows the paper's Figure 8b: each corruption's severity over the stream (top) and the
+calibrated accuracy of every path step against the target (bottom), the pairs shaded and named.
 
 Both cover at most :data:`SUMMARY_MAX_STEPS` path steps (the whole stream for the paper's lengths),
 so their time and memory do not grow with ``--num-images``: a dry run of 10^15 images costs what
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,7 +21,20 @@ from ccc.paths import SEVERITY_STEP
 from ccc.schedule import PairVisit, StreamSchedule
 from ccc.shards import shard_name
 
-__all__ = ["SUMMARY_MAX_STEPS", "ScheduleTrace", "describe_schedule", "plot_schedule", "png_destination", "summarised_images", "trace_schedule"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "SUMMARY_MAX_STEPS",
+    "ScheduleTrace",
+    "corruption_severities",
+    "describe_schedule",
+    "plot_schedule",
+    "png_destination",
+    "schedule_figure",
+    "summarised_images",
+    "trace_schedule",
+]
 
 SUMMARY_MAX_STEPS = 100_000
 """Path steps the text summary and the plot cover at most (7.5M images at speed 100 is 75,000 steps)."""
@@ -122,32 +136,76 @@ def png_destination(path: str | Path, default_name: str) -> Path:
     return output if output.suffix.lower() == ".png" else output.with_name(output.name + ".png")
 
 
+def corruption_severities(trace: ScheduleTrace) -> dict[str, NDArray[np.float64]]:
+    """Severity in [0, 5] of each corruption at each step of ``trace`` (NaN where it is not in the
+    current pair), in order of first appearance: a corruption's line runs through the pairs it is in."""
+    num_steps = len(trace.first_images)
+    severities: dict[str, NDArray[np.float64]] = {}
+    for visit in trace.visits:
+        steps = slice(visit.first_step, min(visit.first_step + len(visit.path.cells), num_steps))
+        for name, values in ((visit.path.n1, trace.s1), (visit.path.n2, trace.s2)):
+            line = severities.setdefault(name, np.full(num_steps, np.nan))
+            line[steps] = values[steps]
+    return severities
+
+
 def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: str | Path) -> Path:
-    """Write a PNG of s1/s2 and calibrated accuracy over the stream (its first :func:`summarised_images`) to
-    ``path`` (see :func:`png_destination`: a folder gets ``schedule.png``); return the path written."""
+    """Write ``schedule_figure`` as a PNG to ``path`` (see :func:`png_destination`: a folder gets
+    ``schedule.png``; its folder is created); return the path written."""
+    output = png_destination(path, "schedule.png")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    schedule_figure(schedule, speed, num_images).savefig(output, dpi=120, format="png")
+    return output
+
+
+def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Figure:
+    """Each corruption's severity (top, legend: the corruption names) and the calibrated accuracy
+    against the target (bottom) over images 0 … ``num_images - 1`` (at most its first
+    :func:`summarised_images`), the pairs shaded alternately and named above. matplotlib is
+    imported here, not with the module."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
 
     shown = summarised_images(speed, num_images)
     trace = trace_schedule(schedule, speed, shown)
     edges = np.append(trace.first_images, shown)
-    figure = Figure(figsize=(10, 5))
+    figure = Figure(figsize=(10, 5.5), layout="constrained")
+    FigureCanvasAgg(figure)
     severity_axis, accuracy_axis = figure.subplots(2, 1, sharex=True)
-    severity_axis.stairs(trace.s1, edges, baseline=None, label="s1 (first corruption)", color="tab:blue")
-    severity_axis.stairs(trace.s2, edges, baseline=None, label="s2 (second corruption)", color="tab:orange")
+    for index, visit in enumerate(trace.visits):
+        first = int(edges[visit.first_step])
+        last = int(edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))])
+        for axis in (severity_axis, accuracy_axis):
+            axis.axvspan(first, last, color="black", alpha=0.06 if index % 2 else 0.0, linewidth=0, zorder=0)
+    top = severity_axis.secondary_xaxis("top")
+    centres = [
+        (edges[visit.first_step] + edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))]) / 2
+        for visit in trace.visits
+    ]
+    top.set_xticks(centres, [f"{visit.path.n1}\n→ {visit.path.n2}" for visit in trace.visits], fontsize="x-small")
+    top.tick_params(length=0)
+    if len(trace.visits) > 6:
+        top.tick_params(labelrotation=60)
+    palette = [f"C{index}" for index in range(10)]
+    for index, (name, severity) in enumerate(corruption_severities(trace).items()):
+        # a step plot holding each step's value until the next edge; NaN leaves the gaps between visits
+        severity_axis.step(edges, np.append(severity, severity[-1]), where="post", color=palette[index % len(palette)], linewidth=1.5, label=name)
     severity_axis.set_ylabel("severity")
     severity_axis.set_ylim(-0.1, 5.1)
-    severity_axis.legend(loc="upper right", fontsize="small")
-    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="tab:green", label="calibrated accuracy")
-    accuracy_axis.axhline(schedule.target_accuracy, color="black", linestyle="--", linewidth=1, label="target")
+    # black and grey: the corruption colours of the panel above mean nothing here
+    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="black", linewidth=1.3, label="calibrated accuracy")
+    accuracy_axis.axhline(schedule.target_accuracy, color="0.45", linestyle="--", linewidth=1.2, label=f"target {schedule.target_accuracy:g} %")
     accuracy_axis.set_ylabel("accuracy (%)")
     accuracy_axis.set_xlabel("image index")
-    accuracy_axis.legend(loc="upper right", fontsize="small")
+    accuracy_axis.xaxis.set_major_formatter(EngFormatter(sep=""))
+    accuracy_axis.margins(x=0)
+    for axis in (severity_axis, accuracy_axis):
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False, borderaxespad=0)
     scope = "" if shown == num_images else f", first {shown:,} of {num_images:,} images"
     figure.suptitle(
-        f"target {schedule.target_accuracy:g} %, speed {speed}, seed {schedule.seed}, objective {schedule.path_objective}{scope}"
+        f"CCC schedule: target {schedule.target_accuracy:g} %, speed {speed:,} images per step, seed {schedule.seed}, "
+        f"path objective {schedule.path_objective}{scope}"
     )
-    figure.tight_layout()
-    output = png_destination(path, "schedule.png")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100, format="png")
-    return output
+    return figure

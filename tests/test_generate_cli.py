@@ -185,16 +185,18 @@ def _json_records(path: Path) -> list[bytes]:
         return [archive.extractfile(member).read() for member in archive.getmembers() if member.name.endswith(".json")]  # type: ignore[union-attr]
 
 
-def test_dry_run_prints_the_schedule_and_plots_it(inputs, tmp_path: Path, capsys) -> None:
-    argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]
+def test_dry_run_prints_the_schedule_and_plots_it(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = [a for a in arguments(inputs, tmp_path / "out") if a not in ("--imagenet", str(inputs["images"]))]
     assert main([*argv, "--dry-run", "--num-images", "1000", "--shard-size", "300"]) == 0
     output = capsys.readouterr().out
     assert "target accuracy: 30 %" in output and "speed: 4 images per step" in output
     assert "pair 0: " in output and " = " in output
     assert "shards to write (4): serial_00000.tar, serial_00001.tar, serial_00002.tar, serial_00003.tar" in output
-    plot = tmp_path / RUN_NAME / "schedule.png"
+    plot = tmp_path / f"{RUN_NAME}_schedule.png"
+    assert f"plot: {plot}" in output, "the plot lands in the current folder and its path is printed"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(path.name for path in (tmp_path / RUN_NAME).iterdir()) == ["schedule.png"]
+    assert not (tmp_path / "out").exists(), "a dry run writes nothing into the output folder"
 
 
 def test_dry_run_cost_does_not_grow_with_the_stream_length(inputs, tmp_path: Path) -> None:

@@ -351,3 +351,24 @@ def test_plan_rejects_mismatched_inputs(table) -> None:
 def test_run_name_follows_the_public_pattern() -> None:
     assert run_name(20.0, 2000, 43) == "baseline_20_transition+speed_2000_seed_43"
     assert run_name(12.5, 1000, 0) == "baseline_12.5_transition+speed_1000_seed_0"
+
+
+def test_schedule_figure_names_the_corruptions_and_pairs(table) -> None:
+    from ccc.schedule_report import corruption_severities, schedule_figure, trace_schedule
+
+    schedule = build_schedule(table, 30.0, table.corruptions, 0)
+    trace = trace_schedule(schedule, 4, 400)
+    assert len(trace.visits) >= 2
+    figure = schedule_figure(schedule, 4, 400)
+    severity_axis, accuracy_axis = figure.axes[:2]
+    names = list(corruption_severities(trace))
+    assert [text.get_text() for text in severity_axis.get_legend().get_texts()] == names
+    assert set(names) <= set(table.corruptions) and len(names) >= 3
+    pairs = [label.get_text() for label in severity_axis.child_axes[0].get_xticklabels()]
+    assert pairs == [f"{visit.path.n1}\n→ {visit.path.n2}" for visit in trace.visits]
+    assert figure.get_suptitle().startswith("CCC schedule: target 30 %, speed 4 images per step")
+    assert accuracy_axis.get_ylabel() == "accuracy (%)"
+    severities = corruption_severities(trace)
+    first = trace.visits[0].path
+    assert severities[first.n1][0] == trace.s1[0] and severities[first.n2][0] == trace.s2[0]
+    assert np.isnan(severities[names[-1]][0]), "a corruption has no severity before its first pair"

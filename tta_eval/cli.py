@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tta_eval.experiment import DEMO_MODEL, ExperimentSettings, MethodSpec, SweepSettings, resolve_experiment, run_experiment, run_sweep
-from tta_eval.methods import get_method, list_methods
+from typing import TYPE_CHECKING
+
+from ccc.cli.console import HelpFormatter, examples
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
-from tta_eval.models import DEFAULT_MODEL, ModelSpec
 from tta_eval.protocols import (
     PROTOCOLS,
     AlfarraProtocol,
@@ -30,8 +30,13 @@ from tta_eval.protocols import (
     OfflineProtocol,
 )
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
-from tta_eval.reports import adaptation_notes, comparison_table, find_run_folders, load_run, plot_comparison, rescore_run, run_scores, scores_table, write_json
-from tta_eval.streams import StreamOptions
+from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_domain_key, stream_schemes
+
+# The experiment, the methods, the models (torch) and the reports (matplotlib) are imported by the
+# commands that use them, so that --help answers at once.
+if TYPE_CHECKING:
+    from tta_eval.experiment import ExperimentSettings
+    from tta_eval.models import ModelSpec
 
 PROGRAM = "tta-eval"
 USER_ERROR_EXIT = 2
@@ -43,8 +48,11 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stream",
         required=True,
-        help="an image folder in ImageFolder layout (root/<class>/<image>), 'synthetic[:option=value,...]', "
-        "or '<scheme>:<location>' for a registered stream source",
+        metavar="SCHEME:LOCATION",
+        help="the stream: '<scheme>:<location>' for a registered stream source ("
+        + ", ".join(f"{scheme}:" for scheme in stream_schemes())
+        + "), e.g. ccc:shards/RUN (a ccc-generate run folder), folder:PATH (ImageFolder layout root/<class>/<image>), "
+        "synthetic:option=value,...; a plain folder path is read as an image folder",
     )
     parser.add_argument(
         "--method",
@@ -65,14 +73,16 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="torchvision weights name (IMAGENET1K_V1 for resnet50 by default, DEFAULT, none) or a state_dict file",
     )
-    parser.add_argument("--normalization", choices=("auto", "imagenet", "none"), default="auto")
+    parser.add_argument(
+        "--normalization", choices=("auto", "imagenet", "none"), default="auto", help="input normalisation inside the model (auto: ImageNet's for torchvision models)"
+    )
     parser.add_argument(
         "--demo",
         action="store_true",
         help="the demo world's model (ccc.demo:demo_model, docs/demo.md), for streams made with ccc-generate --demo",
     )
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:INDEX (default: cpu)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:INDEX")
+    parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (each method predicts, then adapts, once per batch)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers for image folders")
     parser.add_argument("--image-size", type=int, default=224, help="centre-crop size for image folders")
     parser.add_argument("--shuffle-seed", type=int, default=0, help="fixed shuffling of image folders")
@@ -80,8 +90,13 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-bad-images", action="store_true", help="image folders: exclude unreadable images (all checked before the run) instead of stopping"
     )
-    parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples")
-    parser.add_argument("--domain-key", default=None, help="metadata key naming each sample's domain")
+    parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)")
+    parser.add_argument(
+        "--domain-key",
+        default=None,
+        help="metadata key naming each sample's domain, for per-domain accuracy and the plot's shading "
+        "(default: 'pair', the corruption pair n1→n2, for ccc: streams under 'run'; none otherwise)",
+    )
     episodic = parser.add_mutually_exclusive_group()
     episodic.add_argument("--episodic-domain", metavar="KEY", help="episodic: reset methods when KEY changes")
     episodic.add_argument("--episodic-every", type=int, metavar="N", help="episodic: reset methods every N batches")
@@ -89,12 +104,19 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         "--window",
         type=int,
         default=None,
-        help=f"samples per accuracy window (default: fitted to the stream's length for >= 20 windows, at most {DEFAULT_WINDOW:,})",
+        help=f"samples per accuracy window, one point of the accuracy plot (default: fitted to the stream's length "
+        f"for >= 20 windows, at most {DEFAULT_WINDOW:,})",
     )
     parser.add_argument(
         "--collapse-reference",
         default="source",
-        help="'source' (run the source model as reference), an accuracy in [0, 1], or 'none'",
+        help="collapse is judged against: 'source' (run the source model as reference), an accuracy in [0, 1], or 'none'",
+    )
+    parser.add_argument(
+        "--collapse-span", type=int, default=DEFAULT_COLLAPSE_SPAN, help="a method collapsed once its windowed accuracy stays below the reference for this many samples"
+    )
+    parser.add_argument(
+        "--nonfinite-loss", choices=("continue", "stop"), default="continue", help="on a NaN/inf adaptation loss: skip that update and go on, or stop the run"
     )
     parser.add_argument(
         "--collapse-span",
@@ -113,8 +135,9 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="LABEL=COST",
-        help="deterministic cost of a method in units of λ: TOTAL (δ/λ, e.g. tent=2.43) or PREDICTION+READY "
-        "(e/λ+ℓ/λ, e.g. tent=1+1.43); repeatable; switches to deterministic timing",
+        help="deterministic cost of a method in units of λ (the plain model's latency per batch): TOTAL "
+        "(δ/λ, δ the method's time per batch, e.g. tent=2.43) or PREDICTION+READY (e/λ+ℓ/λ: e until the prediction, "
+        "ℓ until ready for the next batch, e.g. tent=1+1.43); repeatable; switches to deterministic timing",
     )
     timing.add_argument(
         "--costs", type=Path, default=None, metavar="FILE", help="deterministic costs from a cost table or run folder (costs.json)"
@@ -123,10 +146,11 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline-latency-ms",
         type=float,
         default=None,
-        help="λ, the plain model's latency per batch (ms): skips the calibration; with --cost, the cost model's λ",
+        help="λ, the plain (non-adapting) model's latency per batch in ms: skips its calibration; with --cost, "
+        "the cost model's λ (default: measured, mean + 6σ of timed calls)",
     )
     timing.add_argument(
-        "--calibration-calls", type=int, default=DEFAULT_CALIBRATION_CALLS, help="timed calls calibrating λ (after 5 warm-up calls)"
+        "--calibration-calls", type=int, default=DEFAULT_CALIBRATION_CALLS, help=f"timed calls calibrating λ (after {DEFAULT_WARMUP_CALLS} warm-up calls)"
     )
     timing.add_argument(
         "--warmup-calls", type=int, default=DEFAULT_WARMUP_CALLS, help="untimed method calls on the first batch before measuring"
@@ -147,55 +171,125 @@ PROTOCOL_OPTIONS = {
 """Protocol-specific options of ``tta-eval run``: destination → (option, protocols it applies to)."""
 
 
+EXAMPLE_STREAM = "ccc:shards/demo_baseline_30_transition+speed_2000_seed_43"
+RUN_EXAMPLES = (
+    (
+        f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method source --method bn --method tent --method rdumb",
+        "a demo stream (ccc-generate --demo) with the demo model",
+    ),
+    (
+        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 --method source --method eta --method rdumb --device cuda",
+        "a paper stream with ResNet-50",
+    ),
+    (
+        f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method tent --protocol discrete --utilisation 0.5",
+        "Tempora's discrete scenario: a batch arrives every 2λ",
+    ),
+)
+COMPARE_EXAMPLES = (
+    ("tta-eval compare results/*/*", "every run below results/"),
+    ("tta-eval compare results/a results/b --out comparison_ab", "two runs, table and plot in comparison_ab/"),
+)
+"""Example commands ending the help of ``run`` and ``compare``."""
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
         description="Evaluate test-time adaptation methods over a stream: offline, Alfarra et al.'s and "
         "Tempora's time-constrained protocols.",
+        formatter_class=HelpFormatter,
+        epilog=examples(*RUN_EXAMPLES[:1], *COMPARE_EXAMPLES[:1], "tta-eval methods")
+        + "\n\n'tta-eval COMMAND --help' shows a command's options and more examples.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run methods over a stream and write a run folder")
+    run = commands.add_parser(
+        "run",
+        help="run methods over a stream and write a run folder",
+        description="Run methods over a stream and write a run folder (config, records, summary, accuracy plot).",
+        formatter_class=HelpFormatter,
+        epilog=examples(*RUN_EXAMPLES),
+    )
     _add_experiment_arguments(run)
     protocol = run.add_argument_group("protocol")
-    protocol.add_argument("--protocol", choices=tuple(PROTOCOLS), default="offline")
     protocol.add_argument(
-        "--threshold-ms", type=float, action="append", metavar="T", help="continuous: threshold T in ms (repeatable)"
+        "--protocol",
+        choices=tuple(PROTOCOLS),
+        default="offline",
+        help="offline: every batch predicted and adapted on, time ignored; alfarra: a slow method skips batches; "
+        "discrete, continuous, amortised: Tempora's scenarios (docs/protocols.md)",
     )
-    protocol.add_argument("--speed", type=float, help="alfarra: stream speed η in (0, 1] (default 1)")
-    protocol.add_argument("--relative-speed", type=int, help="alfarra: fixed C >= 1 instead of measuring it")
+    protocol.add_argument(
+        "--threshold-ms", type=float, action="append", metavar="T", help="continuous: threshold T in ms, the delay budget (> λ) beyond which a prediction's utility decays (repeatable)"
+    )
+    protocol.add_argument("--speed", type=float, help="alfarra: stream speed η in (0, 1], the rate of the stream relative to the plain model's pace (1: a batch every λ) (default: 1)")
+    protocol.add_argument("--relative-speed", type=int, help="alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) instead of measuring it")
     protocol.add_argument("--strict", action="store_true", default=None, help="alfarra: skip C batches, not C - 1")
     protocol.add_argument("--single-model", action="store_true", default=None, help="alfarra: skipped batches get no prediction")
-    protocol.add_argument("--utilisation", type=float, help="discrete: ρ = λ/γ (1 = 100 %%)")
-    protocol.add_argument("--interval-ms", type=float, help="discrete: arrival interval γ in ms")
-    protocol.add_argument("--buffer", type=int, help="discrete: buffer slots b >= 0 (default 1)")
-    protocol.add_argument("--budget-s", type=float, help="amortised: overhead budget B in seconds")
+    protocol.add_argument("--utilisation", type=float, help="discrete: utilisation ρ = λ/γ, the plain model's share of the arrival interval (1 = 100 %%: a batch every λ)")
+    protocol.add_argument("--interval-ms", type=float, help="discrete: arrival interval γ in ms, the time between two batches (instead of --utilisation)")
+    protocol.add_argument("--buffer", type=int, help="discrete: buffer slots b >= 0, batches that may wait while the method is busy (default: 1)")
+    protocol.add_argument("--budget-s", type=float, help="amortised: overhead budget B in seconds, the adaptation time beyond λ a method may spend in total")
 
-    sweep = commands.add_parser("sweep", help="grid of protocol runs: results table, best-method map, utility plots")
+    sweep = commands.add_parser(
+        "sweep",
+        help="grid of protocol runs: results table, best-method map, utility plots",
+        description="A grid of protocol runs over one stream: results table, best-method map, utility plots.",
+        formatter_class=HelpFormatter,
+        epilog=examples(
+            (f"tta-eval sweep --stream {EXAMPLE_STREAM} --demo --method bn --method tent --speeds 1,0.5,0.25", "Alfarra et al.'s stream speeds"),
+            (
+                f"tta-eval sweep --stream {EXAMPLE_STREAM} --demo --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200",
+                "Tempora's discrete and continuous scenarios",
+            ),
+        ),
+    )
     _add_experiment_arguments(sweep)
     grids = sweep.add_argument_group("grids (comma-separated; at least one)")
-    grids.add_argument("--speeds", default="", metavar="η,…", help="alfarra stream speeds, e.g. 1,0.5,0.25")
-    grids.add_argument("--utilisations", default="", metavar="ρ,…", help="discrete utilisations, e.g. 1,0.7,0.5,0.35,0.25")
-    grids.add_argument("--thresholds-ms", default="", metavar="T,…", help="continuous thresholds in ms, e.g. 50,100,200")
-    grids.add_argument("--budgets-s", default="", metavar="B,…", help="amortised budgets in seconds, e.g. 1,2,4")
-    grids.add_argument("--buffer", type=int, default=1, help="discrete buffer slots (default 1)")
+    grids.add_argument("--speeds", default="", metavar="η,…", help="alfarra stream speeds η in (0, 1] (stream rate relative to the plain model's pace), e.g. 1,0.5,0.25")
+    grids.add_argument("--utilisations", default="", metavar="ρ,…", help="discrete utilisations ρ = λ/γ (plain model's latency / arrival interval), e.g. 1,0.7,0.5,0.35,0.25")
+    grids.add_argument("--thresholds-ms", default="", metavar="T,…", help="continuous thresholds T in ms (delay budgets > λ), e.g. 50,100,200")
+    grids.add_argument("--budgets-s", default="", metavar="B,…", help="amortised overhead budgets B in seconds, e.g. 1,2,4")
+    grids.add_argument("--buffer", type=int, default=1, help="discrete buffer slots b")
     grids.add_argument("--strict", action="store_true", help="alfarra: strict variant")
     grids.add_argument("--single-model", action="store_true", help="alfarra: single-model variant")
 
-    rescore = commands.add_parser("rescore", help="continuous utility of saved runs for other thresholds")
+    rescore = commands.add_parser(
+        "rescore",
+        help="continuous utility of saved runs for other thresholds",
+        description="Tempora's continuous utility of saved runs for other thresholds T (from their timing traces).",
+        formatter_class=HelpFormatter,
+        epilog=examples(
+            ("tta-eval rescore results/RUN --threshold-ms 50 --threshold-ms 400", "λ stored with the run"),
+            ("tta-eval rescore results/RUN --threshold-ms 100 --baseline-latency-ms 20 --json scores.json", "another λ, scores also as JSON"),
+        ),
+    )
     rescore.add_argument("runs", nargs="+", type=Path, help="run folders of protocol offline or continuous")
     rescore.add_argument("--threshold-ms", type=float, action="append", required=True, metavar="T", help="threshold T in ms (repeatable)")
-    rescore.add_argument("--baseline-latency-ms", type=float, default=None, help="λ in ms (default: the run's)")
-    rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here")
+    rescore.add_argument("--baseline-latency-ms", type=float, default=None, help="λ, the plain model's latency per batch in ms (default: the run's)")
+    rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here (default: none)")
 
-    compare = commands.add_parser("compare", help="markdown table and overlay plot of run folders")
+    compare = commands.add_parser(
+        "compare",
+        help="markdown table and overlay plot of run folders",
+        description="A markdown table and an overlay plot of run folders written by 'tta-eval run'.",
+        formatter_class=HelpFormatter,
+        epilog=examples(*COMPARE_EXAMPLES),
+    )
     compare.add_argument(
         "runs", nargs="+", type=Path, help="run folders written by 'tta-eval run', folders holding them (any depth) or glob patterns"
     )
-    compare.add_argument("--out", type=Path, default=Path("comparison"), help="folder for table and plot")
+    compare.add_argument("--out", type=Path, default=Path("comparison"), help="folder for table (comparison.md) and plot (accuracy.png/.svg)")
 
-    methods = commands.add_parser("methods", help="list registered methods with their defaults")
+    methods = commands.add_parser(
+        "methods",
+        help="list registered methods with their defaults",
+        description="List registered methods with their defaults (the options of --method NAME:OPTION=VALUE).",
+        formatter_class=HelpFormatter,
+        epilog=examples("tta-eval methods", ("tta-eval methods 'e*a'", "eta, eata")),
+    )
     methods.add_argument("pattern", nargs="?", default="*", help="shell-style name pattern")
     return parser
 
@@ -241,6 +335,8 @@ def _protocol(arguments: argparse.Namespace) -> EpisodeSettings:
         if getattr(arguments, destination) is not None and name not in protocols:
             raise ValueError(f"{option} applies to --protocol {' or '.join(protocols)}, got --protocol {name}")
     episode = _episode_settings(arguments)
+    if episode.get("domain_key") is None:
+        episode["domain_key"] = default_domain_key(arguments.stream)
     if name == "continuous":
         if not arguments.threshold_ms:
             raise ValueError("--protocol continuous needs at least one --threshold-ms T")
@@ -294,16 +390,20 @@ def _cost_model(arguments: argparse.Namespace) -> CostModel | None:
 
 def _model_spec(arguments: argparse.Namespace) -> ModelSpec | None:
     """The model the user chose, or None to let the stream's world choose (``resolve_experiment``)."""
+    from tta_eval.models import DEFAULT_MODEL, ModelSpec
+
     if arguments.demo:
         if arguments.model is not None or arguments.weights is not None:
             raise ValueError("--demo selects the demo model: do not combine it with --model or --weights")
-        return ModelSpec(DEMO_MODEL)
+        return ModelSpec(WORLD_MODELS[DEMO_WORLD])
     if arguments.model is None and arguments.weights is None and arguments.normalization == "auto":
         return None
     return ModelSpec(arguments.model or DEFAULT_MODEL, arguments.weights, arguments.normalization)
 
 
 def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSettings) -> ExperimentSettings:
+    from tta_eval.experiment import ExperimentSettings, MethodSpec
+
     cost_model = _cost_model(arguments)
     return ExperimentSettings(
         stream=arguments.stream,
@@ -343,6 +443,9 @@ def _timing_line(summary: dict) -> str:
 
 
 def _run(arguments: argparse.Namespace) -> int:
+    from tta_eval.experiment import resolve_experiment, run_experiment
+    from tta_eval.reports import adaptation_notes, comparison_table, load_run, run_scores, scores_table
+
     resolved = resolve_experiment(_experiment_settings(arguments, _protocol(arguments)))
     for note in resolved.notes:
         print(note)
@@ -370,6 +473,8 @@ def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
 
 
 def _sweep(arguments: argparse.Namespace) -> int:
+    from tta_eval.experiment import SweepSettings, resolve_experiment, run_sweep
+
     resolved = resolve_experiment(_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))))
     for note in resolved.notes:
         print(note)
@@ -390,6 +495,8 @@ def _sweep(arguments: argparse.Namespace) -> int:
 
 
 def _rescore(arguments: argparse.Namespace) -> int:
+    from tta_eval.reports import rescore_run, scores_table, write_json
+
     thresholds = tuple(_milliseconds("--threshold-ms", value) for value in arguments.threshold_ms)
     latency = _milliseconds("--baseline-latency-ms", arguments.baseline_latency_ms)
     results = [rescore_run(path, thresholds, latency) for path in arguments.runs]
@@ -404,6 +511,8 @@ def _rescore(arguments: argparse.Namespace) -> int:
 
 
 def _compare(arguments: argparse.Namespace) -> int:
+    from tta_eval.reports import comparison_table, find_run_folders, load_run, plot_comparison
+
     runs = [load_run(path) for path in find_run_folders(arguments.runs)]
     table = comparison_table(runs)
     arguments.out.mkdir(parents=True, exist_ok=True)
@@ -415,6 +524,8 @@ def _compare(arguments: argparse.Namespace) -> int:
 
 
 def _methods(arguments: argparse.Namespace) -> int:
+    from tta_eval.methods import get_method, list_methods
+
     names = list_methods(arguments.pattern)
     if not names:
         raise ValueError(f"no method matches {arguments.pattern!r}; available: {', '.join(list_methods())}")

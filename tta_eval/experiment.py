@@ -65,6 +65,7 @@ from tta_eval.reports import (
     file_sha256,
     load_run,
     plot_run,
+    run_title,
     records_path,
     safe_file_name,
     scores_table,
@@ -75,6 +76,9 @@ from tta_eval.reports import (
     write_rows_csv,
 )
 from tta_eval.streams import (
+    DEMO_WORLD,
+    WORLD_MODELS,
+    SizedStream,
     StreamDescription,
     StreamOptions,
     as_batch,
@@ -82,14 +86,13 @@ from tta_eval.streams import (
     limit_samples,
     open_stream_source,
     parse_options,
+    stream_length,
 )
 from tta_eval.validation import MAX_SAMPLES, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
-DEMO_MODEL = "ccc.demo:demo_model"
-"""The demo world's model factory (``ccc.demo.demo_model``)."""
-DEMO_WORLD = "demo"
+DEMO_MODEL = WORLD_MODELS[DEMO_WORLD]
 
 
 @dataclass(frozen=True)
@@ -379,7 +382,9 @@ def _peek(stream: Iterable[Any]) -> tuple[Any, Iterable[Any]]:
     first = next(iterator, None)
     if first is None:
         raise ValueError("the stream yielded no batches")
-    return first, itertools.chain([first], iterator)
+    chained = itertools.chain([first], iterator)
+    length = stream_length(stream)
+    return first, chained if length is None else SizedStream(chained, length)
 
 
 @dataclass(frozen=True)
@@ -565,7 +570,7 @@ def _finish_run(
     summary["timing"] = {"mode": timing_mode, **latency.to_json()}
     if settings.cost_model is not None:
         summary["timing"]["cost_model_origin"] = settings.cost_model.origin
-    plot_run(summary, run_dir, title=run_dir.name)
+    plot_run(summary, run_dir, title=run_title(settings.stream, settings.protocol.name))
     if settings.cost_model is None and latency.seconds is not None:
         measured = _measured_costs(tables, latency.seconds, run_dir.name)
         if measured is not None:
@@ -656,7 +661,7 @@ def _plot_sweep(rows: list[dict[str, Any]], sweep_dir: Path) -> list[Path]:
             utilities.append(float(row["utility"]) if row["utility"] is not None else float("nan"))
         values = [float(row["parameter"]) for row in selected]
         log_x = min(values) > 0 and max(values) / min(values) > 10
-        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"utility_{protocol}", title=protocol, log_x=log_x)
+        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"utility_{protocol}", title=f"utility against {axis_label} ({protocol} protocol)", log_x=log_x)
     return paths
 
 

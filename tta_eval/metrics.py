@@ -111,6 +111,39 @@ def per_domain_accuracy(table: RecordTable) -> dict[str, DomainAccuracy]:
 
 
 @dataclass(frozen=True)
+class DomainSegment:
+    """A stretch of consecutive batches of one domain: samples first_sample … end_sample - 1."""
+
+    domain: str
+    first_sample: int
+    end_sample: int
+
+    def to_json(self) -> dict[str, object]:
+        """JSON-serialisable form."""
+        return {"domain": self.domain, "first_sample": self.first_sample, "end_sample": self.end_sample}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DomainSegment:
+        """Inverse of ``to_json``."""
+        return cls(str(data["domain"]), int(data["first_sample"]), int(data["end_sample"]))
+
+
+def domain_segments(table: RecordTable) -> list[DomainSegment]:
+    """The recorded domains as consecutive stretches, in stream order (a domain that comes back gets
+    a new segment, e.g. a corruption pair visited twice); [] without domains."""
+    domains = table.column("domain")
+    if domains.size == 0 or not any(domains):
+        return []
+    starts = table.column("sample_start")
+    ends = starts + table.column("batch_size")
+    changes = [0, *(index for index in range(1, domains.size) if domains[index] != domains[index - 1]), domains.size]
+    return [
+        DomainSegment(str(domains[first]), int(starts[first]), int(ends[last - 1]))
+        for first, last in zip(changes[:-1], changes[1:])
+    ]
+
+
+@dataclass(frozen=True)
 class CollapseReport:
     """Result of collapse detection.
 

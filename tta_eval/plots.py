@@ -3,28 +3,111 @@ method per scenario (Tempora's Figure 1 style) and utility against time pressure
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib import rcParams
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter
 
-from tta_eval.metrics import WindowedAccuracy
+from tta_eval.metrics import DomainSegment, WindowedAccuracy
 
 FEW_POINTS = 20
 """Curves with fewer windows than this are drawn with markers (a one-window run is a single point)."""
 
-COLOUR_CYCLE = [entry["color"] for entry in rcParams["axes.prop_cycle"]]
-"""Method colours, in order of appearance."""
+METHOD_COLOURS = {
+    "source": "black",
+    "bn": "tab:blue",
+    "tent": "tab:orange",
+    "eta": "tab:green",
+    "eata": "tab:red",
+    "rdumb": "tab:purple",
+    "cotta": "tab:brown",
+    "rotta": "tab:pink",
+    "sar": "tab:olive",
+    "lame": "tab:cyan",
+    "rpl": "#393b79",
+    "slr": "#637939",
+    "cpl": "#8c6d31",
+    "adabn": "#843c39",
+    "neo": "#7b4173",
+    "pl": "#3182bd",
+    "shot_im": "#e6550d",
+    "shot": "#31a354",
+    "deyo": "#756bb1",
+    "memo": "#636363",
+    "cmf": "#9c9ede",
+    "ttac_nq": "#e7969c",
+}
+"""One colour per registered method, the same in every figure (the source model black, the common
+methods tab10); the single owner of method colours."""
+
+_SPARE_COLOURS = ("#17becf", "#bcbd22", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#2ca02c")
+"""Colours of unregistered methods, picked by a checksum of the name (stable across runs and machines)."""
+
+LINE_STYLES = ("-", "--", ":", "-.")
+"""Line styles telling apart curves of the same method (e.g. one method on several streams)."""
+
+SEGMENT_SHADE = "#000000"
+SEGMENT_ALPHA = (0.0, 0.06)
+"""Alternating shading of domain segments (corruption pairs)."""
+
+
+def method_colour(method: str) -> str:
+    """The colour of ``method`` (a registered method name; options after ':' are ignored) in every plot."""
+    name = method.split(":", 1)[0]
+    if name in METHOD_COLOURS:
+        return METHOD_COLOURS[name]
+    return _SPARE_COLOURS[zlib.crc32(name.encode()) % len(_SPARE_COLOURS)]
 
 
 def _marker(curve: WindowedAccuracy) -> str:
     return "o" if curve.accuracy.size < FEW_POINTS else ""
+
+
+def _pair_label(domain: str, two_lines: bool = True) -> str:
+    """A segment's tick label: a corruption pair "n1→n2" as "n1 → n2", on two lines or one."""
+    first, arrow, second = domain.partition("→")
+    return f"{first}{chr(10) if two_lines else ' '}→ {second}" if arrow else domain
+
+
+LABELLED_SEGMENTS = 24
+"""Up to this many segments are named above the axes (more only shaded: the names would not fit)."""
+
+CROWDED_FRACTION = 0.14
+"""A segment narrower than this fraction of the x range is too narrow for its two-line name: names
+alternate between two rows (up to 8 segments) or are rotated (more)."""
+
+
+def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float) -> None:
+    """Alternately shade the segments, mark their boundaries and name them on top axes."""
+    for index, segment in enumerate(segments):
+        axes.axvspan(segment.first_sample, segment.end_sample, color=SEGMENT_SHADE, alpha=SEGMENT_ALPHA[index % 2], linewidth=0, zorder=0)
+        if index:
+            axes.axvline(segment.first_sample, color="0.5", linewidth=0.6, linestyle=":", zorder=0.5)
+    if len(segments) > LABELLED_SEGMENTS:
+        return
+    crowded = any((segment.end_sample - segment.first_sample) < CROWDED_FRACTION * x_end for segment in segments)
+    rows = 2 if crowded and len(segments) <= 8 else 1
+    rotated = crowded and rows == 1
+    for row in range(rows):
+        chosen = segments[row::rows]
+        top = axes.secondary_xaxis("top")
+        top.set_xticks(
+            [(segment.first_sample + segment.end_sample) / 2 for segment in chosen],
+            [_pair_label(segment.domain, two_lines=not rotated) for segment in chosen],
+            fontsize="x-small",
+        )
+        top.tick_params(length=0, pad=2 + 20 * row)
+        if rotated:
+            top.tick_params(labelrotation=60)
+            for label in top.get_xticklabels():
+                label.set_horizontalalignment("left")
 
 
 def plot_accuracy_curves(
@@ -32,33 +115,72 @@ def plot_accuracy_curves(
     output_stem: Path,
     references: Mapping[str, WindowedAccuracy] | None = None,
     title: str = "",
+    methods: Mapping[str, str] | None = None,
+    segments: Sequence[DomainSegment] = (),
+    styles: Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """Draw windowed accuracy (%) against samples seen: one line per curve, references dashed.
+    """``accuracy_figure`` written to ``output_stem`` with suffixes .png (150 dpi) and .svg (no
+    timestamp); returns both paths."""
+    return _save(accuracy_figure(curves, references, title, methods, segments, styles), output_stem)
 
-    references: label → curve of a non-adapting reference model (the source model), drawn as dashed
-    lines (black for a single reference). Writes ``output_stem`` with suffixes .png (150 dpi) and
-    .svg (no timestamp) and returns both paths.
+
+def accuracy_figure(
+    curves: Mapping[str, WindowedAccuracy],
+    references: Mapping[str, WindowedAccuracy] | None = None,
+    title: str = "",
+    methods: Mapping[str, str] | None = None,
+    segments: Sequence[DomainSegment] = (),
+    styles: Mapping[str, str] | None = None,
+) -> Figure:
+    """Windowed accuracy (%) against samples seen: one line per curve, references dashed.
+
+    curves, references: legend label → curve; references are non-adapting reference models (the
+    source model), drawn dashed. methods: label → method name, which picks the colour
+    (``method_colour``; default: the label itself); curves sharing a method differ in line style.
+    styles: label → matplotlib line style, overriding those defaults (e.g. one style per stream).
+    segments: the stream's domain segments (corruption pairs), shaded alternately and named above
+    the axes. The y label states the window size; the legend sits outside the axes.
     """
-    figure = Figure(figsize=(8.0, 4.0), layout="constrained")
+    figure = Figure(figsize=(9.0, 4.2), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     references = references or {}
-    for label, reference in references.items():
-        if reference.accuracy.size:
-            style = {"color": "black"} if len(references) == 1 else {}
-            axes.plot(reference.sample_end, 100 * reference.accuracy, "--", marker=_marker(reference), linewidth=1.5, label=label, **style)
-    for label, curve in curves.items():
-        if curve.accuracy.size:
-            axes.plot(curve.sample_end, 100 * curve.accuracy, marker=_marker(curve), linewidth=1.2, label=label)
+    methods = methods or {}
+    styles = styles or {}
+    if segments:
+        _shade_segments(axes, segments, max(segment.end_sample for segment in segments))
+    seen: dict[str, int] = {}
+    entries = [(label, curve, True) for label, curve in references.items()] + [(label, curve, False) for label, curve in curves.items()]
+    for label, curve, is_reference in entries:
+        if not curve.accuracy.size:
+            continue
+        method = methods.get(label, label).split(":", 1)[0]
+        repeat = seen.get(method, 0)
+        seen[method] = repeat + 1
+        style = styles.get(label, LINE_STYLES[(repeat + (1 if is_reference else 0)) % len(LINE_STYLES)])
+        axes.plot(
+            curve.sample_end,
+            100 * curve.accuracy,
+            linestyle=style,
+            marker=_marker(curve),
+            markersize=4,
+            linewidth=1.6 if is_reference else 1.4,
+            color=method_colour(method),
+            label=label,
+        )
+    windows = {curve.window for curve in [*curves.values(), *references.values()] if curve.accuracy.size}
     axes.set_xlabel("samples seen")
-    axes.set_ylabel("accuracy (%)")
+    sizes = f"{min(windows):,}" if len(windows) == 1 else f"{min(windows):,}–{max(windows):,}"
+    axes.set_ylabel(f"accuracy (%) per window of {sizes} samples" if windows else "accuracy (%)")
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
-    axes.set_ylim(bottom=0)
+    axes.set_ylim(0, 100)
+    axes.margins(x=0)
+    axes.set_xlim(left=0)
     axes.grid(alpha=0.3)
     if title:
-        axes.set_title(title)
-    figure.legend(loc="outside right upper", fontsize="small")
-    return _save(figure, output_stem)
+        figure.suptitle(title)
+    figure.legend(loc="outside right center", fontsize="small", frameon=False)
+    return figure
 
 
 def _save(figure: Figure, output_stem: Path) -> list[Path]:
@@ -77,12 +199,23 @@ def plot_best_method_map(
     output_stem: Path,
     title: str = "",
 ) -> list[Path]:
+    """``best_method_figure`` written to ``output_stem`` .png and .svg; returns both paths."""
+    return _save(best_method_figure(best, scenarios, domains, methods, title), output_stem)
+
+
+def best_method_figure(
+    best: Mapping[tuple[str, str], tuple[str, float]],
+    scenarios: Sequence[str],
+    domains: Sequence[str],
+    methods: Sequence[str],
+    title: str = "",
+) -> Figure:
     """Heat map of the best method per scenario (columns) and domain (rows), as Tempora's Figure 1.
 
-    best: (scenario, domain) → (method, utility in [0, 1]); each cell is coloured by its method and
-    shows the utility (%); missing cells stay blank. Writes ``output_stem`` .png and .svg.
+    best: (scenario, domain) → (method, utility in [0, 1]); each cell is coloured by its method
+    (``method_colour``) and shows the utility (%); missing cells stay blank.
     """
-    colours = {method: COLOUR_CYCLE[index % len(COLOUR_CYCLE)] for index, method in enumerate(methods)}
+    colours = {method: method_colour(method) for method in methods}
     width = max(5.0, 1.1 * len(scenarios) + 3.0)
     height = max(2.5, 0.45 * len(domains) + 1.8)
     figure = Figure(figsize=(width, height), layout="constrained")
@@ -94,7 +227,9 @@ def plot_best_method_map(
             if (scenario, domain) in best:
                 method, utility = best[(scenario, domain)]
                 image[row, column] = to_rgb(colours[method])
-                axes.text(column, row, f"{100 * utility:.1f}", ha="center", va="center", fontsize="small", color="white")
+                luminance = float(np.dot(image[row, column], (0.299, 0.587, 0.114)))
+                text_colour = "black" if luminance > 0.6 else "white"
+                axes.text(column, row, f"{100 * utility:.1f}", ha="center", va="center", fontsize="small", color=text_colour)
     axes.imshow(image, aspect="auto", interpolation="nearest")
     axes.set_xticks(range(len(scenarios)), scenarios, rotation=35, ha="right", fontsize="small")
     axes.set_yticks(range(len(domains)), domains, fontsize="small")
@@ -102,7 +237,7 @@ def plot_best_method_map(
     handles = [Patch(color=colours[method], label=method) for method in used]
     figure.legend(handles=handles, loc="outside right upper", fontsize="small", title="best method")
     axes.set_title(title or "best method per scenario (cell: its utility, %)")
-    return _save(figure, output_stem)
+    return figure
 
 
 def plot_utility_curves(
@@ -112,22 +247,32 @@ def plot_utility_curves(
     title: str = "",
     log_x: bool = False,
 ) -> list[Path]:
-    """Utility (%) against a pressure parameter: one line per method.
+    """``utility_figure`` written to ``output_stem`` .png and .svg; returns both paths."""
+    return _save(utility_figure(curves, axis_label, title, log_x), output_stem)
+
+
+def utility_figure(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    axis_label: str,
+    title: str = "",
+    log_x: bool = False,
+) -> Figure:
+    """Utility (%) against a pressure parameter: one line per method, in its ``method_colour``.
 
     curves: method → (parameter values, utilities in [0, 1]); axis_label names the parameter and
-    its unit; log_x: logarithmic parameter axis. Writes ``output_stem`` .png and .svg.
+    its unit; log_x: logarithmic parameter axis.
     """
     figure = Figure(figsize=(6.5, 4.0), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for index, (method, (parameters, utilities)) in enumerate(curves.items()):
+    for method, (parameters, utilities) in curves.items():
         order = np.argsort(parameters)
         axes.plot(
             np.asarray(parameters, dtype=float)[order],
             100 * np.asarray(utilities, dtype=float)[order],
             marker="o",
             linewidth=1.2,
-            color=COLOUR_CYCLE[index % len(COLOUR_CYCLE)],
+            color=method_colour(method),
             label=method,
         )
     if log_x:
@@ -138,5 +283,5 @@ def plot_utility_curves(
     axes.grid(alpha=0.3)
     if title:
         axes.set_title(title)
-    figure.legend(loc="outside right upper", fontsize="small")
-    return _save(figure, output_stem)
+    figure.legend(loc="outside right upper", fontsize="small", frameon=False)
+    return figure

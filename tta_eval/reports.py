@@ -18,14 +18,16 @@ from typing import Any
 
 from tta_eval.metrics import (
     WindowedAccuracy,
+    DomainSegment,
     continuous_scores,
     detect_collapse,
+    domain_segments,
     overall_accuracy,
     per_domain_accuracy,
     protocol_scores,
     windowed_accuracy,
 )
-from tta_eval.plots import plot_accuracy_curves
+from tta_eval.plots import LINE_STYLES, plot_accuracy_curves
 from tta_eval.protocols.settings import EpisodeSettings, OfflineProtocol
 from tta_eval.records import RecordTable
 
@@ -132,6 +134,7 @@ def summarise_run(
         "protocol": protocol.to_json(),
         "samples": first.total_samples,
         "batches": len(first),
+        "domain_segments": [segment.to_json() for segment in domain_segments(first)],
         "window": window,
         "collapse_reference": collapse_reference,
         "collapse_span": collapse_span,
@@ -140,10 +143,13 @@ def summarise_run(
 
 
 def plot_run(summary: Mapping[str, Any], run_dir: Path, title: str = "") -> list[Path]:
-    """accuracy.png/.svg of a run: every method's windowed accuracy, the source model dashed."""
+    """accuracy.png/.svg of a run: every method's windowed accuracy, the source model dashed, the
+    stream's domain segments (corruption pairs) shaded and named."""
     curves = {label: WindowedAccuracy.from_json(method["windowed_accuracy"]) for label, method in summary["methods"].items()}
     references = {SOURCE_METHOD: curves.pop(SOURCE_METHOD)} if SOURCE_METHOD in curves else {}
-    return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title)
+    methods = {label: method["method"] for label, method in summary["methods"].items()}
+    segments = [DomainSegment.from_json(segment) for segment in summary.get("domain_segments", [])]
+    return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title, methods, segments)
 
 
 @dataclass(frozen=True)
@@ -275,8 +281,7 @@ def run_stream_name(run: RunResult) -> str:
     recorded = run.config.get("stream_name")
     if recorded:
         return str(recorded)
-    stream = str(run.config.get("stream", "")).partition(":")[2] or str(run.config.get("stream", ""))
-    return Path(stream.rstrip("/")).name or run.name
+    return stream_name(str(run.config.get("stream", ""))) or run.name
 
 
 @dataclass(frozen=True)
@@ -353,18 +358,62 @@ def comparison_table(runs: Sequence[RunResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(runs: Sequence[RunResult], output_stem: Path) -> list[Path]:
-    """Overlay of every (method, stream) curve, sources dashed; labels are the method, with the stream's
-    name when several streams are compared."""
+def stream_name(stream: str) -> str:
+    """A stream's short name: the last part of its location ("ccc:shards/RUN" → "RUN"); "" if none."""
+    location = stream.partition(":")[2] if ":" in stream else stream
+    return Path(location.rstrip("/")).name
+
+
+def run_title(stream: str, protocol: str = "offline") -> str:
+    """The accuracy plot's title of a run on ``stream`` under ``protocol``."""
+    name = stream_name(stream) or stream
+    return f"top-1 accuracy on {name}" + ("" if protocol == "offline" else f" ({protocol} protocol)")
+
+
+def short_stream_tags(names: Sequence[str]) -> list[str]:
+    """Short tags telling the streams apart: the '_'-separated parts of each name that not all names
+    share (e.g. 'seed_43' and 'seed_44' of two otherwise equal CCC run names), the name where none."""
+    parts = [name.split("_") for name in names]
+    if len(set(names)) < 2 or len({len(part) for part in parts}) != 1:
+        return list(names)
+    differing = [index for index in range(len(parts[0])) if len({part[index] for part in parts}) > 1]
+    tags = []
+    for part in parts:
+        words = []
+        for index in differing:
+            previous = part[index - 1] if index and index - 1 not in differing else ""
+            key = "" if previous.replace(".", "").isdigit() else previous.split("+")[-1]
+            words.append(f"{key} {part[index]}".strip())
+        tags.append(", ".join(words))
+    return tags
+
+
+def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "") -> list[Path]:
+    """Overlay of every (method, stream) curve of ``runs`` (``comparison_cells``), sources dashed:
+    labelled by method, with a short stream tag when the runs cover several streams (one colour per
+    method, one line style per stream); the corruption pairs are shaded when all runs share one stream."""
     cells = comparison_cells(runs)
-    several_streams = len({cell.stream for cell in cells}) > 1
+    rows = list(dict.fromkeys(cell.row for cell in cells))
+    distinct = list(dict.fromkeys(cell.stream for cell in cells))
+    tags = dict(zip(distinct, short_stream_tags(distinct)))
     curves: dict[str, WindowedAccuracy] = {}
     references: dict[str, WindowedAccuracy] = {}
-    for cell in cells:
-        name = f"{cell.row} · {cell.stream}" if several_streams else cell.row
+    methods: dict[str, str] = {}
+    styles: dict[str, str] = {}
+    for cell in sorted(cells, key=lambda cell: (rows.index(cell.row), distinct.index(cell.stream))):
+        method = cell.run.summary["methods"][cell.label]
+        name = f"{cell.row} ({tags[cell.stream]})" if len(distinct) > 1 else cell.row
         target = references if cell.label == SOURCE_METHOD else curves
-        target[name] = WindowedAccuracy.from_json(cell.run.summary["methods"][cell.label]["windowed_accuracy"])
-    return plot_accuracy_curves(curves, output_stem, references)
+        target[name] = WindowedAccuracy.from_json(method["windowed_accuracy"])
+        methods[name] = method.get("method", cell.label)
+        if len(distinct) > 1:
+            styles[name] = LINE_STYLES[distinct.index(cell.stream) % len(LINE_STYLES)]
+    segments = (
+        [DomainSegment.from_json(segment) for segment in cells[0].run.summary.get("domain_segments", [])] if len(distinct) == 1 else []
+    )
+    default_title = f"top-1 accuracy on {distinct[0]}" if len(distinct) == 1 else f"top-1 accuracy on {len(distinct)} streams"
+    return plot_accuracy_curves(curves, output_stem, references, title or default_title, methods, segments, styles)
+
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -17,21 +17,20 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
-import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torchvision
-
-from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
 from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
 
-logger = logging.getLogger(__name__)
+
+# torch is imported where batches are handled, so that the stream sources' registry (named by
+# ``tta-eval --help``) loads without it.
+if TYPE_CHECKING:
+    import torch
+
+    from tta_eval.synthetic import SyntheticStream
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,8 @@ class Batch:
 
 def as_batch(item: Any, batch_index: int) -> Batch:
     """Validate one stream item and return it as a Batch; ValueError naming the batch otherwise."""
+    import torch
+
     if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
         raise ValueError(
             f"stream batch {batch_index} must be (images, labels) or (images, labels, metadata), "
@@ -78,6 +79,8 @@ def as_batch(item: Any, batch_index: int) -> Batch:
 
 def metadata_values(metadata: Any, key: str, batch_size: int, batch_index: int) -> list[str]:
     """Per-sample values of ``key`` in a batch's metadata, as strings (length ``batch_size``)."""
+    import torch
+
     if metadata is None:
         raise ValueError(f"stream batch {batch_index} has no metadata, but domain key {key!r} was requested")
     if isinstance(metadata, Mapping):
@@ -118,9 +121,32 @@ def majority_value(values: Sequence[str]) -> str:
     return next(value for value in values if counts[value] == best)
 
 
-def limit_samples(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
-    """Yield items of ``batches`` until ``max_samples`` samples were yielded, cutting the last batch."""
+@dataclass(frozen=True)
+class SizedStream:
+    """A stream whose length in samples is known (None: unknown), e.g. from a manifest or --max-samples;
+    progress bars show it as their total."""
+
+    batches: Iterable[Any]
+    num_samples: int | None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.batches)
+
+
+def stream_length(stream: Iterable[Any]) -> int | None:
+    """Samples in ``stream`` if known (a :class:`SizedStream`), else None."""
+    return stream.num_samples if isinstance(stream, SizedStream) else None
+
+
+def limit_samples(batches: Iterable[Any], max_samples: int) -> SizedStream:
+    """Items of ``batches`` until ``max_samples`` samples were yielded, the last batch cut; its length
+    is ``max_samples`` (or the stream's own, if known and shorter)."""
     check_positive_int("max_samples", max_samples, MAX_SAMPLES)
+    known = stream_length(batches)
+    return SizedStream(_limited(batches, max_samples), max_samples if known is None else min(known, max_samples))
+
+
+def _limited(batches: Iterable[Any], max_samples: int) -> Iterator[Any]:
     seen = 0
     for index, item in enumerate(batches):
         batch = as_batch(item, index)
@@ -165,6 +191,13 @@ class StreamOptions:
             raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
 
 
+DEMO_WORLD = "demo"
+"""The world of streams rendered from the demo images (``ccc.demo``)."""
+
+WORLD_MODELS = {DEMO_WORLD: "ccc.demo:demo_model"}
+"""The model factory evaluated by default on a stream of each world other than ImageNet's."""
+
+
 @dataclass(frozen=True)
 class StreamDescription:
     """What is known of a stream before reading it.
@@ -185,13 +218,18 @@ StreamOpener = Callable[[str, StreamOptions], Iterable[Any]]
 StreamDescriber = Callable[[str, StreamOptions], StreamDescription]
 _SOURCES: dict[str, StreamOpener] = {}
 _DESCRIBERS: dict[str, StreamDescriber] = {}
+_DOMAIN_KEYS: dict[str, str] = {}
 
 
-def register_stream_source(scheme: str, opener: StreamOpener, describe: StreamDescriber | None = None) -> None:
+def register_stream_source(
+    scheme: str, opener: StreamOpener, describe: StreamDescriber | None = None, domain_key: str | None = None
+) -> None:
     """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+.
 
     describe: optional ``describe(location, options) -> StreamDescription`` that reads what is known
     of the stream (length, world) without reading its samples; without it only the name is known.
+    domain_key: the metadata key whose value a run records as each batch's domain when the user
+    names none (e.g. the corruption pair of CCC streams); None: no domain.
     """
     if not scheme.replace("_", "").isalnum() or scheme != scheme.lower():
         raise ValueError(f"stream scheme must be lower-case letters, digits or '_', got {scheme!r}")
@@ -200,6 +238,13 @@ def register_stream_source(scheme: str, opener: StreamOpener, describe: StreamDe
     _SOURCES[scheme] = opener
     if describe is not None:
         _DESCRIBERS[scheme] = describe
+    if domain_key is not None:
+        _DOMAIN_KEYS[scheme] = domain_key
+
+
+def default_domain_key(text: str) -> str | None:
+    """The domain key registered for the scheme of stream ``text`` ("ccc:…" → "pair"), else None."""
+    return _DOMAIN_KEYS.get(text.partition(":")[0]) if ":" in text else None
 
 
 def stream_schemes() -> list[str]:
@@ -235,6 +280,8 @@ def parse_value(raw: str) -> Any:
 
 
 def _open_synthetic(location: str, options: StreamOptions) -> SyntheticStream:
+    from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
+
     values = parse_options(location, "synthetic stream")
     values.setdefault("batch_size", options.batch_size)
     if "corruptions" in values:
@@ -245,46 +292,6 @@ def _open_synthetic(location: str, options: StreamOptions) -> SyntheticStream:
     if unknown:
         raise ValueError(f"unknown synthetic stream option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
     return SyntheticStream(SyntheticStreamSpec(**values))
-
-
-def open_image_folder(location: str, options: StreamOptions) -> torch.utils.data.DataLoader:
-    """DataLoader over an ImageFolder (root/<class>/<image>): classes indexed in sorted folder order.
-
-    For ImageNet-style folders named by WordNet id the sorted order is the standard ImageNet class
-    index. Images: resize (short side image_size·256/224), centre crop image_size, in [0, 1].
-    """
-    from torchvision.transforms import v2
-
-    root = Path(location)
-    if not root.is_dir():
-        raise ValueError(f"stream folder {location!r} does not exist or is not a directory")
-    transform = v2.Compose(
-        [
-            v2.ToImage(),
-            v2.Resize(round(options.image_size * 256 / 224), antialias=True),
-            v2.CenterCrop(options.image_size),
-            v2.ToDtype(torch.float32, scale=True),
-        ]
-    )
-    try:
-        dataset = _CheckedImageFolder(str(root), transform=transform)
-    except FileNotFoundError as error:
-        raise ValueError(f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}") from None
-    if options.skip_bad_images:
-        _exclude_unreadable(dataset, root)
-    generator = None
-    if options.shuffle_seed is not None:
-        generator = torch.Generator().manual_seed(options.shuffle_seed)
-    return _FolderLoader(
-        torch.utils.data.DataLoader(
-            dataset,
-            batch_size=options.batch_size,
-            shuffle=options.shuffle_seed is not None,
-            generator=generator,
-            num_workers=options.num_workers,
-            collate_fn=_collate_checked,
-        )
-    )
 
 
 def describe_stream_source(text: str, options: StreamOptions) -> StreamDescription:
@@ -307,70 +314,6 @@ def describe_stream_source(text: str, options: StreamOptions) -> StreamDescripti
 def _last_component(text: str) -> str:
     """The last path component of ``text`` (``text`` itself if it has none)."""
     return Path(text.rstrip("/")).name or text
-class _CheckedImageFolder(torchvision.datasets.ImageFolder):
-    """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
-    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback)."""
-
-    def __getitem__(self, position: int) -> Any:
-        from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
-
-        path, label = self.samples[position]
-        try:
-            return super().__getitem__(position)
-        except UNREADABLE_IMAGE_ERRORS as error:
-            return _Unreadable(path, str(error) or type(error).__name__)
-
-
-@dataclass(frozen=True)
-class _Unreadable:
-    path: str
-    problem: str
-
-
-def _collate_checked(items: list[Any]) -> Any:
-    bad = [item for item in items if isinstance(item, _Unreadable)]
-    return bad[0] if bad else torch.utils.data.default_collate(items)
-
-
-class _FolderLoader:
-    """The DataLoader of an image folder; an unreadable image ends the stream with a ValueError naming it."""
-
-    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        for batch in self.loader:
-            if isinstance(batch, _Unreadable):
-                raise ValueError(
-                    f"unreadable image {batch.path}: {batch.problem}; fix or remove it, or pass --skip-bad-images "
-                    "to check every image before the run and exclude the unreadable ones deterministically"
-                )
-            yield batch
-
-
-def _exclude_unreadable(dataset: Any, root: Path) -> None:
-    """Decode every image of ``dataset`` (threads) and drop the unreadable ones from its sample list."""
-    from ccc.imagenet import decode_problem
-
-    paths = [path for path, _ in dataset.samples]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        problems = list(pool.map(decode_problem, paths, chunksize=64))
-    bad = [(path, problem) for path, problem in zip(paths, problems) if problem is not None]
-    if bad:
-        logger.warning(
-            "stream folder %s: excluded %d unreadable image(s): %s",
-            root,
-            len(bad),
-            "; ".join(f"{Path(path).relative_to(root)}: {problem}" for path, problem in bad[:10]),
-        )
-        dataset.samples = [sample for sample, problem in zip(dataset.samples, problems) if problem is None]
-        dataset.imgs = dataset.samples
-        dataset.targets = [label for _, label in dataset.samples]
-        if not dataset.samples:
-            raise ValueError(f"stream folder {str(root)!r} has no readable image")
 
 
 def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
@@ -379,7 +322,7 @@ def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
     if scheme in _SOURCES:
         return _SOURCES[scheme](location if separator else "", options)
     if Path(text).is_dir():
-        return open_image_folder(text, options)
+        return _open_sized_image_folder(text, options)
     raise ValueError(
         f"stream {text!r} is neither an existing folder nor '<scheme>:<options>' with a known scheme "
         f"({', '.join(_SOURCES)})"
@@ -388,7 +331,8 @@ def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
 
 def _describe_synthetic(location: str, options: StreamOptions) -> StreamDescription:
     spec = _open_synthetic(location, options).spec
-    return StreamDescription(name=f"synthetic:{location}" if location else "synthetic", samples=spec.num_batches * spec.batch_size, num_classes=spec.num_classes)
+    name = f"synthetic:{location}" if location else "synthetic"
+    return StreamDescription(name=name, samples=spec.num_batches * spec.batch_size, num_classes=spec.num_classes)
 
 
 def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescription:
@@ -402,17 +346,34 @@ def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescr
     return StreamDescription(name=_last_component(location), samples=samples or None)
 
 
+def _open_sized_image_folder(location: str, options: StreamOptions) -> SizedStream:
+    """``open_image_folder`` with its number of images as the stream's length."""
+    from tta_eval.image_folder import open_image_folder
+
+    loader = open_image_folder(location, options)
+    return SizedStream(loader, len(loader.loader.dataset))  # type: ignore[arg-type]
+
+
 register_stream_source("synthetic", _open_synthetic, _describe_synthetic)
-register_stream_source("folder", open_image_folder, _describe_image_folder)
 
 
-def _open_ccc(location: str, options: StreamOptions) -> Iterable[Any]:
-    """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1], in stream order."""
+register_stream_source("folder", _open_sized_image_folder, _describe_image_folder)
+
+
+PAIR_KEY = "pair"
+"""Metadata key added to CCC samples: their corruption pair "n1→n2" (the domain key of CCC runs)."""
+
+
+def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
+    """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
+    in stream order; each sample's metadata also names its pair (``PAIR_KEY``)."""
     from ccc.stream import open_stream, stream_loader
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
-    return stream_loader(open_stream(location, image_format="float"), batch_size=options.batch_size, num_workers=options.num_workers)
+    stream = open_stream(location, image_format="float")
+    loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
+    return SizedStream(_with_pairs(loader), stream.length)
 
 
 def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
@@ -436,9 +397,14 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     return StreamDescription(
         name=folder.resolve().name,
         samples=spec.num_images,
-        world="demo" if demo else "imagenet",
+        world=DEMO_WORLD if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
     )
 
 
-register_stream_source("ccc", _open_ccc, _describe_ccc)
+def _with_pairs(loader: Iterable[Any]) -> Iterator[Any]:
+    for images, labels, metadata in loader:
+        yield images, labels, [{**entry, PAIR_KEY: f"{entry['n1']}→{entry['n2']}"} for entry in metadata]
+
+
+register_stream_source("ccc", _open_ccc, _describe_ccc, domain_key=PAIR_KEY)

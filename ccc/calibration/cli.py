@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ccc.cache import DownloadError
-from ccc.calibration.published import import_ccc_pickle
+from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.commands import add_compute_arguments, add_plot_arguments, run_compute, run_plot
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
+from ccc.cli.console import HelpFormatter, count, examples
 
 PROGRAM = "ccc-calibrate"
 USER_ERROR_EXIT_CODE = 2
@@ -37,12 +38,14 @@ class Subcommand:
         help: one-line description shown by ``--help``.
         add_arguments: adds the subcommand's arguments to its parser.
         run: executes the parsed arguments and returns the process exit code.
+        examples: example commands ending the subcommand's ``--help``: a command, or (command, comment).
     """
 
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    examples: tuple[str | tuple[str, str], ...] = ()
 
 
 def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +63,7 @@ def _run_import(arguments: argparse.Namespace) -> int:
         arguments.source, cache_dir=arguments.cache_dir, progress=not arguments.no_progress
     )
     written = table.save(arguments.out)
-    print(f"wrote {written}: {len(table.pairs())} pairs, checksum {table.checksum()}")
+    print(f"wrote {written}: {count(len(table.pairs()), 'pair')}, checksum {table.checksum()}")
     return 0
 
 
@@ -129,19 +132,44 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "convert the published CCC accuracy-matrix pickle (file or URL) into a calibration table",
         _add_import_arguments,
         _run_import,
+        (
+            (f"ccc-calibrate import {PUBLISHED_MATRIX_URL} --out calibration/resnet50.npz", "the published ResNet-50 matrices"),
+            ("ccc-calibrate import ~/Downloads/ccc_accuracy_matrix.pickle --out calibration/resnet50.npz", "a pickle already downloaded"),
+        ),
     ),
-    Subcommand("info", "summarise a calibration table", _add_info_arguments, _run_info),
+    Subcommand(
+        "info",
+        "summarise a calibration table",
+        _add_info_arguments,
+        _run_info,
+        (
+            ("ccc-calibrate info calibration/resnet50.npz", "corruptions, presets, accuracy ranges, metadata"),
+            ("ccc-calibrate info calibration/demo.npz", "the demo world's table"),
+        ),
+    ),
     Subcommand(
         "compute",
         "compute a calibration table for a model on ImageNet validation images (resumable)",
         add_compute_arguments,
         run_compute,
+        (
+            ("ccc-calibrate compute --demo --adaptive --out calibration/demo.npz", "the demo world's table (no ImageNet, minutes)"),
+            (
+                "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --device cuda --out calibration/resnet50_adaptive.npz",
+                "ResNet-50 on ImageNet, measuring only the cells the severity paths need",
+            ),
+            ("ccc-calibrate compute --model mymodels:vit --weights vit.pt --out calibration/vit.npz", "your own model (module:function factory)"),
+        ),
     ),
     Subcommand(
         "plot",
         "draw the 21×21 accuracy grid of corruption pairs with target contours and paths (PNG)",
         add_plot_arguments,
         run_plot,
+        (
+            ("ccc-calibrate plot calibration/resnet50.npz --out grid.png --target 20", "every pair with its path to 20 %"),
+            "ccc-calibrate plot calibration/resnet50.npz --out fog_snow.png --pairs fog:snow --contours 40,20",
+        ),
     ),
 )
 """The registered subcommands, in ``--help`` order; extend this tuple to add one."""
@@ -152,12 +180,19 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
         description="Import and inspect CCC calibration tables (accuracy grids per corruption pair).",
+        formatter_class=HelpFormatter,
+        epilog=examples(*(entry for subcommand in subcommands for entry in subcommand.examples[:1]))
+        + "\n\n'ccc-calibrate COMMAND --help' shows a command's options and more examples.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for subcommand in subcommands:
         command_parser = commands.add_parser(
-            subcommand.name, help=subcommand.help, description=subcommand.help
+            subcommand.name,
+            help=subcommand.help,
+            description=subcommand.help,
+            formatter_class=HelpFormatter,
+            epilog=examples(*subcommand.examples) if subcommand.examples else None,
         )
         subcommand.add_arguments(command_parser)
         command_parser.set_defaults(run=subcommand.run)

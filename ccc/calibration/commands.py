@@ -16,26 +16,27 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from torch import nn
+from typing import TYPE_CHECKING
+
 from tqdm import tqdm
 
-from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings, parse_adaptive_setting
-from ccc.calibration.backends import CalibrationBackend, SerialBackend, build_evaluator, ray_backend
-from ccc.calibration.compute import (
-    BruteForcePlanner,
-    CalibrationJob,
-    CalibrationOutcome,
-    CalibrationPlanner,
-    compute_calibration,
-    state_dict_digest,
-)
 from ccc.calibration.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.table import CCC_CORRUPTIONS, CalibrationError, CalibrationTable
 from ccc.calibration.workfolder import WorkFolder, default_work_folder
+from ccc.cli.console import count
 from ccc.imagenet import ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
 from ccc.ray_runtime import RayUnavailableError
-from tta_eval.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
+
+# torch, the model loader and the compute engine are imported when a command runs, so that
+# ``ccc-calibrate --help`` answers at once.
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ccc.calibration.adaptive import AdaptiveSettings
+    from ccc.calibration.backends import CalibrationBackend
+    from ccc.calibration.compute import CalibrationJob, CalibrationOutcome
+    from tta_eval.models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ def _positive_int(text: str) -> int:
 
 def adaptive_setting_argument(text: str) -> tuple[str, object]:
     """argparse type of ``--adaptive-setting NAME=VALUE`` (see :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
+    from ccc.calibration.adaptive import parse_adaptive_setting
+
     try:
         return parse_adaptive_setting(text)
     except ValueError as error:
@@ -88,7 +91,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ccc-calibrate compute``."""
     parser.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
     parser.add_argument("--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="torchvision model name or module:function factory (default: resnet50)")
+    parser.add_argument("--model", default=None, help="torchvision model name or module:function factory (default: resnet50)")
     parser.add_argument("--weights", default=None, help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)")
     parser.add_argument("--normalization", default="auto", choices=("auto", "imagenet", "none"), help="input normalisation inside the model (default: auto)")
     parser.add_argument("--corruptions", type=_name_list, default=None, metavar="A,B,...", help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 5)")
@@ -129,7 +132,7 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
 
     if arguments.imagenet is not None:
         raise CalibrationError("--demo uses the demo world's own images: do not combine it with --imagenet")
-    if arguments.model != DEFAULT_MODEL or arguments.weights is not None:
+    if arguments.model is not None or arguments.weights is not None:
         raise CalibrationError("--demo uses the demo model (ccc.demo:demo_model): do not combine it with --model or --weights")
     arguments.imagenet = str(demo_image_folder())
     arguments.model = DEMO_MODEL
@@ -140,6 +143,8 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
 
 def _adaptive_settings(arguments: argparse.Namespace) -> AdaptiveSettings:
     """``--targets`` and ``--adaptive-setting`` overrides over the defaults (ValueError if out of range)."""
+    from ccc.calibration.adaptive import AdaptiveSettings
+
     overrides = dict(arguments.adaptive_setting)
     if arguments.targets:
         overrides["targets"] = tuple(arguments.targets)
@@ -159,6 +164,8 @@ def _with_demo_presets(table: CalibrationTable) -> CalibrationTable:
 
 def _model_identity(spec: ModelSpec) -> tuple[str, str | None]:
     """(model name for the metadata, sha256 of the weights file or None)."""
+    from tta_eval.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS
+
     weights_path = Path(spec.weights) if spec.weights is not None and Path(spec.weights).is_file() else None
     if weights_path is not None:
         digest = hashlib.sha256()
@@ -176,6 +183,8 @@ def _model_identity(spec: ModelSpec) -> tuple[str, str | None]:
 @contextlib.contextmanager
 def _open_backend(arguments: argparse.Namespace, job: CalibrationJob, spec: ModelSpec, model: nn.Module) -> Iterator[CalibrationBackend]:
     """In-process with the already loaded ``model`` for ``--workers 0``, else Ray (actors load ``spec``)."""
+    from ccc.calibration.backends import SerialBackend, build_evaluator, ray_backend
+
     if arguments.workers == 0 and arguments.ray_address is None:
         yield SerialBackend(job.render_context(), build_evaluator(model, arguments.device, arguments.batch_size, arguments.amp))
         return
@@ -218,8 +227,8 @@ def _summary(outcome: CalibrationOutcome, written: Path, job: CalibrationJob, fo
     corruption_count = len(job.corruptions)
     brute_force = (1 + 20 * corruption_count + 400 * corruption_count * (corruption_count - 1)) * len(job.image_set)
     lines = [
-        f"wrote {written}: {len(table.pairs())} pairs of {corruption_count} corruptions, checksum {table.checksum()}",
-        f"evaluated {outcome.evaluated_images:,} images in {outcome.seconds:.1f} s "
+        f"wrote {written}: {count(len(table.pairs()), 'pair')} of {count(corruption_count, 'corruption')}, checksum {table.checksum()}",
+        f"evaluated {count(outcome.evaluated_images, 'image')} in {outcome.seconds:.1f} s "
         f"({outcome.images_per_second:,.1f} images/s)"
         + (f"; {outcome.resumed_images:,} were already done in {folder}" if outcome.resumed_images else ""),
         f"table rests on {outcome.total_images:,} image evaluations; the brute-force grid needs {brute_force:,} "
@@ -230,6 +239,10 @@ def _summary(outcome: CalibrationOutcome, written: Path, job: CalibrationJob, fo
 
 def run_compute(arguments: argparse.Namespace) -> int:
     """Execute ``ccc-calibrate compute``; returns the exit code."""
+    from ccc.calibration.adaptive import AdaptivePlanner
+    from ccc.calibration.compute import BruteForcePlanner, CalibrationJob, CalibrationPlanner, compute_calibration, state_dict_digest
+    from tta_eval.models import DEFAULT_MODEL, ModelSpec, load_model, resolve_device
+
     out = Path(arguments.out)
     folder_path = Path(arguments.work_folder) if arguments.work_folder else default_work_folder(out)
     try:
@@ -256,7 +269,7 @@ def run_compute(arguments: argparse.Namespace) -> int:
             logger.warning("excluding %d unreadable image(s): %s", len(index.excluded), ", ".join(index.excluded[:10]))
         image_count = arguments.images or (len(index) if arguments.demo else DEFAULT_IMAGE_COUNT)
         image_set = select_calibration_images(index, image_count, arguments.image_seed, preprocessing)
-        spec = ModelSpec(arguments.model, arguments.weights, arguments.normalization)
+        spec = ModelSpec(arguments.model or DEFAULT_MODEL, arguments.weights, arguments.normalization)
         model = load_model(spec, "cpu")
         model_name, weights_sha256 = _model_identity(spec)
         corruption_count = len(corruptions)

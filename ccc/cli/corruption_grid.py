@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 from tqdm import tqdm
 
+from ccc.cli.console import HelpFormatter, examples
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
 from ccc.corruptions._severity import validate_severity
 from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
@@ -72,11 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ccc-corruption-grid",
         description="Write a PNG grid of every corruption at a few severities.",
+        formatter_class=HelpFormatter,
+        epilog=examples(
+            "ccc-corruption-grid",
+            ("ccc-corruption-grid --image photo.jpg --severities 0.5 1 2 3 4 5 --out grid.png", "your own image, six severities"),
+            ("ccc-corruption-grid --holdout --seed 1", "also the 4 hold-out corruptions, other random draws"),
+        ),
     )
     parser.add_argument("--image", type=Path, help="image file to corrupt (default: scikit-image's astronaut)")
     parser.add_argument("--severities", type=float, nargs="+", default=[1.0, 2.5, 5.0], help="severities in [0, 5]")
     parser.add_argument("--holdout", action="store_true", help="also show the 4 hold-out corruptions")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random corruptions (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random corruptions")
     parser.add_argument("--out", type=Path, default=Path("corruption_grid.png"), help="output PNG path")
     return parser
 

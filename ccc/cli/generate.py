@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
+from ccc.cli.console import HelpFormatter, count, examples
 from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.generate import (
     OutputFolderError,
@@ -48,6 +49,8 @@ DEFAULT_NUM_IMAGES = 7_500_000
 DEFAULT_SEED = 43
 DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
+SHARD_BYTES_PER_IMAGE = 32_300
+"""Shard bytes per sample (224×224 JPEG at quality 85 plus tar members), measured on a 6,000-image demo stream."""
 
 logger = logging.getLogger(__name__)
 
@@ -92,16 +95,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROGRAM,
         description="Render a CCC stream (continuously changing corruptions) into WebDataset tar shards.",
+        formatter_class=HelpFormatter,
+        epilog=examples(
+            ("ccc-generate --demo --difficulty medium --speed 200 --num-images 10000", "no ImageNet needed: the embedded demo world (docs/demo.md)"),
+            (
+                "ccc-generate --difficulty medium --speed 2000 --imagenet /data/imagenet/val --calibration calibration/resnet50.npz",
+                "the paper's medium stream at speed 2000 (7.5M images)",
+            ),
+            ("ccc-generate --difficulty hard --speed 1000 --dry-run --plot hard.png", "show the schedule only, render nothing"),
+        ),
     )
     stream = parser.add_argument_group("stream")
-    stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table")
+    stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)")
     stream.add_argument("--speed", type=_integer_at_least(1), metavar="K", help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})")
-    stream.add_argument("--seed", type=_integer_at_least(0), default=DEFAULT_SEED, metavar="S", help=f"stream seed (default {DEFAULT_SEED}; the paper: 43, 44, 45)")
-    stream.add_argument("--num-images", type=_integer_at_least(1), metavar="N", help=f"stream length (default {DEFAULT_NUM_IMAGES:,}, the paper's; with --demo {DEMO_NUM_IMAGES:,})")
-    stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (overrides the preset's)")
-    stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions (overrides the preset's; order matters for the schedule)")
-    stream.add_argument("--schedule", choices=SCHEDULES, default="reference", help="corruption order (default: reference, the public generator's order for the seed)")
-    stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, default="reference", help="severity path choice (default: reference, the public generator's; see docs/paths.md)")
+    stream.add_argument("--seed", type=_integer_at_least(0), default=DEFAULT_SEED, metavar="S", help="stream seed (the paper: 43, 44, 45)")
+    stream.add_argument("--num-images", type=_integer_at_least(1), metavar="N", help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
+        f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at ~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
+        f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:.1f} GB)")
+    stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (default: the preset's)")
+    stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions; order matters for the schedule (default: the preset's)")
+    stream.add_argument("--schedule", choices=SCHEDULES, default="reference", help="corruption order (reference: the public generator's order for the seed)")
+    stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, default="reference", help="severity path choice (reference: the public generator's; see docs/paths.md)")
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
     inputs.add_argument(
@@ -119,15 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(docs/demo.md); runs are named demo_baseline_…",
     )
     output = parser.add_argument_group("output")
-    output.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help=f"parent folder of the run folder (default: {DEFAULT_OUTPUT})")
+    output.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help="parent folder of the run folder")
     output.add_argument("--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)")
-    output.add_argument("--shard-size", type=_integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help=f"samples per shard (default {DEFAULT_SHARD_SIZE:,})")
+    output.add_argument("--shard-size", type=_integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard")
     output.add_argument("--overwrite", action="store_true", help="delete the shards and manifest of another stream in the run folder")
     execution = parser.add_argument_group("execution")
     execution.add_argument("--workers", type=_integer_at_least(1), default=os.cpu_count() or 1, metavar="N", help="local Ray workers (default: all CPUs); 1 renders in this process without Ray")
     execution.add_argument("--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)")
     execution.add_argument("--dry-run", action="store_true", help="print the schedule and write a plot of it, render nothing")
-    execution.add_argument("--plot", metavar="FILE", help="where --dry-run writes the plot (default: <run folder>/schedule.png)")
+    execution.add_argument("--plot", metavar="FILE", help="where --dry-run writes the plot (default: <run folder name>_schedule.png in the current folder)")
     execution.add_argument("--no-progress", action="store_true", help="no progress bars")
     execution.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return parser
@@ -219,8 +233,8 @@ def _run(arguments: argparse.Namespace) -> int:
     if arguments.dry_run:
         num_shards = -(-arguments.num_images // arguments.shard_size)
         print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards))
-        plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or run_dir / "schedule.png")
-        print(f"\nrun folder: {run_dir}\nplot: {plot}")
+        plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png")
+        print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
     index = index_image_folder(
         resolve_imagenet_folder(arguments.imagenet),
@@ -245,16 +259,16 @@ def _run(arguments: argparse.Namespace) -> int:
         shard_size=arguments.shard_size,
     )
     plan = build_stream_plan(spec, table, sources)
-    print(f"{PROGRAM}: {len(sources):,} source images, {spec.num_shards:,} shards ({expected_shard_names(plan)[0]} …) in {run_dir}")
+    print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
     if arguments.ray_address is None and arguments.workers == 1:
         summary = generate_stream(plan, run_dir, SerialBackend(), overwrite=arguments.overwrite, progress=not arguments.no_progress)
     else:
         with ray_session(workers=arguments.workers, address=arguments.ray_address) as ray:
             summary = generate_stream(plan, run_dir, RayBackend(ray), overwrite=arguments.overwrite, progress=not arguments.no_progress)
     print(
-        f"{PROGRAM}: wrote {summary.shards_written} shards ({summary.images_rendered:,} images, "
+        f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
         f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
-        f"{summary.shards_skipped} shards were already finished; output {run_dir}"
+        f"{count(summary.shards_skipped, 'shard')} {'was' if summary.shards_skipped == 1 else 'were'} already finished; output {run_dir}"
     )
     methods = "" if arguments.demo else " --method source --method bn --method eata --method rdumb"
     print(

@@ -22,11 +22,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
+from ccc.cli.console import HelpFormatter, count, examples
 from ccc.imagenet import ImageFolderError
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError
-from ccc.demo import is_demo_stream
-from ccc.verify import locate_plan_inputs, verify_run
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1
@@ -35,7 +34,16 @@ USER_ERROR_EXIT_CODE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of ``ccc-verify``."""
-    parser = argparse.ArgumentParser(prog=PROGRAM, description="Check a CCC run folder (shards) against its manifest.")
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description="Check a CCC run folder (shards) against its manifest.",
+        formatter_class=HelpFormatter,
+        epilog=examples(
+            "ccc-verify shards/demo_baseline_30_transition+speed_2000_seed_43",
+            ("ccc-verify RUN --no-decode", "sizes and sha256 only (fast)"),
+            ("ccc-verify RUN --calibration calibration/resnet50.npz --imagenet /data/imagenet/val", "also check the plan hash"),
+        ),
+    )
     parser.add_argument("folder", metavar="DIR", help="run folder written by ccc-generate (holds manifest.json)")
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
     parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash)")
@@ -53,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error)."""
     arguments = build_parser().parse_args(argv)
+    # imported after parsing: the sample decoder imports torch, which --help does not need
+    from ccc.demo import is_demo_stream
+    from ccc.verify import locate_plan_inputs, verify_run
+
     folder = Path(arguments.folder)
     if (arguments.calibration is None) != (arguments.imagenet is None):
         print(f"{PROGRAM}: error: pass both --calibration and --imagenet to check the plan hash, or neither", file=sys.stderr)
@@ -93,9 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{check.name}: {check.status}{f' — {check.detail}' if check.detail else ''}")
     for name in report.stray_files:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
+    decoded = f", {count(report.samples_decoded, 'sample')} decoded" if report.samples_decoded else ""
     print(
-        f"{PROGRAM}: {report.intact_shards:,} of {report.num_shards:,} shards intact ({report.num_images:,} images in the stream"
-        f"{f', {report.samples_decoded:,} samples decoded' if report.samples_decoded else ''}); plan hash {report.plan_hash}"
+        f"{PROGRAM}: {report.intact_shards:,} of {count(report.num_shards, 'shard')} intact ({count(report.num_images, 'image')} in the stream"
+        f"{decoded}); plan hash {report.plan_hash}"
         f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}"
     )
     if arguments.json:

@@ -12,7 +12,7 @@ from torch import nn
 from tta_eval.cli import main
 from tta_eval.models import IMAGENET_MEAN, ModelSpec, NormalizedClassifier, load_model, resolve_device
 from tta_eval.records import RecordTable
-from tta_eval.streams import StreamOptions, open_stream_source, register_stream_source, stream_schemes
+from tta_eval.streams import StreamOptions, open_stream_source, register_stream_source, stream_length, stream_schemes
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, tiny_bn_cnn
 
 TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
@@ -102,6 +102,7 @@ def test_image_folder_stream(tmp_path):
     images, labels = next(iter(loader))
     assert images.shape == (4, 3, 16, 16) and images.dtype == torch.float32
     assert sorted(torch.cat([batch[1] for batch in loader]).tolist()) == [0, 0, 0, 1, 1, 1]
+    assert stream_length(loader) == 6, "the progress bar's total"
 
 
 def test_unknown_stream_source():

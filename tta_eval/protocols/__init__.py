@@ -11,22 +11,10 @@ on the settings' type; ``tta_eval.protocols.tempora`` holds the pure utility fun
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tta_eval.methods import TTAMethod
-from tta_eval.protocols.alfarra import relative_speed, run_alfarra
-from tta_eval.protocols.amortised import run_amortised
-from tta_eval.protocols.discrete import run_discrete
-from tta_eval.protocols.execution import (
-    NonFiniteLossError,
-    frozen_copy,
-    predict_without_adapting,
-    prediction_network,
-)
-from tta_eval.protocols.offline import evaluate_offline, run_offline
 from tta_eval.protocols.settings import (
     NONFINITE_POLICIES,
     PROTOCOLS,
@@ -36,6 +24,7 @@ from tta_eval.protocols.settings import (
     ContinuousProtocol,
     DiscreteProtocol,
     EpisodeSettings,
+    NonFiniteLossError,
     OfflineProtocol,
     ProtocolSettings,
     protocol_from_json,
@@ -50,6 +39,31 @@ from tta_eval.protocols.timing import (
     calibrate_baseline_latency,
 )
 from tta_eval.records import BatchRecord, RecordTable
+
+if TYPE_CHECKING:
+    import torch
+
+    from tta_eval.methods import TTAMethod
+
+_RUNNERS = {
+    "relative_speed": "alfarra",
+    "run_alfarra": "alfarra",
+    "run_amortised": "amortised",
+    "run_discrete": "discrete",
+    "frozen_copy": "execution",
+    "predict_without_adapting": "execution",
+    "prediction_network": "execution",
+    "evaluate_offline": "offline",
+    "run_offline": "offline",
+}
+"""Names whose modules import torch and the methods: loaded on first use (PEP 562), so that the
+settings, and with them ``tta-eval --help``, load without torch."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RUNNERS:
+        return getattr(importlib.import_module(f"tta_eval.protocols.{_RUNNERS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_protocol(
@@ -66,6 +80,11 @@ def run_protocol(
     baseline_latency: λ in seconds; required by the amortised protocol and by a discrete protocol
     given as a utilisation (ValueError otherwise). timing: measured on ``device`` by default.
     """
+    from tta_eval.protocols.alfarra import run_alfarra
+    from tta_eval.protocols.amortised import run_amortised
+    from tta_eval.protocols.discrete import run_discrete
+    from tta_eval.protocols.offline import run_offline
+
     if isinstance(protocol, AlfarraProtocol):
         return run_alfarra(methods, batches, protocol, device, progress, timing)
     if isinstance(protocol, DiscreteProtocol):

@@ -24,19 +24,15 @@ from tqdm import tqdm
 
 from tta_eval.methods import NeedsStreamPreparation, TTAMethod
 from tta_eval.methods.base import batchnorm_layers
-from tta_eval.protocols.settings import EpisodeSettings
+from tta_eval.protocols.settings import EpisodeSettings, NonFiniteLossError
 from tta_eval.protocols.timing import Timing
 from tta_eval.records import BatchRecord
-from tta_eval.streams import Batch, as_batch, majority_value, metadata_values
+from tta_eval.streams import Batch, as_batch, majority_value, metadata_values, stream_length
 
 logger = logging.getLogger(__name__)
 
 NON_TTY_PROGRESS_INTERVAL_SECONDS = 30.0
 MAX_WRAPPER_DEPTH = 8
-
-
-class NonFiniteLossError(RuntimeError):
-    """Raised under ``nonfinite_loss="stop"`` after the record of the offending batch was yielded."""
 
 
 def prediction_network(method: nn.Module) -> nn.Module:
@@ -150,11 +146,14 @@ def stream_batches(
     progress: bool = False,
 ) -> Iterator[StreamBatch]:
     """Validated batches of ``batches`` on ``device``, with domains; methods needing the stream head
-    (EATA) are prepared first. Raises ValueError for malformed batches or an empty stream."""
+    (EATA) are prepared first. progress: a bar on stderr, with total and ETA when the stream's length
+    is known (``tta_eval.streams.SizedStream``). Raises ValueError for malformed batches or an empty stream."""
+    total = stream_length(batches)
     iterator = iter(batches)
     head = _prepare_methods(methods, iterator, device)
     interactive = sys.stderr.isatty()
     bar = tqdm(
+        total=total,
         disable=not progress,
         unit="img",
         unit_scale=True,

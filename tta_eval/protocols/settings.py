@@ -21,6 +21,11 @@ RESET_MODES = ("never", "domain", "batches")
 NONFINITE_POLICIES = ("continue", "stop")
 
 
+class NonFiniteLossError(RuntimeError):
+    """Raised under ``nonfinite_loss="stop"`` after the record of the offending batch was yielded."""
+
+
+
 @dataclass(frozen=True, kw_only=True)
 class EpisodeSettings:
     """Resets and non-finite-loss policy, shared by all protocols.

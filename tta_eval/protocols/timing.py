@@ -25,13 +25,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import torch
-from torch import nn
 
 from tta_eval.validation import check_non_negative, check_positive, check_positive_int
+
+# torch is imported where a measurement needs it: the cost model and settings load without it
+# (``tta-eval --help``).
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ CALIBRATION_SIGMAS = 6.0
 
 def device_synchronizer(device: torch.device | str) -> Callable[[], None]:
     """A function waiting for all queued work on ``device`` (CUDA), or doing nothing (CPU)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
@@ -392,6 +398,8 @@ def calibrate_baseline_latency(
     timed ones. The model's train/eval mode is restored afterwards; parameters and buffers are
     not changed.
     """
+    import torch
+
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
     check_positive_int("calls", calls)

@@ -1,0 +1,126 @@
+"""Image folders (root/<class>/<image>) as streams: a DataLoader whose unreadable images are named or
+skipped deterministically. Imported by ``tta_eval.streams`` when a folder stream is opened (it needs
+torch and torchvision, which the stream registry itself does not)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+
+from tta_eval.streams import StreamOptions
+
+logger = logging.getLogger(__name__)
+
+
+def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
+    """DataLoader over an ImageFolder (root/<class>/<image>): classes indexed in sorted folder order.
+
+    For ImageNet-style folders named by WordNet id the sorted order is the standard ImageNet class
+    index. Images: resize (short side image_size·256/224), centre crop image_size, in [0, 1].
+    """
+    from torchvision.transforms import v2
+
+    root = Path(location)
+    if not root.is_dir():
+        raise ValueError(f"stream folder {location!r} does not exist or is not a directory")
+    transform = v2.Compose(
+        [
+            v2.ToImage(),
+            v2.Resize(round(options.image_size * 256 / 224), antialias=True),
+            v2.CenterCrop(options.image_size),
+            v2.ToDtype(torch.float32, scale=True),
+        ]
+    )
+    try:
+        dataset = _CheckedImageFolder(str(root), transform=transform)
+    except FileNotFoundError as error:
+        raise ValueError(f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}") from None
+    if options.skip_bad_images:
+        _exclude_unreadable(dataset, root)
+    generator = None
+    if options.shuffle_seed is not None:
+        generator = torch.Generator().manual_seed(options.shuffle_seed)
+    return _FolderLoader(
+        torch.utils.data.DataLoader(
+            dataset,
+            batch_size=options.batch_size,
+            shuffle=options.shuffle_seed is not None,
+            generator=generator,
+            num_workers=options.num_workers,
+            collate_fn=_collate_checked,
+        )
+    )
+
+
+class _CheckedImageFolder(torchvision.datasets.ImageFolder):
+    """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
+    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback)."""
+
+    def __getitem__(self, position: int) -> Any:
+        from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
+
+        path, label = self.samples[position]
+        try:
+            return super().__getitem__(position)
+        except UNREADABLE_IMAGE_ERRORS as error:
+            return _Unreadable(path, str(error) or type(error).__name__)
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    path: str
+    problem: str
+
+
+def _collate_checked(items: list[Any]) -> Any:
+    bad = [item for item in items if isinstance(item, _Unreadable)]
+    return bad[0] if bad else torch.utils.data.default_collate(items)
+
+
+class _FolderLoader:
+    """The DataLoader of an image folder; an unreadable image ends the stream with a ValueError naming it."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            if isinstance(batch, _Unreadable):
+                raise ValueError(
+                    f"unreadable image {batch.path}: {batch.problem}; fix or remove it, or pass --skip-bad-images "
+                    "to check every image before the run and exclude the unreadable ones deterministically"
+                )
+            yield batch
+
+
+def _exclude_unreadable(dataset: Any, root: Path) -> None:
+    """Decode every image of ``dataset`` (threads) and drop the unreadable ones from its sample list."""
+    from ccc.imagenet import decode_problem
+
+    paths = [path for path, _ in dataset.samples]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        problems = list(pool.map(decode_problem, paths, chunksize=64))
+    bad = [(path, problem) for path, problem in zip(paths, problems) if problem is not None]
+    if bad:
+        logger.warning(
+            "stream folder %s: excluded %d unreadable image(s): %s",
+            root,
+            len(bad),
+            "; ".join(f"{Path(path).relative_to(root)}: {problem}" for path, problem in bad[:10]),
+        )
+        dataset.samples = [sample for sample, problem in zip(dataset.samples, problems) if problem is None]
+        dataset.imgs = dataset.samples
+        dataset.targets = [label for _, label in dataset.samples]
+        if not dataset.samples:
+            raise ValueError(f"stream folder {str(root)!r} has no readable image")
