@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -227,6 +228,21 @@ def test_every_preset_pair_has_a_severity_path(demo_table: CalibrationTable, dif
             if first != second:
                 path = find_path(demo_table.grid(first, second), target, "reference")
                 assert len(path) >= 1
+
+
+@pytest.mark.parametrize("difficulty", sorted(DEMO_DIFFICULTY_PRESETS))
+def test_preset_paths_run_on_measured_cells_near_their_target(demo_table: CalibrationTable, difficulty: str) -> None:
+    """The table was refined for every preset's target: each pair's severity path crosses only cells
+    measured on images (none the adaptive scheme merely predicted), and the paths' calibrated mean
+    over the pairs lies within 1.5 points of the target (docs/demo.md, "Difficulty presets")."""
+    target, corruptions = DEMO_DIFFICULTY_PRESETS[difficulty]
+    path_means = []
+    for first, second in itertools.permutations(corruptions, 2):
+        grid, counts = demo_table.grid(first, second), demo_table.image_counts(first, second)
+        path = find_path(grid, target, "reference")
+        assert all(counts[row, column] > 0 for row, column in path), (first, second)
+        path_means.append(np.mean([grid[row, column] for row, column in path]))
+    assert np.mean(path_means) == pytest.approx(target, abs=1.5)
 
 
 def test_presets_need_their_corruptions_in_the_table(demo_table: CalibrationTable) -> None:
