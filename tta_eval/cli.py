@@ -113,18 +113,15 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="collapse is judged against: 'source' (run the source model as reference), an accuracy in [0, 1], or 'none'",
     )
     parser.add_argument(
-        "--collapse-span", type=int, default=DEFAULT_COLLAPSE_SPAN, help="a method collapsed once its windowed accuracy stays below the reference for this many samples"
+        "--collapse-span",
+        type=int,
+        default=None,
+        help="a method collapsed once its windowed accuracy stays below the reference for this many samples "
+        f"(default: 5 windows, at most {DEFAULT_COLLAPSE_SPAN:,})",
     )
     parser.add_argument(
         "--nonfinite-loss", choices=("continue", "stop"), default="continue", help="on a NaN/inf adaptation loss: skip that update and go on, or stop the run"
     )
-    parser.add_argument(
-        "--collapse-span",
-        type=int,
-        default=None,
-        help=f"samples below the reference that make a collapse (default: 5 windows, at most {DEFAULT_COLLAPSE_SPAN:,})",
-    )
-    parser.add_argument("--nonfinite-loss", choices=("continue", "stop"), default="continue")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder holding run folders")
     parser.add_argument("--name", default=None, help="run folder name (default: from the stream)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
