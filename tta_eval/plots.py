@@ -84,13 +84,13 @@ CROWDED_FRACTION = 0.14
 alternate between two rows (up to 8 segments) or are rotated (more)."""
 
 
-def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float) -> None:
-    """Alternately shade the segments, mark their boundaries and name them on top axes."""
+def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float, named: bool = True) -> None:
+    """Alternately shade the segments, mark their boundaries and (``named``) name them on top axes."""
     for index, segment in enumerate(segments):
         axes.axvspan(segment.first_sample, segment.end_sample, color=SEGMENT_SHADE, alpha=SEGMENT_ALPHA[index % 2], linewidth=0, zorder=0)
         if index:
             axes.axvline(segment.first_sample, color="0.5", linewidth=0.6, linestyle=":", zorder=0.5)
-    if len(segments) > LABELLED_SEGMENTS:
+    if not named or len(segments) > LABELLED_SEGMENTS:
         return
     crowded = any((segment.end_sample - segment.first_sample) < CROWDED_FRACTION * x_end for segment in segments)
     rows = 2 if crowded and len(segments) <= 8 else 1
@@ -118,10 +118,11 @@ def plot_accuracy_curves(
     methods: Mapping[str, str] | None = None,
     segments: Sequence[DomainSegment] = (),
     styles: Mapping[str, str] | None = None,
+    baseline: str | None = None,
 ) -> list[Path]:
     """``accuracy_figure`` written to ``output_stem`` with suffixes .png (150 dpi) and .svg (no
     timestamp); returns both paths."""
-    return _save(accuracy_figure(curves, references, title, methods, segments, styles), output_stem)
+    return _save(accuracy_figure(curves, references, title, methods, segments, styles, baseline), output_stem)
 
 
 def accuracy_figure(
@@ -131,6 +132,7 @@ def accuracy_figure(
     methods: Mapping[str, str] | None = None,
     segments: Sequence[DomainSegment] = (),
     styles: Mapping[str, str] | None = None,
+    baseline: str | None = None,
 ) -> Figure:
     """Windowed accuracy (%) against samples seen: one line per curve, references dashed.
 
@@ -139,25 +141,33 @@ def accuracy_figure(
     (``method_colour``; default: the label itself); curves sharing a method differ in line style.
     styles: label → matplotlib line style, overriding those defaults (e.g. one style per stream).
     segments: the stream's domain segments (corruption pairs), shaded alternately and named above
-    the axes. The y label states the window size; the legend sits outside the axes.
+    the axes. The y label states the window size; the legend sits outside the axes. baseline: the
+    label of a curve (e.g. "bn") against which a second panel below shows every other curve's
+    difference in points, window by window (where a method gains or loses against adapting only
+    the normalisation statistics); None or a label not among ``curves``: one panel.
     """
-    figure = Figure(figsize=(9.0, 4.2), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
     references = references or {}
     methods = methods or {}
     styles = styles or {}
+    compared = baseline is not None and baseline in curves and len(curves) > 1
+    figure = Figure(figsize=(9.0, 6.4 if compared else 4.2), layout="constrained")
+    FigureCanvasAgg(figure)
+    if compared:
+        axes, difference_axes = figure.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    else:
+        axes, difference_axes = figure.add_subplot(), None
     if segments:
         _shade_segments(axes, segments, max(segment.end_sample for segment in segments))
     seen: dict[str, int] = {}
     entries = [(label, curve, True) for label, curve in references.items()] + [(label, curve, False) for label, curve in curves.items()]
+    line_styles: dict[str, str] = {}
     for label, curve, is_reference in entries:
         if not curve.accuracy.size:
             continue
         method = methods.get(label, label).split(":", 1)[0]
         repeat = seen.get(method, 0)
         seen[method] = repeat + 1
-        style = styles.get(label, LINE_STYLES[(repeat + (1 if is_reference else 0)) % len(LINE_STYLES)])
+        style = line_styles[label] = styles.get(label, LINE_STYLES[(repeat + (1 if is_reference else 0)) % len(LINE_STYLES)])
         axes.plot(
             curve.sample_end,
             100 * curve.accuracy,
@@ -169,7 +179,11 @@ def accuracy_figure(
             label=label,
         )
     windows = {curve.window for curve in [*curves.values(), *references.values()] if curve.accuracy.size}
-    axes.set_xlabel("samples seen")
+    if difference_axes is not None:
+        _plot_differences(difference_axes, curves, baseline, methods, line_styles, segments)
+        difference_axes.set_xlabel("samples seen")
+    else:
+        axes.set_xlabel("samples seen")
     sizes = f"{min(windows):,}" if len(windows) == 1 else f"{min(windows):,}–{max(windows):,}"
     axes.set_ylabel(f"accuracy (%) per window of {sizes} samples" if windows else "accuracy (%)")
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
@@ -181,6 +195,42 @@ def accuracy_figure(
         figure.suptitle(title)
     figure.legend(loc="outside right center", fontsize="small", frameon=False)
     return figure
+
+
+def _plot_differences(
+    axes: Axes,
+    curves: Mapping[str, WindowedAccuracy],
+    baseline: str,
+    methods: Mapping[str, str],
+    styles: Mapping[str, str],
+    segments: Sequence[DomainSegment],
+) -> None:
+    """Each curve minus ``baseline``'s (points) over the windows both cover, in the line styles of the
+    panel above, the baseline as a zero line."""
+    if segments:
+        _shade_segments(axes, segments, max(segment.end_sample for segment in segments), named=False)
+    reference = curves[baseline]
+    base_method = methods.get(baseline, baseline).split(":", 1)[0]
+    axes.axhline(0.0, color=method_colour(base_method), linewidth=1.4)
+    for label, curve in curves.items():
+        if label == baseline or not curve.accuracy.size:
+            continue
+        length = min(curve.accuracy.size, reference.accuracy.size)
+        method = methods.get(label, label).split(":", 1)[0]
+        axes.plot(
+            curve.sample_end[:length],
+            100 * (curve.accuracy[:length] - reference.accuracy[:length]),
+            linestyle=styles.get(label, "-"),
+            marker=_marker(curve),
+            markersize=4,
+            linewidth=1.4,
+            color=method_colour(method),
+        )
+    axes.set_ylabel(f"minus {baseline} (points)")
+    axes.xaxis.set_major_formatter(EngFormatter(sep=""))
+    axes.margins(x=0)
+    axes.set_xlim(left=0)
+    axes.grid(alpha=0.3)
 
 
 def _save(figure: Figure, output_stem: Path) -> list[Path]:

@@ -36,6 +36,8 @@ CONFIG_FILE = "config.json"
 RECORDS_FOLDER = "records"
 PLOT_STEM = "accuracy"
 SOURCE_METHOD = "source"
+BN_METHOD = "bn"
+"""The label whose curve the run plot's lower panel subtracts (adapting normalisation statistics only)."""
 PLOT_SUFFIXES = (".png", ".svg")
 RUN_COMPLETE = "complete"
 """``status`` of a run folder's summary.json when every batch of the stream was recorded."""
@@ -144,12 +146,13 @@ def summarise_run(
 
 def plot_run(summary: Mapping[str, Any], run_dir: Path, title: str = "") -> list[Path]:
     """accuracy.png/.svg of a run: every method's windowed accuracy, the source model dashed, the
-    stream's domain segments (corruption pairs) shaded and named."""
+    stream's domain segments (corruption pairs) shaded and named; when BN adaptation is one of the
+    methods, a second panel shows every other method's difference to it."""
     curves = {label: WindowedAccuracy.from_json(method["windowed_accuracy"]) for label, method in summary["methods"].items()}
     references = {SOURCE_METHOD: curves.pop(SOURCE_METHOD)} if SOURCE_METHOD in curves else {}
     methods = {label: method["method"] for label, method in summary["methods"].items()}
     segments = [DomainSegment.from_json(segment) for segment in summary.get("domain_segments", [])]
-    return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title, methods, segments)
+    return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title, methods, segments, baseline=BN_METHOD)
 
 
 @dataclass(frozen=True)

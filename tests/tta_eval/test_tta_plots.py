@@ -75,6 +75,16 @@ def pair_names(figure) -> list[list[str]]:  # type: ignore[no-untyped-def]
     return [[label.get_text() for label in top.get_xticklabels()] for top in figure.axes[0].child_axes]
 
 
+def test_a_second_panel_shows_every_method_minus_the_baseline() -> None:
+    figure = accuracy_figure({"bn": curve(0.7), "tent": curve(0.6), "rdumb": curve(0.75)}, {"source": curve(0.3)}, baseline="bn")
+    accuracy_axes, difference_axes = figure.axes[:2]
+    assert difference_axes.get_ylabel() == "minus bn (points)" and difference_axes.get_xlabel() == "samples seen"
+    by_colour = {line.get_color(): np.asarray(line.get_ydata()) for line in difference_axes.lines if len(line.get_ydata()) > 2}
+    assert set(by_colour) == {method_colour("tent"), method_colour("rdumb")}
+    assert by_colour[method_colour("tent")] == pytest.approx(np.asarray(100 * (curve(0.6).accuracy - curve(0.7).accuracy)))
+    assert len(accuracy_figure({"tent": curve(0.6)}, baseline="bn").axes) == 1, "no baseline among the curves: one panel"
+
+
 def test_names_of_narrow_pairs_alternate_between_two_rows_or_turn() -> None:
     widths = [4000, 4000, 500, 4000]
     starts = np.cumsum([0, *widths])
