@@ -439,6 +439,28 @@ def test_verify_accepts_an_intact_run_and_checks_the_plan_hash(world: dict, tmp_
     assert json.loads((tmp_path / "report.json").read_text())["ok"] is True
 
 
+def test_verify_checks_the_plan_hash_when_it_finds_the_table_and_images_else_says_which_flags(
+    world: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CCC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CCC_IMAGENET", raising=False)
+    assert verify_main([str(world["run"]), "--no-progress", "--no-decode"]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.endswith(
+        f"plan hash not checked (to check the plan hash, pass --calibration FILE (the table with checksum "
+        f"{world['table'].checksum()[:16]}…) and --imagenet PATH (or CCC_IMAGENET; images with index checksum "
+        f"{world['plan'].spec.source_index_checksum[:16]}…))"
+    )
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "resnet50.npz").write_bytes(world["table_path"].read_bytes())
+    monkeypatch.setenv("CCC_IMAGENET", str(world["folder"]))
+    assert verify_main([str(world["run"]), "--no-progress", "--no-decode"]) == 0
+    assert capsys.readouterr().out.strip().endswith("plan hash matches")
+    assert verify_main([str(world["run"]), "--no-progress", "--no-decode", "--demo"]) == 2
+    assert "is not a demo-world stream" in capsys.readouterr().err
+
+
 def test_verify_finds_a_flipped_byte_a_truncation_and_a_missing_shard(run_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first = run_copy / "serial_00000.tar"
     data = bytearray(first.read_bytes())
