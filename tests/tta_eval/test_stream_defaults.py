@@ -12,6 +12,7 @@ import pytest
 import torchvision
 
 import ccc.demo
+import ccc.demo.demonstration
 from ccc.generate import SerialBackend, generate_stream, load_source_images
 from ccc.imagenet import index_image_folder
 from ccc.stream_plan import StreamSpec, build_stream_plan
@@ -135,14 +136,14 @@ def test_a_demo_world_stream_chooses_the_demo_model_methods_and_options(ccc_run,
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == (
-        "demo world settings (docs/demo.md; the demo's, not the paper's): tent: learning_rate=0.01; "
-        "rdumb:reset_every=1: learning_rate=0.01, redundancy_margin=0.4"
+        "demo world settings (docs/demo.md; the demo's, not the paper's): tent: learning_rate=0.05; "
+        "rdumb:reset_every=1: learning_rate=0.05, redundancy_margin=0.4"
     )
     assert lines[1] == "demo world stream: evaluating the demo model (ccc.demo:demo_model, docs/demo.md)"
     run_dir = tmp_path / ccc_run.name
     config = json.loads((run_dir / "config.json").read_text())
     assert config["model"]["name"] == "ccc.demo:demo_model" and config["stream_name"] == ccc_run.name
-    assert config["methods"]["tent"]["config"]["learning_rate"] == 0.01
+    assert config["methods"]["tent"]["config"]["learning_rate"] == ccc.demo.demonstration.DEMO_LEARNING_RATE
     assert config["methods"]["rdumb:reset_every=1"]["reset_every"] == 1
     assert config["methods"]["rdumb:reset_every=1"]["config"]["redundancy_margin"] == 0.4
 
