@@ -457,6 +457,7 @@ def _run(arguments: argparse.Namespace) -> int:
         print(note)
     print(_timing_line(run.summary))
     print(f"run folder: {run_dir}")
+    print(f"next: open {run_dir / 'accuracy.png'}\n      tta-eval compare {run_dir.parent}      # with the other runs there")
     return 0
 
 
