@@ -96,6 +96,32 @@ TEXTURE_CLASS_COLOURS = ((0.75, 0.3, 0.25), (0.25, 0.35, 0.75))
 """RGB in [0, 1] of the two colours of :func:`texture_image` classes (class = colour × texture)."""
 
 
+def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image_folder: Path | None = None) -> Path:
+    """A CCC run folder ``root/baseline_30_transition+speed_<speed>_seed_43`` of ``num_images`` samples
+    (shards of ``shard_size``), rendered serially over ``image_folder`` (default: a fresh 3-class
+    ``make_image_folder`` under ``root``) with ``make_calibration_table()`` at target 30 %."""
+    from ccc.generate import SerialBackend, generate_stream, load_source_images
+    from ccc.imagenet import index_image_folder
+    from ccc.stream_plan import StreamSpec, build_stream_plan, run_name
+
+    folder = image_folder if image_folder is not None else make_image_folder(root / "val")
+    table = make_calibration_table()
+    sources = load_source_images(index_image_folder(folder, progress=False))
+    spec = StreamSpec(
+        target_accuracy=30.0,
+        corruptions=table.corruptions,
+        speed=speed,
+        seed=43,
+        num_images=num_images,
+        calibration_checksum=table.checksum(),
+        source_index_checksum=sources.index_checksum,
+        shard_size=shard_size,
+    )
+    run = root / run_name(30.0, speed, 43)
+    generate_stream(build_stream_plan(spec, table, sources), run, SerialBackend(), progress=False)
+    return run
+
+
 def texture_image(class_index: int, generator: np.random.Generator, size: int = 40) -> np.ndarray:
     """A uint8 RGB ``size``×``size`` image of one of 4 classes: (red, blue) × (smooth, striped).
 

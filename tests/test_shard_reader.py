@@ -19,12 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ccc.generate import SerialBackend, generate_stream, load_source_images
-from ccc.imagenet import index_image_folder
 from ccc.shard_reader import BLOCK_BYTES, MAX_JSON_BYTES, MAX_MEMBER_BYTES, ShardReadError, load_json_member, read_all
 from ccc.stream import StreamError, StreamWarning, open_stream
-from ccc.stream_plan import StreamSpec, build_stream_plan
-from tests.conftest import make_calibration_table, make_image_folder
+from tests.conftest import make_ccc_run, make_image_folder
 
 CASE_SECONDS = 20
 """Bound per case; a reader that loops forever is stopped by the timer and the test fails."""
@@ -138,22 +135,9 @@ def test_json_depth_ignores_brackets_inside_strings() -> None:
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-sample run folder (one shard of 3) over tiny source images."""
-    folder = make_image_folder(tmp_path_factory.mktemp("images") / "val", classes=2, images_per_class=2, size=(64, 48))
-    table = make_calibration_table()
-    sources = load_source_images(index_image_folder(folder, progress=False))
-    spec = StreamSpec(
-        target_accuracy=30.0,
-        corruptions=table.corruptions,
-        speed=2,
-        seed=43,
-        num_images=3,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        shard_size=3,
-    )
-    run = tmp_path_factory.mktemp("run") / "run"
-    generate_stream(build_stream_plan(spec, table, sources), run, SerialBackend(), progress=False)
-    return run
+    root = tmp_path_factory.mktemp("run")
+    folder = make_image_folder(root / "val", classes=2, images_per_class=2, size=(64, 48))
+    return make_ccc_run(root, num_images=3, speed=2, shard_size=3, image_folder=folder)
 
 
 def damaged_copies(data: bytes, seed: int, flips: int, truncations: int) -> Iterator[tuple[str, bytes]]:

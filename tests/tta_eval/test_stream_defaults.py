@@ -13,21 +13,11 @@ import torchvision
 
 import ccc.demo
 import ccc.demo.demonstration
-from ccc.generate import SerialBackend, generate_stream, load_source_images
-from ccc.imagenet import index_image_folder
-from ccc.stream_plan import StreamSpec, build_stream_plan
-from tests.conftest import make_calibration_table, make_image_folder
-from tta_eval.cli import main
+from tests.conftest import make_ccc_run
 from tta_eval.experiment import ExperimentSettings, MethodSpec, fitted_window, resolve_experiment
-
-TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
-SMALL_STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
+from tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 
 
-def run_cli(capsys, *arguments: str) -> tuple[int, str, str]:
-    code = main(list(arguments))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize(
@@ -103,22 +93,7 @@ def test_a_failed_weights_download_is_one_line_naming_the_remedy(tmp_path, capsy
 @pytest.fixture(scope="module")
 def ccc_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 128-image CCC run folder over a 3-class ImageNet-layout folder (not the demo world)."""
-    folder = make_image_folder(tmp_path_factory.mktemp("images") / "val")
-    table = make_calibration_table()
-    sources = load_source_images(index_image_folder(folder, progress=False))
-    spec = StreamSpec(
-        target_accuracy=30.0,
-        corruptions=table.corruptions,
-        speed=8,
-        seed=43,
-        num_images=128,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        shard_size=64,
-    )
-    run = tmp_path_factory.mktemp("shards") / "baseline_30_transition+speed_8_seed_43"
-    generate_stream(build_stream_plan(spec, table, sources), run, SerialBackend(), progress=False)
-    return run
+    return make_ccc_run(tmp_path_factory.mktemp("shards"), num_images=128, speed=8, shard_size=64)
 
 
 def test_the_demo_model_is_refused_on_a_stream_of_another_world(ccc_run, tmp_path, capsys):

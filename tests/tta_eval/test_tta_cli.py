@@ -9,14 +9,12 @@ import torch
 import torchvision
 from torch import nn
 
-from tta_eval.cli import main
 from tta_eval.models import IMAGENET_MEAN, ModelSpec, NormalizedClassifier, load_model, resolve_device
 from tta_eval.records import RecordTable
 from tta_eval.streams import StreamOptions, open_stream_source, register_stream_source, stream_length, stream_schemes
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, tiny_bn_cnn
+from tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 
-TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
-SMALL_STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
 
 
 # --- models ---------------------------------------------------------------------------------------
@@ -114,11 +112,6 @@ def test_unknown_stream_source():
 
 # --- command line ---------------------------------------------------------------------------------
 
-
-def run_cli(capsys, *arguments: str) -> tuple[int, str, str]:
-    code = main(list(arguments))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_methods_lists_every_method_with_defaults(capsys):

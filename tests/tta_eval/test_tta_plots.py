@@ -21,9 +21,8 @@ from tta_eval.protocols import execution
 from tta_eval.records import BatchRecord, RecordTable
 from tta_eval.reports import RunResult, plot_comparison, short_stream_tags
 from tta_eval.streams import SizedStream, default_domain_key, limit_samples, stream_length
+from tta_helpers import SMALL_STREAM, TINY_FACTORY
 
-TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
-SMALL_STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
 
 
 def curve(level: float, count: int = 30, window: int = 300) -> WindowedAccuracy:

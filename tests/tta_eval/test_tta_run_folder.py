@@ -14,15 +14,9 @@ import tta_eval.experiment
 from tta_eval.cli import main
 from tta_eval.records import CsvRecordWriter
 from tta_eval.streams import register_stream_source, stream_schemes
-
-TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
-SMALL_STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
+from tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 
 
-def run_cli(capsys, *arguments: str) -> tuple[int, str, str]:
-    code = main(list(arguments))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def run_arguments(out, name: str, stream: str = SMALL_STREAM, *extra: str) -> list[str]:

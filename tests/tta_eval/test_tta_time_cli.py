@@ -7,17 +7,12 @@ import json
 
 import pytest
 
-from tta_eval.cli import main
+from tta_helpers import run_cli
 
 TINY_MODEL = "tta_helpers:make_tiny_cnn"
 STREAM = "synthetic:num_batches=12,batch_size=16,domain_length=4,image_size=8"
 DETERMINISTIC = ["--cost", "tent=2.5", "--cost", "bn=1+0.25", "--baseline-latency-ms", "10"]
 
-
-def run_cli(capsys, *arguments: str) -> tuple[int, str, str]:
-    code = main(list(arguments))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def base(tmp_path, command: str = "run") -> list[str]:

@@ -7,6 +7,20 @@ from torch import nn
 
 from tta_eval.methods import PeriodicReset
 
+TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
+"""A 10-class BatchNorm CNN factory for ``--model`` (random initialisation)."""
+SMALL_STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
+"""A 96-sample synthetic stream for ``--stream``: 6 batches of 16 images of 8×8 pixels, 3 domains."""
+
+
+def run_cli(capsys, *arguments: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """Run ``tta-eval`` with ``arguments``; (exit code, stdout, stderr)."""
+    from tta_eval.cli import main
+
+    code = main(list(arguments))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
 
 def make_tiny_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
     """A small BatchNorm CNN for 3×8×8 inputs with non-trivial BN statistics."""
