@@ -394,7 +394,8 @@ def short_stream_tags(names: Sequence[str]) -> list[str]:
 def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "") -> list[Path]:
     """Overlay of every (method, stream) curve of ``runs`` (``comparison_cells``), sources dashed:
     labelled by method, with a short stream tag when the runs cover several streams (one colour per
-    method, one line style per stream); the corruption pairs are shaded when all runs share one stream."""
+    method, one line style per stream); the corruption pairs are shaded, and every method's difference
+    to BN is shown in a second panel, when all runs share one stream."""
     cells = comparison_cells(runs)
     rows = list(dict.fromkeys(cell.row for cell in cells))
     distinct = list(dict.fromkeys(cell.stream for cell in cells))
@@ -415,7 +416,8 @@ def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "
         [DomainSegment.from_json(segment) for segment in cells[0].run.summary.get("domain_segments", [])] if len(distinct) == 1 else []
     )
     default_title = f"top-1 accuracy on {distinct[0]}" if len(distinct) == 1 else f"top-1 accuracy on {len(distinct)} streams"
-    return plot_accuracy_curves(curves, output_stem, references, title or default_title, methods, segments, styles)
+    baseline = BN_METHOD if len(distinct) == 1 else None
+    return plot_accuracy_curves(curves, output_stem, references, title or default_title, methods, segments, styles, baseline)
 
 
 
