@@ -83,15 +83,19 @@ def _listed(names: Sequence[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def class_list(folders: Sequence[str], classes: Sequence[str] | None = None, where: str = "the folder") -> tuple[str, ...]:
+def class_list(
+    folders: Sequence[str], classes: Sequence[str] | None = None, where: str = "the folder", *, subset: bool = False
+) -> tuple[str, ...]:
     """The class list (position = class index) of a folder whose class folders holding images are
     ``folders``.
 
     classes: an explicit list (returned as is; folders not in it are skipped with a logged note,
     listed classes without a folder simply have no images). Without it: the standard ImageNet list
     when the folders are WordNet ids of it (every one of the 1,000 must be present), else the folders
-    sorted as strings. Raises ImageFolderError naming the extra or missing classes of a folder that
-    is partly ImageNet.
+    sorted as strings. subset: accept ImageNet folders with only some of the 1,000 classes (they keep
+    their standard index; used to evaluate on a subset with a 1,000-class model). Raises
+    ImageFolderError naming the extra (or, without ``subset``, missing) classes of a folder that is
+    partly ImageNet.
     """
     if classes is not None:
         unlisted = sorted(set(folders) - set(classes))
@@ -102,7 +106,7 @@ def class_list(folders: Sequence[str], classes: Sequence[str] | None = None, whe
     if not standard.intersection(folders):
         return tuple(sorted(folders))
     extra = sorted(set(folders) - standard)
-    missing = sorted(standard - set(folders))
+    missing = [] if subset else sorted(standard - set(folders))
     if extra or missing:
         problems = []
         if extra:
@@ -191,6 +195,34 @@ def decode_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def class_folder_images(
+    root: str | os.PathLike[str], extensions: Sequence[str] = IMAGE_EXTENSIONS, *, note: bool = True
+) -> dict[str, list[str]]:
+    """The class folders of ``root`` that hold images: folder name → its image file names, sorted.
+
+    Images are files whose name ends with one of ``extensions`` (case-insensitive). Hidden folders
+    are ignored; folders named in ``NOT_CLASS_FOLDERS`` and folders without images are skipped, with
+    a logged note when ``note``. Folder names are returned in sorted order.
+    """
+    folder = Path(root)
+    suffixes = tuple(extension.lower() for extension in extensions)
+    files: dict[str, list[str]] = {}
+    skipped = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith(".") or not (folder / name).is_dir():
+            continue
+        images = [] if name in NOT_CLASS_FOLDERS else sorted(
+            entry for entry in os.listdir(folder / name) if entry.lower().endswith(suffixes) and (folder / name / entry).is_file()
+        )
+        if images:
+            files[name] = images
+        else:
+            skipped.append(name)
+    if skipped and note:
+        logger.warning("%s: skipped %d folder(s) that are not classes (no images, or %s): %s", folder, len(skipped), ", ".join(NOT_CLASS_FOLDERS), _listed(skipped))
+    return files
+
+
 def index_image_folder(
     root: str | os.PathLike[str],
     *,
@@ -228,18 +260,10 @@ def index_image_folder(
         raise ImageFolderError(f"{folder} is not in ImageNet layout <folder>/<class>/<image>.JPEG: no class sub-folders{hint}")
     if stray:
         raise ImageFolderError(f"{folder} mixes images and class sub-folders, e.g. {stray[0]}; expected <folder>/<class>/<image>.JPEG")
-    files = {
-        name: sorted(entry for entry in os.listdir(folder / name) if _is_image(entry) and (folder / name / entry).is_file())
-        for name in folders
-        if name not in NOT_CLASS_FOLDERS
-    }
-    skipped = [name for name in folders if not files.get(name)]
-    if skipped:
-        logger.warning("%s: skipped %d folder(s) that are not classes (no images, or %s): %s", folder, len(skipped), ", ".join(NOT_CLASS_FOLDERS), _listed(skipped))
-    with_images = [name for name in folders if files.get(name)]
-    if not with_images:
+    files = class_folder_images(folder)
+    if not files:
         raise ImageFolderError(f"{folder} has {len(folders)} class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
-    classes = class_list(with_images, classes, str(folder))
+    classes = class_list(list(files), classes, str(folder))
     images: list[SourceImage] = []
     for class_index, wnid in enumerate(classes):
         images.extend(SourceImage(f"{wnid}/{name}", wnid, class_index) for name in files.get(wnid, ()))

@@ -6,9 +6,10 @@ Ray orchestrates; it owns no logic. Commands call :func:`ray_session` with ``--w
 capped object store (Ray's default is 30% of RAM), and a watchdog process (``ccc/_ray_watchdog.py``,
 Linux) that ends the cluster's processes when the command ends, even when it is killed with SIGKILL.
 
-An address is probed with a plain TCP connection before Ray is asked to join it: Ray itself retries
-a dead address for minutes, printing warnings. The probe waits at most
-``$CCC_RAY_CONNECT_TIMEOUT`` seconds (default 30), then fails with one line naming the address.
+An address is probed before Ray is asked to join it: Ray itself retries a dead address, or one where
+something else listens, for minutes, printing warnings. The probe opens a TCP connection, then a
+gRPC channel (Ray's protocol: the HTTP/2 handshake must complete), within
+``$CCC_RAY_CONNECT_TIMEOUT`` seconds (default 30) in all, else fails with one line naming the address.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
@@ -136,21 +138,49 @@ def _address_endpoint(address: str) -> tuple[str, int] | None:
 
 
 def probe_ray_address(address: str, timeout_seconds: float) -> None:
-    """Check within ``timeout_seconds`` that something listens at the Ray ``address``.
+    """Check within ``timeout_seconds`` in all that a gRPC server (Ray's GCS or client server)
+    answers at the Ray ``address``: a TCP connection, then a completed HTTP/2 handshake (skipped
+    when ``RAY_USE_TLS`` is set).
 
-    Raises RayUnavailableError naming the address (refused, unknown host, no answer in time).
+    Raises RayUnavailableError naming the address (refused, unknown host, no answer in time, or a
+    server that accepts connections but does not speak gRPC).
     """
     endpoint = _address_endpoint(address)
     if endpoint is None:
         return
+    deadline = time.monotonic() + timeout_seconds
+    wait_longer = f"set {CONNECT_TIMEOUT_VARIABLE} to wait longer"
     try:
         with socket.create_connection(endpoint, timeout=timeout_seconds):
-            return
+            reason = None
     except TimeoutError:
-        reason = f"no answer within {timeout_seconds:g} s (set {CONNECT_TIMEOUT_VARIABLE} to wait longer)"
+        reason = f"no answer within {timeout_seconds:g} s ({wait_longer})"
     except OSError as error:
         reason = error.strerror or str(error)
-    raise RayUnavailableError(f"cannot reach the Ray cluster at {address} ({endpoint[0]}:{endpoint[1]}): {reason}")
+    if reason is None and not _tls_enabled() and not _grpc_answers(endpoint, deadline - time.monotonic()):
+        reason = f"it accepts connections but does not answer as a Ray cluster within {timeout_seconds:g} s ({wait_longer})"
+    if reason is not None:
+        raise RayUnavailableError(f"cannot reach the Ray cluster at {address} ({endpoint[0]}:{endpoint[1]}): {reason}")
+
+
+def _tls_enabled() -> bool:
+    return os.environ.get("RAY_USE_TLS", "0").strip().lower() not in ("", "0", "false")
+
+
+def _grpc_answers(endpoint: tuple[str, int], timeout_seconds: float) -> bool:
+    """Whether a gRPC (HTTP/2) channel to ``endpoint`` becomes ready within ``timeout_seconds``."""
+    import grpc  # a dependency of Ray
+
+    host, port = endpoint
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=max(timeout_seconds, 0.1))
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
+    return True
 
 
 def _start_watchdog(session_dir: str | None) -> subprocess.Popen[bytes] | None:

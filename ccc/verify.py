@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,7 +133,12 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
     return "ok", "", decoded
 
 
-def _plan_hash_status(manifest: Manifest, calibration: str | os.PathLike[str] | None, imagenet: str | os.PathLike[str] | None) -> str:
+def _plan_hash_status(
+    manifest: Manifest,
+    calibration: str | os.PathLike[str] | None,
+    imagenet: str | os.PathLike[str] | None,
+    classes: Sequence[str] | None,
+) -> str:
     if calibration is None or imagenet is None:
         return "not checked"
     stream = manifest.stream
@@ -149,7 +154,7 @@ def _plan_hash_status(manifest: Manifest, calibration: str | os.PathLike[str] | 
     from ccc.stream_plan import build_stream_plan, plan_hash
 
     table = CalibrationTable.load(calibration)
-    sources = load_source_images(index_image_folder(os.fspath(imagenet), progress=False))
+    sources = load_source_images(index_image_folder(os.fspath(imagenet), classes=classes, progress=False))
     plan = build_stream_plan(manifest.stream, table, sources)
     return "matches" if plan_hash(plan) == manifest.plan_hash else "differs"
 
@@ -211,6 +216,7 @@ def verify_run(
     decode: bool = True,
     calibration: str | os.PathLike[str] | None = None,
     imagenet: str | os.PathLike[str] | None = None,
+    classes: Sequence[str] | None = None,
     on_shard: Callable[[ShardCheck], None] | None = None,
 ) -> VerificationReport:
     """Check a run folder written by ``ccc-generate`` against its manifest.
@@ -220,6 +226,8 @@ def verify_run(
         decode: also read and decode every sample (slower; sizes and sha256 are always checked).
         calibration, imagenet: the calibration table and source image folder the stream was made
             from; when both are given the plan hash is recomputed and compared.
+        classes: the explicit class list the stream was made with (``ccc-generate --classes``;
+            position = class index), None: the folder's own (``ccc.imagenet.class_list``).
         on_shard: called after each check (progress reporting): once per recorded shard and once
             per range of unrecorded ones.
 
@@ -230,7 +238,7 @@ def verify_run(
     """
     root = Path(folder)
     manifest = load_manifest(root)
-    plan_status = _plan_hash_status(manifest, calibration, imagenet)
+    plan_status = _plan_hash_status(manifest, calibration, imagenet, classes)
     num_shards = manifest.stream.num_shards
     unrecorded_files = sorted(
         int(match.group(1)) for path in root.iterdir() if (match := _SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards

@@ -254,5 +254,5 @@ def test_job_and_evaluator_validate_their_inputs(texture_folder: Path, model) ->
         RenderContext(make_job(texture_folder, model).image_set, ("fog", "snow"), 0, 0)
     with pytest.raises(ValueError, match="amp.*needs a CUDA device"):
         ModelEvaluator(model, "cpu", amp=True)
-    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an integer in \\[1, 65,536\\], got 0"):
         ModelEvaluator(model, "cpu", batch_size=0)

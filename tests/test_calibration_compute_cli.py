@@ -198,6 +198,12 @@ def test_unknown_corruption_and_bad_options(texture_folder: Path, tmp_path: Path
     assert_one_line_error(capsys, "--targets only applies with --adaptive")
     assert main(arguments(texture_folder, tmp_path / "missing" / "t.npz", "--workers", "0")) == 2
     assert_one_line_error(capsys, "does not exist")
+    assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--batch-size", "100000000000")) == 2
+    assert_one_line_error(capsys, "--batch-size must be an integer in [1, 65,536], got 100,000,000,000")
+    assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--resize", "100000000000")) == 2
+    assert_one_line_error(capsys, "preprocessing resize must be at most 16,384 pixels, got 100,000,000,000")
+    assert main([*arguments(texture_folder, tmp_path / "t.npz", "--workers", "0"), "--crop", "100000000", "--resize", "100000000"]) == 2
+    assert_one_line_error(capsys, "preprocessing resize must be at most 16,384 pixels, got 100,000,000")
 
 
 def test_an_existing_table_is_not_overwritten_by_accident(serial_table, texture_folder: Path, capsys) -> None:

@@ -176,6 +176,16 @@ def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(i
     assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--classes", str(tmp_path / "classes.txt"), "--num-images", "12"]) == 0
     records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
     assert {record["source_path"].split("/")[0]: record["class_index"] for record in records} == {"n00000000": 0, "n01443537": 1, "n00000002": 2}
+    from ccc.cli.verify import main as verify_main
+
+    check = [str(tmp_path / "out" / RUN_NAME), "--no-progress", "--no-decode", "--calibration", str(inputs["table"]), "--imagenet", str(folder)]
+    assert verify_main(check) == 2
+    assert "looks like ImageNet" in capsys.readouterr().err
+    assert verify_main([*check, "--classes", str(tmp_path / "classes.txt")]) == 0
+    assert "plan hash matches" in capsys.readouterr().out
+    (tmp_path / "other.txt").write_text("n00000002\nn01443537\nn00000000\n")
+    assert verify_main([*check, "--classes", str(tmp_path / "other.txt")]) == 2
+    assert "does not match the images'" in capsys.readouterr().err, "another class order is another image index"
 
 
 def _json_records(path: Path) -> list[bytes]:

@@ -74,6 +74,27 @@ def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None
         assert len(lines) == 1 and f"cannot reach the Ray cluster at {address}" in lines[0] and "Connection refused" in lines[0], result.stderr
 
 
+def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    with socket.socket() as silent:  # the kernel accepts connections to it; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        table = tmp_path / "table.npz"
+        make_calibration_table().save(table)
+        images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("CCC_RAY_CONNECT_TIMEOUT", "2")
+            result = run_command(
+                "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
+                "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), "--ray-address", address, "--no-progress",
+            )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot reach the Ray cluster at {address}" in lines[0], result.stderr
+    assert "accepts connections but does not answer as a Ray cluster within 2 s (set CCC_RAY_CONNECT_TIMEOUT" in lines[0]
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:

@@ -90,6 +90,13 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-bad-images", action="store_true", help="image folders: exclude unreadable images (all checked before the run) instead of stopping"
     )
+    parser.add_argument(
+        "--classes",
+        metavar="FILE",
+        default=None,
+        help="image folders: class list, one class folder name per line, line k = class k (default: the standard "
+        "ImageNet index for WordNet-id folders, else sorted folder order), as ccc-generate --classes",
+    )
     parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)")
     parser.add_argument(
         "--domain-key",
@@ -415,6 +422,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
             image_size=arguments.image_size,
             shuffle_seed=None if arguments.no_shuffle else arguments.shuffle_seed,
             skip_bad_images=arguments.skip_bad_images,
+            classes=arguments.classes,
         ),
         max_samples=arguments.max_samples,
         protocol=protocol,

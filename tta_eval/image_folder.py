@@ -15,16 +15,19 @@ from typing import Any
 import torch
 import torchvision
 
+from ccc.imagenet import class_folder_images, class_list, read_class_list
 from tta_eval.streams import StreamOptions
 
 logger = logging.getLogger(__name__)
 
 
 def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
-    """DataLoader over an ImageFolder (root/<class>/<image>): classes indexed in sorted folder order.
-
-    For ImageNet-style folders named by WordNet id the sorted order is the standard ImageNet class
-    index. Images: resize (short side image_size·256/224), centre crop image_size, in [0, 1].
+    """DataLoader over an ImageFolder (root/<class>/<image>), classes indexed as ``ccc-generate`` does
+    (``ccc.imagenet.class_list``): by ``options.classes`` when given; else the standard ImageNet index
+    for folders named by its WordNet ids (a subset of the 1,000 classes keeps their indices; a folder
+    that is not a class is refused), else sorted folder order. Folders without images and
+    ``lost+found`` are skipped. Images: resize (short side image_size·256/224), centre crop
+    image_size, in [0, 1].
     """
     from torchvision.transforms import v2
 
@@ -40,9 +43,11 @@ def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
         ]
     )
     try:
-        dataset = _CheckedImageFolder(str(root), transform=transform)
+        dataset = _CheckedImageFolder(str(root), options.classes, transform=transform)
     except FileNotFoundError as error:
         raise ValueError(f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}") from None
+    if not dataset.samples:
+        raise ValueError(f"stream folder {location!r}: none of the {len(dataset.classes)} classes of --classes has a folder with images")
     if options.skip_bad_images:
         _exclude_unreadable(dataset, root)
     generator = None
@@ -62,7 +67,20 @@ def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
 
 class _CheckedImageFolder(torchvision.datasets.ImageFolder):
     """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
-    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback)."""
+    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback),
+    and whose class index follows ``ccc.imagenet.class_list`` (``classes``: a class list file or None)."""
+
+    def __init__(self, root: str, classes: str | None, **options: Any) -> None:
+        self.class_file = classes
+        super().__init__(root, allow_empty=True, **options)
+
+    def find_classes(self, directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
+        folders = class_folder_images(directory, torchvision.datasets.folder.IMG_EXTENSIONS)
+        if not folders:
+            raise FileNotFoundError(f"no class folder holding images ({', '.join(torchvision.datasets.folder.IMG_EXTENSIONS)})")
+        listed = None if self.class_file is None else read_class_list(self.class_file)
+        classes = list(class_list(list(folders), listed, f"stream folder {str(directory)!r}", subset=True))
+        return classes, {name: index for index, name in enumerate(classes)}
 
     def __getitem__(self, position: int) -> Any:
         from ccc.imagenet import UNREADABLE_IMAGE_ERRORS

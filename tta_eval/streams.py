@@ -175,7 +175,9 @@ class StreamOptions:
     (their files are sorted by class otherwise), None keeps the sorted order; skip_bad_images:
     decode every image of a folder before the run and exclude the unreadable ones (logged), as
     ``ccc-generate --skip-bad-images`` does; without it the first unreadable image stops the run
-    with an error naming it.
+    with an error naming it; classes: a class list file for image folders (one class folder name
+    per line, line k = class k, as ``ccc-generate --classes``), None: the standard ImageNet index
+    for WordNet-id folders, else sorted folder order.
     """
 
     batch_size: int = 64
@@ -183,6 +185,7 @@ class StreamOptions:
     image_size: int = 224
     shuffle_seed: int | None = 0
     skip_bad_images: bool = False
+    classes: str | None = None
 
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
@@ -336,13 +339,19 @@ def _describe_synthetic(location: str, options: StreamOptions) -> StreamDescript
 
 
 def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescription:
-    """An ImageFolder's name and image count (files are counted, not read). Its class count is left
-    unknown: a subset of ImageNet's classes is evaluated with a 1,000-class model."""
+    """An ImageFolder's name and image count (the images of its class folders are counted, not read).
+    Its class count is left unknown: a subset of ImageNet's classes is evaluated with a 1,000-class
+    model."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    from ccc.imagenet import class_folder_images, read_class_list
+
     root = Path(location)
     if not root.is_dir():
         raise ValueError(f"stream folder {location!r} does not exist or is not a directory")
-    classes = [folder for folder in root.iterdir() if folder.is_dir()]
-    samples = sum(1 for folder in classes for path in folder.iterdir() if path.is_file())
+    images = class_folder_images(root, IMG_EXTENSIONS, note=False)
+    classes = images if options.classes is None else read_class_list(options.classes)
+    samples = sum(len(images.get(name, ())) for name in classes)
     return StreamDescription(name=_last_component(location), samples=samples or None)
 
 

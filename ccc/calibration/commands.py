@@ -241,6 +241,7 @@ def run_compute(arguments: argparse.Namespace) -> int:
     """Execute ``ccc-calibrate compute``; returns the exit code."""
     from ccc.calibration.adaptive import AdaptivePlanner
     from ccc.calibration.compute import BruteForcePlanner, CalibrationJob, CalibrationPlanner, compute_calibration, state_dict_digest
+    from ccc.calibration.evaluator import MAX_BATCH_SIZE
     from tta_eval.models import DEFAULT_MODEL, ModelSpec, load_model, resolve_device
 
     out = Path(arguments.out)
@@ -256,6 +257,8 @@ def run_compute(arguments: argparse.Namespace) -> int:
             raise CalibrationError("--targets only applies with --adaptive")
         if arguments.adaptive_setting and not arguments.adaptive:
             raise CalibrationError("--adaptive-setting only applies with --adaptive")
+        if arguments.batch_size > MAX_BATCH_SIZE:
+            raise CalibrationError(f"--batch-size must be an integer in [1, {MAX_BATCH_SIZE:,}], got {arguments.batch_size:,}")
         resolve_device(arguments.device)
         if arguments.demo:
             _apply_demo(arguments)

@@ -21,6 +21,10 @@ from ccc.calibration.engine import (
 )
 
 
+MAX_BATCH_SIZE = 2**16
+"""Upper bound of images per forward pass (65,536 images of 224 pixels are already ~40 GB as floats)."""
+
+
 class ModelEvaluator:
     """Top-1 predictions of a classifier on uint8 images (images / 255 in [0, 1] go to the model).
 
@@ -28,13 +32,13 @@ class ModelEvaluator:
         model: an ``nn.Module`` taking float N×3×H×W images in [0, 1] (normalisation inside, as
             :func:`tta_eval.models.load_model` builds them) and returning N×classes logits.
         device: torch device the model lives on.
-        batch_size: images per forward pass, ≥ 1.
+        batch_size: images per forward pass, in [1, ``MAX_BATCH_SIZE``].
         amp: float16 autocast (CUDA only).
     """
 
     def __init__(self, model: nn.Module, device: torch.device | str = "cpu", batch_size: int = 64, amp: bool = False) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be an integer in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
         self.device = torch.device(device)
         if amp and self.device.type != "cuda":
             raise ValueError(f"mixed precision (amp) needs a CUDA device, got device {str(self.device)!r}")

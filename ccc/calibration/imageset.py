@@ -32,6 +32,9 @@ DEFAULT_IMAGE_COUNT = 5000
 DEFAULT_SELECTION_SEED = 0
 """Seed of the default calibration subset."""
 
+MAX_PREPROCESSING_SIDE = 2**14
+"""Upper bound in pixels of the preprocessing's resize and crop."""
+
 _SELECTION_STREAM = 0
 _EVALUATION_ORDER_STREAM = 1
 
@@ -41,7 +44,8 @@ class Preprocessing:
     """Resize-then-centre-crop applied to every source image before it is corrupted.
 
     Attributes:
-        resize: target length in pixels of the shorter side (PIL bilinear), ≥ ``crop``; ImageNet-C: 256.
+        resize: target length in pixels of the shorter side (PIL bilinear), in [``crop``,
+            ``MAX_PREPROCESSING_SIDE``]; ImageNet-C: 256.
         crop: side in pixels of the square centre crop, ≥ 32 (the corruptions' minimum); ImageNet-C: 224.
     """
 
@@ -53,6 +57,8 @@ class Preprocessing:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"preprocessing {name} must be an integer number of pixels, got {value!r}")
+            if value > MAX_PREPROCESSING_SIDE:
+                raise ValueError(f"preprocessing {name} must be at most {MAX_PREPROCESSING_SIDE:,} pixels, got {value:,}")
         if self.crop < MIN_IMAGE_SIDE:
             raise ValueError(f"preprocessing crop must be >= {MIN_IMAGE_SIDE} pixels, got {self.crop}")
         if self.resize < self.crop:

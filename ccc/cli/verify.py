@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
 from ccc.cli.console import HelpFormatter, count, examples
-from ccc.imagenet import ImageFolderError
+from ccc.imagenet import ImageFolderError, read_class_list
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError
 
@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
     parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash)")
     parser.add_argument("--imagenet", metavar="PATH", help="source image folder of the stream (with --calibration: check the plan hash)")
+    parser.add_argument(
+        "--classes",
+        metavar="FILE",
+        help="the class list the stream was made with (ccc-generate --classes), for the plan hash check",
+    )
     parser.add_argument(
         "--demo",
         action="store_true",
@@ -93,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 decode=not arguments.no_decode,
                 calibration=arguments.calibration,
                 imagenet=arguments.imagenet,
+                classes=None if arguments.classes is None else read_class_list(arguments.classes),
                 on_shard=lambda check: bar.update(0 if check.status == "unfinished" else 1),
             )
     except FileNotFoundError as error:

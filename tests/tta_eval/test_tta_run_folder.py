@@ -215,3 +215,46 @@ def test_an_unreadable_image_read_by_a_worker_process_is_one_line(tmp_path, caps
     root = image_folder_with(tmp_path, "bomb.png", bomb_png())
     code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), "--batch-size", "4", "--image-size", "16", "--num-workers", "1"))
     assert_one_line(code, err, f"unreadable image {root / 'b' / 'bomb.png'}: Image size (400000000 pixels) exceeds limit")
+
+
+def folder_labels(root, **options) -> dict[str, int]:
+    """Class folder → label of a folder stream's images."""
+    from pathlib import Path
+
+    from tta_eval.image_folder import open_image_folder
+    from tta_eval.streams import StreamOptions
+
+    dataset = open_image_folder(str(root), StreamOptions(batch_size=2, image_size=16, **options)).loader.dataset
+    return {Path(path).parent.name: label for path, label in dataset.samples}
+
+
+def test_folder_stream_class_indices_follow_ccc_generate(tmp_path, capsys):
+    from PIL import Image
+
+    def add_images(folder, count: int = 2) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            Image.new("RGB", (40, 30), color=(index * 40, 10, 200)).save(folder / f"{index}.JPEG")
+
+    root = tmp_path / "val"
+    for wnid in ("n01440764", "n01443537"):  # standard ImageNet classes 0 and 1
+        add_images(root / wnid)
+    assert folder_labels(root) == {"n01440764": 0, "n01443537": 1}
+    add_images(root / "lost+found")
+    (root / "empty").mkdir()
+    assert folder_labels(root) == {"n01440764": 0, "n01443537": 1}, "non-class and empty folders shift nothing"
+    second = tmp_path / "second"
+    add_images(second / "n01443537")
+    assert folder_labels(second) == {"n01443537": 1}, "a subset of ImageNet keeps the standard index"
+    add_images(root / "extra")
+    common = ["--batch-size", "2", "--image-size", "16", "--collapse-reference", "none"]
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), *common))
+    assert_one_line(code, err, "looks like ImageNet but has 1 folder(s) that are not ImageNet classes: extra")
+    assert "--classes FILE" in err
+    (tmp_path / "classes.txt").write_text("extra\nn01440764\nn01443537\n")
+    assert folder_labels(root, classes=str(tmp_path / "classes.txt")) == {"extra": 0, "n01440764": 1, "n01443537": 2}
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), *common, "--classes", str(tmp_path / "classes.txt")))
+    assert code == 0, err
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["samples"] == 6
+    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "m", str(root), *common, "--classes", str(tmp_path / "missing.txt")))
+    assert_one_line(code, err, f"--classes {tmp_path / 'missing.txt'}: cannot read the class list")
