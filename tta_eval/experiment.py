@@ -314,13 +314,14 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     if fitted:
         basis = f"fitted to the stream's {samples:,} samples" if samples is not None else "the paper's values; stream length unknown"
         notes.append(f"{' and '.join(fitted)} ({basis}; --window, --collapse-span to change)")
-    resolved = dataclasses.replace(settings, methods=methods, model=model, window=window, collapse_span=span)
+    run_name = settings.run_name or safe_file_name(stream.name) or "run"
+    resolved = dataclasses.replace(settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name)
     notes += _reset_notes(resolved.resolved_methods(), settings.stream_options.batch_size, samples)
     return ResolvedExperiment(resolved, stream, tuple(notes))
 
 
-def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...]) -> dict[str, Any]:
-    """JSON-serialisable record of everything that determined the run."""
+def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream_name: str) -> dict[str, Any]:
+    """JSON-serialisable record of everything that determined the run; stream_name: the stream's name (``StreamDescription.name``)."""
     method_configs = {}
     for method in methods:
         config, reset_every = resolve_config(method.name, **dict(method.options))
@@ -332,7 +333,7 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
         }
     return {
         "stream": settings.stream,
-        "stream_name": describe_stream_source(settings.stream, settings.stream_options).name,
+        "stream_name": stream_name,
         "stream_options": dataclasses.asdict(settings.stream_options),
         "max_samples": settings.max_samples,
         "model": dataclasses.asdict(settings.model),
@@ -507,7 +508,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     latency, stream = _baseline_latency(settings, model, stream, device)
     _check_protocol(settings.protocol, latency.seconds)
     _clear_run_folder(run_dir)
-    config = resolved_config(settings, methods)
+    config = resolved_config(settings, methods, resolved.stream.name)
     config["choices"] = [*choices, *resolved.notes]
     config.update(latency.to_json())
     write_json(run_dir / CONFIG_FILE, config)
@@ -671,7 +672,8 @@ def run_sweep(settings: SweepSettings) -> Path:
     The model is loaded once and shared by all scenario runs. Raises ValueError for user mistakes,
     as ``run_experiment``.
     """
-    base = resolve_experiment(settings.experiment).settings
+    resolved = resolve_experiment(settings.experiment)
+    base = resolved.settings
     sweep_dir = base.output_root / base.resolved_run_name()
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise ValueError(f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name")
@@ -709,7 +711,7 @@ def run_sweep(settings: SweepSettings) -> Path:
         {
             "scenarios": [name for name, _ in settings.scenarios()],
             "timing": {"mode": base.timing(base.device).mode, **latency.to_json()},
-            "config": resolved_config(base, base.resolved_methods()),
+            "config": resolved_config(base, base.resolved_methods(), resolved.stream.name),
             "rows": rows,
         },
     )
