@@ -1,0 +1,129 @@
+"""Pinned outputs: the bytes of two small streams, a small calibration table and a tta-eval run's records.
+
+Each value was recorded once, before the package was restructured (issue 20), and must never change
+without a deliberate decision: a refactoring that moves code keeps every byte. The test drives only
+the console scripts, so it holds whatever module layout is behind them.
+
+- the demo stream: ``ccc-generate --demo`` (96 images, speed 8, shards of 40);
+- an ImageNet-layout stream: ``ccc-generate`` over a 3-class folder of JPEGs with a synthetic table;
+- a calibration table: ``ccc-calibrate compute --demo`` on 8 images, 2 corruptions (its checksum);
+- tta-eval records: five methods on the demo stream under the alfarra protocol with deterministic
+  costs. Losses are compared to 4 significant digits (float32 sums may differ in the last bits between
+  CPUs); every other column exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import make_calibration_table, make_image_folder
+
+DEMO_STREAM_SHARDS = {
+    "serial_00000.tar": "df01f48a7b957ab16693fd1f3dc14ba901841193662761520db8d6057102deac",
+    "serial_00001.tar": "3f34a63bb350b8a1caa41f7a607c1e6b0086a4999ae55258b437d273fd22ebdb",
+    "serial_00002.tar": "f12161c32ef8f6845d7a17a85a34161b6aa4a5455804e1f56a71d515f4e09939",
+}
+IMAGENET_LAYOUT_STREAM_SHARDS = {
+    "serial_00000.tar": "6945cf1b8336f452d212ebde5724871d4cad89d94070a89364195fb36e5c90dc",
+    "serial_00001.tar": "73d98d3822b7400d67e1e0e25b644d7b92591abee553aceeb4fbb60dd636a6b1",
+    "serial_00002.tar": "ac7be7eebf245d8bc55e88a01d2505d4a57691aa9724a3fac7c3e5b27a4d541b",
+}
+DEMO_STREAM_PLAN_SHA256 = "d2be049eba5da1a084ca5cb7b444bb221a6a27e956a10963a5d407eb3b7e2195"
+IMAGENET_LAYOUT_PLAN_SHA256 = "bf45c65d02ac28550a2fe069beeb555585adb39ff5b55b6bad2a25db213ed2bc"
+CALIBRATION_CHECKSUM = "f0bc5fdc9f905c7098984e5e7de1e1b1bcbd61072766a178002ccb4333aaef35"
+RECORDS_SHA256 = {
+    "cotta.csv": "5b44a47f11cdf1db3cc35d0d9beb75dafa63753c78427444f3185a2f6d586ef4",
+    "eata_fisher_samples=16.csv": "16be965f97150a22e60b6dada72e6313a991feb69e881e98a6027712c21692b9",
+    "rotta.csv": "ad45cab0d1ab3132ae541d91022fe10ea216e303c8a5bbffea71a29231b7d897",
+    "source.csv": "384460f63ad7caca5dbe7589c683d9f28b42390818e37fc872d93c2a26de8ff2",
+    "tent.csv": "23374e717dff5133351477a775c1055566cb88e49c9845f6b2cd2e02a0c006d2",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def run_console_script(name: str, *arguments: str, cwd: Path) -> str:
+    """Run an installed console script in ``cwd``; return its stdout (the test fails on a non-zero exit)."""
+    executable = shutil.which(name)
+    assert executable is not None, f"{name} is not installed (pip install -e .)"
+    completed = subprocess.run([executable, *arguments], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def shard_digests(run: Path) -> dict[str, str]:
+    """sha256 of every shard of a run folder, by file name."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(run.glob("*.tar"))}
+
+
+def plan_hash(run: Path) -> str:
+    """The plan hash the run folder's manifest records."""
+    return json.loads((run / "manifest.json").read_text())["plan_hash"]
+
+
+def records_digest(path: Path) -> str:
+    """sha256 of a records CSV with the ``loss`` column rounded to 4 significant digits."""
+    with path.open(newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    for row in rows:
+        if row["loss"]:
+            row["loss"] = f"{float(row['loss']):.4g}"
+        writer.writerow(row)
+    return hashlib.sha256(text.getvalue().encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    run_console_script(
+        "ccc-generate", "--demo", "--difficulty", "medium", "--num-images", "96", "--speed", "8",
+        "--shard-size", "40", "--out", "shards", "--workers", "1", "--no-progress", cwd=root,
+    )  # fmt: skip
+    return root / "shards" / "demo_baseline_30_transition+speed_8_seed_43"
+
+
+def test_demo_stream_bytes(demo_run: Path) -> None:
+    assert shard_digests(demo_run) == DEMO_STREAM_SHARDS
+    assert plan_hash(demo_run) == DEMO_STREAM_PLAN_SHA256
+
+
+def test_imagenet_layout_stream_bytes(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "val")
+    make_calibration_table().save(tmp_path / "table.npz")
+    run_console_script(
+        "ccc-generate", "--calibration", "table.npz", "--imagenet", "val", "--difficulty", "medium",
+        "--num-images", "64", "--speed", "4", "--shard-size", "24", "--out", "shards", "--workers", "1",
+        "--no-progress", cwd=tmp_path,
+    )  # fmt: skip
+    run = tmp_path / "shards" / "baseline_30_transition+speed_4_seed_43"
+    assert shard_digests(run) == IMAGENET_LAYOUT_STREAM_SHARDS
+    assert plan_hash(run) == IMAGENET_LAYOUT_PLAN_SHA256
+
+
+def test_calibration_table_checksum(tmp_path: Path) -> None:
+    output = run_console_script(
+        "ccc-calibrate", "compute", "--demo", "--images", "8", "--corruptions", "brightness,contrast",
+        "--workers", "0", "--block-size", "8", "--out", "table.npz", "--no-progress", cwd=tmp_path,
+    )  # fmt: skip
+    assert f"checksum {CALIBRATION_CHECKSUM}" in output
+
+
+def test_tta_eval_records_under_deterministic_timing(demo_run: Path, tmp_path: Path) -> None:
+    methods = {"source": "1", "tent": "2", "cotta": "3", "eata:fisher_samples=16": "2", "rotta": "1+1"}
+    arguments = ["run", "--stream", f"ccc:{demo_run}", "--batch-size", "16", "--out", "results", "--no-progress"]
+    for method, cost in methods.items():
+        arguments += ["--method", method, "--cost", f"{method.split(':')[0]}={cost}"]
+    arguments += ["--baseline-latency-ms", "10", "--protocol", "alfarra"]
+    run_console_script("tta-eval", *arguments, cwd=tmp_path)
+    records = tmp_path / "results" / demo_run.name / "records"
+    assert {path.name: records_digest(path) for path in sorted(records.glob("*.csv"))} == RECORDS_SHA256
