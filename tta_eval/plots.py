@@ -15,40 +15,15 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter
 
+from tta_eval.methods import get_method, list_methods
 from tta_eval.metrics import DomainSegment, WindowedAccuracy
 
 FEW_POINTS = 20
 """Curves with fewer windows than this are drawn with markers (a one-window run is a single point)."""
 
-METHOD_COLOURS = {
-    "source": "black",
-    "bn": "tab:blue",
-    "tent": "tab:orange",
-    "eta": "tab:green",
-    "eata": "tab:red",
-    "rdumb": "tab:purple",
-    "cotta": "tab:brown",
-    "rotta": "tab:pink",
-    "sar": "tab:olive",
-    "lame": "tab:cyan",
-    "rpl": "#393b79",
-    "slr": "#637939",
-    "cpl": "#8c6d31",
-    "adabn": "#843c39",
-    "neo": "#7b4173",
-    "pl": "#3182bd",
-    "shot_im": "#e6550d",
-    "shot": "#31a354",
-    "deyo": "#756bb1",
-    "memo": "#636363",
-    "cmf": "#9c9ede",
-    "ttac_nq": "#e7969c",
-}
-"""One colour per registered method, the same in every figure (the source model black, the common
-methods tab10); the single owner of method colours."""
-
 _SPARE_COLOURS = ("#17becf", "#bcbd22", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#2ca02c")
-"""Colours of unregistered methods, picked by a checksum of the name (stable across runs and machines)."""
+"""Colours of methods whose entry names none (and of unregistered names), picked by a checksum of the
+name (stable across runs and machines); a registered method's colour is its entry's ``colour``."""
 
 LINE_STYLES = ("-", "--", ":", "-.")
 """Line styles telling apart curves of the same method (e.g. one method on several streams)."""
@@ -59,11 +34,11 @@ SEGMENT_ALPHA = (0.0, 0.06)
 
 
 def method_colour(method: str) -> str:
-    """The colour of ``method`` (a registered method name; options after ':' are ignored) in every plot."""
+    """The colour of ``method`` (a method name; options after ':' are ignored) in every plot: the
+    ``colour`` of its registry entry, else a spare colour picked from the name."""
     name = method.split(":", 1)[0]
-    if name in METHOD_COLOURS:
-        return METHOD_COLOURS[name]
-    return _SPARE_COLOURS[zlib.crc32(name.encode()) % len(_SPARE_COLOURS)]
+    colour = get_method(name).colour if name in list_methods() else None
+    return colour if colour is not None else _SPARE_COLOURS[zlib.crc32(name.encode()) % len(_SPARE_COLOURS)]
 
 
 def _marker(curve: WindowedAccuracy) -> str:

@@ -49,6 +49,12 @@ def check_positive_int(name: str, value: int, at_most: int | None = None) -> Non
         raise ValueError(f"{name} must be an integer in [1, {at_most:,}], got {value:,}")
 
 
+def check_seed(seed: int) -> None:
+    """Require an integer >= 0 (a random generator's seed)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+
+
 def check_choice(name: str, value: str, choices: Collection[str]) -> None:
     """Require ``value`` to be one of ``choices``."""
     if value not in choices:

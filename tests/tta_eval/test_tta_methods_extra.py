@@ -26,7 +26,7 @@ from tta_helpers import ConstructedLogits, assert_reset_matches_fresh, make_batc
 
 from tta_eval.methods import compute_source_statistics, create, get_method, list_methods
 from tta_eval.methods.base import batchnorm_affine_parameters
-from tta_eval.methods.gradient_free import knn_affinity, laplacian_optimization, rbf_affinity
+from tta_eval.methods.lame import knn_affinity, laplacian_optimization, rbf_affinity
 from tta_eval.methods.layers import (
     batchnorm_prior,
     batchnorm_statistics_frozen,
@@ -36,7 +36,8 @@ from tta_eval.methods.layers import (
     parse_module_list,
 )
 from tta_eval.methods.losses import softmax_entropy
-from tta_eval.methods.self_training import centroid_pseudo_labels, information_maximization_loss
+from tta_eval.methods.shot import centroid_pseudo_labels
+from tta_eval.methods.shot_im import information_maximization_loss
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, train_source_model
 
 PAPER_METHODS = ["source", "bn", "tent", "rpl", "slr", "cpl", "cotta", "eta", "eata", "rdumb"]
@@ -59,9 +60,9 @@ def confident(classes: int, target: int, margin: float) -> torch.Tensor:
 # --- registry and common behaviour ------------------------------------------------------------------
 
 
-def test_registry_lists_the_extra_methods_after_the_papers_methods():
-    assert list_methods() == PAPER_METHODS + EXTRA_METHODS
-    assert list_methods("shot*") == ["shot_im", "shot"]
+def test_registry_holds_the_time_constrained_papers_methods():
+    assert set(PAPER_METHODS + EXTRA_METHODS) <= set(list_methods())
+    assert list_methods("shot*") == ["shot", "shot_im"]
 
 
 def test_published_defaults():

@@ -15,14 +15,14 @@ from torch import nn
 from tta_helpers import make_batches, states_equal
 
 from tta_eval.methods import SourceFeatureStatistics, compute_source_statistics, create
+from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.cmf import clipped_soft_likelihood_ratio, roid_sample_weights, smoothed_batch_prior
-from tta_eval.methods.cotta import augment_batch
+from tta_eval.methods.deyo import pseudo_label_probability_difference, shuffle_patches
 from tta_eval.methods.layers import batchnorm_prior, batchnorm_statistics_frozen, normalization_affine_parameters
 from tta_eval.methods.losses import cross_entropy_to_teacher, softmax_entropy
 from tta_eval.methods.memo import augmix_view, marginal_entropy, pil_affine
-from tta_eval.methods.reliable_entropy import pseudo_label_probability_difference, shuffle_patches
 from tta_eval.methods.rotta import CategoryBalancedMemory, RobustBatchNorm, timeliness_weights
-from tta_eval.methods.ttac import symmetric_diagonal_gaussian_kl, symmetric_gaussian_kl
+from tta_eval.methods.ttac_nq import symmetric_diagonal_gaussian_kl, symmetric_gaussian_kl
 
 
 def midpoint_threshold(values: torch.Tensor) -> float:

@@ -14,9 +14,9 @@ import torch
 from matplotlib.colors import to_rgba
 
 from tta_eval.cli import main
-from tta_eval.methods import list_methods
+from tta_eval.methods import get_method, list_methods
 from tta_eval.metrics import DomainSegment, WindowedAccuracy, domain_segments
-from tta_eval.plots import METHOD_COLOURS, accuracy_figure, best_method_figure, method_colour, utility_figure
+from tta_eval.plots import accuracy_figure, best_method_figure, method_colour, utility_figure
 from tta_eval.protocols import execution
 from tta_eval.records import BatchRecord, RecordTable
 from tta_eval.reports import RunResult, plot_comparison, short_stream_tags
@@ -36,9 +36,10 @@ def line_colours(figure) -> dict[str, tuple[float, ...]]:  # type: ignore[no-unt
 
 def test_every_registered_method_has_its_own_colour() -> None:
     names = list_methods()
-    assert set(names) <= set(METHOD_COLOURS), f"no colour for {sorted(set(names) - set(METHOD_COLOURS))}"
-    colours = [to_rgba(METHOD_COLOURS[name]) for name in names]
-    assert len(set(colours)) == len(colours)
+    colours = {name: to_rgba(method_colour(name)) for name in names}
+    shared = sorted(name for name in names if list(colours.values()).count(colours[name]) > 1)
+    assert not shared, f"methods sharing a colour: {shared}; give each a colour= in its MethodEntry"
+    assert method_colour("tent") == get_method("tent").colour
     assert method_colour("tent:learning_rate=0.01") == method_colour("tent")
     assert method_colour("my_method") == method_colour("my_method") == method_colour("my_method:x=1")
 

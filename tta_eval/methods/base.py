@@ -1,4 +1,5 @@
-"""Common machinery of the test-time adaptation methods: per-step counters, exact reset, BatchNorm set-up.
+"""Common machinery of the test-time adaptation methods: per-step counters, exact reset, BatchNorm set-up,
+the SGD options and the base of the methods that train BatchNorm affine parameters.
 
 A method is an ``nn.Module`` whose ``forward(images)`` returns logits for the batch (the prediction is
 taken from the forward pass that computes the adaptation loss) and then adapts. ``reset()`` restores
@@ -17,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
+
+from tta_eval.validation import check_in_range, check_non_negative, check_positive
 
 BATCHNORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.BatchNorm1d,
@@ -219,3 +222,43 @@ def require_trainable(parameters: list[nn.Parameter], method_name: str) -> None:
             f"method '{method_name}' found no BatchNorm affine parameters to adapt "
             "(all BatchNorm layers have affine=False)"
         )
+
+
+@dataclass(frozen=True)
+class SGDConfig:
+    """Optimiser fields shared by the SGD-based methods.
+
+    learning_rate: > 0; momentum: in [0, 1); nesterov: Nesterov momentum; weight_decay: >= 0.
+    """
+
+    learning_rate: float = 2.5e-4
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_positive("learning_rate", self.learning_rate)
+        check_in_range("momentum", self.momentum, 0.0, 1.0, include_high=False)
+        check_non_negative("weight_decay", self.weight_decay)
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("nesterov=True needs momentum > 0, got momentum=0")
+
+
+class BatchNormGradientMethod(AdaptationMethod):
+    """Base of methods that train BN affine parameters with SGD while normalising with batch statistics."""
+
+    method_name = "batchnorm-gradient"
+
+    def __init__(self, model: nn.Module, config: SGDConfig) -> None:
+        require_batchnorm(model, self.method_name)
+        super().__init__(model, config)
+        named = batchnorm_affine_parameters(model)
+        require_trainable([parameter for _, parameter in named], self.method_name)
+        self.optimizer = self._make_optimizer(self._adapt_only(named))
+
+    def _make_optimizer(self, parameters: list[nn.Parameter]) -> torch.optim.Optimizer:
+        config = self.config
+        return make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
+
+    def _apply_layer_modes(self) -> None:
+        set_batchnorm_batch_statistics(self.model)

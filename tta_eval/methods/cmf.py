@@ -4,21 +4,60 @@ augmentation-consistency term, and a batch prior correction of the outputs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tta_eval.methods.base import StepInfo
-from tta_eval.methods.configs import CMFConfig
-from tta_eval.methods.cotta import augment_batch
-from tta_eval.methods.layers import batchnorm_statistics_frozen
+from tta_eval.methods.augmentation import augment_batch
+from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import softmax_entropy, symmetric_cross_entropy
-from tta_eval.methods.reliable_entropy import NormalizationGradientMethod
+from tta_eval.methods.registry import MethodEntry, register_method
+from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int, check_seed
 
 SLR_CLIP = 0.99
 SLR_EPSILON = 1e-5
 BETA_FLOOR = 0.89
 BETA_SATURATION = 0.9999
+
+
+@dataclass(frozen=True)
+class CMFConfig(SGDConfig):
+    """CMF: continual momentum filtering of the adapted parameters, ROID's loss.
+
+    prediction_momentum in [0, 1): weight of the old class-probability average in the diversity
+    weight; weight_temperature > 0; use_weighting / use_consistency: ROID's sample weights and
+    augmentation-consistency term; prior_correction: "logits" (the public code multiplies the logits
+    by the smoothed batch prior), "probabilities" (the paper: re-weight the softmax) or "none";
+    hidden_momentum (α), ensemble_momentum (γ) in [0, 1]; process_noise q0 >= 0, scaled by
+    (adapted parameter count / process_noise_reference_size); seed of the augmentation generator.
+    """
+
+    nesterov: bool = True
+    prediction_momentum: float = 0.9
+    weight_temperature: float = 1.0 / 3.0
+    use_weighting: bool = True
+    use_consistency: bool = True
+    prior_correction: Literal["logits", "probabilities", "none"] = "logits"
+    hidden_momentum: float = 0.99
+    ensemble_momentum: float = 0.99
+    process_noise: float = 0.005
+    process_noise_reference_size: int = 38400
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_in_range("prediction_momentum", self.prediction_momentum, 0.0, 1.0, include_high=False)
+        check_positive("weight_temperature", self.weight_temperature)
+        check_choice("prior_correction", self.prior_correction, ("logits", "probabilities", "none"))
+        check_in_range("hidden_momentum", self.hidden_momentum, 0.0, 1.0)
+        check_in_range("ensemble_momentum", self.ensemble_momentum, 0.0, 1.0)
+        check_non_negative("process_noise", self.process_noise)
+        check_positive_int("process_noise_reference_size", self.process_noise_reference_size)
+        check_seed(self.seed)
 
 
 def clipped_soft_likelihood_ratio(logits: torch.Tensor) -> torch.Tensor:
@@ -161,3 +200,16 @@ class CMF(NormalizationGradientMethod):
             self._filter_parameters()
         self.last_step = step
         return self._corrected(logits.detach())
+
+
+register_method(
+    MethodEntry(
+        "cmf",
+        CMF,
+        CMFConfig,
+        "continual momentum filtering of the norm parameters with ROID's weighted loss",
+        needs_batchnorm=False,
+        sources="Lee & Chang ICLR 2024; mariodoebler/test-time-adaptation methods/cmf.py, roid.py",
+        colour="#9c9ede",
+    )
+)

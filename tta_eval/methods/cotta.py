@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
-import torchvision.transforms.v2.functional as TF
 from torch import nn
-from torchvision.transforms import InterpolationMode
 
+from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.base import (
     AdaptationMethod,
+    SGDConfig,
     StepInfo,
     batchnorm_affine_parameters,
     make_sgd,
@@ -18,67 +20,44 @@ from tta_eval.methods.base import (
     require_trainable,
     set_batchnorm_batch_statistics,
 )
-from tta_eval.methods.configs import CoTTAConfig
 from tta_eval.methods.losses import cross_entropy_to_teacher, symmetric_cross_entropy
+from tta_eval.methods.registry import MethodEntry, register_method
+from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive_int, check_seed
 
 
-def _uniform(generator: torch.Generator, low: float, high: float) -> float:
-    return low + (high - low) * float(torch.rand((), generator=generator))
+@dataclass(frozen=True)
+class CoTTAConfig(SGDConfig):
+    """CoTTA: mean teacher, augmentation-averaged teacher predictions, stochastic restore.
 
-
-def augment_batch(
-    images: torch.Tensor,
-    generator: torch.Generator,
-    noise_std: float,
-    padding_mode: str = "edge",
-    blur: bool = True,
-) -> torch.Tensor:
-    """CoTTA's ImageNet augmentation, one random draw for the whole batch; images in [0, 1], N×3×H×W.
-
-    Colour jitter in random order (brightness [0.6, 1.4], contrast [0.7, 1.3], saturation
-    [0.5, 1.5], hue [-0.06, 0.06], gamma [0.7, 1.3]); padding by H/2 (``padding_mode`` "edge", or
-    "reflect" as in ROID/CMF); random affine (±15°, translation up to 1/16 of the padded size, scale
-    [0.9, 1.1], bilinear); Gaussian blur (kernel 5, σ in [0.001, 0.5]; skipped when ``blur`` is
-    False, as in ROID/CMF); centre crop back to H×W; horizontal flip with probability ½; Gaussian
-    noise (std ``noise_std``); clipping to [0, 1]. All randomness comes from ``generator``.
+    teacher_momentum in [0, 1]: EMA weight of the old teacher; restore_probability in [0, 1]: chance
+    per weight element and step to be restored to its source value; augmentation_count >= 1 views;
+    augmentation_threshold in [0, 1]: augment when the source model's mean max-probability on the
+    batch is below it; noise_std >= 0: std of the Gaussian noise of the augmentation (images in
+    [0, 1]); adapted_parameters: "batchnorm" (CCC code) or "all" (CoTTA code); loss: "symmetric"
+    (both public codes for ImageNet) or "cross_entropy"; seed: of the method's own generator.
     """
-    height, width = images.shape[-2:]
-    augmented = images.clamp(0.0, 1.0)
-    for operation in torch.randperm(5, generator=generator).tolist():
-        if operation == 0:
-            augmented = TF.adjust_brightness(augmented, _uniform(generator, 0.6, 1.4))
-        elif operation == 1:
-            augmented = TF.adjust_contrast(augmented, _uniform(generator, 0.7, 1.3))
-        elif operation == 2:
-            augmented = TF.adjust_saturation(augmented, _uniform(generator, 0.5, 1.5))
-        elif operation == 3:
-            augmented = TF.adjust_hue(augmented, _uniform(generator, -0.06, 0.06))
-        else:
-            # Clamping away from 0 keeps the gamma gradient finite (as CoTTA's code does).
-            augmented = TF.adjust_gamma(augmented.clamp(1e-8, 1.0), _uniform(generator, 0.7, 1.3))
-    padding = height // 2
-    augmented = TF.pad(augmented, [padding], padding_mode=padding_mode)
-    padded_height, padded_width = augmented.shape[-2:]
-    translate = [
-        round(_uniform(generator, -padded_width / 16, padded_width / 16)),
-        round(_uniform(generator, -padded_height / 16, padded_height / 16)),
-    ]
-    augmented = TF.affine(
-        augmented,
-        angle=_uniform(generator, -15.0, 15.0),
-        translate=translate,
-        scale=_uniform(generator, 0.9, 1.1),
-        shear=[0.0, 0.0],
-        interpolation=InterpolationMode.BILINEAR,
-    )
-    if blur:
-        sigma = _uniform(generator, 0.001, 0.5)
-        augmented = TF.gaussian_blur(augmented, kernel_size=[5, 5], sigma=[sigma, sigma])
-    augmented = TF.center_crop(augmented, [height, width])
-    if float(torch.rand((), generator=generator)) < 0.5:
-        augmented = TF.horizontal_flip(augmented)
-    noise = torch.randn(augmented.shape, generator=generator).to(augmented.device) * noise_std
-    return (augmented + noise).clamp(0.0, 1.0)
+
+    learning_rate: float = 0.01
+    nesterov: bool = True
+    teacher_momentum: float = 0.999
+    restore_probability: float = 0.001
+    augmentation_count: int = 32
+    augmentation_threshold: float = 0.1
+    noise_std: float = 0.005
+    adapted_parameters: Literal["batchnorm", "all"] = "batchnorm"
+    loss: Literal["symmetric", "cross_entropy"] = "symmetric"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_in_range("teacher_momentum", self.teacher_momentum, 0.0, 1.0)
+        check_in_range("restore_probability", self.restore_probability, 0.0, 1.0)
+        check_positive_int("augmentation_count", self.augmentation_count)
+        check_in_range("augmentation_threshold", self.augmentation_threshold, 0.0, 1.0)
+        check_non_negative("noise_std", self.noise_std)
+        check_choice("adapted_parameters", self.adapted_parameters, ("batchnorm", "all"))
+        check_choice("loss", self.loss, ("symmetric", "cross_entropy"))
+        check_seed(self.seed)
 
 
 class CoTTA(AdaptationMethod):
@@ -166,3 +145,14 @@ class CoTTA(AdaptationMethod):
         self.last_step = step
         return teacher_logits
 
+
+register_method(
+    MethodEntry(
+        "cotta",
+        CoTTA,
+        CoTTAConfig,
+        "mean teacher with augmentation-averaged pseudo-labels and stochastic restore",
+        sources="Wang et al. CVPR 2022; qinenergy/cotta imagenet/cotta.py; CCC code models/cotta.py",
+        colour="tab:brown",
+    )
+)

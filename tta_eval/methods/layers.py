@@ -3,7 +3,7 @@
 Classifier head and penultimate features (SHOT, LAME, NEO, TTAC), normalisation-layer parameters
 with excluded blocks (SAR, DeYO, CMF), forward passes that must not touch BatchNorm running
 statistics (second forward passes on perturbed weights or transformed images), and BatchNorm with a
-source-statistics prior (MEMO).
+source-statistics prior (MEMO); the base of the methods that train normalisation layers (SAR, DeYO, CMF).
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BATCHNORM_TYPES, batchnorm_layers
+from tta_eval.methods.base import (
+    BATCHNORM_TYPES,
+    AdaptationMethod,
+    SGDConfig,
+    batchnorm_layers,
+    make_sgd,
+    set_batchnorm_batch_statistics,
+)
 
 NORMALIZATION_TYPES: tuple[type[nn.Module], ...] = (*BATCHNORM_TYPES, nn.LayerNorm, nn.GroupNorm)
 MODULE_LIST_SEPARATOR = "+"
@@ -260,3 +267,22 @@ class BatchNormPriorNetwork(nn.Module):
         """The network's output with BatchNorm statistics prior · running + (1 − prior) · batch."""
         with batchnorm_prior(self.network, self.prior):
             return self.network(images)
+
+
+class NormalizationGradientMethod(AdaptationMethod):
+    """Base of methods that train the affine parameters of BatchNorm, LayerNorm and GroupNorm layers
+    (except ``config.excluded_modules``) with SGD; BatchNorm normalises with batch statistics."""
+
+    method_name = "normalization-gradient"
+
+    def __init__(self, model: nn.Module, config: SGDConfig, excluded_modules: str) -> None:
+        super().__init__(model, config)
+        named = normalization_affine_parameters(model, parse_module_list(excluded_modules))
+        require_normalization_parameters(named, model, self.method_name)
+        self.adapted_parameters = self._adapt_only(named)
+        self.optimizer = make_sgd(
+            self.adapted_parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
+        )
+
+    def _apply_layer_modes(self) -> None:
+        set_batchnorm_batch_statistics(self.model)

@@ -1,4 +1,5 @@
 """Adaptation losses as pure functions of logits (N×C tensors); each returns one value per sample.
+The entropy filter and weights shared by ETA, EATA, SAR and DeYO are here too.
 
 All take raw logits; probabilities are softmax(logits) over dimension 1. Entropies use natural
 logarithms (nats), so the entropy of a C-class prediction lies in [0, ln C].
@@ -7,6 +8,9 @@ logarithms (nats), so the entropy of a C-class prediction lies in [0, ln C].
 from __future__ import annotations
 
 import torch
+
+DEFAULT_ENTROPY_MARGIN_FRACTION = 0.4
+"""E0 = fraction · ln C: the entropy margin of ETA/EATA, SAR and DeYO's weights (0.4 · ln 1000 on ImageNet)."""
 
 
 def softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -85,3 +89,13 @@ def symmetric_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.
 def cross_entropy_to_teacher(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
     """CE(teacher → student) = -Σ_c softmax(teacher)_c ln softmax(student)_c, per sample."""
     return -(teacher_logits.softmax(1) * student_logits.log_softmax(1)).sum(1)
+
+
+def select_reliable(entropies: torch.Tensor, entropy_margin: float) -> torch.Tensor:
+    """Indices of samples whose entropy (nats) is strictly below ``entropy_margin`` (ETA's first filter)."""
+    return torch.nonzero(entropies < entropy_margin, as_tuple=True)[0]
+
+
+def entropy_weights(entropies: torch.Tensor, entropy_margin: float) -> torch.Tensor:
+    """ETA's sample weights 1 / exp(H - E0), computed without gradient."""
+    return torch.exp(-(entropies.detach() - entropy_margin))

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
-from tta_eval.methods.base import AdaptationMethod, StepInfo, make_sgd
-from tta_eval.methods.configs import MEMOConfig
+from tta_eval.methods.augmentation import uniform
+from tta_eval.methods.base import AdaptationMethod, SGDConfig, StepInfo, make_sgd
 from tta_eval.methods.layers import BatchNormPriorNetwork, attach_prediction_network, batchnorm_prior
+from tta_eval.methods.registry import MethodEntry, register_method
+from tta_eval.validation import check_non_negative, check_positive_int, check_seed
 
 AUGMIX_WIDTH = 3
 AUGMIX_MAX_DEPTH = 3
@@ -31,16 +34,35 @@ CROP_SCALE = (0.08, 1.0)
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 
+@dataclass(frozen=True)
+class MEMOConfig(SGDConfig):
+    """MEMO: per image, adaptation_steps SGD steps on the marginal entropy of augmentation_count >= 1
+    AugMix views, then prediction; every parameter; episodic (restored before each image).
+
+    prior_strength N >= 0: BatchNorm uses N/(N+1) · source + 1/(N+1) · batch statistics; seed of the
+    augmentation generator.
+    """
+
+    momentum: float = 0.0
+    augmentation_count: int = 64
+    adaptation_steps: int = 1
+    prior_strength: float = 16.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int("augmentation_count", self.augmentation_count)
+        check_positive_int("adaptation_steps", self.adaptation_steps)
+        check_non_negative("prior_strength", self.prior_strength)
+        check_seed(self.seed)
+
+
 def marginal_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of the marginal prediction p̄ = mean_b softmax(logits_b) over the B views (B×C)."""
     log_probabilities = logits.log_softmax(1)
     log_marginal = torch.logsumexp(log_probabilities, dim=0) - math.log(logits.shape[0])
     log_marginal = log_marginal.clamp_min(torch.finfo(log_marginal.dtype).min)
     return -(log_marginal * log_marginal.exp()).sum()
-
-
-def _uniform(generator: torch.Generator, low: float, high: float) -> float:
-    return low + (high - low) * float(torch.rand((), generator=generator))
 
 
 def _randint(generator: torch.Generator, low: int, high: int) -> int:
@@ -53,8 +75,8 @@ def random_resized_crop_box(height: int, width: int, generator: torch.Generator)
     area = height * width
     log_ratio = (math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]))
     for _ in range(10):
-        target_area = area * _uniform(generator, *CROP_SCALE)
-        aspect = math.exp(_uniform(generator, *log_ratio))
+        target_area = area * uniform(generator, *CROP_SCALE)
+        aspect = math.exp(uniform(generator, *log_ratio))
         crop_width = int(round(math.sqrt(target_area * aspect)))
         crop_height = int(round(math.sqrt(target_area / aspect)))
         if 0 < crop_width <= width and 0 < crop_height <= height:
@@ -96,11 +118,11 @@ def pil_affine(image: torch.Tensor, coefficients: tuple[float, float, float, flo
 
 def _level(generator: torch.Generator) -> float:
     """AugMix's random level at severity 1: uniform in [0.1, severity]."""
-    return _uniform(generator, 0.1, AUGMIX_SEVERITY)
+    return uniform(generator, 0.1, AUGMIX_SEVERITY)
 
 
 def _signed(value: float, generator: torch.Generator) -> float:
-    return -value if _uniform(generator, 0.0, 1.0) > 0.5 else value
+    return -value if uniform(generator, 0.0, 1.0) > 0.5 else value
 
 
 def _rotate(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -161,12 +183,12 @@ def augmix_view(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     height, width = image.shape[-2:]
     top, left, crop_height, crop_width = random_resized_crop_box(height, width, generator)
     cropped = TF.resized_crop(image, top, left, crop_height, crop_width, [height, width], antialias=True)
-    if _uniform(generator, 0.0, 1.0) < 0.5:
+    if uniform(generator, 0.0, 1.0) < 0.5:
         cropped = TF.horizontal_flip(cropped)
     base = (cropped.clamp(0.0, 1.0) * 255).round().to(torch.uint8)
     exponentials = -torch.log(1.0 - torch.rand(AUGMIX_WIDTH, generator=generator))
     chain_weights = (exponentials / exponentials.sum()).tolist()
-    blend = _uniform(generator, 0.0, 1.0)
+    blend = uniform(generator, 0.0, 1.0)
     mixed = torch.zeros(base.shape, dtype=torch.float32, device=image.device)
     for weight in chain_weights:
         chain = base
@@ -242,3 +264,16 @@ class MEMO(AdaptationMethod):
             nonfinite_loss=nonfinite,
         )
         return torch.cat(outputs)
+
+
+register_method(
+    MethodEntry(
+        "memo",
+        MEMO,
+        MEMOConfig,
+        "per image: marginal entropy over 64 AugMix views, one step on all parameters, episodic",
+        needs_batchnorm=False,
+        sources="Zhang et al. NeurIPS 2022; zhangmarvin/memo imagenet-exps",
+        colour="#636363",
+    )
+)

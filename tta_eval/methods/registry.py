@@ -1,4 +1,8 @@
-"""Registry of test-time adaptation methods: frozen entries, listing, creation with overrides."""
+"""Registry of test-time adaptation methods: frozen entries, listing, creation with overrides.
+
+Each method module of ``tta_eval.methods`` registers its own entry with ``register_method`` when it is
+imported; ``tta_eval.methods`` imports every module of the package, so a new method is one new file.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +26,11 @@ RESET_OPTION = "reset_every"
 class MethodEntry:
     """One registered method.
 
-    name: registry key; method_class: called as method_class(model, config); config_class: frozen
-    dataclass whose defaults are the published values; description: one line; reset_every: default
-    periodic reset in batches (None = never); needs_batchnorm: the method adapts BatchNorm layers;
-    sources: papers and code the defaults come from.
+    name: registry key (the method's module is ``tta_eval/methods/<name>.py``); method_class: called as
+    method_class(model, config); config_class: frozen dataclass whose defaults are the published
+    values; description: one line; reset_every: default periodic reset in batches (None = never);
+    needs_batchnorm: the method adapts BatchNorm layers; sources: papers and code the defaults come
+    from; colour: its colour in every plot (a matplotlib colour; None: one picked from the name).
     """
 
     name: str
@@ -35,6 +40,7 @@ class MethodEntry:
     reset_every: int | None = None
     needs_batchnorm: bool = True
     sources: str = ""
+    colour: str | None = None
 
     def option_names(self) -> list[str]:
         """Names accepted by ``create`` for this method: config fields and ``reset_every``."""
@@ -59,8 +65,8 @@ def register_method(entry: MethodEntry) -> MethodEntry:
 
 
 def list_methods(pattern: str = "*") -> list[str]:
-    """Registered method names matching the shell-style ``pattern``, in registration order."""
-    return [name for name in _REGISTRY if fnmatch.fnmatchcase(name, pattern)]
+    """Registered method names matching the shell-style ``pattern``, in alphabetical order."""
+    return sorted(name for name in _REGISTRY if fnmatch.fnmatchcase(name, pattern))
 
 
 def get_method(name: str) -> MethodEntry:
@@ -68,7 +74,7 @@ def get_method(name: str) -> MethodEntry:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(_REGISTRY)}") from None
+        raise ValueError(f"unknown method {name!r}; available: {', '.join(list_methods())}") from None
 
 
 def _coerce_option(method: str, option: str, value: Any, default: Any, annotation: Any) -> Any:

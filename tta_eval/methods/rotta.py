@@ -10,13 +10,54 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.base import BATCHNORM_TYPES, AdaptationMethod, StepInfo, require_batchnorm
-from tta_eval.methods.configs import RoTTAConfig
-from tta_eval.methods.cotta import augment_batch
 from tta_eval.methods.layers import batch_statistics
 from tta_eval.methods.losses import cross_entropy_to_teacher
+from tta_eval.methods.registry import MethodEntry, register_method
+from tta_eval.validation import check_in_range, check_non_negative, check_positive, check_positive_int, check_seed
 
 UNCERTAINTY_LOG_FLOOR = 1e-6
+
+
+@dataclass(frozen=True)
+class RoTTAConfig:
+    """RoTTA: robust BatchNorm, category-balanced memory bank, time-aware re-weighting, mean teacher.
+
+    learning_rate > 0 and adam_beta1/adam_beta2 in [0, 1) of Adam (weight_decay >= 0) over the robust
+    BN affine parameters; robust_bn_momentum in (0, 1]: weight of a batch in the global statistics;
+    memory_capacity >= 1 samples; update_every >= 1: one update per that many stream samples;
+    teacher_momentum in [0, 1]: weight of the old teacher; timeliness_weight (λt) and
+    uncertainty_weight (λu) >= 0 of the memory's eviction score; noise_std >= 0 of the strong
+    augmentation; seed of the augmentation generator.
+    """
+
+    learning_rate: float = 1e-3
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    weight_decay: float = 0.0
+    robust_bn_momentum: float = 0.05
+    memory_capacity: int = 64
+    update_every: int = 64
+    teacher_momentum: float = 0.999
+    timeliness_weight: float = 1.0
+    uncertainty_weight: float = 1.0
+    noise_std: float = 0.005
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive("learning_rate", self.learning_rate)
+        check_in_range("adam_beta1", self.adam_beta1, 0.0, 1.0, include_high=False)
+        check_in_range("adam_beta2", self.adam_beta2, 0.0, 1.0, include_high=False)
+        check_non_negative("weight_decay", self.weight_decay)
+        check_in_range("robust_bn_momentum", self.robust_bn_momentum, 0.0, 1.0, include_low=False)
+        check_positive_int("memory_capacity", self.memory_capacity)
+        check_positive_int("update_every", self.update_every)
+        check_in_range("teacher_momentum", self.teacher_momentum, 0.0, 1.0)
+        check_non_negative("timeliness_weight", self.timeliness_weight)
+        check_non_negative("uncertainty_weight", self.uncertainty_weight)
+        check_non_negative("noise_std", self.noise_std)
+        check_seed(self.seed)
 
 
 class RobustBatchNorm(nn.Module):
@@ -250,3 +291,15 @@ class RoTTA(AdaptationMethod):
                 step = self._update()
         self.last_step = step
         return teacher_logits
+
+
+register_method(
+    MethodEntry(
+        "rotta",
+        RoTTA,
+        RoTTAConfig,
+        "robust BN, category-balanced memory, time-aware weights, mean teacher (Adam 1e-3)",
+        sources="Yuan et al. CVPR 2023; BIT-DA/RoTTA core/adapter/rotta.py",
+        colour="tab:pink",
+    )
+)

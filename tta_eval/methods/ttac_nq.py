@@ -12,6 +12,7 @@ ImageNet validation set); they are computed once and stored in a file:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tta_eval.methods.base import AdaptationMethod, make_sgd, set_batchnorm_batch_statistics
-from tta_eval.methods.configs import TTACNQConfig
+from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_sgd, set_batchnorm_batch_statistics
 from tta_eval.methods.layers import (
     EvaluationModeNetwork,
     attach_prediction_network,
@@ -29,8 +29,38 @@ from tta_eval.methods.layers import (
     forward_with_features,
     parameters_outside_head,
 )
+from tta_eval.methods.registry import MethodEntry, register_method
+from tta_eval.validation import check_in_range, check_non_negative, check_positive, check_positive_int
 
 STATISTICS_FORMAT = "tta_eval.ttac.source_statistics/1"
+
+
+@dataclass(frozen=True)
+class TTACNQConfig(SGDConfig):
+    """TTAC without queue: anchored clustering of penultimate features to source statistics.
+
+    source_statistics: path of a file written by ``SourceFeatureStatistics.save`` (required);
+    confidence_threshold in [0, 1): samples used for class-wise alignment; class_ema_length >= 1 and
+    global_ema_length >= 1: effective window (samples) of the target statistics; loss_scale >= 0;
+    covariance_bias_fraction > 0: the ridge added to both covariances is fraction · max(source cov).
+    learning_rate 1e-3/√2 is TTAC's 1e-3 at batch 128 scaled to batch 64 (Alfarra et al.'s code).
+    """
+
+    learning_rate: float = 0.001 / math.sqrt(2.0)
+    source_statistics: str = ""
+    confidence_threshold: float = 0.9
+    class_ema_length: int = 64
+    global_ema_length: int = 1280
+    loss_scale: float = 0.05
+    covariance_bias_fraction: float = 1.0 / 30.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_in_range("confidence_threshold", self.confidence_threshold, 0.0, 1.0, include_high=False)
+        check_positive_int("class_ema_length", self.class_ema_length)
+        check_positive_int("global_ema_length", self.global_ema_length)
+        check_non_negative("loss_scale", self.loss_scale)
+        check_positive("covariance_bias_fraction", self.covariance_bias_fraction)
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,7 +246,7 @@ class TTACNQ(AdaptationMethod):
             if not config.source_statistics:
                 raise ValueError(
                     "method 'ttac_nq' needs source feature statistics: compute them from clean images with "
-                    "tta_eval.methods.ttac.compute_source_statistics(model, batches), save them with .save(path) "
+                    "tta_eval.methods.compute_source_statistics(model, batches), save them with .save(path) "
                     "and pass source_statistics=<path>"
                 )
             source_statistics = SourceFeatureStatistics.load(config.source_statistics)
@@ -317,3 +347,16 @@ class TTACNQ(AdaptationMethod):
         self.last_step = self._take_step(self.config.loss_scale * loss, images.shape[0])
         with torch.no_grad():
             return self.prediction_network(images)
+
+
+register_method(
+    MethodEntry(
+        "ttac_nq",
+        TTACNQ,
+        TTACNQConfig,
+        "anchored clustering of features to source statistics (needs source_statistics), no queue",
+        needs_batchnorm=False,
+        sources="Su et al. NeurIPS 2022; Gorilla-Lab-SCUT/TTAC imagenet/TTAC_onepass_without_queue.py",
+        colour="#e7969c",
+    )
+)

@@ -1,49 +1,44 @@
-"""Self-training methods over BatchNorm affine parameters: RPL, conjugate pseudo-labels (CPL) and SLR."""
+"""slr (Mummadi et al. 2021): soft likelihood ratio plus a class-diversity term, Adam over the
+BatchNorm affine parameters."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
-from tta_eval.methods.configs import CPLConfig, RPLConfig, SLRConfig
-from tta_eval.methods.entropy import BatchNormGradientMethod
-from tta_eval.methods.losses import conjugate_polyloss, generalized_cross_entropy, kl_to_uniform, soft_likelihood_ratio
+from tta_eval.methods.base import BatchNormGradientMethod
+from tta_eval.methods.losses import kl_to_uniform, soft_likelihood_ratio
+from tta_eval.methods.registry import MethodEntry, register_method
+from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive
 
 
-class RPL(BatchNormGradientMethod):
-    """RPL (Rusak et al. 2022): generalised cross-entropy to the model's own hard pseudo-labels."""
+@dataclass(frozen=True)
+class SLRConfig:
+    """SLR (Mummadi et al. 2021) with Adam over BN affine parameters.
 
-    method_name = "rpl"
+    learning_rate: Adam step size > 0; adam_beta1/adam_beta2 in [0, 1); diversity_weight >= 0 scales
+    KL(p̄ ‖ uniform) where p̄ is a moving average (momentum diversity_momentum in [0, 1)) of the
+    batch-mean prediction; soft_labels: "soft" uses the (constant) prediction as labels, "hard"
+    its one-hot arg-max.
+    """
 
-    def __init__(self, model: nn.Module, config: RPLConfig) -> None:
-        super().__init__(model, config)
-        self._remember_initial_state()
+    learning_rate: float = 6e-4
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    diversity_weight: float = 1.0
+    diversity_momentum: float = 0.9
+    soft_labels: Literal["soft", "hard"] = "soft"
 
-    @torch.enable_grad()
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits (N×C) for images (N×C×H×W), then one SGD step on mean GCE(q) to arg-max labels."""
-        logits = self.model(images)
-        loss = generalized_cross_entropy(logits, logits.argmax(1), self.config.q).mean()
-        self.last_step = self._take_step(loss, images.shape[0])
-        return logits.detach()
-
-
-class CPL(BatchNormGradientMethod):
-    """Conjugate pseudo-labels (Goyal et al. 2022) for a model trained with the PolyLoss(ε)."""
-
-    method_name = "cpl"
-
-    def __init__(self, model: nn.Module, config: CPLConfig) -> None:
-        super().__init__(model, config)
-        self._remember_initial_state()
-
-    @torch.enable_grad()
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits (N×C) for images (N×C×H×W), then one SGD step on the mean conjugate loss."""
-        logits = self.model(images)
-        loss = conjugate_polyloss(logits, self.config.poly_epsilon, self.config.temperature).mean()
-        self.last_step = self._take_step(loss, images.shape[0])
-        return logits.detach()
+    def __post_init__(self) -> None:
+        check_positive("learning_rate", self.learning_rate)
+        check_in_range("adam_beta1", self.adam_beta1, 0.0, 1.0, include_high=False)
+        check_in_range("adam_beta2", self.adam_beta2, 0.0, 1.0, include_high=False)
+        check_non_negative("diversity_weight", self.diversity_weight)
+        check_in_range("diversity_momentum", self.diversity_momentum, 0.0, 1.0, include_high=False)
+        check_choice("soft_labels", self.soft_labels, ("soft", "hard"))
 
 
 class SLR(BatchNormGradientMethod):
@@ -88,3 +83,15 @@ class SLR(BatchNormGradientMethod):
         self.last_step = self._take_step(loss, images.shape[0])
         self.mean_prediction = mean_prediction.detach()
         return logits.detach()
+
+
+register_method(
+    MethodEntry(
+        "slr",
+        SLR,
+        SLRConfig,
+        "soft likelihood ratio + diversity regulariser, Adam, BN affine parameters",
+        sources="Mummadi et al. 2021 (arXiv 2106.14999); no public CCC implementation",
+        colour="#637939",
+    )
+)

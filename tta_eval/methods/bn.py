@@ -1,28 +1,19 @@
-"""Methods without gradient updates: the source model and test-batch BatchNorm statistics."""
+"""bn: test-batch BatchNorm statistics (Schneider et al. 2020), nothing learned."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from tta_eval.methods.base import AdaptationMethod, StepInfo, require_batchnorm, set_batchnorm_batch_statistics
-from tta_eval.methods.configs import BatchNormConfig, SourceConfig
+from tta_eval.methods.registry import MethodEntry, register_method
 
 
-class Source(AdaptationMethod):
-    """The pretrained model in evaluation mode; never changes a parameter or buffer."""
-
-    def __init__(self, model: nn.Module, config: SourceConfig) -> None:
-        super().__init__(model, config)
-        model.requires_grad_(False)
-        self._remember_initial_state()
-
-    @torch.no_grad()
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits (N×C) of the unadapted model for images (N×C×H×W)."""
-        logits = self.model(images)
-        self.last_step = StepInfo()
-        return logits
+@dataclass(frozen=True)
+class BatchNormConfig:
+    """Test-batch statistics in every BatchNorm layer; nothing is learned."""
 
 
 class BatchNormStatistics(AdaptationMethod):
@@ -47,3 +38,15 @@ class BatchNormStatistics(AdaptationMethod):
         logits = self.model(images)
         self.last_step = StepInfo(samples_adapted=images.shape[0])
         return logits
+
+
+register_method(
+    MethodEntry(
+        "bn",
+        BatchNormStatistics,
+        BatchNormConfig,
+        "test-batch BatchNorm statistics, nothing learned",
+        sources="Schneider et al. 2020; CCC code models/batchnorm.py",
+        colour="tab:blue",
+    )
+)

@@ -1,0 +1,25 @@
+"""rdumb (Press et al. NeurIPS 2023): ETA reset to its initial state every 1000 batches.
+
+Any method takes the same policy with the option ``reset_every``; this entry only changes its default.
+"""
+
+from __future__ import annotations
+
+from tta_eval.methods.eta import ETA, ETAConfig
+from tta_eval.methods.registry import MethodEntry, register_method
+
+RDUMB_RESET_EVERY = 1000
+"""Batches between two resets (the CCC paper's value)."""
+
+
+register_method(
+    MethodEntry(
+        "rdumb",
+        ETA,
+        ETAConfig,
+        "ETA reset to its initial state every 1000 batches",
+        reset_every=RDUMB_RESET_EVERY,
+        sources="Press et al. NeurIPS 2023; CCC code models/rdumb.py",
+        colour="tab:purple",
+    )
+)
