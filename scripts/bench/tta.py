@@ -47,7 +47,7 @@ import torch
 import torchvision
 from torch import nn
 
-from tta_eval.methods import compute_source_statistics, create, list_methods
+from tta_eval.methods import compute_source_statistics, create, get_method, list_methods
 from tta_eval.protocols import OfflineProtocol, run_offline
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.synthetic import tiny_bn_cnn
@@ -174,7 +174,7 @@ def benchmark_method(method_name: str, arguments: dict, results: multiprocessing
     timed = TimedModel(model)
     options = dict(BENCH_OPTIONS.get(method_name, {}))
     with tempfile.TemporaryDirectory() as folder:
-        if method_name == "ttac_nq":
+        if "source_statistics" in get_method(method_name).option_names():
             statistics_path = Path(folder) / "source.ttac.pt"
             compute_source_statistics(model, (images for images, _ in batches[:8])).save(statistics_path)
             options["source_statistics"] = str(statistics_path)

@@ -1,4 +1,5 @@
-"""Helpers of the tests of the time-constrained papers' methods (AdaBN … TTAC-NQ)."""
+"""Helpers of the method tests: the one table of per-method test options, building a method for a test,
+and small models with named stages."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import torch
 from torch import nn
 from tta_helpers import make_batches
 
-from tta_eval.methods import compute_source_statistics, create
+from tta_eval.methods import compute_source_statistics, create, get_method
 
-EXTRA_METHODS = ["adabn", "lame", "neo", "pl", "shot_im", "shot", "sar", "deyo", "memo", "rotta", "cmf", "ttac_nq"]
-
-# Options that make every method adapt on a random tiny CNN (its predictions are nearly uniform):
-# filters accept every sample, MEMO uses few views, RoTTA updates every 8 samples.
-ADAPTING_OPTIONS: dict[str, dict] = {
+TEST_OPTIONS: dict[str, dict] = {
+    "eta": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
+    "rdumb": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
+    "eata": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0, "fisher_samples": 24},
+    "cotta": {"augmentation_threshold": 1.0, "augmentation_count": 2},
     "pl": {"confidence_threshold": 0.0},
     "sar": {"entropy_margin_fraction": 1.0},
     "deyo": {"filter_margin_fraction": 1.0, "plpd_threshold": -1.0},
@@ -24,6 +25,10 @@ ADAPTING_OPTIONS: dict[str, dict] = {
     "rotta": {"update_every": 8},
     "ttac_nq": {"confidence_threshold": 0.0},
 }
+"""Options that make a method adapt on a random tiny CNN, whose predictions are nearly uniform: the
+filters accept every sample, CoTTA augments (2 views), MEMO uses few views, RoTTA updates every 8
+samples. The only place tests name methods for the contract tests; a method without an entry runs with
+its defaults."""
 
 
 def statistics_file(model: nn.Module, folder: Path) -> str:
@@ -34,11 +39,19 @@ def statistics_file(model: nn.Module, folder: Path) -> str:
 
 
 def build(name: str, model: nn.Module, statistics_path: str | None = None, **extra) -> nn.Module:
-    """``create`` with the adapting options (and the statistics file for ttac_nq)."""
-    options = {**ADAPTING_OPTIONS.get(name, {}), **extra}
-    if name == "ttac_nq":
+    """``create`` with the method's TEST_OPTIONS and ``extra``; a method with a ``source_statistics``
+    option gets ``statistics_path``."""
+    options = {**TEST_OPTIONS.get(name, {}), **extra}
+    if "source_statistics" in get_method(name).option_names():
         options.setdefault("source_statistics", statistics_path)
     return create(name, model, **options)
+
+
+def prepared(method: nn.Module) -> nn.Module:
+    """``method`` after its stream preparation (EATA's Fisher) on 48 random images, if it needs one."""
+    if getattr(method, "preparation_samples", 0):
+        method.prepare(images for images, _ in make_batches(3, seed=99))
+    return method
 
 
 def batch_statistics_copy(model: nn.Module) -> nn.Module:

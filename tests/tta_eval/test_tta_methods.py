@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tta_helpers import ConstructedLogits, assert_reset_matches_fresh, make_batches, make_tiny_cnn, optimizer_of, optimizer_states_equal, states_equal
+from extra_method_helpers import TEST_OPTIONS, build, prepared
+from tta_helpers import ConstructedLogits, make_batches, make_tiny_cnn, optimizer_of, optimizer_states_equal, states_equal
 
 from tta_eval.methods import (
     ETA,
@@ -32,21 +33,7 @@ from tta_eval.methods.losses import (
 )
 
 PAPER_METHODS = ["source", "bn", "tent", "rpl", "slr", "cpl", "cotta", "eta", "eata", "rdumb"]
-# Options that make every method adapt on a random tiny model: ETA's filters accept everything,
-# CoTTA augments (2 views) so the augmentation path is exercised.
-ADAPTING_OPTIONS = {
-    "eta": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
-    "rdumb": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
-    "eata": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0, "fisher_samples": 24},
-    "cotta": {"augmentation_threshold": 1.0, "augmentation_count": 2},
-}
-
-
-def build(name: str, model: nn.Module, **extra) -> nn.Module:
-    method = create(name, model, **{**ADAPTING_OPTIONS.get(name, {}), **extra})
-    if getattr(method, "preparation_samples", 0):
-        method.prepare(images for images, _ in make_batches(3, seed=99))
-    return method
+"""The CCC paper's methods (the contract tests in test_methods_contract.py run over every registered one)."""
 
 
 # --- registry -------------------------------------------------------------------------------------
@@ -78,31 +65,6 @@ def test_published_defaults():
     eata = get_method("eata").defaults()
     assert (eata["fisher_weight"], eata["fisher_samples"], eata["redundancy_margin"]) == (2000.0, 2000, 0.05)
     assert eata["entropy_margin_fraction"] == 0.4 and eata["prediction_momentum"] == 0.9
-
-
-@pytest.mark.parametrize("name", PAPER_METHODS)
-def test_create_returns_logits_and_leaves_the_given_model_untouched(name, tiny_cnn):
-    before = copy.deepcopy(tiny_cnn.state_dict())
-    method = build(name, tiny_cnn)
-    images, _ = make_batches(1)[0]
-    logits = method(images)
-    assert logits.shape == (16, 10) and not logits.requires_grad
-    assert states_equal(tiny_cnn.state_dict(), before)
-    assert all(parameter.requires_grad for parameter in tiny_cnn.parameters())
-
-
-@pytest.mark.parametrize("name", PAPER_METHODS)
-def test_reset_restores_weights_optimiser_and_buffers_exactly(name, tiny_cnn):
-    batches = make_batches(4)
-    fresh = build(name, tiny_cnn)
-    used = build(name, tiny_cnn)
-    initial_state = copy.deepcopy(used.state_dict())
-    for images, _ in batches[:3]:
-        used(images)
-    if name not in ("source",):
-        assert not states_equal(used.state_dict(), initial_state), "the method should have changed something"
-    used.reset()
-    assert_reset_matches_fresh(used, fresh, initial_state, batches[3][0])
 
 
 # --- bad input ------------------------------------------------------------------------------------
@@ -138,20 +100,13 @@ def test_choice_options_list_their_choices(tiny_cnn):
         create("cotta", tiny_cnn, adapted_parameters="everything")
 
 
-@pytest.mark.parametrize("name", [name for name in PAPER_METHODS if name != "source"])
-def test_batchnorm_methods_reject_a_model_without_batchnorm(name):
-    model = nn.Sequential(nn.Flatten(), nn.LayerNorm(192), nn.Linear(192, 10))
-    with pytest.raises(ValueError, match=rf"method '{name}' adapts BatchNorm layers, but the model has none \(found: LayerNorm\)"):
-        create(name, model)
-
-
 def test_source_accepts_a_model_without_batchnorm():
     model = nn.Sequential(nn.Flatten(), nn.Linear(192, 10))
     assert create("source", model)(torch.rand(2, 3, 8, 8)).shape == (2, 10)
 
 
 def test_eata_without_prepare_explains_what_is_missing(tiny_cnn):
-    method = create("eata", tiny_cnn, **ADAPTING_OPTIONS["eata"])
+    method = create("eata", tiny_cnn, **TEST_OPTIONS["eata"])
     with pytest.raises(RuntimeError, match="eata has no Fisher information yet: call prepare"):
         method(make_batches(1)[0][0])
 
@@ -331,7 +286,7 @@ def test_eata_penalty_is_alpha_times_fisher_weighted_squared_distance(tiny_cnn):
 
 
 def test_eata_reset_keeps_the_fisher(tiny_cnn):
-    method = build("eata", tiny_cnn)
+    method = prepared(build("eata", tiny_cnn))
     fisher = {name: value.clone() for name, value in method.fisher.items()}
     method(make_batches(1)[0][0])
     method.reset()
@@ -371,16 +326,6 @@ def test_periodic_reset_clears_the_prediction_average(tiny_cnn):
     fresh = create("eta", tiny_cnn, entropy_margin_fraction=1.0, redundancy_margin=1.0)
     fresh(batches[2])
     assert torch.equal(method.method.mean_prediction, fresh.mean_prediction)
-
-
-@pytest.mark.parametrize("name", ["tent", "bn", "cotta"])
-def test_any_method_takes_the_periodic_reset_policy(name, tiny_cnn):
-    method = build(name, tiny_cnn, reset_every=2)
-    flags = []
-    for images, _ in make_batches(5):
-        method(images)
-        flags.append(method.last_step.reset)
-    assert flags == [False, False, True, False, True]
 
 
 # --- CoTTA ----------------------------------------------------------------------------------------
