@@ -42,7 +42,7 @@ BN_METHOD = "bn"
 
 def _adapts_every_batch(summary: Mapping[str, Any]) -> bool:
     """Whether the run of ``summary`` used a protocol under which every batch is predicted and adapted on."""
-    return get_protocol(summary.get("protocol", {}).get("name", "offline")).adapts_every_batch
+    return get_protocol(summary.get("protocol", {}).get("name", OfflineProtocol.name)).adapts_every_batch
 
 
 def _every_batch_protocols() -> str:
@@ -272,10 +272,10 @@ def stream_name(stream: str) -> str:
     return Path(location.rstrip("/")).name
 
 
-def run_title(stream: str, protocol: str = "offline") -> str:
+def run_title(stream: str, protocol: str = OfflineProtocol.name) -> str:
     """The accuracy plot's title of a run on ``stream`` under ``protocol``."""
     name = stream_name(stream) or stream
-    return f"top-1 accuracy on {name}" + ("" if protocol == "offline" else f" ({protocol} protocol)")
+    return f"top-1 accuracy on {name}" + ("" if protocol == OfflineProtocol.name else f" ({protocol} protocol)")
 
 
 def short_stream_tags(names: Sequence[str]) -> list[str]:
@@ -378,7 +378,7 @@ def rescore_run(
     (protocols other than offline and continuous), a missing λ, or a threshold not above λ.
     """
     run = load_run(Path(run_dir))
-    protocol = run.summary.get("protocol", {}).get("name", "offline")
+    protocol = run.summary.get("protocol", {}).get("name", OfflineProtocol.name)
     if not _adapts_every_batch(run.summary):
         raise ValueError(
             "continuous utility can only be recomputed for a run in which every batch was predicted and "
