@@ -205,7 +205,7 @@ def _build_parser() -> argparse.ArgumentParser:
     protocol.add_argument(
         "--protocol",
         choices=list_protocols(),
-        default="offline",
+        default=OfflineProtocol.name,
         help="; ".join(f"{entry.name}: {entry.summary}" for entry in protocol_entries()) + " (docs/protocols.md)",
     )
     for entry in protocol_entries():
@@ -429,6 +429,7 @@ def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
 
 def _sweep(arguments: argparse.Namespace) -> int:
     from tta_eval.experiment import SweepSettings, resolve_experiment, run_sweep
+    from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
 
     resolved = resolve_experiment(_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))))
     for note in resolved.notes:
@@ -440,7 +441,7 @@ def _sweep(arguments: argparse.Namespace) -> int:
     )
     settings = SweepSettings(experiment=resolved.settings, grids=grids, options=shared)
     sweep_dir = run_sweep(settings)
-    print((sweep_dir / "results.md").read_text(), end="")
+    print((sweep_dir / SWEEP_RESULTS_MARKDOWN).read_text(), end="")
     print(f"sweep folder: {sweep_dir}")
     return 0
 

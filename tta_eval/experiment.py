@@ -568,6 +568,10 @@ class SweepSettings:
                 raise ValueError(f"protocol {name!r} has no sweep axis; protocols that can be swept: {swept}")
         if len(set(names)) != len(names):
             raise ValueError(f"each protocol may have one grid, got {', '.join(names)}")
+        shared = [flag for entry in protocol_entries() if entry.sweep is not None for flag in entry.sweep.shared_options]
+        unknown = sorted(set(dict(self.options)) - set(shared))
+        if unknown:
+            raise ValueError(f"sweep options must be among {', '.join(shared)}, got {', '.join(unknown)}")
         if not any(values for _, values in self.grids):
             options = ", ".join(entry.sweep.option for entry in protocol_entries() if entry.sweep is not None)
             raise ValueError(f"a sweep needs at least one grid ({options}), got none")

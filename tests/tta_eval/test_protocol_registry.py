@@ -151,3 +151,13 @@ def test_a_run_through_the_command_line_reports_its_scores(tmp_path, capsys, nam
     assert [score["protocol"] for score in scores] == [name] * len(scores)
     for column in entry.score_columns:
         assert column.header in out
+
+
+def test_sweep_settings_name_what_is_wrong():
+    experiment = ExperimentSettings(stream=STREAM)
+    with pytest.raises(ValueError, match="protocol 'offline' has no sweep axis; protocols that can be swept: continuous, alfarra, discrete, amortised"):
+        SweepSettings(experiment=experiment, grids=(("offline", (1.0,)),))
+    with pytest.raises(ValueError, match="sweep options must be among --strict, --single-model, --buffer, got --speed"):
+        SweepSettings(experiment=experiment, grids=(("alfarra", (1.0,)),), options=(("--speed", 1.0),))
+    with pytest.raises(ValueError, match="a sweep needs at least one grid"):
+        SweepSettings(experiment=experiment)
