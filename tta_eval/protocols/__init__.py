@@ -34,6 +34,8 @@ from tta_eval.protocols._base import (
     register,
     seconds_from_ms,
 )
+# Importing a protocol's module registers it; the order of these lines is the registry's (the
+# choices of --protocol, the order of a sweep's scenarios). A new protocol adds its line here.
 from tta_eval.protocols.offline import OfflineProtocol, run_offline
 from tta_eval.protocols.continuous import ContinuousProtocol, continuous_scores
 from tta_eval.protocols.alfarra import AlfarraProtocol, relative_speed, run_alfarra
