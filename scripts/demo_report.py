@@ -52,7 +52,7 @@ from ccc.stream import open_stream
 from tta_eval.metrics import WindowedAccuracy, windowed_accuracy
 from tta_eval.plots import plot_accuracy_curves
 from tta_eval.records import RecordTable
-from tta_eval.reports import load_run, records_path
+from tta_eval.run_folder import load_run, records_path
 
 DIFFICULTIES = ("easy", "medium", "hard")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,16 +17,15 @@ from typing import TYPE_CHECKING
 from ccc.cli.console import HelpFormatter, examples
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
-    PROTOCOLS,
-    AlfarraProtocol,
-    AmortisedProtocol,
-    ContinuousProtocol,
     CostModel,
-    DiscreteProtocol,
     EpisodeSettings,
     MethodCost,
     NonFiniteLossError,
     OfflineProtocol,
+    get_protocol,
+    list_protocols,
+    protocol_entries,
+    seconds_from_ms,
 )
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
 from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_domain_key, stream_schemes
@@ -161,20 +159,6 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-PROTOCOL_OPTIONS = {
-    "threshold_ms": ("--threshold-ms", ("continuous",)),
-    "speed": ("--speed", ("alfarra",)),
-    "relative_speed": ("--relative-speed", ("alfarra",)),
-    "strict": ("--strict", ("alfarra",)),
-    "single_model": ("--single-model", ("alfarra",)),
-    "utilisation": ("--utilisation", ("discrete",)),
-    "interval_ms": ("--interval-ms", ("discrete",)),
-    "buffer": ("--buffer", ("discrete",)),
-    "budget_s": ("--budget-s", ("amortised",)),
-}
-"""Protocol-specific options of ``tta-eval run``: destination → (option, protocols it applies to)."""
-
-
 EXAMPLE_STREAM = "ccc:shards/demo_baseline_30_transition+speed_2000_seed_43"
 RUN_EXAMPLES = (
     (
@@ -220,22 +204,13 @@ def _build_parser() -> argparse.ArgumentParser:
     protocol = run.add_argument_group("protocol")
     protocol.add_argument(
         "--protocol",
-        choices=tuple(PROTOCOLS),
-        default="offline",
-        help="offline: every batch predicted and adapted on, time ignored; alfarra: a slow method skips batches; "
-        "discrete, continuous, amortised: Tempora's scenarios (docs/protocols.md)",
+        choices=list_protocols(),
+        default=OfflineProtocol.name,
+        help="; ".join(f"{entry.name}: {entry.summary}" for entry in protocol_entries()) + " (docs/protocols.md)",
     )
-    protocol.add_argument(
-        "--threshold-ms", type=float, action="append", metavar="T", help="continuous: threshold T in ms, the delay budget (> λ) beyond which a prediction's utility decays (repeatable)"
-    )
-    protocol.add_argument("--speed", type=float, help="alfarra: stream speed η in (0, 1], the rate of the stream relative to the plain model's pace (1: a batch every λ) (default: 1)")
-    protocol.add_argument("--relative-speed", type=int, help="alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) instead of measuring it")
-    protocol.add_argument("--strict", action="store_true", default=None, help="alfarra: skip C batches, not C - 1")
-    protocol.add_argument("--single-model", action="store_true", default=None, help="alfarra: skipped batches get no prediction")
-    protocol.add_argument("--utilisation", type=float, help="discrete: utilisation ρ = λ/γ, the plain model's share of the arrival interval (1 = 100 %%: a batch every λ)")
-    protocol.add_argument("--interval-ms", type=float, help="discrete: arrival interval γ in ms, the time between two batches (instead of --utilisation)")
-    protocol.add_argument("--buffer", type=int, help="discrete: buffer slots b >= 0, batches that may wait while the method is busy (default: 1)")
-    protocol.add_argument("--budget-s", type=float, help="amortised: overhead budget B in seconds, the adaptation time beyond λ a method may spend in total")
+    for entry in protocol_entries():
+        for option in entry.options:
+            protocol.add_argument(option.flag, default=None, **option.arguments)
 
     sweep = commands.add_parser(
         "sweep",
@@ -252,13 +227,13 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_experiment_arguments(sweep)
     grids = sweep.add_argument_group("grids (comma-separated; at least one)")
-    grids.add_argument("--speeds", default="", metavar="η,…", help="alfarra stream speeds η in (0, 1] (stream rate relative to the plain model's pace), e.g. 1,0.5,0.25")
-    grids.add_argument("--utilisations", default="", metavar="ρ,…", help="discrete utilisations ρ = λ/γ (plain model's latency / arrival interval), e.g. 1,0.7,0.5,0.35,0.25")
-    grids.add_argument("--thresholds-ms", default="", metavar="T,…", help="continuous thresholds T in ms (delay budgets > λ), e.g. 50,100,200")
-    grids.add_argument("--budgets-s", default="", metavar="B,…", help="amortised overhead budgets B in seconds, e.g. 1,2,4")
-    grids.add_argument("--buffer", type=int, default=1, help="discrete buffer slots b")
-    grids.add_argument("--strict", action="store_true", help="alfarra: strict variant")
-    grids.add_argument("--single-model", action="store_true", help="alfarra: single-model variant")
+    for entry in protocol_entries():
+        if entry.sweep is not None:
+            grids.add_argument(entry.sweep.option, dest=f"grid_{entry.name}", default="", metavar=entry.sweep.metavar, help=entry.sweep.help)
+    for entry in protocol_entries():
+        shared = (option for option in entry.options if entry.sweep is not None and option.flag in entry.sweep.shared_options)
+        for option in shared:
+            grids.add_argument(option.flag, default=None, **option.arguments)
 
     rescore = commands.add_parser(
         "rescore",
@@ -325,57 +300,30 @@ def _episode_settings(arguments: argparse.Namespace) -> dict[str, object]:
     return {"domain_key": arguments.domain_key, "nonfinite_loss": arguments.nonfinite_loss}
 
 
-def _milliseconds(name: str, value: float | None) -> float | None:
-    if value is None:
-        return None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of milliseconds, got {value!r}")
-    return value / 1000.0
+def _protocol_values(arguments: argparse.Namespace, entry_name: str) -> dict[str, object]:
+    """The values of protocol ``entry_name``'s options (None: not given); ValueError for a given
+    option of another protocol."""
+    for entry in protocol_entries():
+        for option in entry.options:
+            if entry.name != entry_name and getattr(arguments, option.dest, None) is not None:
+                raise ValueError(f"{option.flag} applies to --protocol {entry.name}, got --protocol {entry_name}")
+    return {option.dest: getattr(arguments, option.dest) for option in get_protocol(entry_name).options}
 
 
 def _protocol(arguments: argparse.Namespace) -> EpisodeSettings:
-    name = arguments.protocol
-    for destination, (option, protocols) in PROTOCOL_OPTIONS.items():
-        if getattr(arguments, destination) is not None and name not in protocols:
-            raise ValueError(f"{option} applies to --protocol {' or '.join(protocols)}, got --protocol {name}")
+    entry = get_protocol(arguments.protocol)
+    values = _protocol_values(arguments, entry.name)
     episode = _episode_settings(arguments)
     if episode.get("domain_key") is None:
         episode["domain_key"] = default_domain_key(arguments.stream)
-    if name == "continuous":
-        if not arguments.threshold_ms:
-            raise ValueError("--protocol continuous needs at least one --threshold-ms T")
-        return ContinuousProtocol(
-            **episode, thresholds=tuple(_milliseconds("--threshold-ms", value) for value in arguments.threshold_ms)
-        )
-    if name == "alfarra":
-        return AlfarraProtocol(
-            **episode,
-            speed=1.0 if arguments.speed is None else arguments.speed,
-            relative_speed=arguments.relative_speed,
-            strict=bool(arguments.strict),
-            single_model=bool(arguments.single_model),
-        )
-    if name == "discrete":
-        if arguments.utilisation is None and arguments.interval_ms is None:
-            raise ValueError("--protocol discrete needs --utilisation ρ or --interval-ms γ")
-        return DiscreteProtocol(
-            **episode,
-            interval=_milliseconds("--interval-ms", arguments.interval_ms),
-            utilisation=arguments.utilisation,
-            buffer=1 if arguments.buffer is None else arguments.buffer,
-        )
-    if name == "amortised":
-        if arguments.budget_s is None:
-            raise ValueError("--protocol amortised needs --budget-s B")
-        return AmortisedProtocol(**episode, budget=arguments.budget_s)
-    return OfflineProtocol(**episode)
+    return entry.from_options(values, episode)
 
 
 def _cost_model(arguments: argparse.Namespace) -> CostModel | None:
     """Deterministic costs from --costs and --cost, with λ from the table or --baseline-latency-ms."""
     if arguments.costs is None and not arguments.cost:
         return None
-    latency = _milliseconds("--baseline-latency-ms", arguments.baseline_latency_ms)
+    latency = seconds_from_ms("--baseline-latency-ms", arguments.baseline_latency_ms)
     base = CostModel.load(arguments.costs) if arguments.costs is not None else None
     costs = dict(base.costs) if base is not None else {}
     for text in arguments.cost:
@@ -427,7 +375,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
         max_samples=arguments.max_samples,
         protocol=protocol,
         cost_model=cost_model,
-        baseline_latency=None if cost_model is not None else _milliseconds("--baseline-latency-ms", arguments.baseline_latency_ms),
+        baseline_latency=None if cost_model is not None else seconds_from_ms("--baseline-latency-ms", arguments.baseline_latency_ms),
         calibration_calls=arguments.calibration_calls,
         warmup_calls=arguments.warmup_calls,
         window=arguments.window,
@@ -449,7 +397,8 @@ def _timing_line(summary: dict) -> str:
 
 def _run(arguments: argparse.Namespace) -> int:
     from tta_eval.experiment import resolve_experiment, run_experiment
-    from tta_eval.reports import adaptation_notes, comparison_table, load_run, run_scores, scores_table
+    from tta_eval.reports import adaptation_notes, comparison_table, run_scores, scores_table
+    from tta_eval.run_folder import PLOT_STEM, load_run
 
     resolved = resolve_experiment(_experiment_settings(arguments, _protocol(arguments)))
     for note in resolved.notes:
@@ -465,7 +414,7 @@ def _run(arguments: argparse.Namespace) -> int:
         print(note)
     print(_timing_line(run.summary))
     print(f"run folder: {run_dir}")
-    print(f"next: open {run_dir / 'accuracy.png'}\n      tta-eval compare {run_dir.parent}      # with the other runs there")
+    print(f"next: open {run_dir / (PLOT_STEM + '.png')}\n      tta-eval compare {run_dir.parent}      # with the other runs there")
     return 0
 
 
@@ -480,31 +429,29 @@ def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
 
 def _sweep(arguments: argparse.Namespace) -> int:
     from tta_eval.experiment import SweepSettings, resolve_experiment, run_sweep
+    from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
 
     resolved = resolve_experiment(_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))))
     for note in resolved.notes:
         print(note)
-    settings = SweepSettings(
-        experiment=resolved.settings,
-        speeds=_grid("--speeds", arguments.speeds),
-        utilisations=_grid("--utilisations", arguments.utilisations),
-        thresholds=_grid("--thresholds-ms", arguments.thresholds_ms, 1e-3),
-        budgets=_grid("--budgets-s", arguments.budgets_s),
-        buffer=arguments.buffer,
-        strict=arguments.strict,
-        single_model=arguments.single_model,
+    swept = [entry for entry in protocol_entries() if entry.sweep is not None]
+    grids = tuple((entry.name, _grid(entry.sweep.option, getattr(arguments, f"grid_{entry.name}"), entry.sweep.unit)) for entry in swept)
+    shared = tuple(
+        (option.flag, getattr(arguments, option.dest)) for entry in swept for option in entry.options if option.flag in entry.sweep.shared_options
     )
+    settings = SweepSettings(experiment=resolved.settings, grids=grids, options=shared)
     sweep_dir = run_sweep(settings)
-    print((sweep_dir / "results.md").read_text(), end="")
+    print((sweep_dir / SWEEP_RESULTS_MARKDOWN).read_text(), end="")
     print(f"sweep folder: {sweep_dir}")
     return 0
 
 
 def _rescore(arguments: argparse.Namespace) -> int:
-    from tta_eval.reports import rescore_run, scores_table, write_json
+    from tta_eval.reports import rescore_run, scores_table
+    from tta_eval.run_folder import write_json
 
-    thresholds = tuple(_milliseconds("--threshold-ms", value) for value in arguments.threshold_ms)
-    latency = _milliseconds("--baseline-latency-ms", arguments.baseline_latency_ms)
+    thresholds = tuple(seconds_from_ms("--threshold-ms", value) for value in arguments.threshold_ms)
+    latency = seconds_from_ms("--baseline-latency-ms", arguments.baseline_latency_ms)
     results = [rescore_run(path, thresholds, latency) for path in arguments.runs]
     for result in results:
         print(f"run {result['run']} (λ = {1e3 * result['baseline_latency_seconds']:.4g} ms):")
@@ -517,7 +464,8 @@ def _rescore(arguments: argparse.Namespace) -> int:
 
 
 def _compare(arguments: argparse.Namespace) -> int:
-    from tta_eval.reports import comparison_table, find_run_folders, load_run, plot_comparison
+    from tta_eval.reports import comparison_table, plot_comparison
+    from tta_eval.run_folder import find_run_folders, load_run
 
     runs = [load_run(path) for path in find_run_folders(arguments.runs)]
     table = comparison_table(runs)

@@ -1,16 +1,6 @@
 """One evaluation run: model + stream + methods + protocol → run folder; and sweeps of protocol runs.
 
-Run folder layout (``<output_root>/<run_name>/``):
-  config.json        resolved settings: stream, model, every method's full config, protocol, timing, versions
-  records/<label>.csv one row per batch and method with the timing trace (see ``tta_eval.records``)
-  summary.json       per method: accuracy, windowed accuracy, per-domain accuracy, collapse, resets,
-                     protocol scores; the timing mode and λ
-  costs.json         measured runs with λ: each method's mean e/λ and ℓ/λ (a reusable cost model)
-  accuracy.png/.svg  windowed accuracy over samples, the source model dashed
-
-Sweep folder layout (``<output_root>/<name>/``): ``runs/<scenario>/`` run folders, ``results.csv``
-(one row per scenario, domain and method), ``results.md``, ``sweep.json``, ``best_method.png/.svg``
-and ``utility_<protocol>.png/.svg``.
+The layouts of the run folder and the sweep folder, and their files, are ``tta_eval.run_folder``'s.
 """
 
 from __future__ import annotations
@@ -35,45 +25,50 @@ from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.models import ModelSpec, load_model, resolve_device
 from tta_eval.plots import plot_best_method_map, plot_utility_curves
 from tta_eval.protocols import (
-    COSTS_FILE,
-    AlfarraProtocol,
-    AmortisedProtocol,
-    ContinuousProtocol,
     CostModel,
-    DiscreteProtocol,
     EpisodeSettings,
     LatencyCalibration,
     OfflineProtocol,
+    RunContext,
     Timing,
     calibrate_baseline_latency,
+    get_protocol,
+    protocol_entries,
     run_protocol,
 )
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import (
     ALL_DOMAINS,
-    CONFIG_FILE,
-    PLOT_STEM,
-    PLOT_SUFFIXES,
-    PRESSURE_PARAMETERS,
-    RECORDS_FOLDER,
-    RUN_COMPLETE,
-    RUN_STOPPED,
     SOURCE_METHOD,
-    SUMMARY_FILE,
     best_methods,
-    file_sha256,
-    load_run,
     plot_run,
     run_title,
-    records_path,
-    safe_file_name,
     scores_table,
     summarise_run,
     sweep_rows,
     sweep_table,
-    write_json,
     write_rows_csv,
+)
+from tta_eval.run_folder import (
+    BEST_METHOD_STEM,
+    COSTS_FILE,
+    SWEEP_FILE,
+    SWEEP_RESULTS_CSV,
+    SWEEP_RESULTS_MARKDOWN,
+    SWEEP_RUNS_FOLDER,
+    UTILITY_STEM,
+    check_run_folder,
+    clear_run_folder,
+    load_run,
+    open_records,
+    prepare_sweep_folder,
+    records_path,
+    run_status,
+    safe_file_name,
+    write_config,
+    write_json,
+    write_summary,
 )
 from tta_eval.streams import (
     DEMO_WORLD,
@@ -354,29 +349,6 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
     }
 
 
-def _check_run_folder(settings: ExperimentSettings) -> Path:
-    """The run folder; ValueError if it holds files and ``overwrite`` is not set (nothing is changed)."""
-    run_dir = settings.output_root / settings.resolved_run_name()
-    for folder in (*reversed(run_dir.parents), run_dir):
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not settings.overwrite:
-        raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
-    return run_dir
-
-
-def _clear_run_folder(run_dir: Path) -> None:
-    """Remove every output a previous run left in ``run_dir`` (summary first: the folder then reads as
-    unfinished until the new run completes), and create it with its records folder."""
-    outputs = [SUMMARY_FILE, CONFIG_FILE, COSTS_FILE, *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES)]
-    for name in outputs:
-        (run_dir / name).unlink(missing_ok=True)
-    if (run_dir / RECORDS_FOLDER).is_dir():
-        for stale in (run_dir / RECORDS_FOLDER).glob("*.csv"):
-            stale.unlink()
-    (run_dir / RECORDS_FOLDER).mkdir(parents=True, exist_ok=True)
-
-
 def _peek(stream: Iterable[Any]) -> tuple[Any, Iterable[Any]]:
     """The first item of ``stream`` and an iterable yielding all items, that one included."""
     iterator = iter(stream)
@@ -441,17 +413,6 @@ def check_model_classes(model: torch.nn.Module, batch: Any, device: torch.device
         raise ValueError(f"model {model_name!r} predicts {width:,} classes, but the stream has label {highest:,}; choose a model for these classes")
 
 
-def _check_protocol(protocol: EpisodeSettings, baseline_latency: float | None) -> None:
-    """Settings that can only be checked once λ is known (raise ValueError before the run starts)."""
-    if isinstance(protocol, ContinuousProtocol):
-        for threshold in protocol.thresholds:
-            if baseline_latency is not None and threshold <= baseline_latency:
-                raise ValueError(
-                    f"threshold must be greater than the baseline latency λ = {1e3 * baseline_latency:.4g} ms, "
-                    f"got {1e3 * threshold:.4g} ms"
-                )
-
-
 def _measured_costs(tables: dict[str, RecordTable], baseline_latency: float, run_name: str) -> CostModel | None:
     """Each method's mean e/λ and ℓ/λ over its adapted batches (methods never adapted are left out)."""
     costs = []
@@ -487,7 +448,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     written; records are flushed row by row; summary.json is written last (atomically) with
     ``status`` "complete" and ``config_sha256`` (the sha256 of config.json), or with status
     "stopped" and the reason when the run ended early. A folder with config.json and no summary.json
-    did not finish (killed, or its disk filled up). ``tta_eval.reports.load_run`` refuses all but
+    did not finish (killed, or its disk filled up). ``tta_eval.run_folder.load_run`` refuses all but
     complete runs of their own config.
     """
     resolved = resolve_experiment(settings)
@@ -496,7 +457,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
     timing.check_methods([method.label for method in methods])
-    run_dir = _check_run_folder(settings)
+    run_dir = check_run_folder(settings.output_root / settings.resolved_run_name(), settings.overwrite)
     stream = open_stream_source(settings.stream, settings.stream_options)
     if settings.max_samples is not None:
         stream = limit_samples(stream, settings.max_samples)
@@ -506,18 +467,18 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     check_model_classes(model, as_batch(first, 0), device, resolved.stream.num_classes, settings.model.name)
     modules = {method.label: create(method.name, model, **dict(method.options)) for method in methods}
     latency, stream = _baseline_latency(settings, model, stream, device)
-    _check_protocol(settings.protocol, latency.seconds)
-    _clear_run_folder(run_dir)
+    settings.protocol.check_baseline_latency(latency.seconds)
+    clear_run_folder(run_dir)
     config = resolved_config(settings, methods, resolved.stream.name)
     config["choices"] = [*choices, *resolved.notes]
     config.update(latency.to_json())
-    write_json(run_dir / CONFIG_FILE, config)
+    write_config(run_dir, config)
     tables = {label: RecordTable() for label in modules}
-    # Line buffering: every row reaches the file when written, so a killed run leaves its rows.
-    handles = {label: open(records_path(run_dir, label), "w", newline="", buffering=1) for label in modules}
+    handles = {label: open_records(run_dir, label) for label in modules}
     finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
     try:
-        records = run_protocol(modules, stream, settings.protocol, device, settings.progress, timing, latency.seconds)
+        context = RunContext(device, settings.progress, timing, latency.seconds)
+        records = run_protocol(modules, stream, settings.protocol, context)
         writers = {label: CsvRecordWriter(handle) for label, handle in handles.items()}
         for record in records:
             try:
@@ -565,9 +526,7 @@ def _finish_run(
         latency.seconds,
     )
     summary["run"] = run_dir.name
-    summary["status"] = RUN_STOPPED if stopped is not None else RUN_COMPLETE
-    summary["stopped"] = stopped
-    summary["config_sha256"] = file_sha256(run_dir / CONFIG_FILE)
+    summary.update(run_status(run_dir, stopped))
     summary["timing"] = {"mode": timing_mode, **latency.to_json()}
     if settings.cost_model is not None:
         summary["timing"]["cost_model_origin"] = settings.cost_model.origin
@@ -576,7 +535,7 @@ def _finish_run(
         measured = _measured_costs(tables, latency.seconds, run_dir.name)
         if measured is not None:
             measured.save(run_dir / COSTS_FILE)
-    write_json(run_dir / SUMMARY_FILE, summary)
+    write_summary(run_dir, summary)
 
 
 # --- sweeps -------------------------------------------------------------------------------------------
@@ -588,41 +547,48 @@ class SweepSettings:
 
     experiment: the settings shared by every scenario run (stream, methods, model, timing, episode
     settings of its protocol); its ``run_name`` names the sweep folder under ``output_root``.
-    speeds: Alfarra η values in (0, 1]; utilisations: Tempora discrete ρ values (> 0); thresholds:
-    continuous T values in seconds (one offline run, scored for each T); budgets: amortised B
-    values in seconds (>= 0); buffer: discrete buffer slots; strict, single_model: Alfarra variants.
-    At least one grid must be non-empty. λ is calibrated once (or taken from the settings or the
-    cost model) and shared by all scenario runs.
+    grids: (protocol name, values) pairs, each protocol at most once, values in its settings' units
+    (its ``SweepAxis``: e.g. alfarra: stream speeds η in (0, 1]; discrete: utilisations ρ > 0;
+    continuous: thresholds T in seconds, one offline run scored for each; amortised: budgets B in
+    seconds >= 0). options: (option flag, value) pairs of the protocols' options that a sweep also
+    takes (``SweepAxis.shared_options``, e.g. ("--buffer", 2), ("--strict", True)); a protocol's
+    default where absent. At least one grid must be non-empty. λ is calibrated once (or taken from
+    the settings or the cost model) and shared by all scenario runs.
     """
 
     experiment: ExperimentSettings
-    speeds: tuple[float, ...] = ()
-    utilisations: tuple[float, ...] = ()
-    thresholds: tuple[float, ...] = ()
-    budgets: tuple[float, ...] = ()
-    buffer: int = 1
-    strict: bool = False
-    single_model: bool = False
+    grids: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    options: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
-        if not (self.speeds or self.utilisations or self.thresholds or self.budgets):
-            raise ValueError("a sweep needs at least one grid (speeds, utilisations, thresholds or budgets), got none")
+        names = [name for name, _ in self.grids]
+        for name in names:
+            if get_protocol(name).sweep is None:
+                swept = ", ".join(entry.name for entry in protocol_entries() if entry.sweep is not None)
+                raise ValueError(f"protocol {name!r} has no sweep axis; protocols that can be swept: {swept}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"each protocol may have one grid, got {', '.join(names)}")
+        shared = [flag for entry in protocol_entries() if entry.sweep is not None for flag in entry.sweep.shared_options]
+        unknown = sorted(set(dict(self.options)) - set(shared))
+        if unknown:
+            raise ValueError(f"sweep options must be among {', '.join(shared)}, got {', '.join(unknown)}")
+        if not any(values for _, values in self.grids):
+            options = ", ".join(entry.sweep.option for entry in protocol_entries() if entry.sweep is not None)
+            raise ValueError(f"a sweep needs at least one grid ({options}), got none")
         self.scenarios()
 
     def scenarios(self) -> list[tuple[str, EpisodeSettings]]:
-        """(folder name, protocol settings) of every scenario run, validated."""
-        base = self.experiment.protocol
-        episode = {field.name: getattr(base, field.name) for field in dataclasses.fields(EpisodeSettings)}
+        """(folder name, protocol settings) of every scenario run, validated, protocols in registry order."""
+        episode = self.experiment.protocol.episode()
+        grids = dict(self.grids)
+        given = dict(self.options)
         scenarios: list[tuple[str, EpisodeSettings]] = []
-        if self.thresholds:
-            scenarios.append(("continuous", ContinuousProtocol(**episode, thresholds=tuple(self.thresholds))))
-        for speed in self.speeds:
-            protocol = AlfarraProtocol(**episode, speed=speed, strict=self.strict, single_model=self.single_model)
-            scenarios.append((f"alfarra_eta={speed:g}", protocol))
-        for utilisation in self.utilisations:
-            scenarios.append((f"discrete_rho={utilisation:g}", DiscreteProtocol(**episode, utilisation=utilisation, buffer=self.buffer)))
-        for budget in self.budgets:
-            scenarios.append((f"amortised_B={budget:g}s", AmortisedProtocol(**episode, budget=budget)))
+        for entry in protocol_entries():
+            if entry.sweep is None or not grids.get(entry.name):
+                continue
+            flags = {option.flag: option.dest for option in entry.options}
+            shared = {flags[flag]: given[flag] for flag in entry.sweep.shared_options if given.get(flag) is not None}
+            scenarios += entry.sweep.scenarios(tuple(grids[entry.name]), {**episode, **shared})
         names = [name for name, _ in scenarios]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -649,9 +615,12 @@ def _plot_sweep(rows: list[dict[str, Any]], sweep_dir: Path) -> list[Path]:
     domains = list(dict.fromkeys(row["domain"] for row in rows))
     methods = list(dict.fromkeys(row["method"] for row in rows))
     domains = [ALL_DOMAINS, *(domain for domain in domains if domain != ALL_DOMAINS)]
-    paths = plot_best_method_map(best_methods(rows), scenarios, domains, methods, sweep_dir / "best_method")
+    paths = plot_best_method_map(best_methods(rows), scenarios, domains, methods, sweep_dir / BEST_METHOD_STEM)
     overall = [row for row in rows if row["domain"] == ALL_DOMAINS]
-    for protocol, (_, axis_label) in PRESSURE_PARAMETERS.items():
+    for entry in protocol_entries():
+        if entry.sweep is None:
+            continue
+        protocol, axis_label = entry.name, entry.sweep.label
         selected = [row for row in overall if row["protocol"] == protocol and row["parameter"] is not None]
         if not selected:
             continue
@@ -662,7 +631,7 @@ def _plot_sweep(rows: list[dict[str, Any]], sweep_dir: Path) -> list[Path]:
             utilities.append(float(row["utility"]) if row["utility"] is not None else float("nan"))
         values = [float(row["parameter"]) for row in selected]
         log_x = min(values) > 0 and max(values) / min(values) > 10
-        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"utility_{protocol}", title=f"utility against {axis_label} ({protocol} protocol)", log_x=log_x)
+        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"{UTILITY_STEM}{protocol}", title=f"utility against {axis_label} ({protocol} protocol)", log_x=log_x)
     return paths
 
 
@@ -674,16 +643,7 @@ def run_sweep(settings: SweepSettings) -> Path:
     """
     resolved = resolve_experiment(settings.experiment)
     base = resolved.settings
-    sweep_dir = base.output_root / base.resolved_run_name()
-    if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise ValueError(f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name")
-    if sweep_dir.is_dir() and any(sweep_dir.iterdir()) and not base.overwrite:
-        raise ValueError(f"sweep folder {str(sweep_dir)!r} already exists; choose another --name or pass --overwrite")
-    if sweep_dir.is_dir():
-        # The tables of a previous sweep must not sit next to the runs of this one if it stops.
-        for pattern in ("sweep.json", "results.csv", "results.md", "best_method.*", "utility_*.*"):
-            for stale in sweep_dir.glob(pattern):
-                stale.unlink()
+    sweep_dir = prepare_sweep_folder(base.output_root / base.resolved_run_name(), base.overwrite)
     base.timing(base.device).check_methods([method.label for method in base.resolved_methods()])
     model = load_model(base.model, resolve_device(base.device))
     latency = _sweep_baseline_latency(base, model)
@@ -693,21 +653,21 @@ def run_sweep(settings: SweepSettings) -> Path:
         scenario = dataclasses.replace(
             base,
             protocol=protocol,
-            output_root=sweep_dir / "runs",
+            output_root=sweep_dir / SWEEP_RUNS_FOLDER,
             run_name=name,
             baseline_latency=None if base.cost_model is not None else latency.seconds,
             overwrite=True,
         )
         runs.append(load_run(run_experiment(scenario, model)))
     rows = sweep_rows(runs)
-    write_rows_csv(rows, sweep_dir / "results.csv")
+    write_rows_csv(rows, sweep_dir / SWEEP_RESULTS_CSV)
     scenario_tables = "\n".join(scores_table({label: method.get("protocol_scores", []) for label, method in run.summary["methods"].items()}) for run in runs)
-    (sweep_dir / "results.md").write_text(
+    (sweep_dir / SWEEP_RESULTS_MARKDOWN).write_text(
         f"Utility (%) per method and scenario, over all domains (best in bold); timing: {base.timing(base.device).mode}, "
         f"λ = {1e3 * latency.seconds:.4g} ms ({latency.source}).\n\n" + sweep_table(rows) + "\n" + scenario_tables
     )
     write_json(
-        sweep_dir / "sweep.json",
+        sweep_dir / SWEEP_FILE,
         {
             "scenarios": [name for name, _ in settings.scenarios()],
             "timing": {"mode": base.timing(base.device).mode, **latency.to_json()},

@@ -2,8 +2,8 @@
 
 Accuracies are fractions in [0, 1]. Windows are attributed at batch granularity: a batch belongs to
 the window in which its first sample falls, so with W a multiple of the batch size windows are exact.
-The time-contingent scores (Alfarra et al., Tempora) are computed from the same records, with the
-per-batch accuracy a_i and the timing trace; Tempora's utilities weight batches equally.
+Each protocol's own scores (Alfarra et al., Tempora) live in its module in ``tta_eval.protocols`` and
+are built from the helpers at the end of this module (per-batch accuracy a_i, domain masks).
 """
 
 from __future__ import annotations
@@ -15,14 +15,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tta_eval.protocols.settings import (
-    AlfarraProtocol,
-    AmortisedProtocol,
-    ContinuousProtocol,
-    DiscreteProtocol,
-    EpisodeSettings,
-)
-from tta_eval.protocols.tempora import amortised_utility, decay_factors, discrete_utility, utility_decomposition
 from tta_eval.records import RecordTable
 from tta_eval.validation import check_positive_int
 
@@ -235,7 +227,7 @@ def detect_collapse(
     )
 
 
-# --- time-contingent protocols ------------------------------------------------------------------------
+# --- helpers of the protocols' scores ------------------------------------------------------------------
 
 
 def batch_accuracy(table: RecordTable) -> NDArray[np.float64]:
@@ -244,140 +236,14 @@ def batch_accuracy(table: RecordTable) -> NDArray[np.float64]:
     return table.column("correct") / np.maximum(sizes, 1)
 
 
-def _domain_masks(table: RecordTable) -> dict[str, NDArray[np.bool_]]:
+def domain_masks(table: RecordTable) -> dict[str, NDArray[np.bool_]]:
+    """Recorded domain → boolean mask of its batches, in order of first appearance; {} without domains."""
     domains = table.column("domain")
     if domains.size == 0 or not any(domains):
         return {}
     return {domain: domains == domain for domain in dict.fromkeys(domains.tolist())}
 
 
-def _milliseconds(seconds: float) -> str:
+def format_milliseconds(seconds: float) -> str:
+    """A time in seconds as milliseconds with 4 significant digits, e.g. 0.02 → "20 ms" (scenario names)."""
     return f"{1e3 * seconds:.4g} ms"
-
-
-def check_trace(table: RecordTable, label: str = "") -> None:
-    """ValueError unless every batch was predicted and adapted on and has a timing trace."""
-    name = f"method {label!r}: " if label else ""
-    if len(table) == 0:
-        raise ValueError(f"{name}no records")
-    if not (table.column("predicted").all() and table.column("adapted").all()):
-        raise ValueError(
-            f"{name}continuous utility needs a run in which every batch was predicted and adapted on "
-            "(protocol offline or continuous)"
-        )
-    trace = np.concatenate([table.column("pickup_to_prediction"), table.column("prediction_to_ready")])
-    if not np.all(np.isfinite(trace)):
-        raise ValueError(f"{name}the records have no timing trace (written by an older tta_eval?)")
-
-
-def continuous_scores(
-    table: RecordTable, baseline_latency: float, thresholds: tuple[float, ...], label: str = ""
-) -> list[dict[str, Any]]:
-    """Tempora's continuous utility for each threshold T (seconds) from the records' trace.
-
-    Returns per T: scenario, threshold_seconds, utility, mean_accuracy, mean_kappa, covariance
-    (population), per_domain (the same per domain, κ computed over the whole stream). ValueError if
-    a batch was not predicted and adapted on, or a threshold is not above λ.
-    """
-    check_trace(table, label)
-    accuracy = batch_accuracy(table)
-    masks = _domain_masks(table)
-    scores = []
-    for threshold in thresholds:
-        decay = decay_factors(
-            table.column("pickup_to_prediction"), table.column("prediction_to_ready"), baseline_latency, threshold
-        )
-        scores.append(
-            {
-                "scenario": f"continuous T={_milliseconds(threshold)}",
-                "protocol": "continuous",
-                "threshold_seconds": threshold,
-                **utility_decomposition(accuracy, decay),
-                "per_domain": {domain: utility_decomposition(accuracy[mask], decay[mask]) for domain, mask in masks.items()},
-            }
-        )
-    return scores
-
-
-def alfarra_score(table: RecordTable, protocol: AlfarraProtocol) -> dict[str, Any]:
-    """Accuracy under Alfarra et al.'s protocol (utility = accuracy over all samples) and how often
-    the method adapted: adapted_batch_fraction, predicted_fraction, mean_relative_speed (mean C_t)."""
-    adapted = table.column("adapted")
-    speeds = table.column("relative_speed")[adapted]
-    per_domain = {
-        domain: {"utility": value.accuracy, "accuracy": value.accuracy} for domain, value in per_domain_accuracy(table).items()
-    }
-    accuracy = overall_accuracy(table)
-    return {
-        "scenario": f"alfarra η={protocol.speed:g}",
-        "protocol": "alfarra",
-        "speed": protocol.speed,
-        "utility": accuracy,
-        "accuracy": accuracy,
-        "adapted_batch_fraction": float(adapted.mean()) if adapted.size else math.nan,
-        "predicted_fraction": float(table.column("predicted").mean()) if adapted.size else math.nan,
-        "mean_relative_speed": float(speeds.mean()) if speeds.size else math.nan,
-        "per_domain": per_domain,
-    }
-
-
-def discrete_score(
-    table: RecordTable, protocol: DiscreteProtocol, baseline_latency: float | None
-) -> dict[str, Any]:
-    """Tempora's discrete utility: utility, availability α, served_accuracy, plus the interval γ
-    (seconds), utilisation ρ = λ/γ (when λ is known) and buffer; per_domain the same per domain."""
-    interval = protocol.interval_seconds(baseline_latency)
-    utilisation = protocol.utilisation
-    if utilisation is None and baseline_latency is not None:
-        utilisation = baseline_latency / interval
-    accuracy = batch_accuracy(table)
-    served = table.column("predicted")
-    pressure = f"ρ={100 * protocol.utilisation:.4g}%" if protocol.utilisation is not None else f"γ={_milliseconds(interval)}"
-    return {
-        "scenario": f"discrete {pressure} b={protocol.buffer}",
-        "protocol": "discrete",
-        "interval_seconds": interval,
-        "utilisation": utilisation,
-        "buffer": protocol.buffer,
-        **discrete_utility(accuracy, served),
-        "per_domain": {
-            domain: discrete_utility(accuracy[mask], served[mask]) for domain, mask in _domain_masks(table).items()
-        },
-    }
-
-
-def amortised_score(table: RecordTable, protocol: AmortisedProtocol, baseline_latency: float) -> dict[str, Any]:
-    """Tempora's amortised utility: utility, adapted_fraction β, adapt_accuracy, frozen_accuracy,
-    the budget B and the overhead spent Σ max(0, δ_i - λ) over adapted batches (seconds)."""
-    accuracy = batch_accuracy(table)
-    adapted = table.column("adapted")
-    overhead = np.maximum(0.0, table.column("seconds") - baseline_latency)[adapted]
-    return {
-        "scenario": f"amortised B={protocol.budget:g} s",
-        "protocol": "amortised",
-        "budget_seconds": protocol.budget,
-        **amortised_utility(accuracy, adapted),
-        "overhead_spent_seconds": float(overhead.sum()),
-        "per_domain": {
-            domain: amortised_utility(accuracy[mask], adapted[mask]) for domain, mask in _domain_masks(table).items()
-        },
-    }
-
-
-def protocol_scores(
-    table: RecordTable, protocol: EpisodeSettings, baseline_latency: float | None, label: str = ""
-) -> list[dict[str, Any]]:
-    """The protocol's scores for one method's records ([] for the offline protocol)."""
-    if isinstance(protocol, ContinuousProtocol):
-        if baseline_latency is None:
-            raise ValueError("continuous utility needs the baseline latency λ, got None")
-        return continuous_scores(table, baseline_latency, protocol.thresholds, label)
-    if isinstance(protocol, AlfarraProtocol):
-        return [alfarra_score(table, protocol)]
-    if isinstance(protocol, DiscreteProtocol):
-        return [discrete_score(table, protocol, baseline_latency)]
-    if isinstance(protocol, AmortisedProtocol):
-        if baseline_latency is None:
-            raise ValueError("amortised utility needs the baseline latency λ, got None")
-        return [amortised_score(table, protocol, baseline_latency)]
-    return []

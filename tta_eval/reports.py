@@ -1,60 +1,52 @@
 """Run summaries (summary.json), cross-run comparisons (markdown table + overlay plot), protocol score
-tables, rescoring of saved traces, and sweep result tables; all from records and summaries."""
+tables, rescoring of saved traces, and sweep result tables; all from records and summaries. Files
+are read and written through ``tta_eval.run_folder``; protocol specifics come from the protocol
+registry (``tta_eval.protocols``)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import glob
-import hashlib
 import json
 import math
-import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tta_eval.metrics import (
-    WindowedAccuracy,
     DomainSegment,
-    continuous_scores,
+    WindowedAccuracy,
     detect_collapse,
     domain_segments,
     overall_accuracy,
     per_domain_accuracy,
-    protocol_scores,
     windowed_accuracy,
 )
 from tta_eval.plots import LINE_STYLES, plot_accuracy_curves
-from tta_eval.protocols.settings import EpisodeSettings, OfflineProtocol
+from tta_eval.protocols import (
+    EpisodeSettings,
+    OfflineProtocol,
+    ScoreColumn,
+    continuous_scores,
+    get_protocol,
+    protocol_entries,
+    protocol_scores,
+)
 from tta_eval.records import RecordTable
+from tta_eval.run_folder import PLOT_STEM, RunResult, load_run, records_path
 
-SUMMARY_FILE = "summary.json"
-CONFIG_FILE = "config.json"
-RECORDS_FOLDER = "records"
-PLOT_STEM = "accuracy"
 SOURCE_METHOD = "source"
 BN_METHOD = "bn"
 """The label whose curve the run plot's lower panel subtracts (adapting normalisation statistics only)."""
-PLOT_SUFFIXES = (".png", ".svg")
-RUN_COMPLETE = "complete"
-"""``status`` of a run folder's summary.json when every batch of the stream was recorded."""
-RUN_STOPPED = "stopped"
-"""``status`` of a run that ended early (an error, an interrupt): its numbers cover part of the stream."""
-EVERY_BATCH_PROTOCOLS = ("offline", "continuous")
-"""Protocols under which every batch is predicted and adapted on (their runs can be rescored)."""
 
 
-def safe_file_name(text: str) -> str:
-    """``text`` with every character outside [A-Za-z0-9._=+-] replaced by '_'."""
-    return re.sub(r"[^A-Za-z0-9._=+-]", "_", text).strip("._")
+def _adapts_every_batch(summary: Mapping[str, Any]) -> bool:
+    """Whether the run of ``summary`` used a protocol under which every batch is predicted and adapted on."""
+    return get_protocol(summary.get("protocol", {}).get("name", OfflineProtocol.name)).adapts_every_batch
 
 
-def records_path(run_dir: Path, label: str) -> Path:
-    """Where a run folder keeps the records of method ``label``."""
-    return run_dir / RECORDS_FOLDER / f"{safe_file_name(label)}.csv"
+def _every_batch_protocols() -> str:
+    return " or ".join(entry.name for entry in protocol_entries() if entry.adapts_every_batch)
 
 
 def summarise_method(
@@ -155,60 +147,6 @@ def plot_run(summary: Mapping[str, Any], run_dir: Path, title: str = "") -> list
     return plot_accuracy_curves(curves, run_dir / PLOT_STEM, references, title, methods, segments, baseline=BN_METHOD)
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """A finished run folder: its name, resolved config and summary."""
-
-    name: str
-    path: Path
-    config: dict[str, Any]
-    summary: dict[str, Any]
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of a file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def load_run(run_dir: Path) -> RunResult:
-    """Read config.json and summary.json of a complete run folder.
-
-    ValueError (one line naming the folder and why) for a folder that is not a run, a run that did
-    not finish (no summary.json next to config.json, or ``status`` other than "complete"), and a
-    summary written for another config.json (its ``config_sha256`` differs: the folder was
-    overwritten by a run that did not finish). Summaries written before ``status`` existed are
-    accepted unless they record that the run stopped.
-    """
-    run_dir = Path(run_dir)
-    summary_path = run_dir / SUMMARY_FILE
-    config_path = run_dir / CONFIG_FILE
-    if not summary_path.is_file():
-        if config_path.is_file():
-            raise ValueError(
-                f"run folder {str(run_dir)!r} is incomplete: it has {CONFIG_FILE} but no {SUMMARY_FILE} "
-                "(the run was killed or could not write its results); run it again with --overwrite"
-            )
-        raise ValueError(f"{str(run_dir)!r} is not a tta-eval run folder (no {SUMMARY_FILE})")
-    try:
-        summary = json.loads(summary_path.read_text())
-        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"run folder {str(run_dir)!r} has an unreadable {SUMMARY_FILE} or {CONFIG_FILE}: {error}") from None
-    status = summary.get("status", RUN_COMPLETE if not summary.get("stopped") else RUN_STOPPED)
-    if status != RUN_COMPLETE:
-        raise ValueError(
-            f"run folder {str(run_dir)!r} is incomplete: it stopped after {summary.get('samples', '?')} samples "
-            f"({summary.get('stopped') or status}); its numbers cover part of the stream"
-        )
-    expected = summary.get("config_sha256")
-    if expected is not None and (not config_path.is_file() or file_sha256(config_path) != expected):
-        raise ValueError(
-            f"run folder {str(run_dir)!r} is inconsistent: its {SUMMARY_FILE} was written for another {CONFIG_FILE} "
-            "(the folder was overwritten by a run that did not finish); run it again with --overwrite"
-        )
-    return RunResult(run_dir.name, run_dir, config, summary)
-
-
 RARE_ADAPTATION_FRACTION = 0.01
 """A learning method that adapted on fewer than this fraction of the samples gets a note after a run."""
 
@@ -223,7 +161,7 @@ def adaptation_notes(run: RunResult) -> list[str]:
     adaptation. Thresholds tuned for ImageNet's 1,000 classes are the usual cause on models with
     few classes (see docs/methods.md, "Filters on models with few classes"). Only under the
     protocols that adapt on every batch (offline, continuous): elsewhere the protocol skips batches."""
-    if run.summary.get("protocol", {}).get("name", "offline") not in EVERY_BATCH_PROTOCOLS:
+    if not _adapts_every_batch(run.summary):
         return []
     notes = []
     configs = run.config.get("methods", {})
@@ -243,39 +181,6 @@ def adaptation_notes(run: RunResult) -> list[str]:
 
 def _percent(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
-
-
-GLOB_CHARACTERS = frozenset("*?[")
-
-
-def find_run_folders(paths: Sequence[Path]) -> list[Path]:
-    """The run folders named by ``paths``: run folders themselves, folders holding run folders at any
-    depth (sorted), or glob patterns (``results/*/demo_*``) of either; each folder once, in order.
-
-    A run folder is one holding ``summary.json`` or ``config.json``. Raises ValueError naming a path
-    that does not exist, matches nothing, or holds no run folder.
-    """
-    found: dict[Path, None] = {}
-    for path in paths:
-        text = str(path)
-        candidates = [Path(match) for match in sorted(glob.glob(text))] if GLOB_CHARACTERS & set(text) else [path]
-        if not candidates:
-            raise ValueError(f"{text!r} matches no file or folder")
-        for candidate in candidates:
-            if not candidate.exists():
-                raise ValueError(f"{text!r} does not exist")
-            if _is_run_folder(candidate):
-                found[candidate] = None
-                continue
-            nested = sorted({marker.parent for name in (SUMMARY_FILE, CONFIG_FILE) for marker in candidate.rglob(name)}) if candidate.is_dir() else []
-            if not nested:
-                raise ValueError(f"{str(candidate)!r} is not a tta-eval run folder (no {SUMMARY_FILE}) and holds none")
-            found.update(dict.fromkeys(nested))
-    return list(found)
-
-
-def _is_run_folder(path: Path) -> bool:
-    return path.is_dir() and ((path / SUMMARY_FILE).is_file() or (path / CONFIG_FILE).is_file())
 
 
 def run_stream_name(run: RunResult) -> str:
@@ -367,10 +272,10 @@ def stream_name(stream: str) -> str:
     return Path(location.rstrip("/")).name
 
 
-def run_title(stream: str, protocol: str = "offline") -> str:
+def run_title(stream: str, protocol: str = OfflineProtocol.name) -> str:
     """The accuracy plot's title of a run on ``stream`` under ``protocol``."""
     name = stream_name(stream) or stream
-    return f"top-1 accuracy on {name}" + ("" if protocol == "offline" else f" ({protocol} protocol)")
+    return f"top-1 accuracy on {name}" + ("" if protocol == OfflineProtocol.name else f" ({protocol} protocol)")
 
 
 def short_stream_tags(names: Sequence[str]) -> list[str]:
@@ -421,75 +326,13 @@ def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "
 
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON (NaN written as null), atomically: a temporary file next to
-    ``path`` renamed over it, so ``path`` is never half written (a full disk leaves the old file or none)."""
-    write_text_atomic(Path(path), json.dumps(_replace_nan(data), indent=2) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed over it; the temporary is removed on error."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        temporary.write_text(text)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-
-
-def _replace_nan(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _replace_nan(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_replace_nan(item) for item in value]
-    return value
-
-
 # --- protocol scores ----------------------------------------------------------------------------------
 
 
-def _fraction_percent(value: Any) -> str:
-    return _percent(None if value is None else float(value))
-
-
-def _number(digits: int) -> Any:
-    def render(value: Any) -> str:
-        return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.{digits}f}"
-
-    return render
-
-
-SCORE_COLUMNS: dict[str, list[tuple[str, str, Any]]] = {
-    "continuous": [
-        ("utility", "U (%)", _fraction_percent),
-        ("mean_accuracy", "ā (%)", _fraction_percent),
-        ("mean_kappa", "κ̄", _number(3)),
-        ("covariance", "Cov(a, κ)", _number(5)),
-    ],
-    "alfarra": [
-        ("accuracy", "accuracy (%)", _fraction_percent),
-        ("adapted_batch_fraction", "adapted batches (%)", _fraction_percent),
-        ("predicted_fraction", "predicted (%)", _fraction_percent),
-        ("mean_relative_speed", "mean C", _number(2)),
-    ],
-    "discrete": [
-        ("utility", "U (%)", _fraction_percent),
-        ("availability", "α (%)", _fraction_percent),
-        ("served_accuracy", "ā served (%)", _fraction_percent),
-    ],
-    "amortised": [
-        ("utility", "U (%)", _fraction_percent),
-        ("adapted_fraction", "β (%)", _fraction_percent),
-        ("adapt_accuracy", "ā adapt (%)", _fraction_percent),
-        ("frozen_accuracy", "ā frozen (%)", _fraction_percent),
-        ("overhead_spent_seconds", "overhead spent (s)", _number(3)),
-    ],
-}
-"""Columns of each protocol's score table: (score key, header, formatter)."""
+def _render(column: ScoreColumn, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return _percent(float(value)) if column.percent else f"{float(value):.{column.digits}f}"
 
 
 def scores_table(method_scores: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
@@ -501,15 +344,15 @@ def scores_table(method_scores: Mapping[str, Sequence[Mapping[str, Any]]]) -> st
             scenarios.setdefault(score["scenario"], {})[label] = score
     sections = []
     for scenario, rows in scenarios.items():
-        columns = SCORE_COLUMNS[next(iter(rows.values()))["protocol"]]
+        columns = get_protocol(next(iter(rows.values()))["protocol"]).score_columns
         lines = [
             f"{scenario}:",
             "",
-            "| method | " + " | ".join(header for _, header, _ in columns) + " |",
+            "| method | " + " | ".join(column.header for column in columns) + " |",
             "|---|" + "|".join("---:" for _ in columns) + "|",
         ]
         for label, score in rows.items():
-            lines.append("| " + " | ".join([label, *(render(score.get(key)) for key, _, render in columns)]) + " |")
+            lines.append("| " + " | ".join([label, *(_render(column, score.get(column.key)) for column in columns)]) + " |")
         sections.append("\n".join(lines) + "\n")
     return "\n".join(sections)
 
@@ -535,11 +378,11 @@ def rescore_run(
     (protocols other than offline and continuous), a missing λ, or a threshold not above λ.
     """
     run = load_run(Path(run_dir))
-    protocol = run.summary.get("protocol", {}).get("name", "offline")
-    if protocol not in EVERY_BATCH_PROTOCOLS:
+    protocol = run.summary.get("protocol", {}).get("name", OfflineProtocol.name)
+    if not _adapts_every_batch(run.summary):
         raise ValueError(
             "continuous utility can only be recomputed for a run in which every batch was predicted and "
-            f"adapted on (protocol offline or continuous); run {run.name!r} used protocol {protocol!r}"
+            f"adapted on (protocol {_every_batch_protocols()}); run {run.name!r} used protocol {protocol!r}"
         )
     latency = baseline_latency if baseline_latency is not None else run_baseline_latency(run)
     if latency is None:
@@ -564,14 +407,6 @@ def rescore_run(
 
 # --- sweeps -------------------------------------------------------------------------------------------
 
-PRESSURE_PARAMETERS = {
-    "alfarra": ("speed", "stream speed η"),
-    "discrete": ("utilisation", "utilisation ρ = λ/γ"),
-    "continuous": ("threshold_seconds", "threshold T (s)"),
-    "amortised": ("budget_seconds", "budget B (s)"),
-}
-"""Per protocol: the score key holding the pressure parameter and its axis label."""
-
 ALL_DOMAINS = "all"
 OFFLINE_SCENARIO = "offline"
 SWEEP_COLUMNS = ("scenario", "protocol", "parameter", "domain", "method", "utility")
@@ -587,7 +422,7 @@ def sweep_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
     """
     rows = []
     for run in runs:
-        if run.summary.get("protocol", {}).get("name", "offline") in EVERY_BATCH_PROTOCOLS:
+        if _adapts_every_batch(run.summary):
             for label, method in run.summary["methods"].items():
                 common = {"scenario": OFFLINE_SCENARIO, "protocol": "offline", "parameter": None}
                 rows.append({**common, "domain": ALL_DOMAINS, "method": label, "utility": method["accuracy"]})
@@ -595,9 +430,10 @@ def sweep_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
                     rows.append({**common, "domain": domain, "method": label, "utility": values["accuracy"]})
         for label, scores in run_scores(run).items():
             for score in scores:
-                key, _ = PRESSURE_PARAMETERS[score["protocol"]]
+                axis = get_protocol(score["protocol"]).sweep
+                key = axis.score_key if axis is not None else None
                 details = {name: value for name, value in score.items() if name not in ("scenario", "protocol", "per_domain")}
-                common = {"scenario": score["scenario"], "protocol": score["protocol"], "parameter": score.get(key)}
+                common = {"scenario": score["scenario"], "protocol": score["protocol"], "parameter": score.get(key) if key else None}
                 rows.append({**common, "domain": ALL_DOMAINS, "method": label, **details})
                 for domain, values in score.get("per_domain", {}).items():
                     rows.append({**common, "domain": domain, "method": label, **values})

@@ -35,6 +35,7 @@ from tta_eval.protocols import (
     AmortisedProtocol,
     DiscreteProtocol,
     OfflineProtocol,
+    RunContext,
     Timing,
     calibrate_baseline_latency,
     execution,
@@ -109,7 +110,7 @@ def run_once(protocol, method_name: str, model: nn.Module, batches: list, total:
         writer = CsvRecordWriter(handle)
         with TimedPredictions() as predictions:
             started = time.perf_counter()
-            for record in run_protocol({method_name: method}, stream, protocol, "cpu", False, Timing("cpu"), latency):
+            for record in run_protocol({method_name: method}, stream, protocol, RunContext("cpu", False, Timing("cpu"), latency)):
                 table.append(record)
                 writer.write(record)
             elapsed = time.perf_counter() - started

@@ -192,7 +192,8 @@ def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, 
 
 
 def test_no_adaptation_note_where_the_protocol_skips_batches(tmp_path):
-    from tta_eval.reports import RunResult, adaptation_notes
+    from tta_eval.reports import adaptation_notes
+    from tta_eval.run_folder import RunResult
 
     config = {"methods": {"tent": {"config": {"learning_rate": 2.5e-4}}, "bn": {"config": {}}}}
     methods = {"tent": {"adapted_fraction": 0.005}, "bn": {"adapted_fraction": 0.0}}

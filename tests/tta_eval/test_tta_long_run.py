@@ -15,7 +15,7 @@ import pytest
 
 from tta_eval.methods import create
 from tta_eval.metrics import detect_collapse, overall_accuracy, windowed_accuracy
-from tta_eval.protocols import OfflineProtocol, evaluate_offline
+from tta_eval.protocols import OfflineProtocol, evaluate_protocol
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, train_source_model
 
 BATCHES = 2000
@@ -38,7 +38,7 @@ def test_tent_collapses_and_rdumb_keeps_accuracy_on_a_long_synthetic_stream():
         "eta": create("eta", model, learning_rate=1.0),
         "rdumb": create("rdumb", model, learning_rate=1.0, reset_every=RESET_EVERY),
     }
-    tables = evaluate_offline(methods, stream, OfflineProtocol(domain_key="domain"))
+    tables = evaluate_protocol(methods, stream, OfflineProtocol(domain_key="domain"))
 
     accuracy = {name: overall_accuracy(table) for name, table in tables.items()}
     reference = windowed_accuracy(tables["source"], WINDOW)

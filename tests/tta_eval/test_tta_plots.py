@@ -19,7 +19,8 @@ from tta_eval.metrics import DomainSegment, WindowedAccuracy, domain_segments
 from tta_eval.plots import accuracy_figure, best_method_figure, method_colour, utility_figure
 from tta_eval.protocols import execution
 from tta_eval.records import BatchRecord, RecordTable
-from tta_eval.reports import RunResult, plot_comparison, short_stream_tags
+from tta_eval.reports import plot_comparison, short_stream_tags
+from tta_eval.run_folder import RunResult
 from tta_eval.streams import SizedStream, default_domain_key, limit_samples, stream_length
 from tta_helpers import SMALL_STREAM, TINY_FACTORY
 

@@ -17,7 +17,7 @@ from tta_eval.metrics import (
     per_domain_accuracy,
     windowed_accuracy,
 )
-from tta_eval.protocols import NonFiniteLossError, OfflineProtocol, evaluate_offline, run_offline
+from tta_eval.protocols import NonFiniteLossError, OfflineProtocol, evaluate_protocol, run_offline
 from tta_eval.records import BatchRecord, RecordTable
 from tta_eval.streams import as_batch, limit_samples, metadata_values
 
@@ -44,7 +44,7 @@ def test_lockstep_records_one_row_per_method_and_batch():
     model = make_tiny_cnn()
     batches = make_batches(5)
     methods = {"source": create("source", model), "tent": create("tent", model)}
-    tables = evaluate_offline(methods, batches)
+    tables = evaluate_protocol(methods, batches)
     for name, table in tables.items():
         assert len(table) == 5
         assert table.column("sample_start").tolist() == [0, 16, 32, 48, 64]
@@ -80,7 +80,7 @@ def test_eata_gets_the_stream_head_and_every_batch_is_still_evaluated():
     batches = make_batches(4)
     method = create("eata", model, fisher_samples=20)
     one_shot = iter(batches)
-    tables = evaluate_offline({"eata": method}, one_shot)
+    tables = evaluate_protocol({"eata": method}, one_shot)
     assert tables["eata"].total_samples == 64 and len(tables["eata"]) == 4
     assert method.fisher
 
@@ -89,18 +89,18 @@ def test_label_range_mismatch_is_reported():
     images, labels = make_batches(1)[0]
     labels[3] = 999
     with pytest.raises(ValueError, match=r"labels must be in \[0, 10\) for a model with 10 outputs, got labels in \[\d+, 999\] in stream batch 0"):
-        evaluate_offline({"source": create("source", make_tiny_cnn())}, [(images, labels)])
+        evaluate_protocol({"source": create("source", make_tiny_cnn())}, [(images, labels)])
 
 
 def test_empty_stream_is_reported():
     with pytest.raises(ValueError, match="the stream yielded no batches"):
-        evaluate_offline({"source": create("source", make_tiny_cnn())}, [])
+        evaluate_protocol({"source": create("source", make_tiny_cnn())}, [])
 
 
 def test_nonfinite_loss_policy_continue_records_and_goes_on():
     batches = make_batches(3)
     batches[1][0][0, 0, 0, 0] = float("nan")
-    tables = evaluate_offline({"tent": create("tent", make_tiny_cnn())}, batches)
+    tables = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches)
     assert tables["tent"].column("nonfinite_loss").tolist() == [False, True, False]
     assert len(tables["tent"]) == 3 and math.isfinite(tables["tent"].column("loss")[2])
 
@@ -141,7 +141,7 @@ def test_protocol_settings_are_validated():
 def test_missing_domain_key_lists_the_available_keys():
     batches = [(images, labels, {"corruption": ["fog"] * 16}) for images, labels in make_batches(1)]
     with pytest.raises(ValueError, match=r"domain key 'domain' not in the metadata of stream batch 0; available keys: corruption"):
-        evaluate_offline({"source": create("source", make_tiny_cnn())}, batches, OfflineProtocol(domain_key="domain"))
+        evaluate_protocol({"source": create("source", make_tiny_cnn())}, batches, OfflineProtocol(domain_key="domain"))
 
 
 def test_metadata_as_per_sample_dicts_and_tensors():
@@ -228,4 +228,4 @@ def test_collapse_reference_must_share_the_window_grid():
 def test_model_and_stream_mismatch_on_the_first_batch_is_a_value_error():
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(10, 10))
     with pytest.raises(ValueError, match=r"method 'source' failed on the first batch \(images \(16, 3, 8, 8\)\)"):
-        evaluate_offline({"source": create("source", model)}, make_batches(1))
+        evaluate_protocol({"source": create("source", model)}, make_batches(1))

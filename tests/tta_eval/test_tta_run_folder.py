@@ -11,6 +11,7 @@ import torch
 from image_fixtures import bomb_png, truncated_jpeg
 
 import tta_eval.experiment
+import tta_eval.run_folder
 from tta_eval.cli import main
 from tta_eval.records import CsvRecordWriter
 from tta_eval.streams import register_stream_source, stream_schemes
@@ -122,8 +123,8 @@ def test_a_full_disk_for_the_summary_leaves_the_run_unfinished(tmp_path, capsys,
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    real_write_json = tta_eval.experiment.write_json
-    monkeypatch.setattr(tta_eval.experiment, "write_json", lambda path, data: (full if path.name == "summary.json" else real_write_json)(path, data))
+    real_write_json = tta_eval.run_folder.write_json
+    monkeypatch.setattr(tta_eval.run_folder, "write_json", lambda path, data: (full if path.name == "summary.json" else real_write_json)(path, data))
     code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r"))
     assert_one_line(code, err, f"{tmp_path / 'r' / 'summary.json'}: No space left on device")
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "r"), "--out", str(tmp_path / "cmp"))

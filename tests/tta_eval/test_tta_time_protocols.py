@@ -20,7 +20,6 @@ from tta_helpers import make_batches, make_tiny_cnn
 
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create, list_methods
-from tta_eval.metrics import continuous_scores
 from tta_eval.models import ModelSpec
 from tta_eval.protocols import (
     AlfarraProtocol,
@@ -30,9 +29,10 @@ from tta_eval.protocols import (
     DiscreteProtocol,
     MethodCost,
     OfflineProtocol,
+    RunContext,
     Timing,
     calibrate_baseline_latency,
-    evaluate_offline,
+    continuous_scores,
     evaluate_protocol,
     predict_without_adapting,
     prediction_network,
@@ -276,7 +276,7 @@ def test_calibration_is_mean_plus_six_sigma():
 
 
 def test_offline_records_carry_the_timing_trace():
-    tables = evaluate_offline({"tent": create("tent", make_tiny_cnn()), "source": create("source", make_tiny_cnn())}, make_batches(4))
+    tables = evaluate_protocol({"tent": create("tent", make_tiny_cnn()), "source": create("source", make_tiny_cnn())}, make_batches(4))
     for table in tables.values():
         prediction, ready = table.column("pickup_to_prediction"), table.column("prediction_to_ready")
         assert np.all(prediction > 0) and np.all(ready >= 0)
@@ -287,7 +287,7 @@ def test_offline_records_carry_the_timing_trace():
 
 
 def test_records_with_trace_round_trip_exactly_and_old_files_still_read(tmp_path):
-    tables = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, make_batches(3), AlfarraProtocol(), timing=deterministic(tent=2.3))
+    tables = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, make_batches(3), AlfarraProtocol(), RunContext(timing=deterministic(tent=2.3)))
     tables["tent"].write_csv(tmp_path / "tent.csv")
     loaded = RecordTable.read_csv(tmp_path / "tent.csv")
     for name in ("pickup_to_prediction", "prediction_to_ready", "predicted", "adapted", "relative_speed", "seconds"):
@@ -308,12 +308,12 @@ def test_relative_speed_one_reproduces_the_offline_protocol_exactly(timing):
     batches = with_domains(make_batches(8), ["a"] * 3 + ["b"] * 5)
     names = ("source", "bn", "tent", "eta")
     episodes = {"reset": "domain", "domain_key": "domain"}
-    offline = evaluate_offline({name: create(name, model) for name in names}, batches, OfflineProtocol(**episodes))
+    offline = evaluate_protocol({name: create(name, model) for name in names}, batches, OfflineProtocol(**episodes))
     if timing == "measured":
         protocol, clock = AlfarraProtocol(**episodes, relative_speed=1), None
     else:
         protocol, clock = AlfarraProtocol(**episodes), deterministic(bn=1, tent=1, eta="0.5+0.5")
-    online = evaluate_protocol({name: create(name, model) for name in names}, batches, protocol, timing=clock)
+    online = evaluate_protocol({name: create(name, model) for name in names}, batches, protocol, RunContext(timing=clock))
     for name in names:
         for column in OFFLINE_COLUMNS:
             assert np.array_equal(online[name].column(column), offline[name].column(column), equal_nan=True), (name, column)
@@ -324,7 +324,7 @@ def test_relative_speed_one_reproduces_the_offline_protocol_exactly(timing):
 def test_a_method_k_times_slower_adapts_on_one_in_k_batches(slowdown):
     count = 40
     tables = evaluate_protocol(
-        {"tent": create("tent", make_tiny_cnn())}, make_batches(count, batch_size=4), AlfarraProtocol(), timing=deterministic(tent=slowdown)
+        {"tent": create("tent", make_tiny_cnn())}, make_batches(count, batch_size=4), AlfarraProtocol(), RunContext(timing=deterministic(tent=slowdown))
     )
     adapted = tables["tent"].column("adapted")
     assert adapted.sum() == math.ceil(count / slowdown)
@@ -335,12 +335,12 @@ def test_a_method_k_times_slower_adapts_on_one_in_k_batches(slowdown):
 
 def test_stream_speed_strict_and_single_model_variants():
     batches = make_batches(12, batch_size=4)
-    slow = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(speed=0.5), timing=deterministic(tent=4))
+    slow = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(speed=0.5), RunContext(timing=deterministic(tent=4)))
     assert np.flatnonzero(slow["tent"].column("adapted")).tolist() == [0, 2, 4, 6, 8, 10]
-    strict = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(strict=True), timing=deterministic(tent=2))
+    strict = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(strict=True), RunContext(timing=deterministic(tent=2)))
     assert np.flatnonzero(strict["tent"].column("adapted")).tolist() == [0, 3, 6, 9]
     single = evaluate_protocol(
-        {"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(single_model=True), timing=deterministic(tent=3)
+        {"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(single_model=True), RunContext(timing=deterministic(tent=3))
     )["tent"]
     skipped = ~single.column("predicted")
     assert np.flatnonzero(~skipped).tolist() == [0, 3, 6, 9]
@@ -381,7 +381,7 @@ def test_every_registered_method_runs_under_the_time_protocols(name, tmp_path):
     options = {"fisher_samples": 16} if name == "eata" else {}
     statistics = statistics_file(model, tmp_path)
     table = evaluate_protocol(
-        {name: build(name, model, statistics, **options)}, batches, AlfarraProtocol(), timing=deterministic(**{name: 2})
+        {name: build(name, model, statistics, **options)}, batches, AlfarraProtocol(), RunContext(timing=deterministic(**{name: 2}))
     )[name]
     assert table.column("adapted").tolist() == [True, False, True, False, True]
     assert table.column("predicted").all()
@@ -394,8 +394,7 @@ def test_every_registered_method_runs_under_the_time_protocols(name, tmp_path):
         {name: build(name, model, statistics, **options)},
         batches,
         AmortisedProtocol(budget=1.5 * LATENCY),
-        timing=deterministic(**{name: 2}),
-        baseline_latency=LATENCY,
+        RunContext(timing=deterministic(**{name: 2}), baseline_latency=LATENCY),
     )[name]
     assert frozen.column("adapted").tolist() == [True, True, False, False, False]
 
@@ -412,8 +411,7 @@ def test_live_discrete_run_serves_the_simulated_set_and_the_method_sees_only_ser
         {"tent": create("tent", model), "source": create("source", model)},
         batches,
         protocol,
-        timing=deterministic(tent=2.5),
-        baseline_latency=LATENCY,
+        RunContext(timing=deterministic(tent=2.5), baseline_latency=LATENCY),
     )
     table = tables["tent"]
     served = served_batches([2.5] * 14, 1.0, buffer)
@@ -430,7 +428,7 @@ def test_live_discrete_run_serves_the_simulated_set_and_the_method_sees_only_ser
 def test_discrete_episodes_restart_the_pipeline():
     batches = with_domains(make_batches(8), ["a"] * 4 + ["b"] * 4)
     protocol = DiscreteProtocol(interval=LATENCY, buffer=0, reset="domain", domain_key="domain")
-    table = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, protocol, timing=deterministic(tent=3))["tent"]
+    table = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, protocol, RunContext(timing=deterministic(tent=3)))["tent"]
     assert np.flatnonzero(table.column("predicted")).tolist() == [0, 3, 4, 7]
     assert table.column("pickup_time")[[0, 4]].tolist() == [0.0, 0.0]
     assert table.column("reset").tolist()[4]
@@ -450,7 +448,7 @@ def test_amortised_freezes_once_the_budget_is_spent_and_predicts_with_target_sta
     # Cost 2λ: each adapted batch spends λ of overhead; with B = 2.5λ batches 0, 1, 2 are adapted.
     protocol = AmortisedProtocol(budget=2.5 * LATENCY)
     table = evaluate_protocol(
-        {"tent": create("tent", model, learning_rate=0.05)}, batches, protocol, timing=deterministic(tent=2), baseline_latency=LATENCY
+        {"tent": create("tent", model, learning_rate=0.05)}, batches, protocol, RunContext(timing=deterministic(tent=2), baseline_latency=LATENCY)
     )["tent"]
     assert table.column("adapted").tolist() == [True] * 3 + [False] * 4
     reference = create("tent", model, learning_rate=0.05)
@@ -472,8 +470,7 @@ def test_zero_budget_is_the_frozen_source_model():
         {"tent": create("tent", model), "source": create("source", model)},
         batches,
         AmortisedProtocol(budget=0.0),
-        timing=deterministic(tent=2),
-        baseline_latency=LATENCY,
+        RunContext(timing=deterministic(tent=2), baseline_latency=LATENCY),
     )
     assert not tables["tent"].column("adapted").any()
     assert tables["tent"].column("correct").tolist() == tables["source"].column("correct").tolist()
@@ -559,7 +556,7 @@ def test_measured_run_stores_costs_that_make_a_deterministic_run(tmp_path):
 
 def test_continuous_utility_needs_an_adapted_trace():
     table = evaluate_protocol(
-        {"tent": create("tent", make_tiny_cnn())}, make_batches(4), AlfarraProtocol(), timing=deterministic(tent=2)
+        {"tent": create("tent", make_tiny_cnn())}, make_batches(4), AlfarraProtocol(), RunContext(timing=deterministic(tent=2))
     )["tent"]
     with pytest.raises(ValueError, match="method 'tent': continuous utility needs a run in which every batch was predicted and adapted"):
         continuous_scores(table, LATENCY, (0.1,), "tent")

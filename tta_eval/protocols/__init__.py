@@ -1,12 +1,14 @@
-"""Evaluation protocols: offline (continual or episodic), Alfarra et al.'s time-constrained protocol,
-and Tempora's discrete, continuous and amortised scenarios.
+"""Evaluation protocols: offline (continual or episodic), Tempora's continuous scenario, Alfarra et
+al.'s time-constrained protocol, and Tempora's discrete and amortised scenarios.
 
 Every protocol consumes a stream of batches, runs the methods in lockstep and yields one
-``BatchRecord`` per method and batch, carrying the timing trace (e, ℓ). ``run_protocol`` dispatches
-on the settings' type; ``tta_eval.protocols.tempora`` holds the pure utility functions.
+``BatchRecord`` per method and batch, carrying the timing trace (e, ℓ). Each protocol is one module
+that registers itself (``tta_eval.protocols._base.register``): its settings, runner, scorer,
+command-line options and sweep axis. ``run_protocol`` runs any protocol's settings through the
+registry; ``tta_eval.protocols.tempora`` holds the pure utility functions.
 
->>> from tta_eval.protocols import AlfarraProtocol, evaluate_protocol
->>> tables = evaluate_protocol(methods, stream, AlfarraProtocol(speed=1.0))  # doctest: +SKIP
+>>> from tta_eval.protocols import AlfarraProtocol, RunContext, evaluate_protocol
+>>> tables = evaluate_protocol(methods, stream, AlfarraProtocol(speed=1.0), RunContext(device="cuda"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,22 +17,31 @@ import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tta_eval.protocols.settings import (
+from tta_eval.protocols._base import (
     NONFINITE_POLICIES,
-    PROTOCOLS,
     RESET_MODES,
-    AlfarraProtocol,
-    AmortisedProtocol,
-    ContinuousProtocol,
-    DiscreteProtocol,
+    CliOption,
     EpisodeSettings,
     NonFiniteLossError,
-    OfflineProtocol,
-    ProtocolSettings,
+    ProtocolEntry,
+    RunContext,
+    ScoreColumn,
+    SweepAxis,
+    get_protocol,
+    list_protocols,
+    protocol_entries,
     protocol_from_json,
+    register,
+    seconds_from_ms,
 )
+# Importing a protocol's module registers it; the order of these lines is the registry's (the
+# choices of --protocol, the order of a sweep's scenarios). A new protocol adds its line here.
+from tta_eval.protocols.offline import OfflineProtocol, run_offline
+from tta_eval.protocols.continuous import ContinuousProtocol, continuous_scores
+from tta_eval.protocols.alfarra import AlfarraProtocol, relative_speed, run_alfarra
+from tta_eval.protocols.discrete import DiscreteProtocol, run_discrete
+from tta_eval.protocols.amortised import AmortisedProtocol, run_amortised
 from tta_eval.protocols.timing import (
-    COSTS_FILE,
     TIMING_MODES,
     CostModel,
     LatencyCalibration,
@@ -38,31 +49,20 @@ from tta_eval.protocols.timing import (
     Timing,
     calibrate_baseline_latency,
 )
-from tta_eval.records import BatchRecord, RecordTable
+from tta_eval.records import RecordTable
 
 if TYPE_CHECKING:
-    import torch
-
     from tta_eval.methods import TTAMethod
+    from tta_eval.records import BatchRecord
 
-_RUNNERS = {
-    "relative_speed": "alfarra",
-    "run_alfarra": "alfarra",
-    "run_amortised": "amortised",
-    "run_discrete": "discrete",
-    "frozen_copy": "execution",
-    "predict_without_adapting": "execution",
-    "prediction_network": "execution",
-    "evaluate_offline": "offline",
-    "run_offline": "offline",
-}
-"""Names whose modules import torch and the methods: loaded on first use (PEP 562), so that the
-settings, and with them ``tta-eval --help``, load without torch."""
+_EXECUTION = ("frozen_copy", "predict_without_adapting", "prediction_network")
+"""Names of ``tta_eval.protocols.execution``, which imports torch and the methods: loaded on first
+use (PEP 562), so that the registry, and with it ``tta-eval --help``, loads without torch."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RUNNERS:
-        return getattr(importlib.import_module(f"tta_eval.protocols.{_RUNNERS[name]}"), name)
+    if name in _EXECUTION:
+        return getattr(importlib.import_module("tta_eval.protocols.execution"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -70,56 +70,46 @@ def run_protocol(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
     protocol: EpisodeSettings = OfflineProtocol(),
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-    timing: Timing | None = None,
-    baseline_latency: float | None = None,
+    context: RunContext = RunContext(),
 ) -> Iterator[BatchRecord]:
-    """Run ``methods`` over ``batches`` under ``protocol``; records as yielded by the protocol's runner.
+    """Run ``methods`` (label → method) over ``batches`` under ``protocol``: the records its
+    registered runner yields, one per method and batch.
 
-    baseline_latency: λ in seconds; required by the amortised protocol and by a discrete protocol
-    given as a utilisation (ValueError otherwise). timing: measured on ``device`` by default.
+    context: device, progress bar, timing (measured on the device by default) and the baseline
+    latency λ in seconds, which the amortised protocol and a discrete protocol given as a
+    utilisation need (ValueError otherwise).
     """
-    from tta_eval.protocols.alfarra import run_alfarra
-    from tta_eval.protocols.amortised import run_amortised
-    from tta_eval.protocols.discrete import run_discrete
-    from tta_eval.protocols.offline import run_offline
-
-    if isinstance(protocol, AlfarraProtocol):
-        return run_alfarra(methods, batches, protocol, device, progress, timing)
-    if isinstance(protocol, DiscreteProtocol):
-        return run_discrete(methods, batches, protocol, device, progress, timing, baseline_latency)
-    if isinstance(protocol, AmortisedProtocol):
-        if baseline_latency is None:
-            raise ValueError("the amortised protocol needs the baseline latency λ (seconds), got None")
-        return run_amortised(methods, batches, protocol, baseline_latency, device, progress, timing)
-    return run_offline(methods, batches, protocol, device, progress, timing)
+    return get_protocol(protocol.name).runner(methods, batches, protocol, context)
 
 
 def evaluate_protocol(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
     protocol: EpisodeSettings = OfflineProtocol(),
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-    timing: Timing | None = None,
-    baseline_latency: float | None = None,
+    context: RunContext = RunContext(),
 ) -> dict[str, RecordTable]:
-    """``run_protocol`` collected into one RecordTable per method name."""
+    """``run_protocol`` collected into one RecordTable per method label."""
     tables = {name: RecordTable() for name in methods}
-    for record in run_protocol(methods, batches, protocol, device, progress, timing, baseline_latency):
+    for record in run_protocol(methods, batches, protocol, context):
         tables[record.method].append(record)
     return tables
 
 
+def protocol_scores(
+    table: RecordTable, protocol: EpisodeSettings, baseline_latency: float | None, label: str = ""
+) -> list[dict[str, Any]]:
+    """The protocol's scores for one method's records (its registered scorer; [] for the offline
+    protocol); baseline_latency: λ in seconds where the protocol needs it."""
+    return get_protocol(protocol.name).scorer(table, protocol, baseline_latency, label)
+
+
 __all__ = [
-    "COSTS_FILE",
     "NONFINITE_POLICIES",
-    "PROTOCOLS",
     "RESET_MODES",
     "TIMING_MODES",
     "AlfarraProtocol",
     "AmortisedProtocol",
+    "CliOption",
     "ContinuousProtocol",
     "CostModel",
     "DiscreteProtocol",
@@ -128,19 +118,28 @@ __all__ = [
     "MethodCost",
     "NonFiniteLossError",
     "OfflineProtocol",
-    "ProtocolSettings",
+    "ProtocolEntry",
+    "RunContext",
+    "ScoreColumn",
+    "SweepAxis",
     "Timing",
     "calibrate_baseline_latency",
-    "evaluate_offline",
+    "continuous_scores",
     "evaluate_protocol",
     "frozen_copy",
+    "get_protocol",
+    "list_protocols",
     "predict_without_adapting",
     "prediction_network",
+    "protocol_entries",
     "protocol_from_json",
+    "protocol_scores",
+    "register",
     "relative_speed",
     "run_alfarra",
     "run_amortised",
     "run_discrete",
     "run_offline",
     "run_protocol",
+    "seconds_from_ms",
 ]

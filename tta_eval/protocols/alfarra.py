@@ -20,15 +20,56 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from tta_eval.metrics import overall_accuracy, per_domain_accuracy
+from tta_eval.protocols._base import (
+    CliOption,
+    EpisodeSettings,
+    ProtocolEntry,
+    RunContext,
+    ScoreColumn,
+    SweepAxis,
+    register,
+)
+from tta_eval.records import RecordTable
+from tta_eval.validation import check_in_range, check_positive_int
 
-from tta_eval.methods import TTAMethod
-from tta_eval.protocols.execution import EpisodeTracker, check_nonfinite, method_runners, stream_batches
-from tta_eval.protocols.settings import AlfarraProtocol
-from tta_eval.protocols.timing import Timing
-from tta_eval.records import BatchRecord
+if TYPE_CHECKING:
+    from tta_eval.methods import TTAMethod
+    from tta_eval.records import BatchRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlfarraProtocol(EpisodeSettings):
+    """Alfarra et al.'s time-constrained protocol.
+
+    speed: stream speed η in (0, 1] (1: the stream reveals a batch each time the plain model
+        finishes one; smaller values slow the stream down).
+    relative_speed: fixed relative adaptation speed C >= 1 for every adapted batch, or None to
+        measure C_t = ceil(η · δ_t / λ_t) on each adapted batch (δ_t: the method's time on the batch,
+        λ_t: the time of a non-adapting forward pass of its network on the same batch).
+    strict: skip C batches after an adapted batch instead of C - 1 (the paper's stricter variant).
+    single_model: skipped batches get no prediction (count as wrong) instead of the latest model's
+        non-adapting prediction.
+    """
+
+    name: ClassVar[str] = "alfarra"
+
+    speed: float = 1.0
+    relative_speed: int | None = None
+    strict: bool = False
+    single_model: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_in_range("speed", self.speed, 0.0, 1.0, include_low=False)
+        if self.relative_speed is not None:
+            check_positive_int("relative_speed", self.relative_speed)
+        for flag in ("strict", "single_model"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
 
 
 def relative_speed(speed: float, method_seconds: float, baseline_seconds: float) -> int:
@@ -43,9 +84,7 @@ def run_alfarra(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
     protocol: AlfarraProtocol = AlfarraProtocol(),
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-    timing: Timing | None = None,
+    context: RunContext = RunContext(),
 ) -> Iterator[BatchRecord]:
     """Run ``methods`` in lockstep over ``batches`` under Alfarra et al.'s protocol; one record per
     method and batch, in stream order.
@@ -55,13 +94,11 @@ def run_alfarra(
     ``single_model``, unpredicted. At an episode boundary the methods are reset and adapt on the
     first batch of the episode. Errors as in ``run_offline``.
     """
-    device = torch.device(device)
-    timing = timing or Timing(str(device))
-    episodes = EpisodeTracker(protocol)
-    with method_runners(methods, timing, device) as runners:
+    from tta_eval.protocols.execution import check_nonfinite, lockstep
+
+    with lockstep(methods, batches, protocol, context) as (runners, stream):
         busy_batches = {runner.label: 0 for runner in runners}
-        for batch in stream_batches(methods, batches, device, protocol.domain_key, progress):
-            new_episode = episodes.starts_episode(batch)
+        for batch, new_episode in stream:
             for runner in runners:
                 if new_episode:
                     runner.reset()
@@ -81,3 +118,88 @@ def run_alfarra(
                 busy_batches[runner.label] = slots if protocol.strict else slots - 1
                 yield record
                 check_nonfinite(record, protocol)
+
+
+def alfarra_score(table: RecordTable, protocol: AlfarraProtocol) -> dict[str, Any]:
+    """Accuracy under Alfarra et al.'s protocol (utility = accuracy over all samples) and how often
+    the method adapted: adapted_batch_fraction, predicted_fraction, mean_relative_speed (mean C_t)."""
+    adapted = table.column("adapted")
+    speeds = table.column("relative_speed")[adapted]
+    per_domain = {
+        domain: {"utility": value.accuracy, "accuracy": value.accuracy} for domain, value in per_domain_accuracy(table).items()
+    }
+    accuracy = overall_accuracy(table)
+    return {
+        "scenario": f"alfarra η={protocol.speed:g}",
+        "protocol": "alfarra",
+        "speed": protocol.speed,
+        "utility": accuracy,
+        "accuracy": accuracy,
+        "adapted_batch_fraction": float(adapted.mean()) if adapted.size else math.nan,
+        "predicted_fraction": float(table.column("predicted").mean()) if adapted.size else math.nan,
+        "mean_relative_speed": float(speeds.mean()) if speeds.size else math.nan,
+        "per_domain": per_domain,
+    }
+
+
+def _score(table: RecordTable, protocol: AlfarraProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+    return [alfarra_score(table, protocol)]
+
+
+def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> AlfarraProtocol:
+    return AlfarraProtocol(
+        **episode,
+        speed=1.0 if values["speed"] is None else values["speed"],
+        relative_speed=values["relative_speed"],
+        strict=bool(values["strict"]),
+        single_model=bool(values["single_model"]),
+    )
+
+
+def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple[str, EpisodeSettings]]:
+    """One run per stream speed η."""
+    return [(f"alfarra_eta={speed:g}", AlfarraProtocol(**base, speed=speed)) for speed in values]
+
+
+register(
+    ProtocolEntry(
+        name=AlfarraProtocol.name,
+        summary="a slow method skips batches (Alfarra et al.)",
+        settings=AlfarraProtocol,
+        runner=run_alfarra,
+        from_options=_from_options,
+        scorer=_score,
+        score_columns=(
+            ScoreColumn("accuracy", "accuracy (%)"),
+            ScoreColumn("adapted_batch_fraction", "adapted batches (%)"),
+            ScoreColumn("predicted_fraction", "predicted (%)"),
+            ScoreColumn("mean_relative_speed", "mean C", percent=False, digits=2),
+        ),
+        options=(
+            CliOption(
+                "--speed",
+                {
+                    "type": float,
+                    "help": "alfarra: stream speed η in (0, 1], the rate of the stream relative to the plain model's pace "
+                    "(1: a batch every λ) (default: 1)",
+                },
+            ),
+            CliOption(
+                "--relative-speed",
+                {"type": int, "help": "alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) instead of measuring it"},
+            ),
+            CliOption("--strict", {"action": "store_true", "help": "alfarra: skip C batches, not C - 1"}),
+            CliOption("--single-model", {"action": "store_true", "help": "alfarra: skipped batches get no prediction"}),
+        ),
+        example=("--speed", "0.5"),
+        sweep=SweepAxis(
+            option="--speeds",
+            metavar="η,…",
+            help="alfarra stream speeds η in (0, 1] (stream rate relative to the plain model's pace), e.g. 1,0.5,0.25",
+            score_key="speed",
+            label="stream speed η",
+            scenarios=_scenarios,
+            shared_options=("--strict", "--single-model"),
+        ),
+    )
+)

@@ -13,40 +13,74 @@ fresh budget.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+import numpy as np
 
-from tta_eval.methods import TTAMethod
-from tta_eval.protocols.execution import EpisodeTracker, check_nonfinite, method_runners, stream_batches
-from tta_eval.protocols.settings import AmortisedProtocol
-from tta_eval.protocols.timing import Timing
-from tta_eval.records import BatchRecord
-from tta_eval.validation import check_positive
+from tta_eval.metrics import batch_accuracy, domain_masks
+from tta_eval.protocols._base import (
+    CliOption,
+    EpisodeSettings,
+    ProtocolEntry,
+    RunContext,
+    ScoreColumn,
+    SweepAxis,
+    register,
+)
+from tta_eval.protocols.tempora import amortised_utility
+from tta_eval.records import RecordTable
+from tta_eval.validation import check_non_negative, check_positive
+
+if TYPE_CHECKING:
+    from tta_eval.methods import TTAMethod
+    from tta_eval.records import BatchRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class AmortisedProtocol(EpisodeSettings):
+    """Tempora's amortised utility: adapt until the adaptation overhead budget is spent, then freeze.
+
+    budget: B in seconds >= 0, the total overhead Σ max(0, δ_i - λ) the method may spend per episode.
+    Once spent, the model is frozen: it predicts without adapting, in evaluation mode, so BatchNorm
+    uses the running statistics tracked on the target stream while adapting.
+    """
+
+    name: ClassVar[str] = "amortised"
+
+    budget: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_non_negative("budget", self.budget)
+
+    @property
+    def needs_baseline_latency(self) -> bool:
+        """The overhead of a batch is its time beyond λ."""
+        return True
 
 
 def run_amortised(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
     protocol: AmortisedProtocol,
-    baseline_latency: float,
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-    timing: Timing | None = None,
+    context: RunContext,
 ) -> Iterator[BatchRecord]:
     """Run ``methods`` in lockstep over ``batches`` under Tempora's amortised scenario.
 
-    baseline_latency: λ in seconds (> 0). Adapted batches have ``adapted`` True; frozen ones are
-    non-adapting predictions of the frozen copy (``adapted`` False). Errors as in ``run_offline``.
+    The context's baseline_latency λ in seconds (> 0) is required. Adapted batches have ``adapted``
+    True; frozen ones are non-adapting predictions of the frozen copy (``adapted`` False). Errors as
+    in ``run_offline``.
     """
+    from tta_eval.protocols.execution import check_nonfinite, lockstep
+
+    baseline_latency = context.baseline_latency
+    if baseline_latency is None:
+        raise ValueError("the amortised protocol needs the baseline latency λ (seconds), got None")
     check_positive("baseline_latency", baseline_latency)
-    device = torch.device(device)
-    timing = timing or Timing(str(device))
-    episodes = EpisodeTracker(protocol)
-    with method_runners(methods, timing, device) as runners:
+    with lockstep(methods, batches, protocol, context) as (runners, stream):
         spent = {runner.label: 0.0 for runner in runners}
-        for batch in stream_batches(methods, batches, device, protocol.domain_key, progress):
-            new_episode = episodes.starts_episode(batch)
+        for batch, new_episode in stream:
             for runner in runners:
                 if new_episode:
                     runner.reset()
@@ -60,3 +94,70 @@ def run_amortised(
                 spent[runner.label] += max(0.0, record.seconds - baseline_latency)
                 yield record
                 check_nonfinite(record, protocol)
+
+
+def amortised_score(table: RecordTable, protocol: AmortisedProtocol, baseline_latency: float) -> dict[str, Any]:
+    """Tempora's amortised utility: utility, adapted_fraction β, adapt_accuracy, frozen_accuracy,
+    the budget B and the overhead spent Σ max(0, δ_i - λ) over adapted batches (seconds)."""
+    accuracy = batch_accuracy(table)
+    adapted = table.column("adapted")
+    overhead = np.maximum(0.0, table.column("seconds") - baseline_latency)[adapted]
+    return {
+        "scenario": f"amortised B={protocol.budget:g} s",
+        "protocol": "amortised",
+        "budget_seconds": protocol.budget,
+        **amortised_utility(accuracy, adapted),
+        "overhead_spent_seconds": float(overhead.sum()),
+        "per_domain": {domain: amortised_utility(accuracy[mask], adapted[mask]) for domain, mask in domain_masks(table).items()},
+    }
+
+
+def _score(table: RecordTable, protocol: AmortisedProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+    if baseline_latency is None:
+        raise ValueError("amortised utility needs the baseline latency λ, got None")
+    return [amortised_score(table, protocol, baseline_latency)]
+
+
+def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> AmortisedProtocol:
+    if values["budget_s"] is None:
+        raise ValueError("--protocol amortised needs --budget-s B")
+    return AmortisedProtocol(**episode, budget=values["budget_s"])
+
+
+def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple[str, EpisodeSettings]]:
+    """One run per budget B."""
+    return [(f"amortised_B={budget:g}s", AmortisedProtocol(**base, budget=budget)) for budget in values]
+
+
+register(
+    ProtocolEntry(
+        name=AmortisedProtocol.name,
+        summary="adapt until an overhead budget is spent, then freeze (Tempora)",
+        settings=AmortisedProtocol,
+        runner=run_amortised,
+        from_options=_from_options,
+        scorer=_score,
+        score_columns=(
+            ScoreColumn("utility", "U (%)"),
+            ScoreColumn("adapted_fraction", "β (%)"),
+            ScoreColumn("adapt_accuracy", "ā adapt (%)"),
+            ScoreColumn("frozen_accuracy", "ā frozen (%)"),
+            ScoreColumn("overhead_spent_seconds", "overhead spent (s)", percent=False, digits=3),
+        ),
+        options=(
+            CliOption(
+                "--budget-s",
+                {"type": float, "help": "amortised: overhead budget B in seconds, the adaptation time beyond λ a method may spend in total"},
+            ),
+        ),
+        example=("--budget-s", "0.05"),
+        sweep=SweepAxis(
+            option="--budgets-s",
+            metavar="B,…",
+            help="amortised overhead budgets B in seconds, e.g. 1,2,4",
+            score_key="budget_seconds",
+            label="budget B (s)",
+            scenarios=_scenarios,
+        ),
+    )
+)

@@ -12,23 +12,73 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
-from tta_eval.methods import TTAMethod
-from tta_eval.protocols.execution import (
-    EpisodeTracker,
-    MethodRunner,
-    StreamBatch,
-    check_nonfinite,
-    method_runners,
-    stream_batches,
+from tta_eval.metrics import batch_accuracy, domain_masks, format_milliseconds
+from tta_eval.protocols._base import (
+    CliOption,
+    EpisodeSettings,
+    ProtocolEntry,
+    RunContext,
+    ScoreColumn,
+    SweepAxis,
+    register,
+    seconds_from_ms,
 )
-from tta_eval.protocols.settings import DiscreteProtocol
-from tta_eval.protocols.tempora import DiscretePipeline
-from tta_eval.protocols.timing import Timing
-from tta_eval.records import BatchRecord
+from tta_eval.protocols.tempora import DiscretePipeline, discrete_utility
+from tta_eval.records import RecordTable
+from tta_eval.validation import check_positive
+
+if TYPE_CHECKING:
+    from tta_eval.methods import TTAMethod
+    from tta_eval.protocols.execution import MethodRunner, StreamBatch
+    from tta_eval.records import BatchRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiscreteProtocol(EpisodeSettings):
+    """Tempora's discrete utility: batches arrive every γ seconds; batches not served are lost.
+
+    Give exactly one of interval (γ in seconds, > 0) and utilisation (ρ = λ/γ, > 0; γ then follows
+    from λ). buffer: batch slots b >= 0 holding arrivals while the pipeline is busy (0: arrivals
+    during processing are lost; 1: the most recent arrival waits; b > 1: FIFO queue evicting its
+    oldest entry when full).
+    """
+
+    name: ClassVar[str] = "discrete"
+
+    interval: float | None = None
+    utilisation: float | None = None
+    buffer: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (self.interval is None) == (self.utilisation is None):
+            raise ValueError(
+                f"give exactly one of interval (seconds) and utilisation (λ/γ), got interval={self.interval!r}, "
+                f"utilisation={self.utilisation!r}"
+            )
+        if self.interval is not None:
+            check_positive("interval", self.interval)
+        if self.utilisation is not None:
+            check_positive("utilisation", self.utilisation)
+        if isinstance(self.buffer, bool) or not isinstance(self.buffer, int) or self.buffer < 0:
+            raise ValueError(f"buffer must be an integer >= 0 (batch slots), got {self.buffer!r}")
+
+    @property
+    def needs_baseline_latency(self) -> bool:
+        """A utilisation is converted to an interval with λ."""
+        return self.utilisation is not None
+
+    def interval_seconds(self, baseline_latency: float | None) -> float:
+        """γ in seconds: ``interval``, or λ / ``utilisation``."""
+        if self.interval is not None:
+            return float(self.interval)
+        if baseline_latency is None:
+            raise ValueError("utilisation needs the baseline latency λ to derive the arrival interval, got None")
+        check_positive("baseline_latency", baseline_latency)
+        return baseline_latency / self.utilisation
 
 
 class _MethodPipeline:
@@ -68,22 +118,18 @@ def run_discrete(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
     protocol: DiscreteProtocol,
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-    timing: Timing | None = None,
-    baseline_latency: float | None = None,
+    context: RunContext = RunContext(),
 ) -> Iterator[BatchRecord]:
     """Run ``methods`` in lockstep over ``batches`` under Tempora's discrete scenario.
 
-    baseline_latency: λ in seconds, needed when the protocol gives a utilisation instead of an
-    interval. Served batches have ``predicted`` True and ``pickup_time`` set (seconds since the
-    episode's first arrival); lost batches are recorded with ``predicted`` False and 0 correct.
-    Errors as in ``run_offline``.
+    The context's baseline_latency λ (seconds) is needed when the protocol gives a utilisation
+    instead of an interval. Served batches have ``predicted`` True and ``pickup_time`` set (seconds
+    since the episode's first arrival); lost batches are recorded with ``predicted`` False and 0
+    correct. Errors as in ``run_offline``.
     """
-    device = torch.device(device)
-    timing = timing or Timing(str(device))
-    interval = protocol.interval_seconds(baseline_latency)
-    episodes = EpisodeTracker(protocol)
+    from tta_eval.protocols.execution import check_nonfinite, lockstep
+
+    interval = protocol.interval_seconds(context.baseline_latency)
 
     def flush(pipelines: list[_MethodPipeline]) -> Iterator[BatchRecord]:
         for state in pipelines:
@@ -91,10 +137,10 @@ def run_discrete(
                 yield record
                 check_nonfinite(record, protocol)
 
-    with method_runners(methods, timing, device) as runners:
+    with lockstep(methods, batches, protocol, context) as (runners, stream):
         pipelines = [_MethodPipeline(runner, interval, protocol.buffer) for runner in runners]
-        for batch in stream_batches(methods, batches, device, protocol.domain_key, progress):
-            if episodes.starts_episode(batch):
+        for batch, new_episode in stream:
+            if new_episode:
                 for state in pipelines:
                     state.pipeline.drain()
                 yield from flush(pipelines)
@@ -107,3 +153,88 @@ def run_discrete(
         for state in pipelines:
             state.pipeline.drain()
         yield from flush(pipelines)
+
+
+def discrete_score(table: RecordTable, protocol: DiscreteProtocol, baseline_latency: float | None) -> dict[str, Any]:
+    """Tempora's discrete utility: utility, availability α, served_accuracy, plus the interval γ
+    (seconds), utilisation ρ = λ/γ (when λ is known) and buffer; per_domain the same per domain."""
+    interval = protocol.interval_seconds(baseline_latency)
+    utilisation = protocol.utilisation
+    if utilisation is None and baseline_latency is not None:
+        utilisation = baseline_latency / interval
+    accuracy = batch_accuracy(table)
+    served = table.column("predicted")
+    pressure = f"ρ={100 * protocol.utilisation:.4g}%" if protocol.utilisation is not None else f"γ={format_milliseconds(interval)}"
+    return {
+        "scenario": f"discrete {pressure} b={protocol.buffer}",
+        "protocol": "discrete",
+        "interval_seconds": interval,
+        "utilisation": utilisation,
+        "buffer": protocol.buffer,
+        **discrete_utility(accuracy, served),
+        "per_domain": {domain: discrete_utility(accuracy[mask], served[mask]) for domain, mask in domain_masks(table).items()},
+    }
+
+
+def _score(table: RecordTable, protocol: DiscreteProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+    return [discrete_score(table, protocol, baseline_latency)]
+
+
+def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> DiscreteProtocol:
+    if values["utilisation"] is None and values["interval_ms"] is None:
+        raise ValueError("--protocol discrete needs --utilisation ρ or --interval-ms γ")
+    return DiscreteProtocol(
+        **episode,
+        interval=seconds_from_ms("--interval-ms", values["interval_ms"]),
+        utilisation=values["utilisation"],
+        buffer=1 if values["buffer"] is None else values["buffer"],
+    )
+
+
+def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple[str, EpisodeSettings]]:
+    """One run per utilisation ρ."""
+    return [(f"discrete_rho={utilisation:g}", DiscreteProtocol(**base, utilisation=utilisation)) for utilisation in values]
+
+
+register(
+    ProtocolEntry(
+        name=DiscreteProtocol.name,
+        summary="batches arrive every γ, those not served are lost (Tempora)",
+        settings=DiscreteProtocol,
+        runner=run_discrete,
+        from_options=_from_options,
+        scorer=_score,
+        score_columns=(
+            ScoreColumn("utility", "U (%)"),
+            ScoreColumn("availability", "α (%)"),
+            ScoreColumn("served_accuracy", "ā served (%)"),
+        ),
+        options=(
+            CliOption(
+                "--utilisation",
+                {
+                    "type": float,
+                    "help": "discrete: utilisation ρ = λ/γ, the plain model's share of the arrival interval (1 = 100 %%: a batch every λ)",
+                },
+            ),
+            CliOption(
+                "--interval-ms",
+                {"type": float, "help": "discrete: arrival interval γ in ms, the time between two batches (instead of --utilisation)"},
+            ),
+            CliOption(
+                "--buffer",
+                {"type": int, "help": "discrete: buffer slots b >= 0, batches that may wait while the method is busy (default: 1)"},
+            ),
+        ),
+        example=("--utilisation", "0.5"),
+        sweep=SweepAxis(
+            option="--utilisations",
+            metavar="ρ,…",
+            help="discrete utilisations ρ = λ/γ (plain model's latency / arrival interval), e.g. 1,0.7,0.5,0.35,0.25",
+            score_key="utilisation",
+            label="utilisation ρ = λ/γ",
+            scenarios=_scenarios,
+            shared_options=("--buffer",),
+        ),
+    )
+)

@@ -4,7 +4,8 @@ A protocol decides, batch by batch and method by method, which step to take: ``a
 method's own call: predict, then adapt), ``predict`` (a prediction without adaptation) or ``skip``
 (no prediction). ``MethodRunner`` executes the step, times it with the run's clock and returns the
 batch's record. Methods are used through their public interface only: calling them, ``reset()``,
-``last_step``, and the network they predict with (``prediction_network``).
+``last_step``, and the network they predict with (``prediction_network``). ``lockstep`` sets up a
+run: the runners of the methods and the stream's batches, each with whether it starts an episode.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from tta_eval.methods import NeedsStreamPreparation, TTAMethod
 from tta_eval.methods.base import batchnorm_layers
-from tta_eval.protocols.settings import EpisodeSettings, NonFiniteLossError
+from tta_eval.protocols._base import EpisodeSettings, NonFiniteLossError, RunContext
 from tta_eval.protocols.timing import Timing
 from tta_eval.records import BatchRecord
 from tta_eval.streams import Batch, as_batch, majority_value, metadata_values, stream_length
@@ -369,3 +370,18 @@ def method_runners(methods: Mapping[str, TTAMethod], timing: Timing, device: tor
     finally:
         for runner in runners:
             runner.close()
+
+
+@contextlib.contextmanager
+def lockstep(
+    methods: Mapping[str, TTAMethod], batches: Iterable[Any], settings: EpisodeSettings, context: RunContext
+) -> Iterator[tuple[list[MethodRunner], Iterator[tuple[StreamBatch, bool]]]]:
+    """The runners of ``methods`` (moved to the context's device, timed by its timing, measured wall
+    time by default) and the validated stream batches, each paired with whether the protocol resets
+    the methods before it (``EpisodeTracker``); the runners are closed when the block ends."""
+    device = torch.device(context.device)
+    timing = context.timing or Timing(str(device))
+    episodes = EpisodeTracker(settings)
+    with method_runners(methods, timing, device) as runners:
+        stream = stream_batches(methods, batches, device, settings.domain_key, context.progress)
+        yield runners, ((batch, episodes.starts_episode(batch)) for batch in stream)

@@ -10,39 +10,44 @@ trace is recorded all the same (Tempora's continuous utility is computed from it
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from tta_eval.protocols._base import EpisodeSettings, ProtocolEntry, RunContext, register
 
-from tta_eval.methods import TTAMethod
-from tta_eval.protocols.execution import EpisodeTracker, check_nonfinite, method_runners, stream_batches
-from tta_eval.protocols.settings import EpisodeSettings, OfflineProtocol
-from tta_eval.protocols.timing import Timing
-from tta_eval.records import BatchRecord, RecordTable
+if TYPE_CHECKING:
+    from tta_eval.methods import TTAMethod
+    from tta_eval.records import BatchRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class OfflineProtocol(EpisodeSettings):
+    """The offline ("current") protocol: every batch is predicted and adapted on; time is ignored.
+
+    The per-batch timing trace is still recorded, so continuous utility can be computed afterwards.
+    """
+
+    name: ClassVar[str] = "offline"
 
 
 def run_offline(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
     protocol: EpisodeSettings = OfflineProtocol(),
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-    timing: Timing | None = None,
+    context: RunContext = RunContext(),
 ) -> Iterator[BatchRecord]:
     """Run ``methods`` (name → method module) in lockstep over ``batches`` and yield one record per method and batch.
 
-    Methods are moved to ``device``. Methods with ``preparation_samples`` > 0 (EATA) first get the
-    head of the stream through ``prepare``; those batches are held in memory and then evaluated as
-    usual. protocol: its episode settings (resets, domain key, non-finite policy) apply; timing:
-    measured on ``device`` by default. Raises ValueError for malformed batches, labels outside the
-    model's output range or an empty stream, and NonFiniteLossError under ``nonfinite_loss="stop"``.
+    Methods are moved to the context's device. Methods with ``preparation_samples`` > 0 (EATA) first
+    get the head of the stream through ``prepare``; those batches are held in memory and then
+    evaluated as usual. protocol: its episode settings (resets, domain key, non-finite policy)
+    apply. Raises ValueError for malformed batches, labels outside the model's output range or an
+    empty stream, and NonFiniteLossError under ``nonfinite_loss="stop"``.
     """
-    device = torch.device(device)
-    timing = timing or Timing(str(device))
-    episodes = EpisodeTracker(protocol)
-    with method_runners(methods, timing, device) as runners:
-        for batch in stream_batches(methods, batches, device, protocol.domain_key, progress):
-            new_episode = episodes.starts_episode(batch)
+    from tta_eval.protocols.execution import check_nonfinite, lockstep
+
+    with lockstep(methods, batches, protocol, context) as (runners, stream):
+        for batch, new_episode in stream:
             for runner in runners:
                 if new_episode:
                     runner.reset()
@@ -51,15 +56,17 @@ def run_offline(
                 check_nonfinite(record, protocol)
 
 
-def evaluate_offline(
-    methods: Mapping[str, TTAMethod],
-    batches: Iterable[Any],
-    protocol: EpisodeSettings = OfflineProtocol(),
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-) -> dict[str, RecordTable]:
-    """``run_offline`` collected into one RecordTable per method name."""
-    tables = {name: RecordTable() for name in methods}
-    for record in run_offline(methods, batches, protocol, device, progress):
-        tables[record.method].append(record)
-    return tables
+def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> OfflineProtocol:
+    return OfflineProtocol(**episode)
+
+
+register(
+    ProtocolEntry(
+        name=OfflineProtocol.name,
+        summary="every batch predicted and adapted on, time ignored",
+        settings=OfflineProtocol,
+        runner=run_offline,
+        from_options=_from_options,
+        adapts_every_batch=True,
+    )
+)

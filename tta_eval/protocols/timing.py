@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from tta_eval.run_folder import COSTS_FILE
 from tta_eval.validation import check_non_negative, check_positive, check_positive_int
 
 # torch is imported where a measurement needs it: the cost model and settings load without it
@@ -181,8 +182,6 @@ class CostModel:
         """Write the table as JSON."""
         Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
-
-COSTS_FILE = "costs.json"
 
 
 def measured_cost(pickup_to_prediction: np.ndarray, prediction_to_ready: np.ndarray, baseline_latency: float) -> MethodCost:

@@ -1,0 +1,254 @@
+"""What every protocol shares: the episode settings, the run context and the protocol registry.
+
+A protocol is one module in ``tta_eval.protocols`` that defines its settings (a frozen dataclass
+deriving from ``EpisodeSettings``), its runner, its scorer, its command-line options and, if it has
+one, its sweep axis, and registers them as one ``ProtocolEntry`` with ``register``. Everything else
+(the run, the summary, the score tables, ``tta-eval run``/``sweep``) asks the registry.
+
+Every protocol shares the episode settings of the offline protocol (when the protocol resets the
+methods, which metadata key names the domain, what to do with non-finite losses). An episode is an
+independent run: at an episode boundary every method is reset and a time-constrained protocol
+restarts its clock (Alfarra's pending skips, Tempora's arrival times, queue and budget), as when the
+papers evaluate each ImageNet-C corruption separately.
+
+Runners import torch when a run starts (``tta_eval.protocols.execution``), so that the registry, and
+with it ``tta-eval --help``, loads without torch. Times are in seconds throughout. Settings fields
+are keyword-only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from tta_eval.validation import check_choice, check_positive_int
+
+if TYPE_CHECKING:
+    import torch
+
+    from tta_eval.methods import TTAMethod
+    from tta_eval.protocols.timing import Timing
+    from tta_eval.records import BatchRecord, RecordTable
+
+RESET_MODES = ("never", "domain", "batches")
+NONFINITE_POLICIES = ("continue", "stop")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised under ``nonfinite_loss="stop"`` after the record of the offending batch was yielded."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeSettings:
+    """Resets and non-finite-loss policy, shared by all protocols.
+
+    reset: "never" (continual), "domain" (episodic: reset when the majority value of
+        ``domain_key`` changes from one batch to the next) or "batches" (reset every
+        ``reset_every_batches`` batches).
+    domain_key: metadata key whose per-sample value names the domain (e.g. the corruption); also
+        recorded per batch for per-domain metrics. None: no domain column.
+    nonfinite_loss: "continue" (the method skips the update, the batch is recorded with
+        nonfinite_loss=1, the run goes on) or "stop" (raise NonFiniteLossError after recording it).
+    """
+
+    name: ClassVar[str] = "episodes"
+
+    reset: Literal["never", "domain", "batches"] = "never"
+    reset_every_batches: int | None = None
+    domain_key: str | None = None
+    nonfinite_loss: Literal["continue", "stop"] = "continue"
+
+    def __post_init__(self) -> None:
+        check_choice("reset", self.reset, RESET_MODES)
+        check_choice("nonfinite_loss", self.nonfinite_loss, NONFINITE_POLICIES)
+        if self.reset == "batches":
+            if self.reset_every_batches is None:
+                raise ValueError("reset='batches' needs reset_every_batches, got None")
+            check_positive_int("reset_every_batches", self.reset_every_batches)
+        elif self.reset_every_batches is not None:
+            raise ValueError(f"reset_every_batches is only used with reset='batches', got reset={self.reset!r}")
+        if self.reset == "domain" and not self.domain_key:
+            raise ValueError("reset='domain' needs a domain_key naming the metadata key of the domain")
+
+    @property
+    def needs_baseline_latency(self) -> bool:
+        """True if the protocol needs λ, the plain model's latency per batch."""
+        return False
+
+    def check_baseline_latency(self, baseline_latency: float | None) -> None:
+        """ValueError for settings that do not fit λ (seconds; None: not known); called before a run."""
+
+    def episode(self) -> dict[str, Any]:
+        """The episode settings alone (the fields of ``EpisodeSettings``), e.g. to build another protocol's settings."""
+        return {item.name: getattr(self, item.name) for item in dataclasses.fields(EpisodeSettings)}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-serialisable form, with the protocol's name under "name"."""
+        return {"name": self.name, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a protocol run needs besides methods, stream and settings.
+
+    device: where the methods run ("cpu", "cuda", "cuda:1" or a torch.device); progress: a progress
+    bar on stderr; timing: the run's clock (None: wall time measured on ``device``);
+    baseline_latency: λ in seconds (> 0), the plain model's latency per batch, for the protocols
+    whose settings need it (``EpisodeSettings.needs_baseline_latency``), else None.
+    """
+
+    device: str | torch.device = "cpu"
+    progress: bool = False
+    timing: Timing | None = None
+    baseline_latency: float | None = None
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """One option of ``tta-eval run`` that belongs to a protocol.
+
+    flag: the option, e.g. "--speed" (unique among all protocols); arguments: keyword arguments of
+    ``argparse.ArgumentParser.add_argument`` (type, action, metavar, help); the option's default is
+    always None, meaning "not given", so the CLI can refuse it under another protocol.
+    """
+
+    flag: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def dest(self) -> str:
+        """The attribute name argparse stores the value under ("--threshold-ms" → "threshold_ms")."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class ScoreColumn:
+    """One column of a protocol's score table: the score key, its header, and how it is shown
+    (percent: a fraction in [0, 1] shown as a percentage with one decimal; else ``digits`` decimals)."""
+
+    key: str
+    header: str
+    percent: bool = True
+    digits: int = 1
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """What ``tta-eval sweep`` varies for a protocol.
+
+    option: the sweep's comma-separated grid option (e.g. "--speeds"); metavar, help: its help;
+    unit: command-line value × unit = settings value (1e-3 for milliseconds); score_key: the score
+    key holding the varied parameter (x axis of the utility plot); label: that axis' label;
+    scenarios(values, base): (run folder name, settings) of every scenario for the grid ``values``
+    (settings units), ``base`` holding the episode settings and the values of ``shared_options``
+    (flags of the protocol's ``CliOption``s that the sweep also takes; absent when not given).
+    """
+
+    option: str
+    metavar: str
+    help: str
+    score_key: str
+    label: str
+    scenarios: Callable[[tuple[float, ...], Mapping[str, Any]], list[tuple[str, EpisodeSettings]]]
+    unit: float = 1.0
+    shared_options: tuple[str, ...] = ()
+
+
+Runner = Callable[["Mapping[str, TTAMethod]", "Iterable[Any]", Any, RunContext], "Iterator[BatchRecord]"]
+"""runner(methods, batches, settings, context): one record per method and batch, in stream order."""
+
+Scorer = Callable[["RecordTable", Any, "float | None", str], "list[dict[str, Any]]"]
+"""scorer(table, settings, baseline_latency, label): the protocol's score dicts for one method's
+records, each with "scenario", "protocol", "utility" (a fraction), the score columns' keys and
+"per_domain" (domain → the same scores)."""
+
+
+def _no_scores(table: RecordTable, settings: EpisodeSettings, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+    return []
+
+
+@dataclass(frozen=True)
+class ProtocolEntry:
+    """A registered protocol.
+
+    name: the protocol's name (``settings.name``); summary: one line for ``tta-eval run --help``;
+    settings: its settings class; runner: see ``Runner``; scorer: see ``Scorer`` (none: no scores);
+    score_columns: its score table's columns; options: its ``tta-eval run`` options;
+    from_options(values, episode): its settings from the options' values (flag dest → value, None
+    when not given) and the episode settings; ValueError naming the option for a missing or bad
+    value; example: command-line options of a typical run (used by the tests and docs);
+    sweep: what ``tta-eval sweep`` varies (None: not swept); adapts_every_batch: every batch is
+    predicted and adapted on (its runs can be rescored for continuous utility).
+    """
+
+    name: str
+    summary: str
+    settings: type[EpisodeSettings]
+    runner: Runner
+    from_options: Callable[[Mapping[str, Any], dict[str, Any]], EpisodeSettings]
+    scorer: Scorer = _no_scores
+    score_columns: tuple[ScoreColumn, ...] = ()
+    options: tuple[CliOption, ...] = ()
+    example: tuple[str, ...] = ()
+    sweep: SweepAxis | None = None
+    adapts_every_batch: bool = False
+
+
+_REGISTRY: dict[str, ProtocolEntry] = {}
+
+
+def register(entry: ProtocolEntry) -> ProtocolEntry:
+    """Add ``entry`` to the registry (at import of its module); ValueError for a name or an option
+    flag that is already registered, or a name that differs from its settings class's."""
+    if entry.name != entry.settings.name:
+        raise ValueError(f"protocol entry {entry.name!r} must carry its settings class's name, got {entry.settings.name!r}")
+    if entry.name in _REGISTRY:
+        raise ValueError(f"protocol {entry.name!r} is already registered")
+    taken = {option.flag: other.name for other in _REGISTRY.values() for option in other.options}
+    for option in entry.options:
+        if option.flag in taken:
+            raise ValueError(f"option {option.flag} of protocol {entry.name!r} is already protocol {taken[option.flag]!r}'s")
+    _REGISTRY[entry.name] = entry
+    return entry
+
+
+def get_protocol(name: str) -> ProtocolEntry:
+    """The registered protocol ``name``; ValueError listing the available ones otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown protocol {name!r}; available: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def list_protocols() -> list[str]:
+    """Names of the registered protocols, in registration order."""
+    return list(_REGISTRY)
+
+
+def protocol_entries() -> list[ProtocolEntry]:
+    """The registered protocols, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def protocol_from_json(data: Mapping[str, Any]) -> EpisodeSettings:
+    """Inverse of ``to_json``; ValueError for an unknown name or unknown fields."""
+    values = dict(data)
+    cls = get_protocol(values.pop("name", "offline")).settings
+    valid = {item.name for item in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - valid)
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)} for protocol {cls.name!r}; valid: {', '.join(sorted(valid))}")
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
+    return cls(**values)
+
+
+def seconds_from_ms(option: str, value: float | None) -> float | None:
+    """A command-line time in milliseconds as seconds (None stays None); ValueError naming ``option``
+    unless it is a finite number > 0."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{option} must be a positive number of milliseconds, got {value!r}")
+    return value / 1000.0

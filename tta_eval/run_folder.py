@@ -1,0 +1,241 @@
+"""The run folder and the sweep folder: their layout, and every read and write of them.
+
+Run folder (``<output_root>/<run_name>/``), written by ``tta_eval.experiment.run_experiment``:
+  config.json        resolved settings: stream, model, every method's full config, protocol, timing, versions
+  records/<label>.csv one row per batch and method with the timing trace (see ``tta_eval.records``)
+  summary.json       per method: accuracy, windowed accuracy, per-domain accuracy, collapse, resets,
+                     protocol scores; the timing mode and λ; written last, with ``status`` and the
+                     sha256 of config.json (``run_status``)
+  costs.json         measured runs with λ: each method's mean e/λ and ℓ/λ (a reusable cost model)
+  accuracy.png/.svg  windowed accuracy over samples, the source model dashed
+
+Sweep folder (``<output_root>/<name>/``), written by ``tta_eval.experiment.run_sweep``: ``runs/<scenario>/``
+run folders, ``results.csv`` (one row per scenario, domain and method), ``results.md``,
+``sweep.json``, ``best_method.png/.svg`` and ``utility_<protocol>.png/.svg``.
+
+Completeness: a folder with config.json and no summary.json did not finish (killed, or its disk
+filled up); a summary with ``status`` "stopped" covers part of the stream; ``load_run`` accepts
+only complete runs of their own config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+RECORDS_FOLDER = "records"
+COSTS_FILE = "costs.json"
+PLOT_STEM = "accuracy"
+PLOT_SUFFIXES = (".png", ".svg")
+RUN_COMPLETE = "complete"
+"""``status`` of a run folder's summary.json when every batch of the stream was recorded."""
+RUN_STOPPED = "stopped"
+"""``status`` of a run that ended early (an error, an interrupt): its numbers cover part of the stream."""
+
+SWEEP_RUNS_FOLDER = "runs"
+SWEEP_RESULTS_CSV = "results.csv"
+SWEEP_RESULTS_MARKDOWN = "results.md"
+SWEEP_FILE = "sweep.json"
+BEST_METHOD_STEM = "best_method"
+UTILITY_STEM = "utility_"
+"""A sweep's utility plots are ``utility_<protocol>.png/.svg``."""
+
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+def safe_file_name(text: str) -> str:
+    """``text`` with every character outside [A-Za-z0-9._=+-] replaced by '_'."""
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", text).strip("._")
+
+
+def records_path(run_dir: Path, label: str) -> Path:
+    """Where a run folder keeps the records of method ``label``."""
+    return run_dir / RECORDS_FOLDER / f"{safe_file_name(label)}.csv"
+
+
+def open_records(run_dir: Path, label: str) -> TextIO:
+    """The records file of method ``label``, opened for writing with line buffering: every row
+    reaches the file when written, so a killed run leaves its rows."""
+    return open(records_path(run_dir, label), "w", newline="", buffering=1)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON (NaN written as null), atomically: a temporary file next to
+    ``path`` renamed over it, so ``path`` is never half written (a full disk leaves the old file or none)."""
+    write_text_atomic(Path(path), json.dumps(_replace_nan(data), indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it; the temporary is removed on error."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
+def _replace_nan(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _replace_nan(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_replace_nan(item) for item in value]
+    return value
+
+
+def check_run_folder(run_dir: Path, overwrite: bool) -> Path:
+    """``run_dir``, after checking it can become a run folder; ValueError if a path on the way is a
+    file, or if it holds files and ``overwrite`` is not set (nothing is changed)."""
+    for folder in (*reversed(run_dir.parents), run_dir):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not overwrite:
+        raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
+    return run_dir
+
+
+def clear_run_folder(run_dir: Path) -> None:
+    """Remove every output a previous run left in ``run_dir`` (summary first: the folder then reads as
+    unfinished until the new run completes), and create it with its records folder."""
+    outputs = [SUMMARY_FILE, CONFIG_FILE, COSTS_FILE, *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES)]
+    for name in outputs:
+        (run_dir / name).unlink(missing_ok=True)
+    if (run_dir / RECORDS_FOLDER).is_dir():
+        for stale in (run_dir / RECORDS_FOLDER).glob("*.csv"):
+            stale.unlink()
+    (run_dir / RECORDS_FOLDER).mkdir(parents=True, exist_ok=True)
+
+
+def write_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """Write the run's resolved settings (config.json)."""
+    write_json(run_dir / CONFIG_FILE, config)
+
+
+def run_status(run_dir: Path, stopped: str | None) -> dict[str, Any]:
+    """The summary's completeness fields: status ("complete", or "stopped" with the reason
+    ``stopped``) and config_sha256, the sha256 of the run's config.json."""
+    return {
+        "status": RUN_STOPPED if stopped is not None else RUN_COMPLETE,
+        "stopped": stopped,
+        "config_sha256": file_sha256(run_dir / CONFIG_FILE),
+    }
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Write summary.json (last of a run's outputs; with ``run_status``'s fields)."""
+    write_json(run_dir / SUMMARY_FILE, summary)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run folder: its name, resolved config and summary."""
+
+    name: str
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+
+
+def load_run(run_dir: Path) -> RunResult:
+    """Read config.json and summary.json of a complete run folder.
+
+    ValueError (one line naming the folder and why) for a folder that is not a run, a run that did
+    not finish (no summary.json next to config.json, or ``status`` other than "complete"), and a
+    summary written for another config.json (its ``config_sha256`` differs: the folder was
+    overwritten by a run that did not finish). Summaries written before ``status`` existed are
+    accepted unless they record that the run stopped.
+    """
+    run_dir = Path(run_dir)
+    summary_path = run_dir / SUMMARY_FILE
+    config_path = run_dir / CONFIG_FILE
+    if not summary_path.is_file():
+        if config_path.is_file():
+            raise ValueError(
+                f"run folder {str(run_dir)!r} is incomplete: it has {CONFIG_FILE} but no {SUMMARY_FILE} "
+                "(the run was killed or could not write its results); run it again with --overwrite"
+            )
+        raise ValueError(f"{str(run_dir)!r} is not a tta-eval run folder (no {SUMMARY_FILE})")
+    try:
+        summary = json.loads(summary_path.read_text())
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"run folder {str(run_dir)!r} has an unreadable {SUMMARY_FILE} or {CONFIG_FILE}: {error}") from None
+    status = summary.get("status", RUN_COMPLETE if not summary.get("stopped") else RUN_STOPPED)
+    if status != RUN_COMPLETE:
+        raise ValueError(
+            f"run folder {str(run_dir)!r} is incomplete: it stopped after {summary.get('samples', '?')} samples "
+            f"({summary.get('stopped') or status}); its numbers cover part of the stream"
+        )
+    expected = summary.get("config_sha256")
+    if expected is not None and (not config_path.is_file() or file_sha256(config_path) != expected):
+        raise ValueError(
+            f"run folder {str(run_dir)!r} is inconsistent: its {SUMMARY_FILE} was written for another {CONFIG_FILE} "
+            "(the folder was overwritten by a run that did not finish); run it again with --overwrite"
+        )
+    return RunResult(run_dir.name, run_dir, config, summary)
+
+
+def find_run_folders(paths: Sequence[Path]) -> list[Path]:
+    """The run folders named by ``paths``: run folders themselves, folders holding run folders at any
+    depth (sorted), or glob patterns (``results/*/demo_*``) of either; each folder once, in order.
+
+    A run folder is one holding ``summary.json`` or ``config.json``. Raises ValueError naming a path
+    that does not exist, matches nothing, or holds no run folder.
+    """
+    found: dict[Path, None] = {}
+    for path in paths:
+        text = str(path)
+        candidates = [Path(match) for match in sorted(glob.glob(text))] if GLOB_CHARACTERS & set(text) else [path]
+        if not candidates:
+            raise ValueError(f"{text!r} matches no file or folder")
+        for candidate in candidates:
+            if not candidate.exists():
+                raise ValueError(f"{text!r} does not exist")
+            if _is_run_folder(candidate):
+                found[candidate] = None
+                continue
+            nested = sorted({marker.parent for name in (SUMMARY_FILE, CONFIG_FILE) for marker in candidate.rglob(name)}) if candidate.is_dir() else []
+            if not nested:
+                raise ValueError(f"{str(candidate)!r} is not a tta-eval run folder (no {SUMMARY_FILE}) and holds none")
+            found.update(dict.fromkeys(nested))
+    return list(found)
+
+
+def _is_run_folder(path: Path) -> bool:
+    return path.is_dir() and ((path / SUMMARY_FILE).is_file() or (path / CONFIG_FILE).is_file())
+
+
+def prepare_sweep_folder(sweep_dir: Path, overwrite: bool) -> Path:
+    """``sweep_dir``, checked and with the tables and plots of a previous sweep removed (they must not
+    sit next to the runs of this one if it stops); ValueError for a file in its place, or an existing
+    non-empty folder without ``overwrite``."""
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise ValueError(f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name")
+    if sweep_dir.is_dir() and any(sweep_dir.iterdir()) and not overwrite:
+        raise ValueError(f"sweep folder {str(sweep_dir)!r} already exists; choose another --name or pass --overwrite")
+    if sweep_dir.is_dir():
+        patterns = (SWEEP_FILE, SWEEP_RESULTS_CSV, SWEEP_RESULTS_MARKDOWN, f"{BEST_METHOD_STEM}.*", f"{UTILITY_STEM}*.*")
+        for pattern in patterns:
+            for stale in sweep_dir.glob(pattern):
+                stale.unlink()
+    return sweep_dir
