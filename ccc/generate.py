@@ -34,7 +34,6 @@ from PIL import Image
 from tqdm import tqdm
 
 from ccc.folder_lock import FolderLock
-from ccc.imagenet import ImageIndex
 from ccc.render import RenderedSample, render_sample
 from ccc.shards import (
     MANIFEST_NAME,
@@ -47,7 +46,7 @@ from ccc.shards import (
     save_manifest,
     shard_name,
 )
-from ccc.stream_plan import SourceImages, StreamPlan, plan_hash, plan_sample
+from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -59,7 +58,6 @@ __all__ = [
     "expected_shard_names",
     "generate_stream",
     "library_versions",
-    "load_source_images",
     "render_chunk",
 ]
 
@@ -105,28 +103,6 @@ def library_versions() -> dict[str, str]:
         "numba": numba.__version__,
         "machine": platform.machine(),
     }
-
-
-def _image_size(path: Path) -> tuple[int, int]:
-    with Image.open(path) as image:
-        return image.size
-
-
-def load_source_images(index: ImageIndex, threads: int | None = None) -> SourceImages:
-    """The plan's view of an image index: paths, labels and the pixel size of every image.
-
-    Sizes are read from the file headers (no decoding), in ``threads`` threads (default: CPU count).
-    """
-    paths = [index.path(position) for position in range(len(index))]
-    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        sizes = tuple(pool.map(_image_size, paths, chunksize=256))
-    return SourceImages(
-        root=str(Path(index.root).resolve()),
-        relative_paths=tuple(image.relative_path for image in index.images),
-        class_indices=tuple(image.class_index for image in index.images),
-        sizes=sizes,
-        index_checksum=index.checksum(),
-    )
 
 
 def render_chunk(plan: StreamPlan, chunk: tuple[int, int]) -> list[RenderedSample]:

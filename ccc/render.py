@@ -1,4 +1,4 @@
-"""Rendering: a :class:`~ccc.stream_plan.SampleSpec` plus the source image's bytes → JPEG bytes.
+"""Rendering: a :class:`~ccc.stream.spec.SampleSpec` plus the source image's bytes → JPEG bytes.
 
 Pixels only, no file access and no calibration table: the caller reads the source file. The
 pipeline is the public generator's, with every random choice taken from the spec:
@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.corruptions import corrupt_pair
-from ccc.stream_plan import SampleSpec
+from ccc.stream.spec import SampleSpec
 
 __all__ = [
     "JPEG_OPTIMIZE",

@@ -29,7 +29,8 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from ccc.render import JPEG_OPTIMIZE, JPEG_QUALITY, OUTPUT_SIZE, RenderedSample, format_info
-from ccc.stream_plan import CROP_ATTEMPTS, CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY, PlanError, StreamSpec
+from ccc.stream.plan import CROP_ATTEMPTS, CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY
+from ccc.stream.spec import PlanError, StreamSpec
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -297,7 +298,7 @@ class Manifest:
 
     Attributes:
         stream: the stream definition.
-        plan_hash: :func:`ccc.stream_plan.plan_hash` of the plan.
+        plan_hash: :func:`ccc.stream.plan.plan_hash` of the plan.
         library_versions: versions of the libraries that shape the bytes (see ``docs/generator.md``).
         shards: finished shards, sorted by index.
         previous_library_versions: versions of earlier runs that wrote shards into this folder,

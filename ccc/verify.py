@@ -21,8 +21,8 @@ from typing import Any
 
 from ccc.shard_reader import ShardReadError, load_json_member, open_shard, read_samples
 from ccc.shards import TEMPORARY_SUFFIX, Manifest, file_sha256, load_manifest, sample_key, shard_name
-from ccc.stream import StreamError, decode_tar_sample
-from ccc.stream_plan import PlanError
+from ccc.load import StreamError, decode_tar_sample
+from ccc.stream.spec import PlanError
 
 __all__ = ["SHARD_STATUSES", "PlanInputs", "ShardCheck", "VerificationReport", "locate_plan_inputs", "verify_run"]
 
@@ -149,13 +149,9 @@ def _plan_hash_status(
             f"is not recomputed (limit {PLAN_HASH_MAX_WORK:,}); run ccc-verify without --calibration and --imagenet"
         )
     from ccc.calibration import CalibrationTable
-    from ccc.generate import load_source_images
-    from ccc.imagenet import index_image_folder
-    from ccc.stream_plan import build_stream_plan, plan_hash
+    from ccc.stream.plan import plan_hash, plan_stream
 
-    table = CalibrationTable.load(calibration)
-    sources = load_source_images(index_image_folder(os.fspath(imagenet), classes=classes, progress=False))
-    plan = build_stream_plan(manifest.stream, table, sources)
+    plan = plan_stream(manifest.stream, CalibrationTable.load(calibration), os.fspath(imagenet), classes=classes)
     return "matches" if plan_hash(plan) == manifest.plan_hash else "differs"
 
 
@@ -186,7 +182,7 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     from ccc.calibration.published import CONVERTED_TABLES_FOLDER
     from ccc.demo import demo_image_folder, is_demo_stream
     from ccc.demo.calibration import DEMO_CALIBRATION_PATH
-    from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE
+    from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE
 
     spec = manifest.stream
     candidates = [DEMO_CALIBRATION_PATH, *tables, *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz"))]
@@ -227,13 +223,13 @@ def verify_run(
         calibration, imagenet: the calibration table and source image folder the stream was made
             from; when both are given the plan hash is recomputed and compared.
         classes: the explicit class list the stream was made with (``ccc-generate --classes``;
-            position = class index), None: the folder's own (``ccc.imagenet.class_list``).
+            position = class index), None: the folder's own (``ccc.stream.sources.class_list``).
         on_shard: called after each check (progress reporting): once per recorded shard and once
             per range of unrecorded ones.
 
     Raises:
         FileNotFoundError: no manifest in ``folder``. ccc.shards.ManifestError: malformed manifest.
-        ccc.stream_plan.PlanError: the table or images do not fit the stream (plan hash check), or the
+        ccc.stream.spec.PlanError: the table or images do not fit the stream (plan hash check), or the
             stream is too long to recompute its plan hash (:data:`PLAN_HASH_MAX_WORK`).
     """
     root = Path(folder)

@@ -24,18 +24,12 @@ import pytest
 from conftest import make_calibration_table, make_image_folder
 
 import ccc.shards
-from ccc.generate import (
-    LOCK_NAME,
-    OutputFolderError,
-    RayBackend,
-    SerialBackend,
-    generate_stream,
-    load_source_images,
-)
-from ccc.imagenet import index_image_folder
+from ccc.generate import LOCK_NAME, OutputFolderError, RayBackend, SerialBackend, generate_stream
+from ccc.stream.sources import index_image_folder, load_source_images
 from ccc.render import format_info
 from ccc.shards import MANIFEST_NAME, ShardWriteError, load_manifest
-from ccc.stream_plan import StreamSpec, build_stream_plan, plan_sample
+from ccc.stream.plan import build_stream_plan, plan_sample
+from ccc.stream.spec import StreamSpec
 
 NUM_IMAGES = 40
 SHARD_SIZE = 16

@@ -21,7 +21,7 @@ from ccc.render import (
     format_info,
     render_sample,
 )
-from ccc.stream_plan import SampleSpec
+from ccc.stream.spec import SampleSpec
 
 
 def source_jpeg(size: tuple[int, int] = (500, 375), mode: str = "RGB", seed: int = 0) -> bytes:

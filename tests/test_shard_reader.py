@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from ccc.shard_reader import BLOCK_BYTES, MAX_JSON_BYTES, MAX_MEMBER_BYTES, ShardReadError, load_json_member, read_all
-from ccc.stream import StreamError, StreamWarning, open_stream
+from ccc.load import StreamError, StreamWarning, open_stream
 from tests.conftest import make_ccc_run, make_image_folder
 
 CASE_SECONDS = 20

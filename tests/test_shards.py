@@ -25,7 +25,7 @@ from ccc.shards import (
     save_manifest,
     shard_name,
 )
-from ccc.stream_plan import SampleSpec, StreamSpec
+from ccc.stream.spec import SampleSpec, StreamSpec
 
 CHECKSUM = "ab" * 32
 

@@ -23,9 +23,9 @@ from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
 from ccc.cli.console import HelpFormatter, count, examples
-from ccc.imagenet import ImageFolderError, read_class_list
+from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards import ManifestError, load_manifest
-from ccc.stream_plan import PlanError
+from ccc.stream.spec import PlanError
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1

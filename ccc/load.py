@@ -54,7 +54,8 @@ from PIL import Image
 from ccc.render import encode_jpeg, render_pixels
 from ccc.shard_reader import ShardReadError, load_json_member, open_shard, parse_info, read_samples
 from ccc.shards import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, sample_key, shard_name
-from ccc.stream_plan import PlanError, StreamPlan, StreamSpec, build_stream_plan, plan_sample
+from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
+from ccc.stream.spec import UNBOUNDED_IMAGES, PlanError, StreamSpec
 
 __all__ = [
     "ERROR_POLICIES",
@@ -90,9 +91,6 @@ RANK_SPLITS = ("interleaved", "contiguous")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-UNBOUNDED_IMAGES = 2**62
-"""Length given to an on-the-fly stream defined without a length ("infinite")."""
 
 DEFAULT_CHUNK_SIZE = 64
 
@@ -249,7 +247,7 @@ class CCCStream(torch.utils.data.IterableDataset):
         rank, world_size: this process's rank among ``world_size`` (default: ``RANK``/``WORLD_SIZE`` from the environment, else 0 and 1).
         rank_split: ``interleaved`` or ``contiguous`` (see the module documentation).
         on_error: ``raise`` or ``skip``.
-        spec: the stream's definition (:class:`ccc.stream_plan.StreamSpec`) when known — from the run
+        spec: the stream's definition (:class:`ccc.stream.spec.StreamSpec`) when known — from the run
             folder's manifest or the rendered plan; None for shards read without a manifest.
     """
 
@@ -659,48 +657,16 @@ def open_stream(
     )
 
 
-def _definition_spec(definition: Any, table: Any, sources: Any) -> StreamSpec:
-    if isinstance(definition, StreamSpec):
-        return definition
-    if isinstance(definition, (str, os.PathLike)):
-        folder = Path(definition)
-        folder = folder.parent if folder.name == MANIFEST_NAME else folder
-        try:
-            return load_manifest(folder).stream
-        except FileNotFoundError:
-            raise StreamError(f"{folder} has no {MANIFEST_NAME}: pass a run folder written by ccc-generate, a StreamSpec or a mapping") from None
-        except ManifestError as error:
-            raise StreamError(str(error)) from None
-    if not isinstance(definition, Mapping):
-        raise ValueError(f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}")
-    allowed = {"difficulty", "baseline_accuracy", "corruptions", "speed", "seed", "num_images", "schedule", "path_objective"}
-    unknown = sorted(set(definition) - allowed)
-    if unknown:
-        raise ValueError(f"unknown stream definition key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
-    difficulty = definition.get("difficulty")
-    target = definition.get("baseline_accuracy")
-    corruptions = definition.get("corruptions")
-    if difficulty is not None:
-        if difficulty not in table.difficulty_presets:
-            raise ValueError(f"difficulty must be one of {', '.join(table.difficulty_presets) or 'none in this table'}, got {difficulty!r}")
-        preset_target, preset_corruptions = table.difficulty_presets[difficulty]
-        target = preset_target if target is None else target
-        corruptions = preset_corruptions if corruptions is None else corruptions
-    if target is None or corruptions is None or "speed" not in definition:
-        raise ValueError("stream definition needs speed and either difficulty or both baseline_accuracy and corruptions")
-    overridden = "baseline_accuracy" in definition or "corruptions" in definition
-    return StreamSpec(
-        target_accuracy=target,
-        corruptions=tuple(corruptions),
-        speed=definition["speed"],
-        seed=definition.get("seed", 43),
-        num_images=definition.get("num_images") or UNBOUNDED_IMAGES,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        difficulty=None if overridden else difficulty,
-        schedule=definition.get("schedule", "reference"),
-        path_objective=definition.get("path_objective", "reference"),
-    )
+def _manifest_stream(definition: str | os.PathLike[str]) -> StreamSpec:
+    """The stream of a run folder (or of its ``manifest.json``)."""
+    folder = Path(definition)
+    folder = folder.parent if folder.name == MANIFEST_NAME else folder
+    try:
+        return load_manifest(folder).stream
+    except FileNotFoundError:
+        raise StreamError(f"{folder} has no {MANIFEST_NAME}: pass a run folder written by ccc-generate, a StreamSpec or a mapping") from None
+    except ManifestError as error:
+        raise StreamError(str(error)) from None
 
 
 def render_stream(
@@ -721,10 +687,10 @@ def render_stream(
     """Render a stream on the fly: the samples its shards would hold, without storing them.
 
     Args:
-        definition: a :class:`ccc.stream_plan.StreamSpec`, a run folder (its manifest's stream), or a
+        definition: a :class:`ccc.stream.spec.StreamSpec`, a run folder (its manifest's stream), or a
             mapping ``{"difficulty": "medium", "speed": 2000, "seed": 43}`` (optional keys
             ``baseline_accuracy``, ``corruptions``, ``num_images`` (default: unbounded),
-            ``schedule``, ``path_objective``).
+            ``schedule``, ``path_objective``; see :func:`ccc.stream.spec.resolve_stream_spec`).
         imagenet: the source image folder (default ``$CCC_IMAGENET``).
         calibration: a :class:`ccc.calibration.CalibrationTable` or the path of one.
         start, limit, image_format, chunk_size, rank, world_size, rank_split: as :func:`open_stream`.
@@ -737,22 +703,22 @@ def render_stream(
     ``num_workers`` to render in worker processes.
 
     Raises:
-        StreamError, ValueError, ccc.imagenet.ImageFolderError, ccc.calibration.CalibrationError:
+        StreamError, ValueError, ccc.stream.sources.ImageFolderError, ccc.calibration.CalibrationError:
             bad definitions, folders or tables (messages say what to provide).
     """
     from ccc.calibration import CalibrationTable
-    from ccc.generate import load_source_images
-    from ccc.imagenet import index_image_folder, resolve_imagenet_folder
 
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
     if calibration is None:
         raise ValueError("calibration must be a CalibrationTable or the path of one (.npz), got None")
+    if isinstance(definition, (str, os.PathLike)):
+        definition = _manifest_stream(definition)
+    elif not isinstance(definition, (StreamSpec, Mapping)):
+        raise ValueError(f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}")
     table = calibration if isinstance(calibration, CalibrationTable) else CalibrationTable.load(calibration)
-    index = index_image_folder(resolve_imagenet_folder(None if imagenet is None else os.fspath(imagenet)), skip_bad_images=skip_bad_images, progress=False)
-    sources = load_source_images(index)
     try:
-        plan = build_stream_plan(_definition_spec(definition, table, sources), table, sources)
+        plan = plan_stream(definition, table, None if imagenet is None else os.fspath(imagenet), skip_bad_images=skip_bad_images)
     except PlanError as error:
         raise StreamError(f"stream definition does not fit the calibration table and images: {error}") from None
     return _RenderedStream(

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.paths import SEVERITY_STEP
-from ccc.schedule import PairVisit, StreamSchedule
+from ccc.stream.paths import SEVERITY_STEP
+from ccc.stream.schedule import PairVisit, StreamSchedule
 from ccc.shards import shard_name
 
 if TYPE_CHECKING:
