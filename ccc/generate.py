@@ -35,17 +35,9 @@ from tqdm import tqdm
 
 from ccc.folder_lock import FolderLock
 from ccc.render import RenderedSample, render_sample
-from ccc.shards import (
-    MANIFEST_NAME,
-    TEMPORARY_SUFFIX,
-    Manifest,
-    ManifestError,
-    ShardWriter,
-    file_sha256,
-    load_manifest,
-    save_manifest,
-    shard_name,
-)
+from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
+from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
+from ccc.shards.writer import ShardWriter
 from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
 
 __all__ = [
@@ -244,7 +236,7 @@ def _own_files(run_dir: Path) -> list[Path]:
         for path in run_dir.iterdir()
         if path.is_file()
         and (
-            (path.name.startswith("serial_") and path.name.endswith(".tar"))
+            SHARD_FILE.fullmatch(path.name)
             or path.name.endswith(TEMPORARY_SUFFIX)
             or path.name == MANIFEST_NAME
         )
@@ -346,7 +338,7 @@ def generate_stream(
     Raises:
         OutputFolderError: the folder holds another stream or unknown shards (without ``overwrite``),
             or another process is writing to it.
-        ccc.shards.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
+        ccc.shards.writer.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")

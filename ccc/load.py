@@ -38,7 +38,6 @@ shards after a skipped one are read. The stream is never shortened silently.
 from __future__ import annotations
 
 import copy
-import io
 import logging
 import os
 import warnings
@@ -51,9 +50,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ccc.render import encode_jpeg, render_pixels
-from ccc.shard_reader import ShardReadError, load_json_member, open_shard, parse_info, read_samples
-from ccc.shards import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, sample_key, shard_name
+from ccc.render import decode_jpeg, encode_jpeg, render_pixels
+from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
+from ccc.shards.reader import ShardReadError, open_shard, read_samples
+from ccc.shards.record import IMAGE_MEMBER, SampleRecordError, decode_members, sample_key, sample_place, shard_name, shard_pattern
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
 from ccc.stream.spec import UNBOUNDED_IMAGES, PlanError, StreamSpec
 
@@ -167,12 +167,8 @@ def decode_image(jpeg: bytes, image_format: str = "uint8") -> Any:
         raise ValueError(f"image_format must be one of {', '.join(IMAGE_FORMATS)}, got {image_format!r}")
     if image_format == "jpeg":
         return jpeg
-    with Image.open(io.BytesIO(jpeg)) as opened:
-        image = opened.convert("RGB") if opened.mode != "RGB" else opened
-        image.load()
-        if image_format == "pil":
-            return image.copy() if image is opened else image
-        return _pixels_to_format(np.asarray(image), image_format)
+    image = decode_jpeg(jpeg)
+    return image if image_format == "pil" else _pixels_to_format(np.asarray(image), image_format)
 
 
 @dataclass(frozen=True)
@@ -353,66 +349,24 @@ def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard:
     """Decode the members of one tar sample (extension → bytes) into a :class:`StreamSample`.
 
     Args:
-        members: e.g. ``{"info": …, "input.jpg": …, "json": …, "output.cls": …}``; ``json`` (ours)
-            or ``info`` (published shards) gives the metadata.
+        members: extension → bytes, ours or the published shards' (:func:`ccc.shards.record.decode_members`).
         index: the sample's stream index. key, shard: its key and shard, for messages and metadata.
         image_format: one of :data:`IMAGE_FORMATS`.
 
     Raises:
         StreamError: naming shard and sample, for a missing image, label or metadata, or undecodable content.
     """
-    where = f"shard {shard}: sample {key} (stream index {index})"
-    if "input.jpg" not in members:
-        raise StreamError(f"{where} has no input.jpg (image); members: {', '.join(sorted(members)) or 'none'}")
-    if "output.cls" not in members:
-        raise StreamError(f"{where} has no output.cls (label); members: {', '.join(sorted(members)) or 'none'}")
+    where = sample_place(shard, key, index)
     try:
-        label = int(members["output.cls"].decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        raise StreamError(f"{where}: output.cls must hold a class index, got {members['output.cls'][:40]!r}") from None
-    metadata: dict[str, Any]
-    try:
-        if "json" in members:
-            record = load_json_member(members["json"], where)
-            if not isinstance(record, dict):
-                raise StreamError(f"{where}: json member must hold an object, got {type(record).__name__}")
-            metadata = {
-                "index": index,
-                "n1": record["n1"],
-                "s1": float(record["s1"]),
-                "n2": record["n2"],
-                "s2": float(record["s2"]),
-                "path_step": int(record["step"]),
-                "source_path": record["source_path"],
-                "calibrated_accuracy": float(record["calibrated_accuracy"]),
-            }
-        elif "info" in members:
-            info = parse_info(members["info"].decode("utf-8"))
-            metadata = {
-                "index": index,
-                "n1": info.n1,
-                "s1": info.s1,
-                "n2": info.n2,
-                "s2": info.s2,
-                "path_step": None,
-                "source_path": info.source_path,
-                "calibrated_accuracy": None,
-            }
-        else:
-            raise StreamError(f"{where} has neither json nor info (corruption metadata)")
-    except ShardReadError as error:
+        record = decode_members(members, index, where)
+    except (SampleRecordError, ShardReadError) as error:
         raise StreamError(str(error)) from None
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
-        if isinstance(error, StreamError):
-            raise
-        raise StreamError(f"{where}: malformed metadata ({error})") from None
-    metadata["key"] = key
-    metadata["shard"] = shard
+    metadata = {**record.metadata, "key": key, "shard": shard}
     try:
-        image = decode_image(members["input.jpg"], image_format)
+        image = decode_image(record.jpeg, image_format)
     except (OSError, ValueError) as error:
-        raise StreamError(f"{where}: input.jpg cannot be decoded ({error})") from None
-    return StreamSample(image, label, metadata)
+        raise StreamError(f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})") from None
+    return StreamSample(image, record.label, metadata)
 
 
 class _ManifestShards(Sequence[ShardLocation]):
@@ -573,7 +527,7 @@ def _manifest_shards(folder: Path) -> tuple[_ManifestShards, StreamSpec]:
     except FileNotFoundError:
         raise StreamError(
             f"folder {folder} has no {MANIFEST_NAME}; to read shards without a manifest (e.g. the published CCC shards) "
-            f"pass the shard files, e.g. open_stream('{folder}/serial_{{00000..00299}}.tar') or a list of paths"
+            f"pass the shard files, e.g. open_stream('{folder}/{shard_pattern(300)}') or a list of paths"
         ) from None
     except ManifestError as error:
         raise StreamError(str(error)) from None

@@ -13,14 +13,8 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 
 from ccc.corruptions import corrupt_pair
-from ccc.render import (
-    JPEG_QUALITY,
-    OUTPUT_SIZE,
-    SourceImageMismatchError,
-    crop_resize_flip,
-    format_info,
-    render_sample,
-)
+from ccc.render import JPEG_QUALITY, OUTPUT_SIZE, SourceImageMismatchError, crop_resize_flip, render_sample
+from ccc.shards.record import format_info
 from ccc.stream.spec import SampleSpec
 
 

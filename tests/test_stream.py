@@ -23,7 +23,8 @@ from PIL import Image
 from ccc.cli.verify import main as verify_main
 from ccc.generate import SerialBackend, generate_stream
 from ccc.stream.sources import index_image_folder, load_source_images
-from ccc.shard_reader import ShardReadError, open_shard, parse_info, read_all, read_samples
+from ccc.shards.reader import ShardReadError, open_shard, read_all, read_samples
+from ccc.shards.record import parse_info
 from ccc.load import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -36,7 +37,7 @@ from ccc.load import (
 )
 from ccc.stream.plan import build_stream_plan, plan_sample
 from ccc.stream.spec import StreamSpec
-from ccc.verify import verify_run
+from ccc.check_run import verify_run
 from tests.conftest import make_calibration_table, make_image_folder
 from tta_eval.streams import StreamOptions, open_stream_source
 

@@ -388,7 +388,7 @@ def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
 def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     """A CCC run folder's length and world from its manifest; a shard pattern is described by its name only."""
     from ccc.demo import DEMO_CLASSES, is_demo_stream
-    from ccc.shards import ManifestError, load_manifest
+    from ccc.shards.manifest import ManifestError, load_manifest
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")

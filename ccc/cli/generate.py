@@ -28,7 +28,8 @@ from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.generate import OutputFolderError, RayBackend, SerialBackend, expected_shard_names, generate_stream
 from ccc.ray_runtime import RayUnavailableError, ray_session
 from ccc.render import SourceImageMismatchError
-from ccc.shards import ManifestError
+from ccc.shards.manifest import ManifestError
+from ccc.shards.record import shard_name
 from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.plan import plan_stream
 from ccc.stream.report import describe_schedule, plot_schedule
@@ -216,7 +217,7 @@ def _run(arguments: argparse.Namespace) -> int:
     run_dir = Path(arguments.out) / (arguments.name or default_name)
     if arguments.dry_run:
         num_shards = -(-arguments.num_images // arguments.shard_size)
-        print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards))
+        print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards, shard_name))
         plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png")
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
