@@ -1,4 +1,5 @@
-"""The plan stage of a CCC stream: pure functions of the stream definition, no pixels.
+"""The plan stage of a CCC stream: what every sample will be, without pixels (pure, except that
+:mod:`ccc.stream.sources` reads the image folder's index and image sizes).
 
 - :mod:`ccc.stream.order`: the public generator's corruption order for a seed;
 - :mod:`ccc.stream.paths`: severity paths through a pair's 21×21 accuracy grid;
