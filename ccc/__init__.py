@@ -1,9 +1,11 @@
 """ccc: the CCC benchmark (Continuously Changing Corruptions).
 
-Sub-packages and modules: :mod:`ccc.corruptions` (ImageNet-C corruptions with continuous severity),
-:mod:`ccc.calibration` (accuracy tables), :mod:`ccc.paths` and :mod:`ccc.stream_plan` (the plan of a
-stream), :mod:`ccc.generate` (rendering shards), :mod:`ccc.stream` (reading streams; its main
-functions are importable from here: ``from ccc import open_stream, render_stream, stream_loader``).
+The stages, in order: :mod:`ccc.corruptions` (ImageNet-C corruptions with continuous severity),
+:mod:`ccc.calibration` (accuracy tables), :mod:`ccc.stream` (the plan of a stream: corruption order,
+severity paths, schedule, spec, per-sample plan, source images), :mod:`ccc.render` (pixels),
+:mod:`ccc.shards` (the shard format, writing, reading, manifest, verification), :mod:`ccc.generate`
+(the run-folder driver) and :mod:`ccc.load` (reading streams; its main functions are importable from
+here: ``from ccc import open_stream, render_stream, stream_loader``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ __all__ = ["__version__", *_STREAM_EXPORTS]
 def __getattr__(name: str) -> Any:
     # Imported on first use, so that ``import ccc`` stays light (the stream API imports torch).
     if name in _STREAM_EXPORTS:
-        from ccc import stream
+        from ccc import load
 
-        return getattr(stream, name)
+        return getattr(load, name)
     raise AttributeError(f"module 'ccc' has no attribute {name!r}")

@@ -34,20 +34,11 @@ from PIL import Image
 from tqdm import tqdm
 
 from ccc.folder_lock import FolderLock
-from ccc.imagenet import ImageIndex
 from ccc.render import RenderedSample, render_sample
-from ccc.shards import (
-    MANIFEST_NAME,
-    TEMPORARY_SUFFIX,
-    Manifest,
-    ManifestError,
-    ShardWriter,
-    file_sha256,
-    load_manifest,
-    save_manifest,
-    shard_name,
-)
-from ccc.stream_plan import SourceImages, StreamPlan, plan_hash, plan_sample
+from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
+from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
+from ccc.shards.writer import ShardWriter
+from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -59,7 +50,6 @@ __all__ = [
     "expected_shard_names",
     "generate_stream",
     "library_versions",
-    "load_source_images",
     "render_chunk",
 ]
 
@@ -105,28 +95,6 @@ def library_versions() -> dict[str, str]:
         "numba": numba.__version__,
         "machine": platform.machine(),
     }
-
-
-def _image_size(path: Path) -> tuple[int, int]:
-    with Image.open(path) as image:
-        return image.size
-
-
-def load_source_images(index: ImageIndex, threads: int | None = None) -> SourceImages:
-    """The plan's view of an image index: paths, labels and the pixel size of every image.
-
-    Sizes are read from the file headers (no decoding), in ``threads`` threads (default: CPU count).
-    """
-    paths = [index.path(position) for position in range(len(index))]
-    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        sizes = tuple(pool.map(_image_size, paths, chunksize=256))
-    return SourceImages(
-        root=str(Path(index.root).resolve()),
-        relative_paths=tuple(image.relative_path for image in index.images),
-        class_indices=tuple(image.class_index for image in index.images),
-        sizes=sizes,
-        index_checksum=index.checksum(),
-    )
 
 
 def render_chunk(plan: StreamPlan, chunk: tuple[int, int]) -> list[RenderedSample]:
@@ -268,7 +236,7 @@ def _own_files(run_dir: Path) -> list[Path]:
         for path in run_dir.iterdir()
         if path.is_file()
         and (
-            (path.name.startswith("serial_") and path.name.endswith(".tar"))
+            SHARD_FILE.fullmatch(path.name)
             or path.name.endswith(TEMPORARY_SUFFIX)
             or path.name == MANIFEST_NAME
         )
@@ -370,7 +338,7 @@ def generate_stream(
     Raises:
         OutputFolderError: the folder holds another stream or unknown shards (without ``overwrite``),
             or another process is writing to it.
-        ccc.shards.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
+        ccc.shards.writer.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")

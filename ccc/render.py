@@ -1,4 +1,4 @@
-"""Rendering: a :class:`~ccc.stream_plan.SampleSpec` plus the source image's bytes → JPEG bytes.
+"""Rendering: a :class:`~ccc.stream.spec.SampleSpec` plus the source image's bytes → JPEG bytes.
 
 Pixels only, no file access and no calibration table: the caller reads the source file. The
 pipeline is the public generator's, with every random choice taken from the spec:
@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.corruptions import corrupt_pair
-from ccc.stream_plan import SampleSpec
+from ccc.stream.spec import SampleSpec
 
 __all__ = [
     "JPEG_OPTIMIZE",
@@ -33,8 +33,8 @@ __all__ = [
     "RenderedSample",
     "SourceImageMismatchError",
     "crop_resize_flip",
+    "decode_jpeg",
     "encode_jpeg",
-    "format_info",
     "render_pixels",
     "render_sample",
 ]
@@ -102,6 +102,18 @@ def encode_jpeg(image: NDArray[np.uint8]) -> bytes:
     return buffer.getvalue()
 
 
+def decode_jpeg(jpeg: bytes) -> Image.Image:
+    """Decode JPEG (or any PIL-readable) bytes into a loaded RGB PIL image.
+
+    Raises:
+        PIL.UnidentifiedImageError, OSError, ValueError: undecodable bytes.
+    """
+    with Image.open(io.BytesIO(jpeg)) as opened:
+        image = opened.convert("RGB") if opened.mode != "RGB" else opened
+        image.load()
+        return image.copy() if image is opened else image
+
+
 def render_sample(spec: SampleSpec, source: bytes) -> RenderedSample:
     """Render ``spec`` from the encoded source image ``source`` (the file's bytes).
 
@@ -111,14 +123,3 @@ def render_sample(spec: SampleSpec, source: bytes) -> RenderedSample:
         PIL.UnidentifiedImageError, OSError: if ``source`` cannot be decoded.
     """
     return RenderedSample(spec, encode_jpeg(render_pixels(spec, source)))
-
-
-def format_info(spec: SampleSpec) -> str:
-    """The public shards' ``info`` text, e.g. ``++dir++n01440764++name++ILSVRC2012_val_00000293.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++0.5``.
-
-    Severities are written with Python's ``str(float)`` as the public code does (``0.0``, ``1.25``, ``5.0``).
-    """
-    return (
-        f"++dir++{spec.wnid}++name++{spec.file_name}"
-        f"++n1++{spec.n1}++s1++{float(spec.s1)!s}++n2++{spec.n2}++s2++{float(spec.s2)!s}"
-    )

@@ -48,7 +48,7 @@ from numpy.typing import NDArray
 
 from ccc.calibration import CalibrationTable
 from ccc.demo import demo_calibration_path
-from ccc.stream import open_stream
+from ccc.load import open_stream
 from tta_eval.metrics import WindowedAccuracy, windowed_accuracy
 from tta_eval.plots import plot_accuracy_curves
 from tta_eval.records import RecordTable

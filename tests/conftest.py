@@ -100,9 +100,10 @@ def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image
     """A CCC run folder ``root/baseline_30_transition+speed_<speed>_seed_43`` of ``num_images`` samples
     (shards of ``shard_size``), rendered serially over ``image_folder`` (default: a fresh 3-class
     ``make_image_folder`` under ``root``) with ``make_calibration_table()`` at target 30 %."""
-    from ccc.generate import SerialBackend, generate_stream, load_source_images
-    from ccc.imagenet import index_image_folder
-    from ccc.stream_plan import StreamSpec, build_stream_plan, run_name
+    from ccc.generate import SerialBackend, generate_stream
+    from ccc.stream.sources import index_image_folder, load_source_images
+    from ccc.stream.plan import build_stream_plan
+    from ccc.stream.spec import StreamSpec, run_name
 
     folder = image_folder if image_folder is not None else make_image_folder(root / "val")
     table = make_calibration_table()

@@ -34,8 +34,8 @@ from ccc.calibration.engine import Cell, UnitResult, grid_cell
 from ccc.calibration.evaluator import ModelEvaluator
 from ccc.calibration.simulation import CorrelatedImagesBackend
 from ccc.calibration.imageset import CalibrationImageSet, Preprocessing, select_calibration_images
-from ccc.imagenet import index_image_folder
-from ccc.paths import find_path, path_accuracies
+from ccc.stream.sources import index_image_folder
+from ccc.stream.paths import find_path, path_accuracies
 from conftest import make_texture_folder, tiny_texture_classifier
 
 GRID = 21

@@ -34,7 +34,7 @@ from ccc.calibration.engine import (
 from ccc.calibration.evaluator import ModelEvaluator
 from ccc.calibration.imageset import Preprocessing, select_calibration_images
 from ccc.corruptions import corrupt
-from ccc.imagenet import index_image_folder
+from ccc.stream.sources import index_image_folder
 from conftest import make_image_folder, make_texture_folder, tiny_texture_classifier
 
 SMALL = Preprocessing(resize=36, crop=32)

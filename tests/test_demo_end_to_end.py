@@ -19,7 +19,7 @@ from ccc.calibration import CalibrationTable
 from ccc.calibration.cli import main as calibrate_main
 from ccc.cli.generate import main as generate_main
 from ccc.cli.verify import main as verify_main
-from ccc.stream import open_stream, stream_loader
+from ccc.load import open_stream, stream_loader
 from tta_eval.cli import main as tta_main
 
 CORRUPTIONS = ("contrast", "gaussian_noise")

@@ -23,19 +23,14 @@ from pathlib import Path
 import pytest
 from conftest import make_calibration_table, make_image_folder
 
-import ccc.shards
-from ccc.generate import (
-    LOCK_NAME,
-    OutputFolderError,
-    RayBackend,
-    SerialBackend,
-    generate_stream,
-    load_source_images,
-)
-from ccc.imagenet import index_image_folder
-from ccc.render import format_info
-from ccc.shards import MANIFEST_NAME, ShardWriteError, load_manifest
-from ccc.stream_plan import StreamSpec, build_stream_plan, plan_sample
+import ccc.shards.writer
+from ccc.generate import LOCK_NAME, OutputFolderError, RayBackend, SerialBackend, generate_stream
+from ccc.shards.manifest import MANIFEST_NAME, load_manifest
+from ccc.shards.record import format_info
+from ccc.shards.writer import ShardWriteError
+from ccc.stream.plan import build_stream_plan, plan_sample
+from ccc.stream.sources import index_image_folder, load_source_images
+from ccc.stream.spec import StreamSpec
 
 NUM_IMAGES = 40
 SHARD_SIZE = 16
@@ -173,7 +168,7 @@ def test_a_full_disk_stops_cleanly_and_the_run_resumes(stream, reference, tmp_pa
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(ccc.shards, "open", open_failing_second_shard, raising=False)
+    monkeypatch.setattr(ccc.shards.writer, "open", open_failing_second_shard, raising=False)
     with pytest.raises(ShardWriteError, match="No space left on device .*re-run the same command to resume"):
         generate_stream(make_plan(stream), tmp_path, SerialBackend(), progress=False)
     assert [entry.name for entry in load_manifest(tmp_path).shards] == ["serial_00000.tar"]

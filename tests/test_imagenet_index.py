@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_image_folder
-from ccc.imagenet import ImageFolderError, imagenet_wnids, index_image_folder, read_class_list, resolve_imagenet_folder
+from ccc.stream.sources import ImageFolderError, imagenet_wnids, index_image_folder, read_class_list, resolve_imagenet_folder
 
 
 def test_order_classes_and_checksum(image_folder):
@@ -74,7 +74,7 @@ def test_folders_that_are_not_classes_do_not_shift_labels(image_folder, caplog):
     (image_folder / "lost+found").mkdir()
     (image_folder / "lost+found" / "#1234.JPEG").write_bytes(b"orphan")
     (image_folder / "a_empty_folder").mkdir()
-    with caplog.at_level("WARNING", logger="ccc.imagenet"):
+    with caplog.at_level("WARNING", logger="ccc.stream.sources"):
         index = index_image_folder(image_folder, progress=False)
     assert index.classes == reference.classes and index.images == reference.images
     assert index.checksum() == reference.checksum()

@@ -1,4 +1,4 @@
-"""Tests of ccc.paths: golden reference paths, an independent reference oracle, path validity,
+"""Tests of ccc.stream.paths: golden reference paths, an independent reference oracle, path validity,
 exact optimality of the new objectives against brute force, and input validation.
 
 Brute force enumerates every path, which is only feasible on small grids; ``find_path`` accepts
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ccc.paths import (
+from ccc.stream.paths import (
     GRID_SIZE,
     PATH_OBJECTIVES,
     find_path,

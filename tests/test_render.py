@@ -13,15 +13,9 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 
 from ccc.corruptions import corrupt_pair
-from ccc.render import (
-    JPEG_QUALITY,
-    OUTPUT_SIZE,
-    SourceImageMismatchError,
-    crop_resize_flip,
-    format_info,
-    render_sample,
-)
-from ccc.stream_plan import SampleSpec
+from ccc.render import JPEG_QUALITY, OUTPUT_SIZE, SourceImageMismatchError, crop_resize_flip, render_sample
+from ccc.shards.record import format_info
+from ccc.stream.spec import SampleSpec
 
 
 def source_jpeg(size: tuple[int, int] = (500, 375), mode: str = "RGB", seed: int = 0) -> bytes:

@@ -1,4 +1,4 @@
-"""ccc.shard_reader against hostile tar files: crafted headers and a seeded fuzz of a small shard.
+"""ccc.shards.reader against hostile tar files: crafted headers and a seeded fuzz of a small shard.
 
 Every case must end in a named error (ShardReadError from the reader, StreamError from the stream)
 or in correct samples, within a time bound enforced by a SIGALRM timer (no timing asserts).
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ccc.shard_reader import BLOCK_BYTES, MAX_JSON_BYTES, MAX_MEMBER_BYTES, ShardReadError, load_json_member, read_all
-from ccc.stream import StreamError, StreamWarning, open_stream
+from ccc.shards.reader import BLOCK_BYTES, MAX_JSON_BYTES, MAX_MEMBER_BYTES, ShardReadError, load_json_member, read_all
+from ccc.load import StreamError, StreamWarning, open_stream
 from tests.conftest import make_ccc_run, make_image_folder
 
 CASE_SECONDS = 20

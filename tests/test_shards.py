@@ -1,4 +1,4 @@
-"""Tests of ccc.shards: tar layout and fixed headers, WebDataset compatibility, atomic writes
+"""Tests of ccc.shards (record, writer, manifest): tar layout and fixed headers, WebDataset compatibility, atomic writes
 (aborts, full disk), and the manifest's round trip and validation."""
 
 from __future__ import annotations
@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import ccc.shards
-from ccc.render import RenderedSample, format_info
-from ccc.shards import (
-    MANIFEST_NAME,
-    Manifest,
-    ManifestError,
-    ShardWriteError,
-    ShardWriter,
-    load_manifest,
-    sample_key,
-    save_manifest,
-    shard_name,
-)
-from ccc.stream_plan import SampleSpec, StreamSpec
+import ccc.shards.writer
+from ccc.render import RenderedSample
+from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest, save_manifest
+from ccc.shards.record import format_info, sample_key, shard_name
+from ccc.shards.writer import ShardWriteError, ShardWriter
+from ccc.stream.spec import SampleSpec, StreamSpec
 
 CHECKSUM = "ab" * 32
 
@@ -119,7 +111,7 @@ class FullDisk(io.FileIO):
 
 
 def test_a_full_disk_gives_a_clear_error_and_no_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ccc.shards, "open", lambda path, mode="rb", **kw: FullDisk(path, mode.replace("b", "")), raising=False)
+    monkeypatch.setattr(ccc.shards.writer, "open", lambda path, mode="rb", **kw: FullDisk(path, mode.replace("b", "")), raising=False)
     with pytest.raises(ShardWriteError, match=r"could not write shard .*serial_00000.tar: No space left on device \(no space left on device: free space, then re-run"):
         write(tmp_path, 0, 0, 20)
     assert list(tmp_path.iterdir()) == []
@@ -127,7 +119,7 @@ def test_a_full_disk_gives_a_clear_error_and_no_shard(tmp_path: Path, monkeypatc
 
 def test_a_full_disk_behind_a_buffer_leaves_no_partial_file_and_no_raw_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # As with open(path, "wb"): closing the buffered handle in abort() hits the full disk again.
-    monkeypatch.setattr(ccc.shards, "open", lambda path, mode="rb", **kw: io.BufferedWriter(FullDisk(path, "w"), 1024), raising=False)
+    monkeypatch.setattr(ccc.shards.writer, "open", lambda path, mode="rb", **kw: io.BufferedWriter(FullDisk(path, "w"), 1024), raising=False)
     with pytest.raises(ShardWriteError) as raised:
         write(tmp_path, 0, 0, 20)
     assert str(raised.value).startswith("could not write shard ") and "[Errno" not in str(raised.value)

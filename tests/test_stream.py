@@ -1,4 +1,4 @@
-"""ccc.stream: reading shards (ours and the published format) and rendering on the fly; ccc-verify."""
+"""ccc.load: reading shards (ours and the published format) and rendering on the fly; ccc-verify."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ import torch
 from PIL import Image
 
 from ccc.cli.verify import main as verify_main
-from ccc.generate import SerialBackend, generate_stream, load_source_images
-from ccc.imagenet import index_image_folder
-from ccc.shard_reader import ShardReadError, open_shard, parse_info, read_all, read_samples
-from ccc.stream import (
+from ccc.generate import SerialBackend, generate_stream
+from ccc.stream.sources import index_image_folder, load_source_images
+from ccc.shards.reader import ShardReadError, open_shard, read_all, read_samples
+from ccc.shards.record import parse_info
+from ccc.load import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     StreamError,
@@ -34,8 +35,9 @@ from ccc.stream import (
     render_stream,
     stream_loader,
 )
-from ccc.stream_plan import StreamSpec, build_stream_plan, plan_sample
-from ccc.verify import verify_run
+from ccc.stream.plan import build_stream_plan, plan_sample
+from ccc.stream.spec import StreamSpec
+from ccc.check_run import verify_run
 from tests.conftest import make_calibration_table, make_image_folder
 from tta_eval.streams import StreamOptions, open_stream_source
 
@@ -273,7 +275,7 @@ def test_render_stream_uncompressed_and_unbounded(world: dict) -> None:
 @pytest.mark.parametrize(
     ("definition", "message"),
     [
-        ({"difficulty": "impossible", "speed": 4}, "difficulty must be one of"),
+        ({"difficulty": "impossible", "speed": 4}, "unknown difficulty .impossible."),
         ({"difficulty": "medium"}, "needs speed"),
         ({"difficulty": "medium", "speed": 4, "colour": 1}, "unknown stream definition key"),
         ({"difficulty": "medium", "speed": 400}, "speed must be at most"),

@@ -1,4 +1,4 @@
-"""Tests of the pure stream plan (ccc.schedule, ccc.stream_plan): schedule against the reference
+"""Tests of the pure stream plan (ccc.stream.schedule, ccc.stream.plan): schedule against the reference
 order and paths, random access and purity, crop parameters against torchvision's semantics, seeds,
 image draws, the plan hash and input validation."""
 
@@ -18,19 +18,12 @@ from scipy import stats
 from torchvision.transforms import RandomResizedCrop
 
 from ccc.calibration import RESNET50_DIFFICULTY_PRESETS
-from ccc.paths import find_path
-from ccc.plan import reference_corruption_order
-from ccc.schedule import ScheduleError, build_schedule
-from ccc.stream_plan import (
-    PlanError,
-    SourceImages,
-    StreamSpec,
-    build_stream_plan,
-    plan_hash,
-    plan_sample,
-    run_name,
-    sample_resized_crop,
-)
+from ccc.stream.paths import find_path
+from ccc.stream.order import reference_corruption_order
+from ccc.stream.schedule import ScheduleError, build_schedule
+from ccc.stream.plan import build_stream_plan, plan_hash, plan_sample, sample_resized_crop
+from ccc.stream.sources import SourceImages
+from ccc.stream.spec import PlanError, StreamSpec, run_name
 
 GOLDEN_ORDER = json.loads((Path(__file__).parent / "golden" / "ccc_corruption_order.json").read_text())
 ALL_CORRUPTIONS = (
@@ -354,7 +347,7 @@ def test_run_name_follows_the_public_pattern() -> None:
 
 
 def test_schedule_figure_names_the_corruptions_and_pairs(table) -> None:
-    from ccc.schedule_report import corruption_severities, schedule_figure, trace_schedule
+    from ccc.stream.report import corruption_severities, schedule_figure, trace_schedule
 
     schedule = build_schedule(table, 30.0, table.corruptions, 0)
     trace = trace_schedule(schedule, 4, 400)

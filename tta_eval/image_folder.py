@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torchvision
 
-from ccc.imagenet import class_folder_images, class_list, read_class_list
+from ccc.stream.sources import class_folder_images, class_list, read_class_list
 from tta_eval.streams import StreamOptions
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
     """DataLoader over an ImageFolder (root/<class>/<image>), classes indexed as ``ccc-generate`` does
-    (``ccc.imagenet.class_list``): by ``options.classes`` when given; else the standard ImageNet index
+    (``ccc.stream.sources.class_list``): by ``options.classes`` when given; else the standard ImageNet index
     for folders named by its WordNet ids (a subset of the 1,000 classes keeps their indices; a folder
     that is not a class is refused), else sorted folder order. Folders without images and
     ``lost+found`` are skipped. Images: resize (short side image_size·256/224), centre crop
@@ -68,7 +68,7 @@ def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
 class _CheckedImageFolder(torchvision.datasets.ImageFolder):
     """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
     that the error reaches the main process intact (DataLoader workers would wrap it in a traceback),
-    and whose class index follows ``ccc.imagenet.class_list`` (``classes``: a class list file or None)."""
+    and whose class index follows ``ccc.stream.sources.class_list`` (``classes``: a class list file or None)."""
 
     def __init__(self, root: str, classes: str | None, **options: Any) -> None:
         self.class_file = classes
@@ -83,7 +83,7 @@ class _CheckedImageFolder(torchvision.datasets.ImageFolder):
         return classes, {name: index for index, name in enumerate(classes)}
 
     def __getitem__(self, position: int) -> Any:
-        from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
+        from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
 
         path, label = self.samples[position]
         try:
@@ -124,7 +124,7 @@ class _FolderLoader:
 
 def _exclude_unreadable(dataset: Any, root: Path) -> None:
     """Decode every image of ``dataset`` (threads) and drop the unreadable ones from its sample list."""
-    from ccc.imagenet import decode_problem
+    from ccc.stream.sources import decode_problem
 
     paths = [path for path, _ in dataset.samples]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

@@ -344,7 +344,7 @@ def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescr
     model."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
-    from ccc.imagenet import class_folder_images, read_class_list
+    from ccc.stream.sources import class_folder_images, read_class_list
 
     root = Path(location)
     if not root.is_dir():
@@ -376,7 +376,7 @@ PAIR_KEY = "pair"
 def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
     """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
     in stream order; each sample's metadata also names its pair (``PAIR_KEY``)."""
-    from ccc.stream import open_stream, stream_loader
+    from ccc.load import open_stream, stream_loader
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
@@ -388,7 +388,7 @@ def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
 def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     """A CCC run folder's length and world from its manifest; a shard pattern is described by its name only."""
     from ccc.demo import DEMO_CLASSES, is_demo_stream
-    from ccc.shards import ManifestError, load_manifest
+    from ccc.shards.manifest import ManifestError, load_manifest
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")

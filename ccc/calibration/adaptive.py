@@ -67,7 +67,7 @@ from numpy.typing import NDArray
 from ccc.calibration.compute import Measurements, Requests, measured_grids, ordered_pairs, single_cells
 from ccc.calibration.engine import Cell, grid_cell
 from ccc.calibration.table import GRID_SIZE
-from ccc.paths import PATH_OBJECTIVES, find_path
+from ccc.stream.paths import PATH_OBJECTIVES, find_path
 
 DEFAULT_TARGETS = (40.0, 20.0, 0.0)
 """Target accuracies (percent) of the public CCC difficulties (easy, medium, hard)."""
@@ -92,7 +92,7 @@ class AdaptiveSettings:
             within which a path cell's interval must reach for it to get ``path_fraction``; farther
             path cells get up to ``explore_fraction``.
         bandwidth: kernel width (in grid cells) of the residual smoothing, > 0.
-        path_objective: objective of the paths whose cells are refined (see :func:`ccc.paths.find_path`).
+        path_objective: objective of the paths whose cells are refined (see :func:`ccc.stream.paths.find_path`).
         optimism: how far (in standard errors, ≥ 0) each cell is moved towards the target when
             looking for a plausibly better path to explore; 0 turns exploration off.
         explore_fraction: largest share of the images a pair cell on an explored (optimistic) path

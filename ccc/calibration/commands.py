@@ -25,7 +25,7 @@ from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_
 from ccc.calibration.table import CCC_CORRUPTIONS, CalibrationError, CalibrationTable
 from ccc.calibration.workfolder import WorkFolder, default_work_folder
 from ccc.cli.console import count
-from ccc.imagenet import ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
+from ccc.stream.sources import ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
 from ccc.ray_runtime import RayUnavailableError
 
 # torch, the model loader and the compute engine are imported when a command runs, so that

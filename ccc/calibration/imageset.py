@@ -1,7 +1,7 @@
 """The calibration image set: a deterministic, class-balanced subset of an ImageNet-layout folder.
 
 The paper calibrates on 5,000 ImageNet validation images (5 per class). Here the subset is a pure
-function of the folder index (:func:`ccc.imagenet.index_image_folder`), the number of images and a
+function of the folder index (:func:`ccc.stream.sources.index_image_folder`), the number of images and a
 seed: classes are visited round-robin in a seeded order, each class giving its images in a seeded
 order, so 5,000 images of the 1,000-class validation set are exactly 5 per class. The chosen images
 keep the index's canonical order; ``position`` ``k`` (0 … N−1) in that order names image ``k`` of
@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.corruptions import MIN_IMAGE_SIDE
-from ccc.imagenet import ImageFolderError, ImageIndex
+from ccc.stream.sources import ImageFolderError, ImageIndex
 
 DEFAULT_IMAGE_COUNT = 5000
 """Calibration images of the paper (5 per ImageNet class)."""
@@ -108,7 +108,7 @@ class CalibrationImageSet:
         relative_paths: ``<wnid>/<file>`` of each chosen image; position ``k`` is image ``k``.
         labels: class index (0 … K−1, sorted folder names) of each image.
         seed: the selection seed.
-        folder_checksum: :meth:`ccc.imagenet.ImageIndex.checksum` of the folder the images came from.
+        folder_checksum: :meth:`ccc.stream.sources.ImageIndex.checksum` of the folder the images came from.
         class_count: number of classes of the folder.
         preprocessing: how each image is turned into the uncorrupted input.
     """

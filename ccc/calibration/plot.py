@@ -2,7 +2,7 @@
 
 :func:`plot_table` draws one panel per ordered pair: the 21×21 accuracy grid (percent, s1 down the
 rows, s2 along the columns, as ``grid[i, j]``), contour lines at the target accuracies and, with a
-target, the severity path :func:`ccc.paths.find_path` chooses for it. Cells that were only
+target, the severity path :func:`ccc.stream.paths.find_path` chooses for it. Cells that were only
 predicted (no image evaluated, adaptive tables) are hatched. Matplotlib's Agg backend is used, so
 no display is needed.
 """
@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable  # noqa: E402
-from ccc.paths import PATH_OBJECTIVES, find_path  # noqa: E402
-from ccc.schedule_report import png_destination  # noqa: E402
+from ccc.stream.paths import PATH_OBJECTIVES, find_path  # noqa: E402
+from ccc.stream.report import png_destination  # noqa: E402
 
 DEFAULT_CONTOURS = (40.0, 20.0)
 """Contour levels (percent) when neither ``contours`` nor the table's presets give any."""
@@ -42,13 +42,13 @@ def plot_table(
     Args:
         table: the calibration table.
         out: PNG file to write (its folder must exist); an existing folder gets ``calibration.png``,
-            a name not ending in .png gets ".png" appended (see ``ccc.schedule_report.png_destination``).
+            a name not ending in .png gets ".png" appended (see ``ccc.stream.report.png_destination``).
         pairs: ordered pairs ``(n1, n2)`` to draw (aliases accepted); None draws the table's pairs,
             at most ``max_pairs`` of them.
         target: accuracy in percent in [0, 100] whose path is drawn on every panel; None for no path.
         contours: contour levels in percent; None uses the targets of the table's difficulty presets,
             else 40 and 20.
-        objective: path objective, one of :data:`ccc.paths.PATH_OBJECTIVES`.
+        objective: path objective, one of :data:`ccc.stream.paths.PATH_OBJECTIVES`.
         max_pairs: cap on the number of panels when ``pairs`` is None, ≥ 1.
 
     Raises:

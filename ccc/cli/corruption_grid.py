@@ -21,7 +21,7 @@ from tqdm import tqdm
 from ccc.cli.console import HelpFormatter, examples
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
 from ccc.corruptions._severity import validate_severity
-from ccc.imagenet import UNREADABLE_IMAGE_ERRORS
+from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
 
 logger = logging.getLogger(__name__)
 

@@ -25,34 +25,26 @@ from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.cli.console import HelpFormatter, count, examples
 from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.generate import (
-    OutputFolderError,
-    RayBackend,
-    SerialBackend,
-    expected_shard_names,
-    generate_stream,
-    load_source_images,
-)
-from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
-from ccc.paths import PATH_OBJECTIVES
+from ccc.generate import OutputFolderError, RayBackend, SerialBackend, expected_shard_names, generate_stream
 from ccc.ray_runtime import RayUnavailableError, ray_session
 from ccc.render import SourceImageMismatchError
-from ccc.schedule import SCHEDULES, ScheduleError, build_schedule
-from ccc.schedule_report import describe_schedule, plot_schedule
-from ccc.shards import ManifestError
-from ccc.stream_plan import DEFAULT_SHARD_SIZE, PlanError, StreamSpec, build_stream_plan, run_name
+from ccc.shards.manifest import ManifestError
+from ccc.shards.record import shard_name
+from ccc.stream.paths import PATH_OBJECTIVES
+from ccc.stream.plan import plan_stream
+from ccc.stream.report import describe_schedule, plot_schedule
+from ccc.stream.schedule import SCHEDULES, ScheduleError, build_schedule
+from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
+from ccc.stream.spec import DEFAULT_SEED, DEFAULT_SHARD_SIZE, PlanError, resolve_difficulty, run_name
 
 PROGRAM = "ccc-generate"
 USER_ERROR_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130
 DEFAULT_NUM_IMAGES = 7_500_000
-DEFAULT_SEED = 43
 DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
 SHARD_BYTES_PER_IMAGE = 32_300
 """Shard bytes per sample (224×224 JPEG at quality 85 plus tar members), measured on a 6,000-image demo stream."""
-
-logger = logging.getLogger(__name__)
 
 
 class UsageError(ValueError):
@@ -168,29 +160,6 @@ def _load_table(path: str | None, progress: bool) -> CalibrationTable:
     return table
 
 
-def _stream_choice(arguments: argparse.Namespace, table: CalibrationTable) -> tuple[float, tuple[str, ...], str | None]:
-    """Target accuracy, corruption names and preset name (None when overridden) from the arguments."""
-    presets = table.difficulty_presets
-    target: float | None = None
-    names: tuple[str, ...] | None = None
-    if arguments.difficulty is not None:
-        if arguments.difficulty not in presets:
-            available = ", ".join(presets) or "none (pass --baseline-accuracy and --corruptions)"
-            raise UsageError(f"unknown difficulty {arguments.difficulty!r}; the calibration table defines: {available}")
-        target, names = presets[arguments.difficulty]
-    if arguments.baseline_accuracy is not None:
-        target = arguments.baseline_accuracy
-    if arguments.corruptions is not None:
-        names = tuple(name.strip() for name in arguments.corruptions.split(",") if name.strip())
-    if target is None or names is None:
-        raise UsageError(
-            f"pass --difficulty NAME (one of: {', '.join(presets) or 'none in this table'}) "
-            "or both --baseline-accuracy X and --corruptions A,B,..."
-        )
-    overridden = arguments.baseline_accuracy is not None or arguments.corruptions is not None
-    return float(target), tuple(names), None if overridden else arguments.difficulty
-
-
 def _apply_demo(arguments: argparse.Namespace) -> None:
     """Point --imagenet and --calibration at the demo world (building its images on first use); the
     demo's speed and length where the user gave none (printed)."""
@@ -226,39 +195,42 @@ def _run(arguments: argparse.Namespace) -> int:
     if arguments.num_images is None:
         arguments.num_images = DEFAULT_NUM_IMAGES
     table = _load_table(arguments.calibration, progress=not arguments.no_progress)
-    target, names, difficulty = _stream_choice(arguments, table)
+    if arguments.difficulty is None and (arguments.baseline_accuracy is None or arguments.corruptions is None):
+        raise UsageError(
+            f"pass --difficulty NAME (one of: {', '.join(table.difficulty_presets) or 'none in this table'}) "
+            "or both --baseline-accuracy X and --corruptions A,B,..."
+        )
+    definition = {
+        "difficulty": arguments.difficulty,
+        "baseline_accuracy": arguments.baseline_accuracy,
+        "corruptions": arguments.corruptions,
+        "speed": arguments.speed,
+        "seed": arguments.seed,
+        "num_images": arguments.num_images,
+        "schedule": arguments.schedule,
+        "path_objective": arguments.path_objective,
+        "shard_size": arguments.shard_size,
+    }
+    target, names, _ = resolve_difficulty(table, arguments.difficulty, arguments.baseline_accuracy, arguments.corruptions)
     schedule = build_schedule(table, target, names, arguments.seed, arguments.schedule, arguments.path_objective)
     default_name = ("demo_" if arguments.demo else "") + run_name(target, arguments.speed, arguments.seed)
     run_dir = Path(arguments.out) / (arguments.name or default_name)
     if arguments.dry_run:
         num_shards = -(-arguments.num_images // arguments.shard_size)
-        print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards))
+        print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards, shard_name))
         plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png")
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
-    index = index_image_folder(
-        resolve_imagenet_folder(arguments.imagenet),
+    plan = plan_stream(
+        definition,
+        table,
+        arguments.imagenet,
         classes=None if arguments.classes is None else read_class_list(arguments.classes),
         skip_bad_images=arguments.skip_bad_images,
         progress=not arguments.no_progress,
+        schedule=schedule,
     )
-    if index.excluded:
-        logger.warning("excluded %d unreadable images: %s", len(index.excluded), ", ".join(index.excluded[:10]))
-    sources = load_source_images(index)
-    spec = StreamSpec(
-        target_accuracy=target,
-        corruptions=schedule.corruptions,
-        speed=arguments.speed,
-        seed=arguments.seed,
-        num_images=arguments.num_images,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        difficulty=difficulty,
-        schedule=arguments.schedule,
-        path_objective=arguments.path_objective,
-        shard_size=arguments.shard_size,
-    )
-    plan = build_stream_plan(spec, table, sources)
+    spec, sources = plan.spec, plan.sources
     print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
     if arguments.ray_address is None and arguments.workers == 1:
         summary = generate_stream(plan, run_dir, SerialBackend(), overwrite=arguments.overwrite, progress=not arguments.no_progress)

@@ -23,9 +23,9 @@ from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
 from ccc.cli.console import HelpFormatter, count, examples
-from ccc.imagenet import ImageFolderError, read_class_list
-from ccc.shards import ManifestError, load_manifest
-from ccc.stream_plan import PlanError
+from ccc.stream.sources import ImageFolderError, read_class_list
+from ccc.shards.manifest import ManifestError, load_manifest
+from ccc.stream.spec import PlanError
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1
@@ -66,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error)."""
     arguments = build_parser().parse_args(argv)
-    # imported after parsing: the sample decoder imports torch, which --help does not need
+    # imported after parsing: the checks import the image and corruption libraries, which --help does not need
+    from ccc.check_run import locate_plan_inputs, verify_run
     from ccc.demo import is_demo_stream
-    from ccc.verify import locate_plan_inputs, verify_run
 
     folder = Path(arguments.folder)
     if (arguments.calibration is None) != (arguments.imagenet is None):

@@ -30,7 +30,7 @@ from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 if TYPE_CHECKING:
     from torch import nn
 
-    from ccc.stream_plan import StreamSpec
+    from ccc.stream.spec import StreamSpec
 
 __all__ = [
     "CLASS_NAMES",

@@ -24,9 +24,9 @@ from torch import nn
 
 from ccc.calibration.imageset import Preprocessing
 from ccc.corruptions import CORRUPTIONS, corrupt
-from ccc.imagenet import ImageIndex
+from ccc.stream.sources import ImageIndex
 from ccc.render import JPEG_QUALITY, crop_resize_flip
-from ccc.stream_plan import sample_resized_crop
+from ccc.stream.plan import sample_resized_crop
 
 CROPS = ("centre", "random")
 """Input preparations: calibration-style centre crop, stream-style random-resized crop."""
@@ -79,7 +79,7 @@ def measure_accuracies(
 
     Args:
         model: classifier taking float N×3×224×224 in [0, 1].
-        index: the image folder's index (``ccc.imagenet.index_image_folder``).
+        index: the image folder's index (``ccc.stream.sources.index_image_folder``).
         corruptions: corruption names (``ccc.corruptions``), each applied alone.
         severity: severity in [0, 5] of every corruption.
         crop: ``"centre"`` (calibration-style) or ``"random"`` (stream-style, with JPEG quality 85).

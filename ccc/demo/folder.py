@@ -46,7 +46,7 @@ SPLITS = {"val": 0, "train": 1}
 is trained on ``train`` images that are never written to the folder."""
 
 EXPECTED_INDEX_SHA256 = "cdf3837e5d20f9aee7f10821093a1d259b13c2e4018b0aeeada0a585a4295f1e"
-"""``ccc.imagenet.ImageIndex.checksum()`` of the demo folder (its sorted file names)."""
+"""``ccc.stream.sources.ImageIndex.checksum()`` of the demo folder (its sorted file names)."""
 
 EXPECTED_CONTENT_SHA256 = "96062c75144e229467b717896099999b88f40b40aed640d8462f2a03c3e367c6"
 """sha256 of the reference build's files (see :func:`content_checksum`), numpy 2.4 and Pillow 13 on

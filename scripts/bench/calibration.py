@@ -68,8 +68,8 @@ from ccc.calibration.imageset import Preprocessing, select_calibration_images  #
 from ccc.calibration.simulation import CorrelatedImagesBackend  # noqa: E402
 from ccc.calibration.workfolder import WorkFolder  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402
-from ccc.imagenet import index_image_folder  # noqa: E402
-from ccc.paths import find_path, path_accuracies  # noqa: E402
+from ccc.stream.sources import index_image_folder  # noqa: E402
+from ccc.stream.paths import find_path, path_accuracies  # noqa: E402
 
 PARTS = ("throughput", "scaling", "adaptive", "estimate")
 ADAPTIVE_CORRUPTIONS = ("gaussian_noise", "defocus_blur", "contrast", "pixelate")

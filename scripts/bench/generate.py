@@ -56,11 +56,13 @@ from PIL import Image  # noqa: E402
 
 from ccc.calibration import RESNET50_DIFFICULTY_PRESETS, CalibrationMetadata, CalibrationTable  # noqa: E402
 from ccc.corruptions import corrupt_pair  # noqa: E402
-from ccc.generate import RayBackend, SerialBackend, generate_stream, library_versions, load_source_images  # noqa: E402
-from ccc.imagenet import index_image_folder  # noqa: E402
-from ccc.render import format_info, render_sample  # noqa: E402
-from ccc.shards import ShardWriter  # noqa: E402
-from ccc.stream_plan import StreamSpec, build_stream_plan, plan_sample  # noqa: E402
+from ccc.generate import RayBackend, SerialBackend, generate_stream, library_versions  # noqa: E402
+from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
+from ccc.render import render_sample  # noqa: E402
+from ccc.shards.record import format_info  # noqa: E402
+from ccc.shards.writer import ShardWriter  # noqa: E402
+from ccc.stream.plan import build_stream_plan, plan_sample  # noqa: E402
+from ccc.stream.spec import StreamSpec  # noqa: E402
 from reference_style import MAIN_CORRUPTIONS, WAND_CORRUPTIONS, reference_corrupt  # noqa: E402
 
 cv2.setNumThreads(1)

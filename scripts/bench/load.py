@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate import make_plan, make_source_folder, synthetic_table, warm_up  # noqa: E402
 
-from ccc.generate import SerialBackend, generate_stream, load_source_images  # noqa: E402
-from ccc.imagenet import index_image_folder  # noqa: E402
-from ccc.stream import open_stream, stream_loader  # noqa: E402
+from ccc.generate import SerialBackend, generate_stream  # noqa: E402
+from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
+from ccc.load import open_stream, stream_loader  # noqa: E402
 
 BATCH_SIZE = 64
 

@@ -1,4 +1,4 @@
-"""Compare the severity-path objectives of ccc.paths on golden and synthetic accuracy grids.
+"""Compare the severity-path objectives of ccc.stream.paths on golden and synthetic accuracy grids.
 
 For each objective and each path it records, over the path's cells (m = calibrated accuracy, %):
 mean and max per-step deviation |m - target|, the share of steps within 5 points of the target,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccc.paths import GRID_SIZE, PATH_OBJECTIVES, find_path, path_accuracies
+from ccc.stream.paths import GRID_SIZE, PATH_OBJECTIVES, find_path, path_accuracies
 
 GOLDEN_PATH = Path(__file__).resolve().parents[2] / "tests" / "golden" / "ccc_reference_paths.json"
 SYNTHETIC_TARGETS = (0.0, 20.0, 40.0)

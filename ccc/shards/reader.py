@@ -11,8 +11,8 @@ names, directories and global headers (ignored). Samples are groups of consecuti
 a key, WebDataset's convention: the key is the member path up to the first dot of its file name
 (``000000001234.input.jpg`` → key ``000000001234``, extension ``input.jpg``).
 
-Shard formats (``docs/loading.md``): ours (``info``, ``input.jpg``, ``json``, ``output.cls``) and the
-published CCC shards (``info``, ``input.jpg``, ``output.cls``; keys ``sample_<i>``).
+What the members mean (ours and the published CCC shards' formats) is :mod:`ccc.shards.record`'s
+business; this reader only groups members into samples.
 
 Limits: every length read from the file (member sizes, PAX record lengths) is checked against the
 bytes that remain before anything is allocated; a member held in memory is at most
@@ -34,12 +34,10 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_MEMBER_BYTES",
-    "InfoRecord",
     "ShardReadError",
     "TarSample",
     "load_json_member",
     "open_shard",
-    "parse_info",
     "read_all",
     "read_samples",
 ]
@@ -78,35 +76,6 @@ class TarSample:
     position: int
     key: str
     members: dict[str, bytes] | None
-
-
-@dataclass(frozen=True)
-class InfoRecord:
-    """The public ``info`` text parsed: ``++dir++<wnid>++name++<file>++n1++<a>++s1++<x>++n2++<b>++s2++<y>``.
-
-    Attributes:
-        source_path: ``<wnid>/<file>`` of the source image.
-        n1, s1, n2, s2: corruption names and severities in [0, 5].
-    """
-
-    source_path: str
-    n1: str
-    s1: float
-    n2: str
-    s2: float
-
-
-def parse_info(text: str) -> InfoRecord:
-    """Parse an ``info`` text; ValueError naming what is wrong when it is not in the public layout."""
-    parts = text.strip().split("++")
-    if len(parts) != 13 or parts[0] != "" or parts[1::2] != ["dir", "name", "n1", "s1", "n2", "s2"]:
-        raise ValueError(f"info must look like ++dir++<wnid>++name++<file>++n1++<a>++s1++<x>++n2++<b>++s2++<y>, got {text!r}")
-    fields = dict(zip(parts[1::2], parts[2::2]))
-    try:
-        s1, s2 = float(fields["s1"]), float(fields["s2"])
-    except ValueError:
-        raise ValueError(f"info severities s1 and s2 must be numbers, got {fields['s1']!r} and {fields['s2']!r}") from None
-    return InfoRecord(f"{fields['dir']}/{fields['name']}", fields["n1"], s1, fields["n2"], s2)
 
 
 def open_shard(location: str) -> BinaryIO:

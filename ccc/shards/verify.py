@@ -1,9 +1,10 @@
-"""Checking a run folder against its manifest (``ccc-verify``).
+"""Checking the shards of a run folder against its manifest (IO only; ``ccc-verify``).
 
 Per shard of the stream: present, recorded as finished, byte size and sha256 as recorded, and —
 unless ``decode=False`` — every sample readable in order with the expected key, a decodable
-``input.jpg``, a class index in ``output.cls`` and a ``json`` record of the same index. With the
-calibration table and the source images, the plan hash is recomputed and compared too.
+image, a class index and a ``json`` record of the same index (:mod:`ccc.shards.record`). The plan
+hash, which needs the calibration table and the source images, is checked a stage higher, by
+:func:`ccc.check_run.verify_run`.
 
 The work is per shard recorded in the manifest and per file in the folder, never per shard of the
 stream: consecutive shards that are not recorded are reported as one ``unfinished`` range, so a
@@ -13,23 +14,27 @@ manifest claiming 10^15 images costs what its recorded shards cost.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccc.shard_reader import ShardReadError, load_json_member, open_shard, read_samples
-from ccc.shards import TEMPORARY_SUFFIX, Manifest, file_sha256, load_manifest, sample_key, shard_name
-from ccc.stream import StreamError, decode_tar_sample
-from ccc.stream_plan import PlanError
+from ccc.render import decode_jpeg
+from ccc.shards.manifest import file_sha256, load_manifest
+from ccc.shards.reader import ShardReadError, open_shard, read_samples
+from ccc.shards.record import (
+    IMAGE_MEMBER,
+    JSON_MEMBER,
+    SHARD_FILE,
+    TEMPORARY_SHARD_GLOB,
+    SampleRecordError,
+    decode_members,
+    sample_key,
+    sample_place,
+    shard_name,
+)
 
-__all__ = ["SHARD_STATUSES", "PlanInputs", "ShardCheck", "VerificationReport", "locate_plan_inputs", "verify_run"]
-
-_SHARD_FILE = re.compile(r"serial_(\d{5,})\.tar")
-
-PLAN_HASH_MAX_WORK = 10**7
-"""Largest path steps + shards for which the plan hash is recomputed (the paper's streams: about 10^4)."""
+__all__ = ["SHARD_STATUSES", "ShardCheck", "VerificationReport", "verify_shards"]
 
 SHARD_STATUSES = ("ok", "missing", "unfinished", "truncated", "altered", "undecodable")
 """``missing``: recorded as finished, file absent. ``unfinished``: not recorded, not written (resume
@@ -118,13 +123,16 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
                 if sample.key != sample_key(index):
                     return "altered", f"sample {sample.position} has key {sample.key}, expected {sample_key(index)}", decoded
                 assert sample.members is not None
+                where = sample_place(path.name, sample.key, index)
                 try:
-                    decode_tar_sample(sample.members, index, sample.key, path.name, "uint8")
-                    record = load_json_member(sample.members["json"], f"sample {sample.key}") if "json" in sample.members else None
-                except (StreamError, ShardReadError) as error:
+                    record = decode_members(sample.members, index, where)
+                    decode_jpeg(record.jpeg)
+                except (SampleRecordError, ShardReadError) as error:
                     return "undecodable", str(error), decoded
-                if not isinstance(record, dict) or record.get("index") != index:
-                    return "altered", f"sample {sample.key}: json record missing or of another index", decoded
+                except (OSError, ValueError) as error:
+                    return "undecodable", f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})", decoded
+                if record.record is None or record.record.get("index") != index:
+                    return "altered", f"sample {sample.key}: {JSON_MEMBER} record missing or of another index", decoded
                 decoded += 1
     except ShardReadError as error:
         return "undecodable", str(error), decoded
@@ -133,115 +141,31 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
     return "ok", "", decoded
 
 
-def _plan_hash_status(
-    manifest: Manifest,
-    calibration: str | os.PathLike[str] | None,
-    imagenet: str | os.PathLike[str] | None,
-    classes: Sequence[str] | None,
-) -> str:
-    if calibration is None or imagenet is None:
-        return "not checked"
-    stream = manifest.stream
-    work = -(-stream.num_images // stream.speed) + stream.num_shards
-    if work > PLAN_HASH_MAX_WORK:
-        raise PlanError(
-            f"the plan hash of a stream of {stream.num_images:,} images at speed {stream.speed:,} ({work:,} steps and shards) "
-            f"is not recomputed (limit {PLAN_HASH_MAX_WORK:,}); run ccc-verify without --calibration and --imagenet"
-        )
-    from ccc.calibration import CalibrationTable
-    from ccc.generate import load_source_images
-    from ccc.imagenet import index_image_folder
-    from ccc.stream_plan import build_stream_plan, plan_hash
-
-    table = CalibrationTable.load(calibration)
-    sources = load_source_images(index_image_folder(os.fspath(imagenet), classes=classes, progress=False))
-    plan = build_stream_plan(manifest.stream, table, sources)
-    return "matches" if plan_hash(plan) == manifest.plan_hash else "differs"
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """The calibration table and source image folder found for a stream (None where not found), and
-    a one-line ``hint`` saying which flags to add when either is missing."""
-
-    calibration: Path | None
-    imagenet: Path | None
-    hint: str = ""
-
-
-DEFAULT_TABLE_CANDIDATES = (Path("calibration") / "resnet50.npz",)
-"""Tables (relative to the working folder) tried for a stream's plan hash, besides the demo table and
-the tables converted from published pickles in the cache."""
-
-
-def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TABLE_CANDIDATES) -> PlanInputs:
-    """Find the table and the images a stream was made from, to recompute its plan hash.
-
-    Tables: the demo table, ``tables`` and the converted published tables in the cache, matched by
-    checksum to the manifest's. Images: the demo folder for a demo-world stream (built on first
-    use), else ``$CCC_IMAGENET``. Reads tables' checksums only; never indexes a large folder.
-    """
-    from ccc.cache import default_cache_dir
-    from ccc.calibration import CalibrationError, CalibrationTable
-    from ccc.calibration.published import CONVERTED_TABLES_FOLDER
-    from ccc.demo import demo_image_folder, is_demo_stream
-    from ccc.demo.calibration import DEMO_CALIBRATION_PATH
-    from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE
-
-    spec = manifest.stream
-    candidates = [DEMO_CALIBRATION_PATH, *tables, *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz"))]
-    calibration = None
-    for candidate in candidates:
-        try:
-            if candidate.is_file() and CalibrationTable.load(candidate).checksum() == spec.calibration_checksum:
-                calibration = candidate
-                break
-        except CalibrationError:
-            continue
-    demo = is_demo_stream(spec)
-    environment = os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE)
-    imagenet = demo_image_folder() if demo else (Path(environment) if environment else None)
-    missing = []
-    if calibration is None:
-        missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")
-    if imagenet is None:
-        missing.append(f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; images with index checksum {spec.source_index_checksum[:16]}…)")
-    hint = f"to check the plan hash, pass {' and '.join(missing)}" if missing else ""
-    return PlanInputs(calibration, imagenet, hint)
-
-
-def verify_run(
+def verify_shards(
     folder: str | os.PathLike[str],
     *,
     decode: bool = True,
-    calibration: str | os.PathLike[str] | None = None,
-    imagenet: str | os.PathLike[str] | None = None,
-    classes: Sequence[str] | None = None,
     on_shard: Callable[[ShardCheck], None] | None = None,
 ) -> VerificationReport:
-    """Check a run folder written by ``ccc-generate`` against its manifest.
+    """Check the shards of a run folder written by ``ccc-generate`` against its manifest.
+
+    The plan hash is not checked here (``plan_hash="not checked"``): that needs the calibration
+    table and the source images, see :func:`ccc.check_run.verify_run`.
 
     Args:
         folder: the run folder (holding ``manifest.json``).
         decode: also read and decode every sample (slower; sizes and sha256 are always checked).
-        calibration, imagenet: the calibration table and source image folder the stream was made
-            from; when both are given the plan hash is recomputed and compared.
-        classes: the explicit class list the stream was made with (``ccc-generate --classes``;
-            position = class index), None: the folder's own (``ccc.imagenet.class_list``).
         on_shard: called after each check (progress reporting): once per recorded shard and once
             per range of unrecorded ones.
 
     Raises:
-        FileNotFoundError: no manifest in ``folder``. ccc.shards.ManifestError: malformed manifest.
-        ccc.stream_plan.PlanError: the table or images do not fit the stream (plan hash check), or the
-            stream is too long to recompute its plan hash (:data:`PLAN_HASH_MAX_WORK`).
+        FileNotFoundError: no manifest in ``folder``. ccc.shards.manifest.ManifestError: malformed manifest.
     """
     root = Path(folder)
     manifest = load_manifest(root)
-    plan_status = _plan_hash_status(manifest, calibration, imagenet, classes)
     num_shards = manifest.stream.num_shards
     unrecorded_files = sorted(
-        int(match.group(1)) for path in root.iterdir() if (match := _SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
+        int(match.group(1)) for path in root.iterdir() if (match := SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
     )
     checks: list[ShardCheck] = []
     decoded_total = 0
@@ -286,13 +210,13 @@ def verify_run(
                 check = ShardCheck(entry.index, name, "ok")
         report(check)
     unfinished(next_index, num_shards)
-    stray = tuple(sorted(path.name for path in root.glob(f".serial_*.tar{TEMPORARY_SUFFIX}")))
+    stray = tuple(sorted(path.name for path in root.glob(TEMPORARY_SHARD_GLOB)))
     return VerificationReport(
         folder=root,
         num_images=manifest.stream.num_images,
         num_shards=manifest.stream.num_shards,
         shards=tuple(checks),
-        plan_hash=plan_status,
+        plan_hash="not checked",
         stray_files=stray,
         samples_decoded=decoded_total,
     )

@@ -1,7 +1,7 @@
 """The corruption schedule of a CCC stream: which pair and which severities at every path step.
 
 A stream visits a chain of corruptions ``c0, c1, c2, ...`` (consecutive names differ). Pair ``p``
-is ``(c_p, c_{p+1})``; the stream walks that pair's severity path (:func:`ccc.paths.find_path`)
+is ``(c_p, c_{p+1})``; the stream walks that pair's severity path (:func:`ccc.stream.paths.find_path`)
 from "only ``c_p``" to "only ``c_{p+1}``", one *path step* per cell, ``speed`` images per step,
 then continues with pair ``p + 1``. Step ``s`` therefore covers images ``s * speed`` to
 ``(s + 1) * speed - 1``.
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccc.paths import PATH_OBJECTIVES, SEVERITY_STEP, Cell, find_path, path_accuracies
-from ccc.plan import reference_corruption_order
+from ccc.stream.paths import PATH_OBJECTIVES, SEVERITY_STEP, Cell, find_path, path_accuracies
+from ccc.stream.order import reference_corruption_order
 
 __all__ = [
     "SCHEDULES",
@@ -40,7 +40,7 @@ __all__ = [
 
 SCHEDULES: tuple[str, ...] = ("reference",)
 """Corruption-order schedules. ``"reference"``: the public generator's order for the seed
-(:func:`ccc.plan.reference_corruption_order`)."""
+(:func:`ccc.stream.order.reference_corruption_order`)."""
 
 _INITIAL_CHAIN_LENGTH = 64
 
@@ -224,7 +224,7 @@ def build_schedule(
             (it decides which name a seeded ``random.choice`` returns).
         seed: integer >= 0.
         schedule: one of :data:`SCHEDULES`.
-        path_objective: one of :data:`ccc.paths.PATH_OBJECTIVES`.
+        path_objective: one of :data:`ccc.stream.paths.PATH_OBJECTIVES`.
 
     Raises:
         ScheduleError: for an invalid argument, an unknown corruption or a missing pair (listed).

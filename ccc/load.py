@@ -38,7 +38,6 @@ shards after a skipped one are read. The stream is never shortened silently.
 from __future__ import annotations
 
 import copy
-import io
 import logging
 import os
 import warnings
@@ -51,10 +50,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ccc.render import encode_jpeg, render_pixels
-from ccc.shard_reader import ShardReadError, load_json_member, open_shard, parse_info, read_samples
-from ccc.shards import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, sample_key, shard_name
-from ccc.stream_plan import PlanError, StreamPlan, StreamSpec, build_stream_plan, plan_sample
+from ccc.render import decode_jpeg, encode_jpeg, render_pixels
+from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
+from ccc.shards.reader import ShardReadError, open_shard, read_samples
+from ccc.shards.record import IMAGE_MEMBER, SampleRecordError, decode_members, sample_key, sample_place, shard_name, shard_pattern
+from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
+from ccc.stream.spec import UNBOUNDED_IMAGES, PlanError, StreamSpec
 
 __all__ = [
     "ERROR_POLICIES",
@@ -90,9 +91,6 @@ RANK_SPLITS = ("interleaved", "contiguous")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-UNBOUNDED_IMAGES = 2**62
-"""Length given to an on-the-fly stream defined without a length ("infinite")."""
 
 DEFAULT_CHUNK_SIZE = 64
 
@@ -169,12 +167,8 @@ def decode_image(jpeg: bytes, image_format: str = "uint8") -> Any:
         raise ValueError(f"image_format must be one of {', '.join(IMAGE_FORMATS)}, got {image_format!r}")
     if image_format == "jpeg":
         return jpeg
-    with Image.open(io.BytesIO(jpeg)) as opened:
-        image = opened.convert("RGB") if opened.mode != "RGB" else opened
-        image.load()
-        if image_format == "pil":
-            return image.copy() if image is opened else image
-        return _pixels_to_format(np.asarray(image), image_format)
+    image = decode_jpeg(jpeg)
+    return image if image_format == "pil" else _pixels_to_format(np.asarray(image), image_format)
 
 
 @dataclass(frozen=True)
@@ -249,7 +243,7 @@ class CCCStream(torch.utils.data.IterableDataset):
         rank, world_size: this process's rank among ``world_size`` (default: ``RANK``/``WORLD_SIZE`` from the environment, else 0 and 1).
         rank_split: ``interleaved`` or ``contiguous`` (see the module documentation).
         on_error: ``raise`` or ``skip``.
-        spec: the stream's definition (:class:`ccc.stream_plan.StreamSpec`) when known — from the run
+        spec: the stream's definition (:class:`ccc.stream.spec.StreamSpec`) when known — from the run
             folder's manifest or the rendered plan; None for shards read without a manifest.
     """
 
@@ -355,66 +349,24 @@ def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard:
     """Decode the members of one tar sample (extension → bytes) into a :class:`StreamSample`.
 
     Args:
-        members: e.g. ``{"info": …, "input.jpg": …, "json": …, "output.cls": …}``; ``json`` (ours)
-            or ``info`` (published shards) gives the metadata.
+        members: extension → bytes, ours or the published shards' (:func:`ccc.shards.record.decode_members`).
         index: the sample's stream index. key, shard: its key and shard, for messages and metadata.
         image_format: one of :data:`IMAGE_FORMATS`.
 
     Raises:
         StreamError: naming shard and sample, for a missing image, label or metadata, or undecodable content.
     """
-    where = f"shard {shard}: sample {key} (stream index {index})"
-    if "input.jpg" not in members:
-        raise StreamError(f"{where} has no input.jpg (image); members: {', '.join(sorted(members)) or 'none'}")
-    if "output.cls" not in members:
-        raise StreamError(f"{where} has no output.cls (label); members: {', '.join(sorted(members)) or 'none'}")
+    where = sample_place(shard, key, index)
     try:
-        label = int(members["output.cls"].decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        raise StreamError(f"{where}: output.cls must hold a class index, got {members['output.cls'][:40]!r}") from None
-    metadata: dict[str, Any]
-    try:
-        if "json" in members:
-            record = load_json_member(members["json"], where)
-            if not isinstance(record, dict):
-                raise StreamError(f"{where}: json member must hold an object, got {type(record).__name__}")
-            metadata = {
-                "index": index,
-                "n1": record["n1"],
-                "s1": float(record["s1"]),
-                "n2": record["n2"],
-                "s2": float(record["s2"]),
-                "path_step": int(record["step"]),
-                "source_path": record["source_path"],
-                "calibrated_accuracy": float(record["calibrated_accuracy"]),
-            }
-        elif "info" in members:
-            info = parse_info(members["info"].decode("utf-8"))
-            metadata = {
-                "index": index,
-                "n1": info.n1,
-                "s1": info.s1,
-                "n2": info.n2,
-                "s2": info.s2,
-                "path_step": None,
-                "source_path": info.source_path,
-                "calibrated_accuracy": None,
-            }
-        else:
-            raise StreamError(f"{where} has neither json nor info (corruption metadata)")
-    except ShardReadError as error:
+        record = decode_members(members, index, where)
+    except (SampleRecordError, ShardReadError) as error:
         raise StreamError(str(error)) from None
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
-        if isinstance(error, StreamError):
-            raise
-        raise StreamError(f"{where}: malformed metadata ({error})") from None
-    metadata["key"] = key
-    metadata["shard"] = shard
+    metadata = {**record.metadata, "key": key, "shard": shard}
     try:
-        image = decode_image(members["input.jpg"], image_format)
+        image = decode_image(record.jpeg, image_format)
     except (OSError, ValueError) as error:
-        raise StreamError(f"{where}: input.jpg cannot be decoded ({error})") from None
-    return StreamSample(image, label, metadata)
+        raise StreamError(f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})") from None
+    return StreamSample(image, record.label, metadata)
 
 
 class _ManifestShards(Sequence[ShardLocation]):
@@ -575,7 +527,7 @@ def _manifest_shards(folder: Path) -> tuple[_ManifestShards, StreamSpec]:
     except FileNotFoundError:
         raise StreamError(
             f"folder {folder} has no {MANIFEST_NAME}; to read shards without a manifest (e.g. the published CCC shards) "
-            f"pass the shard files, e.g. open_stream('{folder}/serial_{{00000..00299}}.tar') or a list of paths"
+            f"pass the shard files, e.g. open_stream('{folder}/{shard_pattern(300)}') or a list of paths"
         ) from None
     except ManifestError as error:
         raise StreamError(str(error)) from None
@@ -659,48 +611,16 @@ def open_stream(
     )
 
 
-def _definition_spec(definition: Any, table: Any, sources: Any) -> StreamSpec:
-    if isinstance(definition, StreamSpec):
-        return definition
-    if isinstance(definition, (str, os.PathLike)):
-        folder = Path(definition)
-        folder = folder.parent if folder.name == MANIFEST_NAME else folder
-        try:
-            return load_manifest(folder).stream
-        except FileNotFoundError:
-            raise StreamError(f"{folder} has no {MANIFEST_NAME}: pass a run folder written by ccc-generate, a StreamSpec or a mapping") from None
-        except ManifestError as error:
-            raise StreamError(str(error)) from None
-    if not isinstance(definition, Mapping):
-        raise ValueError(f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}")
-    allowed = {"difficulty", "baseline_accuracy", "corruptions", "speed", "seed", "num_images", "schedule", "path_objective"}
-    unknown = sorted(set(definition) - allowed)
-    if unknown:
-        raise ValueError(f"unknown stream definition key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
-    difficulty = definition.get("difficulty")
-    target = definition.get("baseline_accuracy")
-    corruptions = definition.get("corruptions")
-    if difficulty is not None:
-        if difficulty not in table.difficulty_presets:
-            raise ValueError(f"difficulty must be one of {', '.join(table.difficulty_presets) or 'none in this table'}, got {difficulty!r}")
-        preset_target, preset_corruptions = table.difficulty_presets[difficulty]
-        target = preset_target if target is None else target
-        corruptions = preset_corruptions if corruptions is None else corruptions
-    if target is None or corruptions is None or "speed" not in definition:
-        raise ValueError("stream definition needs speed and either difficulty or both baseline_accuracy and corruptions")
-    overridden = "baseline_accuracy" in definition or "corruptions" in definition
-    return StreamSpec(
-        target_accuracy=target,
-        corruptions=tuple(corruptions),
-        speed=definition["speed"],
-        seed=definition.get("seed", 43),
-        num_images=definition.get("num_images") or UNBOUNDED_IMAGES,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        difficulty=None if overridden else difficulty,
-        schedule=definition.get("schedule", "reference"),
-        path_objective=definition.get("path_objective", "reference"),
-    )
+def _manifest_stream(definition: str | os.PathLike[str]) -> StreamSpec:
+    """The stream of a run folder (or of its ``manifest.json``)."""
+    folder = Path(definition)
+    folder = folder.parent if folder.name == MANIFEST_NAME else folder
+    try:
+        return load_manifest(folder).stream
+    except FileNotFoundError:
+        raise StreamError(f"{folder} has no {MANIFEST_NAME}: pass a run folder written by ccc-generate, a StreamSpec or a mapping") from None
+    except ManifestError as error:
+        raise StreamError(str(error)) from None
 
 
 def render_stream(
@@ -721,10 +641,10 @@ def render_stream(
     """Render a stream on the fly: the samples its shards would hold, without storing them.
 
     Args:
-        definition: a :class:`ccc.stream_plan.StreamSpec`, a run folder (its manifest's stream), or a
+        definition: a :class:`ccc.stream.spec.StreamSpec`, a run folder (its manifest's stream), or a
             mapping ``{"difficulty": "medium", "speed": 2000, "seed": 43}`` (optional keys
             ``baseline_accuracy``, ``corruptions``, ``num_images`` (default: unbounded),
-            ``schedule``, ``path_objective``).
+            ``schedule``, ``path_objective``; see :func:`ccc.stream.spec.resolve_stream_spec`).
         imagenet: the source image folder (default ``$CCC_IMAGENET``).
         calibration: a :class:`ccc.calibration.CalibrationTable` or the path of one.
         start, limit, image_format, chunk_size, rank, world_size, rank_split: as :func:`open_stream`.
@@ -737,22 +657,22 @@ def render_stream(
     ``num_workers`` to render in worker processes.
 
     Raises:
-        StreamError, ValueError, ccc.imagenet.ImageFolderError, ccc.calibration.CalibrationError:
+        StreamError, ValueError, ccc.stream.sources.ImageFolderError, ccc.calibration.CalibrationError:
             bad definitions, folders or tables (messages say what to provide).
     """
     from ccc.calibration import CalibrationTable
-    from ccc.generate import load_source_images
-    from ccc.imagenet import index_image_folder, resolve_imagenet_folder
 
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
     if calibration is None:
         raise ValueError("calibration must be a CalibrationTable or the path of one (.npz), got None")
+    if isinstance(definition, (str, os.PathLike)):
+        definition = _manifest_stream(definition)
+    elif not isinstance(definition, (StreamSpec, Mapping)):
+        raise ValueError(f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}")
     table = calibration if isinstance(calibration, CalibrationTable) else CalibrationTable.load(calibration)
-    index = index_image_folder(resolve_imagenet_folder(None if imagenet is None else os.fspath(imagenet)), skip_bad_images=skip_bad_images, progress=False)
-    sources = load_source_images(index)
     try:
-        plan = build_stream_plan(_definition_spec(definition, table, sources), table, sources)
+        plan = plan_stream(definition, table, None if imagenet is None else os.fspath(imagenet), skip_bad_images=skip_bad_images)
     except PlanError as error:
         raise StreamError(f"stream definition does not fit the calibration table and images: {error}") from None
     return _RenderedStream(

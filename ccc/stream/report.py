@@ -10,6 +10,7 @@ one of 10^6 costs, and says which prefix it describes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,9 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.paths import SEVERITY_STEP
-from ccc.schedule import PairVisit, StreamSchedule
-from ccc.shards import shard_name
+from ccc.stream.paths import SEVERITY_STEP
+from ccc.stream.schedule import PairVisit, StreamSchedule
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -80,11 +80,13 @@ def summarised_images(speed: int, num_images: int) -> int:
     return min(num_images, SUMMARY_MAX_STEPS * speed)
 
 
-def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num_shards: int) -> str:
+def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num_shards: int, shard_name: Callable[[int], str]) -> str:
     """A multi-line text description: settings, each pair with its path cells and accuracies, the shards.
 
     Covers the first :func:`summarised_images` images (all of them unless the stream has more than
-    :data:`SUMMARY_MAX_STEPS` steps; the text then says so). ``num_shards``: shards of the run, >= 1.
+    :data:`SUMMARY_MAX_STEPS` steps; the text then says so). ``num_shards``: shards of the run, >= 1;
+    ``shard_name``: the file name of shard ``k`` (:func:`ccc.shards.record.shard_name`; the plan stage
+    does not know the shard format).
     """
     shown = summarised_images(speed, num_images)
     trace = trace_schedule(schedule, speed, shown)

@@ -5,7 +5,7 @@ order is part of the benchmark's definition:
 
 - class indices never depend on what else a folder holds (see :func:`class_list`): an ImageNet
   folder (WordNet-id sub-folders from the ILSVRC-2012 list) gets the standard index, the position in
-  the 1,000 sorted WordNet ids (``ccc/imagenet_wnids.txt``), and must hold exactly those classes;
+  the 1,000 sorted WordNet ids (``ccc/stream/imagenet_wnids.txt``), and must hold exactly those classes;
   an explicit class list (``classes=``, ``--classes FILE``) gives each class its line's position;
   any other folder (the demo world, the test fixtures) gets its class folders sorted as strings, the
   torchvision ``ImageFolder`` convention. Folders that are not classes (``lost+found``, folders
@@ -14,6 +14,9 @@ order is part of the benchmark's definition:
 - :meth:`ImageIndex.checksum` is the sha256 of the sorted ``wnid/file`` list (plus the excluded
   files, and the class list when it is not the sorted class folders), so a plan or table can record
   exactly which image set and labels it was made from.
+
+The plan's view of an index is :class:`SourceImages` (:func:`load_source_images`: paths, labels and
+the pixel size of every image, read from the file headers).
 
 Unreadable images are found at indexing time (a full decode of every file, in threads) and either
 reported by name (the default: fail fast) or excluded deterministically (``skip_bad_images``).
@@ -30,8 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
+
+from ccc.stream.spec import PlanError, check_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -290,3 +296,62 @@ def _find_unreadable(folder: Path, images: Sequence[SourceImage], threads: int |
         results = pool.map(decode_problem, (folder / image.relative_path for image in images), chunksize=64)
         checked = tqdm(results, total=len(images), desc="checking images", unit="img", disable=not progress, mininterval=5.0)
         return [(image.relative_path, problem) for image, problem in zip(images, checked) if problem is not None]
+
+
+@dataclass(frozen=True)
+class SourceImages:
+    """The source images a stream draws from, in the canonical order of :class:`ImageIndex`.
+
+    Attributes:
+        root: the image folder (absolute path as text); workers read ``root/relative_path``.
+        relative_paths: ``<wnid>/<file>`` per image.
+        class_indices: class index per image (sorted-folder order, 0..K-1).
+        sizes: ``(width, height)`` in pixels per image, as stored in the file (the crop box depends on it).
+        index_checksum: :meth:`ImageIndex.checksum` of the folder.
+    """
+
+    root: str
+    relative_paths: tuple[str, ...]
+    class_indices: tuple[int, ...]
+    sizes: tuple[tuple[int, int], ...]
+    index_checksum: str
+
+    def __post_init__(self) -> None:
+        count = len(self.relative_paths)
+        if count == 0:
+            raise PlanError("source images must not be empty")
+        if len(self.class_indices) != count or len(self.sizes) != count:
+            raise PlanError(
+                f"source images need one class index and one size per path ({count}), "
+                f"got {len(self.class_indices)} class indices and {len(self.sizes)} sizes"
+            )
+        check_sha256("index_checksum", self.index_checksum)
+
+    def __len__(self) -> int:
+        return len(self.relative_paths)
+
+    def sizes_checksum(self) -> str:
+        """sha256 (hex) of the image sizes in order (the index checksum covers only the names)."""
+        return hashlib.sha256(np.asarray(self.sizes, dtype="<i8").tobytes()).hexdigest()
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    with Image.open(path) as image:
+        return image.size
+
+
+def load_source_images(index: ImageIndex, threads: int | None = None) -> SourceImages:
+    """The plan's view of an image index: paths, labels and the pixel size of every image.
+
+    Sizes are read from the file headers (no decoding), in ``threads`` threads (default: CPU count).
+    """
+    paths = [index.path(position) for position in range(len(index))]
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        sizes = tuple(pool.map(_image_size, paths, chunksize=256))
+    return SourceImages(
+        root=str(Path(index.root).resolve()),
+        relative_paths=tuple(image.relative_path for image in index.images),
+        class_indices=tuple(image.class_index for image in index.images),
+        sizes=sizes,
+        index_checksum=index.checksum(),
+    )

@@ -1,77 +1,23 @@
-"""Stream planning: difficulty presets and the order in which corruptions are visited.
+"""The order in which a CCC stream visits corruptions.
 
 A CCC stream walks a chain of corruption pairs: it starts with ``(n1, n2)``, follows the severity
-path from "only n1" to "only n2" (:mod:`ccc.paths`), then continues with ``(n2, n3)``, and so on.
-This module holds
-
-* :data:`DIFFICULTY_PRESETS` — the paper's three difficulties: calibration target accuracy and the
-  corruptions the public generator allows at that target;
-* :func:`reference_corruption_order` — the chain ``n1, n2, n3, ...`` the public generator draws for
-  a seed, reproduced exactly.
+path from "only n1" to "only n2" (:mod:`ccc.stream.paths`), then continues with ``(n2, n3)``, and so on.
+:func:`reference_corruption_order` gives the chain ``n1, n2, n3, ...`` the public generator draws
+for a seed, reproduced exactly. The difficulty presets (target accuracy and corruptions) belong to
+the calibration table (:class:`ccc.calibration.DifficultyPreset`).
 
 Corruption names are those of the published calibration matrices (``"elastic"``, ``"jpeg"``, ...).
 
-Built on these: :mod:`ccc.schedule` (the chain of pairs and their severity paths, step by step) and
-:mod:`ccc.stream_plan` (the pure per-sample plan, ``plan_sample(plan, index)``).
+Built on this: :mod:`ccc.stream.schedule` (the chain of pairs and their severity paths, step by step) and
+:mod:`ccc.stream.plan` (the pure per-sample plan, ``plan_sample(plan, index)``).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Sequence
 
-from ccc.corruptions import CORRUPTIONS
-
-__all__ = [
-    "DIFFICULTY_PRESETS",
-    "DifficultyPreset",
-    "get_difficulty_preset",
-    "reference_corruption_order",
-]
-
-
-@dataclass(frozen=True)
-class DifficultyPreset:
-    """One CCC difficulty as the public generator defines it.
-
-    Attributes:
-        name: ``"easy"``, ``"medium"`` or ``"hard"``.
-        target_accuracy: calibration target accuracy in percent, in [0, 100] (the public data's
-            ``baseline_<b>`` run name uses the same number).
-        corruptions: corruption names allowed at this target, in the public generator's list order
-            (the order matters: it decides which name a seeded ``random.choice`` returns).
-    """
-
-    name: str
-    target_accuracy: float
-    corruptions: tuple[str, ...]
-
-
-_EASY_CORRUPTIONS = tuple(name for name in CORRUPTIONS if name != "brightness")
-
-DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
-    {
-        # Brightness never gets near 40% even at severity 5, so the public code leaves it out.
-        "easy": DifficultyPreset("easy", 40.0, _EASY_CORRUPTIONS),
-        "medium": DifficultyPreset("medium", 20.0, tuple(name for name in _EASY_CORRUPTIONS if name != "jpeg")),
-        "hard": DifficultyPreset("hard", 0.0, ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")),
-    }
-)
-"""CCC-Easy / Medium / Hard: target accuracy 40 / 20 / 0 % with 14 / 13 / 4 corruptions."""
-
-
-def get_difficulty_preset(name: str) -> DifficultyPreset:
-    """Return the preset called ``name`` (one of ``"easy"``, ``"medium"``, ``"hard"``).
-
-    Raises:
-        ValueError: if ``name`` is not a preset; the message lists the valid names.
-    """
-    try:
-        return DIFFICULTY_PRESETS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown difficulty {name!r}; available: {', '.join(DIFFICULTY_PRESETS)}") from None
+__all__ = ["reference_corruption_order"]
 
 
 def reference_corruption_order(corruptions: Sequence[str], seed: int, count: int) -> list[str]:
@@ -89,7 +35,7 @@ def reference_corruption_order(corruptions: Sequence[str], seed: int, count: int
 
     Args:
         corruptions: at least two distinct names, in the order of the public generator's list
-            (e.g. ``DIFFICULTY_PRESETS["easy"].corruptions``); duplicates are rejected.
+            (e.g. ``RESNET50_DIFFICULTY_PRESETS["easy"].corruptions`` of :mod:`ccc.calibration`); duplicates are rejected.
         seed: non-negative integer (the paper uses 43, 44, 45).
         count: number of names to return, >= 0.
 

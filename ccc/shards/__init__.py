@@ -1,0 +1,13 @@
+"""The write stage: CCC samples as WebDataset tar shards, IO only.
+
+- :mod:`ccc.shards.record`: the sample schema (member names, the ``info`` text, sample keys, shard
+  file names) — the only module that knows them;
+- :mod:`ccc.shards.writer`: writing a shard atomically with fixed tar headers;
+- :mod:`ccc.shards.reader`: reading shards member by member (local, ``pipe:``, URLs), hardened
+  against damaged files;
+- :mod:`ccc.shards.manifest`: the run folder's ``manifest.json``;
+- :mod:`ccc.shards.verify`: checking a run folder's shards against its manifest.
+
+Nothing here reads the calibration table or plans a stream; the run-folder driver is
+:mod:`ccc.generate`, the reading API :mod:`ccc.load`.
+"""

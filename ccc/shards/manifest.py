@@ -1,0 +1,192 @@
+"""The run manifest (``manifest.json``): which stream a run folder holds and which shards are finished.
+
+It records the :class:`ccc.stream.spec.StreamSpec`, the plan hash, the rendering settings, the
+library versions that shape the bytes and, per finished shard, its sample range, size and sha256.
+Written atomically (temporary file, fsync, rename) after every finished shard; the full document is
+described in ``docs/generator.md``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ccc.render import JPEG_OPTIMIZE, JPEG_QUALITY, OUTPUT_SIZE
+from ccc.shards.record import TEMPORARY_SUFFIX, shard_name
+from ccc.shards.writer import ShardInfo, ShardWriteError
+from ccc.stream.plan import CROP_ATTEMPTS, CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY
+from ccc.stream.spec import PlanError, StreamSpec
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "Manifest",
+    "ManifestError",
+    "file_sha256",
+    "load_manifest",
+    "rendering_settings",
+    "save_manifest",
+]
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "ccc-stream-manifest"
+MANIFEST_FORMAT_VERSION = 1
+_HASH_CHUNK_BYTES = 1 << 20
+
+
+class ManifestError(ValueError):
+    """A manifest file is unreadable or inconsistent; the message names the file and the problem."""
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's content."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def rendering_settings() -> dict[str, Any]:
+    """The fixed rendering constants, recorded in the manifest for readers."""
+    return {
+        "output_size": OUTPUT_SIZE,
+        "jpeg_quality": JPEG_QUALITY,
+        "jpeg_optimize": JPEG_OPTIMIZE,
+        "crop_scale": list(CROP_SCALE),
+        "crop_ratio": list(CROP_RATIO),
+        "crop_attempts": CROP_ATTEMPTS,
+        "flip_probability": FLIP_PROBABILITY,
+        "resize": "PIL bilinear",
+    }
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The record of a run folder: what stream it holds and which shards are finished.
+
+    Attributes:
+        stream: the stream definition.
+        plan_hash: :func:`ccc.stream.plan.plan_hash` of the plan.
+        library_versions: versions of the libraries that shape the bytes (see ``docs/generator.md``).
+        shards: finished shards, sorted by index.
+        previous_library_versions: versions of earlier runs that wrote shards into this folder,
+            when they differ from :attr:`library_versions`.
+    """
+
+    stream: StreamSpec
+    plan_hash: str
+    library_versions: Mapping[str, str]
+    shards: tuple[ShardInfo, ...] = ()
+    previous_library_versions: tuple[Mapping[str, str], ...] = field(default=())
+
+    @property
+    def complete(self) -> bool:
+        """Whether every shard of the stream is finished."""
+        return len(self.shards) == self.stream.num_shards
+
+    def with_shard(self, info: ShardInfo) -> Manifest:
+        """A copy with ``info`` added (replacing an entry with the same index)."""
+        kept = [entry for entry in self.shards if entry.index != info.index]
+        return replace(self, shards=tuple(sorted([*kept, info], key=lambda entry: entry.index)))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The manifest document (see ``docs/generator.md``)."""
+        return {
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "stream": self.stream.to_json_dict(),
+            "plan_hash": self.plan_hash,
+            "calibration_checksum": self.stream.calibration_checksum,
+            "rendering": rendering_settings(),
+            "library_versions": dict(self.library_versions),
+            "previous_library_versions": [dict(versions) for versions in self.previous_library_versions],
+            "num_images": self.stream.num_images,
+            "num_shards": self.stream.num_shards,
+            "complete": self.complete,
+            "shards": [entry.to_json_dict() for entry in self.shards],
+        }
+
+
+def save_manifest(manifest: Manifest, directory: Path) -> Path:
+    """Write ``manifest.json`` into ``directory`` atomically (temporary file, fsync, rename); return its path."""
+    path = Path(directory) / MANIFEST_NAME
+    temporary = path.with_name(f".{MANIFEST_NAME}{TEMPORARY_SUFFIX}")
+    text = json.dumps(manifest.to_json_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        hint = " (no space left on device)" if error.errno == errno.ENOSPC else ""
+        raise ShardWriteError(error.errno or 0, f"could not write manifest {path}: {error.strerror or error}{hint}") from error
+    return path
+
+
+def _manifest_field(path: Path, document: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = document.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ManifestError(f"{path}: field {name!r} must be {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def load_manifest(directory: Path) -> Manifest:
+    """Read and check ``manifest.json`` of ``directory``.
+
+    Raises:
+        ManifestError: if the file is not a valid manifest (bad JSON, other format, bad fields,
+            shard entries that do not fit the stream's layout).
+        FileNotFoundError: if there is no manifest.
+    """
+    path = Path(directory) / MANIFEST_NAME
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ManifestError(f"{path}: not a JSON manifest ({error})") from None
+    if not isinstance(document, dict):
+        raise ManifestError(f"{path}: must hold a JSON object, got {type(document).__name__}")
+    if document.get("format") != MANIFEST_FORMAT or document.get("format_version") != MANIFEST_FORMAT_VERSION:
+        raise ManifestError(
+            f"{path}: format must be {MANIFEST_FORMAT!r} version {MANIFEST_FORMAT_VERSION}, "
+            f"got {document.get('format')!r} version {document.get('format_version')!r}"
+        )
+    try:
+        stream = StreamSpec.from_json_dict(document.get("stream"))
+    except PlanError as error:
+        raise ManifestError(f"{path}: {error}") from None
+    plan_hash_value = _manifest_field(path, document, "plan_hash", str)
+    versions = _manifest_field(path, document, "library_versions", dict)
+    previous = _manifest_field(path, document, "previous_library_versions", list)
+    entries = _manifest_field(path, document, "shards", list)
+    shards = []
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) != {"index", "name", "first_sample", "sample_count", "sha256", "bytes"}:
+            raise ManifestError(f"{path}: malformed shard entry {entry!r}")
+        info = ShardInfo(**entry)
+        if not (isinstance(info.sha256, str) and len(info.sha256) == 64 and isinstance(info.bytes, int) and info.bytes > 0):
+            raise ManifestError(f"{path}: shard entry needs a sha256 hex digest and a positive byte size, got {entry!r}")
+        if not isinstance(info.index, int) or not 0 <= info.index < stream.num_shards:
+            raise ManifestError(f"{path}: shard index must be in [0, {stream.num_shards - 1}], got {info.index!r}")
+        expected = stream.shard_range(info.index)
+        if (info.name, info.first_sample, info.sample_count) != (shard_name(info.index), expected.start, len(expected)):
+            raise ManifestError(f"{path}: shard entry {info.index} does not match the stream's shard layout: {entry!r}")
+        shards.append(info)
+    if len({info.index for info in shards}) != len(shards):
+        raise ManifestError(f"{path}: a shard is listed more than once")
+    return Manifest(
+        stream=stream,
+        plan_hash=plan_hash_value,
+        library_versions=versions,
+        shards=tuple(sorted(shards, key=lambda info: info.index)),
+        previous_library_versions=tuple(previous),
+    )

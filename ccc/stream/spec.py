@@ -1,0 +1,323 @@
+"""The definition of a stream (:class:`StreamSpec`), of one sample (:class:`SampleSpec`), and the one
+place that turns a user's stream definition into a spec (:func:`resolve_stream_spec`).
+
+A stream definition names a difficulty preset of the calibration table (its target accuracy and
+corruptions) and/or gives them explicitly (``baseline_accuracy``, ``corruptions`` override the
+preset's), plus the speed, seed, length, schedule, path objective and shard size. The spec records
+the table's and the image folder's checksums, so a spec is bound to exactly one table and image set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Protocol
+
+import numpy as np
+
+from ccc.stream.paths import PATH_OBJECTIVES
+from ccc.stream.schedule import SCHEDULES
+
+__all__ = [
+    "DEFAULT_SEED",
+    "DEFAULT_SHARD_SIZE",
+    "DEFINITION_KEYS",
+    "UNBOUNDED_IMAGES",
+    "PlanError",
+    "SampleSpec",
+    "StreamSpec",
+    "check_sha256",
+    "resolve_difficulty",
+    "resolve_stream_spec",
+    "run_name",
+]
+
+DEFAULT_SHARD_SIZE = 25_000
+"""Samples per shard, as the public CCC shards."""
+
+
+DEFAULT_SEED = 43
+"""Stream seed when a definition gives none (the paper's first seed)."""
+
+UNBOUNDED_IMAGES = 2**62
+"""Length given to a stream defined without a length ("infinite", rendered on the fly)."""
+
+DEFINITION_KEYS = (
+    "difficulty",
+    "baseline_accuracy",
+    "corruptions",
+    "speed",
+    "seed",
+    "num_images",
+    "schedule",
+    "path_objective",
+    "shard_size",
+)
+"""Keys a stream definition mapping may hold (see :func:`resolve_stream_spec`)."""
+
+_SHA256_HEX_DIGITS = 64
+
+class PlanError(ValueError):
+    """A stream definition or plan request is invalid; the message names the parameter."""
+
+
+def _check_integer(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise PlanError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_sha256(name: str, value: object) -> str:
+    """``value`` if it is a sha256 hex digest (64 lowercase hex digits), else PlanError naming ``name``."""
+    if not (isinstance(value, str) and len(value) == _SHA256_HEX_DIGITS and all(c in "0123456789abcdef" for c in value)):
+        raise PlanError(f"{name} must be a sha256 hex digest (64 lowercase hex digits), got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """The definition of a stream; two streams with equal specs (and equal inputs) are byte-identical.
+
+    Attributes:
+        target_accuracy: calibration target accuracy in percent, in [0, 100].
+        corruptions: corruption names (>= 2, distinct), in the order the schedule draws from.
+        speed: images per path step ("transition speed" k), >= 1.
+        seed: stream seed, >= 0.
+        num_images: stream length in images, >= 1 (no upper limit).
+        calibration_checksum: :meth:`CalibrationTable.checksum` of the table the paths come from.
+        source_index_checksum: :meth:`ImageIndex.checksum` of the source image folder.
+        difficulty: name of the difficulty preset the target and corruptions came from, or None.
+        schedule: corruption-order schedule, one of :data:`ccc.stream.schedule.SCHEDULES`.
+        path_objective: one of :data:`ccc.stream.paths.PATH_OBJECTIVES`.
+        shard_size: samples per shard, >= 1 (the last shard may be shorter).
+    """
+
+    target_accuracy: float
+    corruptions: tuple[str, ...]
+    speed: int
+    seed: int
+    num_images: int
+    calibration_checksum: str
+    source_index_checksum: str
+    difficulty: str | None = None
+    schedule: str = "reference"
+    path_objective: str = "reference"
+    shard_size: int = DEFAULT_SHARD_SIZE
+
+    def __post_init__(self) -> None:
+        target = self.target_accuracy
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not (math.isfinite(target) and 0 <= target <= 100):
+            raise PlanError(f"target_accuracy must be a number in [0, 100] percent, got {target!r}")
+        object.__setattr__(self, "target_accuracy", float(target))
+        if isinstance(self.corruptions, str) or not all(isinstance(name, str) for name in self.corruptions):
+            raise PlanError(f"corruptions must be a sequence of names, got {self.corruptions!r}")
+        object.__setattr__(self, "corruptions", tuple(self.corruptions))
+        if len(set(self.corruptions)) != len(self.corruptions) or len(self.corruptions) < 2:
+            raise PlanError(f"corruptions must hold at least 2 distinct names, got {list(self.corruptions)}")
+        for name, minimum in (("speed", 1), ("seed", 0), ("num_images", 1), ("shard_size", 1)):
+            object.__setattr__(self, name, _check_integer(name, getattr(self, name), minimum))
+        check_sha256("calibration_checksum", self.calibration_checksum)
+        check_sha256("source_index_checksum", self.source_index_checksum)
+        if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
+            raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
+        if self.schedule not in SCHEDULES:
+            raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.path_objective not in PATH_OBJECTIVES:
+            raise PlanError(f"path_objective must be one of {', '.join(PATH_OBJECTIVES)}, got {self.path_objective!r}")
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shards: ``ceil(num_images / shard_size)``."""
+        return -(-self.num_images // self.shard_size)
+
+    def shard_range(self, shard_index: int) -> range:
+        """Sample indices of shard ``shard_index`` (0 <= shard_index < num_shards)."""
+        if isinstance(shard_index, bool) or not isinstance(shard_index, int) or not 0 <= shard_index < self.num_shards:
+            raise PlanError(f"shard_index must be an integer in [0, {self.num_shards - 1}], got {shard_index!r}")
+        start = shard_index * self.shard_size
+        return range(start, min(start + self.shard_size, self.num_images))
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The spec as a JSON-serialisable dict (corruptions as a list)."""
+        document = asdict(self)
+        document["corruptions"] = list(self.corruptions)
+        return document
+
+    @classmethod
+    def from_json_dict(cls, document: object) -> StreamSpec:
+        """Rebuild a spec from :meth:`to_json_dict`'s output; every field must be present.
+
+        Raises:
+            PlanError: for a missing, unexpected or invalid field.
+        """
+        if not isinstance(document, dict):
+            raise PlanError(f"a stream spec must be a JSON object, got {type(document).__name__}")
+        names = [field.name for field in fields(cls)]
+        missing = [name for name in names if name not in document]
+        unexpected = sorted(set(document) - set(names))
+        if missing or unexpected:
+            raise PlanError(f"stream spec fields: missing {missing or 'none'}, unexpected {unexpected or 'none'}")
+        if not isinstance(document["corruptions"], list):
+            raise PlanError(f"stream spec corruptions must be a list, got {document['corruptions']!r}")
+        return cls(**{**document, "corruptions": tuple(document["corruptions"])})
+
+
+def run_name(target_accuracy: float, speed: int, seed: int) -> str:
+    """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``: 20, 40, 12.5)."""
+    return f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """Everything needed to render one sample and to explain it later.
+
+    Attributes:
+        index: sample index in the stream, >= 0.
+        step: path step, ``index // speed``.
+        pair_index: position of the corruption pair in the stream's chain.
+        path_position: position of the cell in the pair's severity path.
+        path_cell: grid indices ``(i, j)`` of the cell: ``s1 = i / 4``, ``s2 = j / 4``.
+        n1, s1, n2, s2: corruptions and severities in [0, 5]; ``n2`` is applied after ``n1``.
+        calibrated_accuracy: the calibration table's accuracy at the cell, percent in [0, 100].
+        source_position: position of the source image in :class:`SourceImages`.
+        source_path: ``<wnid>/<file>`` of the source image.
+        class_index: label, 0..K-1 (ImageNet: 0..999 in sorted-WordNet-id order).
+        source_size: ``(width, height)`` of the source image in pixels.
+        crop_box: ``(left, top, right, bottom)`` in source pixels (PIL box convention, right and
+            bottom exclusive); resized to 224×224 after cropping.
+        flip: whether the 224×224 crop is mirrored left-right.
+        seed: render seed in [0, 2**63): ``numpy.random.default_rng(seed)`` drives the corruptions.
+    """
+
+    index: int
+    step: int
+    pair_index: int
+    path_position: int
+    path_cell: tuple[int, int]
+    n1: str
+    s1: float
+    n2: str
+    s2: float
+    calibrated_accuracy: float
+    source_position: int
+    source_path: str
+    class_index: int
+    source_size: tuple[int, int]
+    crop_box: tuple[int, int, int, int]
+    flip: bool
+    seed: int
+
+    @property
+    def wnid(self) -> str:
+        """Class folder name (WordNet id) of the source image."""
+        return self.source_path.split("/", 1)[0]
+
+    @property
+    def file_name(self) -> str:
+        """File name of the source image."""
+        return self.source_path.rsplit("/", 1)[-1]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The spec as a JSON-serialisable dict (tuples as lists)."""
+        return {
+            field.name: list(value) if isinstance(value, tuple) else value
+            for field in fields(self)
+            for value in (getattr(self, field.name),)
+        }
+
+
+class _Presets(Protocol):
+    """What resolving a definition needs of a calibration table (:class:`ccc.calibration.CalibrationTable`)."""
+
+    @property
+    def difficulty_presets(self) -> Mapping[str, tuple[float, tuple[str, ...]]]: ...
+
+    def resolve_corruption(self, name: str) -> str: ...
+
+    def checksum(self) -> str: ...
+
+
+def resolve_difficulty(
+    table: _Presets, difficulty: str | None, baseline_accuracy: float | None = None, corruptions: Any = None
+) -> tuple[float, tuple[str, ...], str | None]:
+    """Target accuracy, corruption names and preset name of a definition.
+
+    The preset ``difficulty`` of ``table`` gives the target accuracy (percent, in [0, 100]) and the
+    corruptions; ``baseline_accuracy`` and ``corruptions`` (a sequence of names, or one
+    comma-separated string) override them. The preset name is returned only when nothing was
+    overridden (None otherwise). Corruption names are resolved to the table's (aliases such as
+    ``jpeg_compression`` accepted).
+
+    Raises:
+        PlanError: an unknown difficulty (the message lists the table's presets), an unknown
+            corruption, or neither a difficulty nor both ``baseline_accuracy`` and ``corruptions``.
+    """
+    presets = table.difficulty_presets
+    target, names = baseline_accuracy, corruptions
+    if difficulty is not None:
+        if difficulty not in presets:
+            available = ", ".join(presets) or "none (give baseline_accuracy and corruptions)"
+            raise PlanError(f"unknown difficulty {difficulty!r}; the calibration table defines: {available}")
+        preset_target, preset_names = presets[difficulty]
+        target = preset_target if target is None else target
+        names = preset_names if names is None else names
+    if target is None or names is None:
+        raise PlanError(
+            f"a stream needs a difficulty (one of: {', '.join(presets) or 'none in this table'}) "
+            "or both baseline_accuracy and corruptions"
+        )
+    if isinstance(names, str):
+        names = [name.strip() for name in names.split(",") if name.strip()]
+    if isinstance(target, bool) or not isinstance(target, (int, float)):
+        raise PlanError(f"baseline_accuracy must be a number in [0, 100] percent, got {target!r}")
+    try:
+        resolved = tuple(table.resolve_corruption(name) for name in names)
+    except (TypeError, ValueError) as error:
+        raise PlanError(str(error)) from None
+    overridden = baseline_accuracy is not None or corruptions is not None
+    return float(target), resolved, None if overridden else difficulty
+
+
+def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Presets, source_index_checksum: str) -> StreamSpec:
+    """The :class:`StreamSpec` of a stream definition, bound to ``table`` and the source images.
+
+    Args:
+        definition: a :class:`StreamSpec` (returned as is; :func:`ccc.stream.plan.build_stream_plan`
+            compares its checksums with the table's and the images'), or a
+            mapping with keys from :data:`DEFINITION_KEYS`: ``speed`` (required), ``difficulty``
+            and/or ``baseline_accuracy`` + ``corruptions`` (see :func:`resolve_difficulty`),
+            ``seed`` (default :data:`DEFAULT_SEED`), ``num_images`` (default None: unbounded,
+            :data:`UNBOUNDED_IMAGES`), ``schedule`` and ``path_objective`` (default
+            ``"reference"``), ``shard_size`` (default :data:`DEFAULT_SHARD_SIZE`).
+        table: the calibration table (:class:`ccc.calibration.CalibrationTable`).
+        source_index_checksum: :meth:`ccc.stream.sources.ImageIndex.checksum` of the image folder.
+
+    Raises:
+        PlanError: an unknown key, a missing speed or a bad value (the message names it).
+    """
+    if isinstance(definition, StreamSpec):
+        return definition
+    if not isinstance(definition, Mapping):
+        raise PlanError(f"a stream definition must be a StreamSpec or a mapping, got {type(definition).__name__}")
+    unknown = sorted(set(definition) - set(DEFINITION_KEYS))
+    if unknown:
+        raise PlanError(f"unknown stream definition key(s) {', '.join(unknown)}; valid: {', '.join(sorted(DEFINITION_KEYS))}")
+    if definition.get("speed") is None:
+        raise PlanError("a stream definition needs speed (images per severity step)")
+    target, corruptions, difficulty = resolve_difficulty(
+        table, definition.get("difficulty"), definition.get("baseline_accuracy"), definition.get("corruptions")
+    )
+    return StreamSpec(
+        target_accuracy=target,
+        corruptions=corruptions,
+        speed=definition["speed"],
+        seed=definition.get("seed", DEFAULT_SEED),
+        num_images=definition.get("num_images") or UNBOUNDED_IMAGES,
+        calibration_checksum=table.checksum(),
+        source_index_checksum=source_index_checksum,
+        difficulty=difficulty,
+        schedule=definition.get("schedule", "reference"),
+        path_objective=definition.get("path_objective", "reference"),
+        shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
+    )
