@@ -1,0 +1,164 @@
+"""The import graph keeps the design's layering (docs/design.md, issue 20).
+
+Every ``import`` statement in ``ccc`` and ``tta_eval`` is read from the source (including imports inside
+functions, which run later but bind the modules all the same) and checked against the rules below:
+``ccc`` never imports ``tta_eval``; a stage never imports a later one (plan → render → write → load;
+the loader never imports the generation driver; render never reads the calibration table); the
+calibration package never imports the demo world; methods never know protocols; libraries never
+import command-line modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+PACKAGES = ("ccc", "tta_eval")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Modules named ``importer`` (or below it) must not import ``forbidden`` (or below them)."""
+
+    importer: str
+    forbidden: tuple[str, ...]
+    why: str
+
+
+LIBRARY_OF_CCC = ("ccc.corruptions", "ccc.stream", "ccc.render", "ccc.shards", "ccc.generate", "ccc.load", "ccc.check_run")
+
+RULES = (
+    Rule("ccc", ("tta_eval",), "ccc is usable without tta_eval; tta_eval builds on ccc"),
+    Rule(
+        "ccc.corruptions",
+        ("ccc.stream", "ccc.render", "ccc.shards", "ccc.generate", "ccc.load", "ccc.calibration", "ccc.demo", "ccc.execution", "ccc.models"),
+        "corruptions are pure pixel functions, the lowest stage",
+    ),
+    Rule(
+        "ccc.stream",
+        ("ccc.render", "ccc.shards", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.calibration", "ccc.demo", "ccc.execution", "ccc.models"),
+        "the plan stage describes samples without pixels or IO; it is given a table, it does not read one",
+    ),
+    Rule(
+        "ccc.render",
+        ("ccc.stream.plan", "ccc.stream.sources", "ccc.calibration", "ccc.shards", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.demo", "ccc.execution", "ccc.models"),
+        "rendering turns a SampleSpec into pixels; it never reads the calibration table",
+    ),
+    Rule(
+        "ccc.shards",
+        ("ccc.calibration", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.demo", "ccc.execution", "ccc.models"),
+        "shards are IO only",
+    ),
+    Rule("ccc.load", ("ccc.generate", "ccc.check_run", "ccc.execution", "ccc.demo"), "the loader never imports the generation driver"),
+    Rule("ccc.generate", ("ccc.load", "ccc.check_run", "ccc.demo", "ccc.calibration"), "the driver renders a given plan; it resolves nothing"),
+    Rule(
+        "ccc.execution",
+        (*LIBRARY_OF_CCC, "ccc.calibration", "ccc.demo", "ccc.models"),
+        "Ray orchestrates and owns no domain logic",
+    ),
+    Rule("ccc.models", (*LIBRARY_OF_CCC, "ccc.calibration", "ccc.demo", "ccc.execution"), "model loading stands alone"),
+    Rule("ccc.calibration", ("ccc.demo", "ccc.generate", "ccc.load", "ccc.shards"), "the demo world builds on calibration, never the reverse"),
+        Rule(
+        "tta_eval.methods",
+        ("tta_eval.protocols", "tta_eval.experiment", "tta_eval.reports", "tta_eval.run_folder", "tta_eval.cli", "tta_eval.metrics", "tta_eval.plots"),
+        "a method never knows the protocol, the run or its reports",
+    ),
+    Rule("tta_eval.protocols", ("tta_eval.experiment", "tta_eval.reports", "tta_eval.cli", "tta_eval.plots"), "protocols produce records; runs and reports consume them"),
+    Rule("tta_eval.metrics", ("tta_eval.methods", "tta_eval.experiment", "tta_eval.cli", "tta_eval.plots"), "metrics consume records and never touch models"),
+    Rule("tta_eval.plots", ("tta_eval.experiment", "tta_eval.cli"), "plots draw records and metrics (and read a method's colour from its registry entry)"),
+)
+
+COMMAND_LINE_MODULES = ("ccc.cli", "tta_eval.cli")
+
+
+def module_name(path: Path, root: Path) -> str:
+    """Dotted module name of a source file under ``root`` (``ccc/stream/plan.py`` → ``ccc.stream.plan``)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """(line, names) of every import statement in a source file, anywhere in it: the absolute module
+    name, and for ``from M import x`` also ``M.x`` (``from ccc import calibration`` binds a module)."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, (alias.name,)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            yield node.lineno, (target, *(f"{target}.{alias.name}" for alias in node.names))
+
+
+def is_within(module: str, prefix: str) -> bool:
+    """Whether ``module`` is ``prefix`` or one of its submodules."""
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def source_files(root: Path = REPOSITORY) -> list[Path]:
+    return sorted(path for package in PACKAGES for path in (root / package).rglob("*.py"))
+
+
+def violations(root: Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
+    """Every forbidden import in the packages under ``root``, one line each: ``file:line importer imports module (why)``."""
+    found = []
+    for path in source_files(root):
+        importer = module_name(path, root)
+        for line, names in imported_modules(path, root):
+            where = f"{path.relative_to(root)}:{line} {importer} imports"
+            for rule in rules:
+                if is_within(importer, rule.importer):
+                    hits = [name for name in names if any(is_within(name, forbidden) for forbidden in rule.forbidden)]
+                    if hits:
+                        found.append(f"{where} {hits[0]} ({rule.why})")
+            if not any(is_within(importer, cli) for cli in COMMAND_LINE_MODULES):
+                hits = [name for name in names if any(is_within(name, cli) for cli in COMMAND_LINE_MODULES)]
+                if hits:
+                    found.append(f"{where} {hits[0]} (libraries never import command-line modules)")
+    return sorted(set(found))
+
+
+def test_no_forbidden_import() -> None:
+    assert violations(REPOSITORY) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.importer)
+def test_every_rule_names_modules_that_exist(rule: Rule) -> None:
+    """A rule about a module that was renamed away would pass silently; this keeps the rules in step."""
+    modules = {module_name(path, REPOSITORY) for path in source_files()}
+    assert any(is_within(module, rule.importer) for module in modules), rule.importer
+    for forbidden in rule.forbidden:
+        assert any(is_within(module, forbidden) for module in modules) or forbidden == "tta_eval", forbidden
+
+
+def test_the_checker_finds_a_forbidden_import_inside_a_function(tmp_path: Path) -> None:
+    (tmp_path / "ccc" / "stream").mkdir(parents=True)
+    (tmp_path / "ccc" / "__init__.py").write_text("")
+    (tmp_path / "ccc" / "stream" / "__init__.py").write_text("")
+    (tmp_path / "ccc" / "stream" / "plan.py").write_text("def f():\n    from ..render import render_sample\n    import tta_eval.methods\n")
+    (tmp_path / "tta_eval").mkdir()
+    (tmp_path / "tta_eval" / "__init__.py").write_text("")
+    found = violations(tmp_path)
+    assert any("ccc.stream.plan imports ccc.render (" in line for line in found), found
+    assert any("ccc.stream.plan imports tta_eval.methods" in line for line in found), found
+
+
+def test_importing_the_loader_loads_neither_the_driver_nor_the_demo_world() -> None:
+    code = "import sys, ccc.load; print(sorted(name for name in sys.modules if name in ('ccc.generate', 'ccc.check_run', 'ccc.demo', 'tta_eval')))"
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY)
+    assert result.stdout.strip() == "[]"
