@@ -12,7 +12,7 @@ import torchvision.transforms as transforms
 from PIL import Image
 
 import ccc.calibration.engine as engine
-from ccc.calibration.backends import SerialBackend
+from ccc.calibration.backends import ModelBackend
 from ccc.calibration.compute import (
     BruteForcePlanner,
     CalibrationJob,
@@ -34,6 +34,7 @@ from ccc.calibration.engine import (
 from ccc.calibration.evaluator import ModelEvaluator
 from ccc.calibration.imageset import Preprocessing, select_calibration_images
 from ccc.corruptions import corrupt
+from ccc.execution import SerialExecutor
 from ccc.imagenet import index_image_folder
 from conftest import make_image_folder, make_texture_folder, tiny_texture_classifier
 
@@ -184,7 +185,7 @@ def test_brute_force_corrupts_each_base_once_and_each_cell_once(texture_folder: 
     monkeypatch.setattr(engine, "corrupt_batch", counting)
     corruptions = ("gaussian_noise", "contrast", "pixelate")
     job = make_job(texture_folder, model, corruptions, images=2, block_size=2)
-    outcome = compute_calibration(job, SerialBackend(job.render_context(), ModelEvaluator(model)), MemoryResultStore())
+    outcome = compute_calibration(job, ModelBackend(SerialExecutor(), job.render_context(), model), MemoryResultStore())
     images = 2
     corrupted = sum(count for _, _, count in calls)
     assert corrupted == (20 * 3 + 400 * 3 * 2) * images == outcome.corrupted_images
@@ -198,7 +199,7 @@ def test_brute_force_corrupts_each_base_once_and_each_cell_once(texture_folder: 
 # ----------------------------------------------------------------------------- serial engine → table
 def test_serial_brute_force_table_holds_the_measured_accuracies(texture_folder: Path, model) -> None:
     job = make_job(texture_folder, model, images=4, block_size=3)
-    outcome = compute_calibration(job, SerialBackend(job.render_context(), ModelEvaluator(model, batch_size=7)), MemoryResultStore())
+    outcome = compute_calibration(job, ModelBackend(SerialExecutor(), job.render_context(), model, batch_size=7), MemoryResultStore())
     table = outcome.table
     assert table.pairs() == (("gaussian_noise", "contrast"), ("contrast", "gaussian_noise"))
     assert (table.image_counts_array == 4).all()
@@ -226,13 +227,13 @@ def test_serial_brute_force_table_holds_the_measured_accuracies(texture_folder: 
 
 def test_results_do_not_depend_on_batch_size_or_unit_order(texture_folder: Path, model) -> None:
     job = make_job(texture_folder, model, images=4, block_size=2)
-    first = compute_calibration(job, SerialBackend(job.render_context(), ModelEvaluator(model, batch_size=64)), MemoryResultStore())
+    first = compute_calibration(job, ModelBackend(SerialExecutor(), job.render_context(), model, batch_size=64), MemoryResultStore())
 
-    class ReversedBackend(SerialBackend):
+    class ReversedBackend(ModelBackend):
         def run(self, units, on_result):
             super().run(list(reversed(units)), on_result)
 
-    second = compute_calibration(job, ReversedBackend(job.render_context(), ModelEvaluator(model, batch_size=5), images_per_task=7), MemoryResultStore())
+    second = compute_calibration(job, ReversedBackend(SerialExecutor(), job.render_context(), model, batch_size=5, images_per_task=7), MemoryResultStore())
     assert second.table.checksum() == first.table.checksum()
 
 

@@ -102,7 +102,7 @@ def test_adaptive_settings_from_the_command_line_are_used_and_recorded(texture_f
 def ray_cluster():
     """A local Ray cluster (2 CPUs, 100 MB object store) whose workers can import the test modules."""
     pytest.importorskip("ray")
-    from ccc.ray_runtime import ray_session
+    from ccc.execution import ray_session
 
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), previous]))

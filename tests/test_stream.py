@@ -21,7 +21,8 @@ import torch
 from PIL import Image
 
 from ccc.cli.verify import main as verify_main
-from ccc.generate import SerialBackend, generate_stream, load_source_images
+from ccc.execution import SerialExecutor
+from ccc.generate import generate_stream, load_source_images
 from ccc.imagenet import index_image_folder
 from ccc.shard_reader import ShardReadError, open_shard, parse_info, read_all, read_samples
 from ccc.stream import (
@@ -63,7 +64,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     plan = build_stream_plan(spec, table, sources)
     run = tmp_path_factory.mktemp("run") / "run"
-    generate_stream(plan, run, SerialBackend(), progress=False)
+    generate_stream(plan, run, SerialExecutor(), progress=False)
     return {"folder": folder, "table": table, "table_path": table_path, "plan": plan, "run": run}
 
 

@@ -24,7 +24,7 @@ from tta_eval.protocols.settings import (
 )
 from tta_eval.protocols.tempora import amortised_utility, decay_factors, discrete_utility, utility_decomposition
 from tta_eval.records import RecordTable
-from tta_eval.validation import check_positive_int
+from ccc.validation import check_positive_int
 
 DEFAULT_WINDOW = 10_000
 DEFAULT_COLLAPSE_SPAN = 50_000

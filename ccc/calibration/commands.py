@@ -25,8 +25,8 @@ from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_
 from ccc.calibration.table import CCC_CORRUPTIONS, CalibrationError, CalibrationTable
 from ccc.calibration.workfolder import WorkFolder, default_work_folder
 from ccc.cli.console import count
+from ccc.execution import RayUnavailableError, open_executor
 from ccc.imagenet import ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
-from ccc.ray_runtime import RayUnavailableError
 
 # torch, the model loader and the compute engine are imported when a command runs, so that
 # ``ccc-calibrate --help`` answers at once.
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ccc.calibration.adaptive import AdaptiveSettings
     from ccc.calibration.backends import CalibrationBackend
     from ccc.calibration.compute import CalibrationJob, CalibrationOutcome
-    from tta_eval.models import ModelSpec
+    from ccc.models import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def _with_demo_presets(table: CalibrationTable) -> CalibrationTable:
 
 def _model_identity(spec: ModelSpec) -> tuple[str, str | None]:
     """(model name for the metadata, sha256 of the weights file or None)."""
-    from tta_eval.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS
+    from ccc.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS
 
     weights_path = Path(spec.weights) if spec.weights is not None and Path(spec.weights).is_file() else None
     if weights_path is not None:
@@ -182,23 +182,20 @@ def _model_identity(spec: ModelSpec) -> tuple[str, str | None]:
 
 @contextlib.contextmanager
 def _open_backend(arguments: argparse.Namespace, job: CalibrationJob, spec: ModelSpec, model: nn.Module) -> Iterator[CalibrationBackend]:
-    """In-process with the already loaded ``model`` for ``--workers 0``, else Ray (actors load ``spec``)."""
-    from ccc.calibration.backends import SerialBackend, build_evaluator, ray_backend
+    """In-process with the already loaded ``model`` for ``--workers 0``, else Ray (workers load ``spec``)."""
+    from ccc.calibration.backends import ModelBackend
 
-    if arguments.workers == 0 and arguments.ray_address is None:
-        yield SerialBackend(job.render_context(), build_evaluator(model, arguments.device, arguments.batch_size, arguments.amp))
-        return
-    with ray_backend(
-        job.render_context(),
-        spec,
-        workers=arguments.workers,
-        address=arguments.ray_address,
-        device=arguments.device,
-        batch_size=arguments.batch_size,
-        amp=arguments.amp,
-        evaluators=arguments.evaluators,
-    ) as backend:
-        yield backend
+    serial = arguments.workers == 0 and arguments.ray_address is None
+    with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
+        yield ModelBackend(
+            executor,
+            job.render_context(),
+            model if serial else spec,
+            device=arguments.device,
+            batch_size=arguments.batch_size,
+            amp=arguments.amp,
+            evaluators=arguments.evaluators,
+        )
 
 
 class _ProgressBar:
@@ -242,7 +239,7 @@ def run_compute(arguments: argparse.Namespace) -> int:
     from ccc.calibration.adaptive import AdaptivePlanner
     from ccc.calibration.compute import BruteForcePlanner, CalibrationJob, CalibrationPlanner, compute_calibration, state_dict_digest
     from ccc.calibration.evaluator import MAX_BATCH_SIZE
-    from tta_eval.models import DEFAULT_MODEL, ModelSpec, load_model, resolve_device
+    from ccc.models import DEFAULT_MODEL, ModelSpec, load_model, resolve_device
 
     out = Path(arguments.out)
     folder_path = Path(arguments.work_folder) if arguments.work_folder else default_work_folder(out)

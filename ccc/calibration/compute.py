@@ -3,7 +3,8 @@
 :func:`compute_calibration` is the library entry point behind ``ccc-calibrate compute``::
 
     job = CalibrationJob(image_set, corruptions=("fog", "snow", "jpeg"), model_name=..., model_digest=...)
-    table = compute_calibration(job, SerialBackend(job.render_context(), evaluator), work_folder).table
+    backend = ModelBackend(SerialExecutor(), job.render_context(), model)
+    table = compute_calibration(job, backend, work_folder).table
 
 A **planner** decides which cells to measure on how many blocks of images, in rounds:
 
@@ -372,7 +373,7 @@ def compute_calibration(
 
     Args:
         job: what to compute.
-        backend: where units run (:class:`~ccc.calibration.backends.SerialBackend` or Ray).
+        backend: where units run (:class:`~ccc.calibration.backends.ModelBackend` on an executor, or a simulation).
         folder: the opened work folder (its results are reused, new ones appended), or a
             :class:`MemoryResultStore`.
         progress: optional callback, see :data:`ProgressCallback`.

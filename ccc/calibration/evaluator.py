@@ -30,7 +30,7 @@ class ModelEvaluator:
 
     Args:
         model: an ``nn.Module`` taking float N×3×H×W images in [0, 1] (normalisation inside, as
-            :func:`tta_eval.models.load_model` builds them) and returning N×classes logits.
+            :func:`ccc.models.load_model` builds them) and returning N×classes logits.
         device: torch device the model lives on.
         batch_size: images per forward pass, in [1, ``MAX_BATCH_SIZE``].
         amp: float16 autocast (CUDA only).

@@ -25,17 +25,15 @@ from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.cli.console import HelpFormatter, count, examples
 from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
+from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import (
     OutputFolderError,
-    RayBackend,
-    SerialBackend,
     expected_shard_names,
     generate_stream,
     load_source_images,
 )
 from ccc.imagenet import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
 from ccc.paths import PATH_OBJECTIVES
-from ccc.ray_runtime import RayUnavailableError, ray_session
 from ccc.render import SourceImageMismatchError
 from ccc.schedule import SCHEDULES, ScheduleError, build_schedule
 from ccc.schedule_report import describe_schedule, plot_schedule
@@ -260,11 +258,9 @@ def _run(arguments: argparse.Namespace) -> int:
     )
     plan = build_stream_plan(spec, table, sources)
     print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
-    if arguments.ray_address is None and arguments.workers == 1:
-        summary = generate_stream(plan, run_dir, SerialBackend(), overwrite=arguments.overwrite, progress=not arguments.no_progress)
-    else:
-        with ray_session(workers=arguments.workers, address=arguments.ray_address) as ray:
-            summary = generate_stream(plan, run_dir, RayBackend(ray), overwrite=arguments.overwrite, progress=not arguments.no_progress)
+    serial = arguments.ray_address is None and arguments.workers == 1
+    with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
+        summary = generate_stream(plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress)
     print(
         f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
         f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "

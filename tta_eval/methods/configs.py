@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
 
 DEFAULT_ENTROPY_MARGIN_FRACTION = 0.4
 

@@ -22,7 +22,7 @@ from tta_eval.protocols.execution import EpisodeTracker, check_nonfinite, method
 from tta_eval.protocols.settings import AmortisedProtocol
 from tta_eval.protocols.timing import Timing
 from tta_eval.records import BatchRecord
-from tta_eval.validation import check_positive
+from ccc.validation import check_positive
 
 
 def run_amortised(

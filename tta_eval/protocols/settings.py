@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
 
 RESET_MODES = ("never", "domain", "batches")
 NONFINITE_POLICIES = ("continue", "stop")
