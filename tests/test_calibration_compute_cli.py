@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ccc.calibration import CalibrationTable
-from ccc.calibration.cli import main
+from ccc.cli.calibrate import main
 from ccc.calibration.workfolder import default_work_folder
 from conftest import make_calibration_table, make_texture_folder, tiny_texture_classifier
 

@@ -64,7 +64,7 @@ def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None
     )  # fmt: skip
     textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
     calibrate = run_command(
-        "ccc.calibration.cli", "compute", "--imagenet", str(textures), "--model", "conftest:tiny_texture_classifier",
+        "ccc.cli.calibrate", "compute", "--imagenet", str(textures), "--model", "conftest:tiny_texture_classifier",
         "--out", str(tmp_path / "t.npz"), "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36",
         "--crop", "32", "--ray-address", address, "--no-progress",
     )  # fmt: skip

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli.console import HelpFormatter, examples
+from ccc.cli._common import HelpFormatter, examples
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
     PROTOCOLS,

@@ -14,16 +14,14 @@ from ccc.calibration.published import (
     load_calibration,
     read_matrix_pickle,
 )
+from ccc.calibration.presets import CCC_CORRUPTIONS, RESNET50_DIFFICULTY_PRESETS, DifficultyPreset
 from ccc.calibration.table import (
-    CCC_CORRUPTIONS,
     CORRUPTION_ALIASES,
     GRID_SIZE,
-    RESNET50_DIFFICULTY_PRESETS,
     SEVERITIES,
     CalibrationError,
     CalibrationMetadata,
     CalibrationTable,
-    DifficultyPreset,
     canonical_corruption_name,
 )
 

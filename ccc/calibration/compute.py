@@ -51,13 +51,8 @@ from ccc.calibration.engine import (
     single_cell,
 )
 from ccc.calibration.imageset import CalibrationImageSet
-from ccc.calibration.table import (
-    GRID_SIZE,
-    RESNET50_DIFFICULTY_PRESETS,
-    CalibrationError,
-    CalibrationMetadata,
-    CalibrationTable,
-)
+from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
+from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name
 
 logger = logging.getLogger(__name__)

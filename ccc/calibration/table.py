@@ -27,15 +27,15 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from numpy.typing import ArrayLike, NDArray
 
 from ccc import __version__ as _LIBRARY_VERSION
+from ccc.calibration.presets import DifficultyPreset
 from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
-from ccc.corruptions import CORRUPTIONS
 
 FORMAT_NAME = "ccc-calibration-table"
 FORMAT_VERSION = 1
@@ -61,9 +61,6 @@ _ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
 _ZIP_UNIX_SYSTEM = 3
 _ZIP_FILE_MODE = 0o100644 << 16
 
-CCC_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS
-"""The 15 corruptions of CCC in the public generator's order (its names: ``elastic``, ``jpeg``)."""
-
 CORRUPTION_ALIASES: Mapping[str, str] = _REGISTRY_ALIASES
 """ImageNet-C spellings → CCC spellings; a table answers to either spelling of a corruption."""
 
@@ -72,33 +69,6 @@ _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 class CalibrationError(ValueError):
     """A calibration table, its file or its source data is invalid; the message says where and why."""
-
-
-class DifficultyPreset(NamedTuple):
-    """A named difficulty: the target accuracy and the corruptions a stream may use.
-
-    ``target_accuracy`` is in percent, in [0, 100]; ``corruptions`` are names of the table (at least
-    two, since a stream needs pairs of distinct corruptions). Unpacks as ``target, names = preset``.
-    """
-
-    target_accuracy: float
-    corruptions: tuple[str, ...]
-
-
-def _all_but(*excluded: str) -> tuple[str, ...]:
-    return tuple(name for name in CCC_CORRUPTIONS if name not in excluded)
-
-
-RESNET50_DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
-    {
-        "easy": DifficultyPreset(40.0, _all_but("brightness")),
-        "medium": DifficultyPreset(20.0, _all_but("brightness", "jpeg")),
-        "hard": DifficultyPreset(
-            0.0, ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")
-        ),
-    }
-)
-"""The public generator's difficulties for the ResNet-50 table (CCC-Easy / Medium / Hard)."""
 
 
 def canonical_corruption_name(name: str) -> str:
@@ -419,7 +389,7 @@ class CalibrationTable:
             metadata: descriptive metadata; its ``corruptions`` may be left empty (filled in here)
                 or must equal ``corruptions``.
             difficulty_presets: name → (target accuracy in percent, corruption names); None for
-                none. :data:`RESNET50_DIFFICULTY_PRESETS` are the public ResNet-50 ones.
+                none. :data:`ccc.calibration.presets.RESNET50_DIFFICULTY_PRESETS` are the public ResNet-50 ones.
         """
         names = _validate_corruption_names(corruptions)
         if metadata.corruptions and tuple(metadata.corruptions) != names:

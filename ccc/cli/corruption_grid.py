@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 from tqdm import tqdm
 
-from ccc.cli.console import HelpFormatter, examples
+from ccc.cli._common import HelpFormatter, examples
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
 from ccc.corruptions._severity import validate_severity
 from ccc.imagenet import UNREADABLE_IMAGE_ERRORS

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
-from ccc.cli.console import HelpFormatter, count, examples
+from ccc.cli._common import HelpFormatter, count, examples
 from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import (

@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli.console import HelpFormatter, count, examples
+from ccc.cli._common import HelpFormatter, count, examples
 from ccc.imagenet import ImageFolderError, read_class_list
 from ccc.shards import ManifestError, load_manifest
 from ccc.stream_plan import PlanError

@@ -53,7 +53,7 @@ from torch import nn  # noqa: E402
 import ccc.calibration.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
 from ccc.calibration.backends import ModelBackend  # noqa: E402
-from ccc.calibration.commands import adaptive_setting_argument  # noqa: E402
+from ccc.cli.calibrate import adaptive_setting_argument  # noqa: E402
 from ccc.calibration.compute import (  # noqa: E402
     BruteForcePlanner,
     CalibrationJob,
@@ -497,7 +497,7 @@ def measure_full_scale_costs(repeats: int) -> dict[str, float]:
     torch.set_num_threads(1)
     generator = np.random.default_rng(0)
     image = generator.integers(0, 256, (224, 224, 3), dtype=np.uint8)
-    from ccc.calibration.table import CCC_CORRUPTIONS
+    from ccc.calibration.presets import CCC_CORRUPTIONS
 
     per_corruption = {}
     for name in CCC_CORRUPTIONS:
