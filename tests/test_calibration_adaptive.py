@@ -19,8 +19,8 @@ from ccc.calibration.adaptive import (
     estimate_grid,
     parse_adaptive_setting,
 )
-from ccc.calibration.backends import ModelBackend
-from ccc.calibration.compute import (
+from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.job import (
     BruteForcePlanner,
     CalibrationJob,
     CellMeasurement,
@@ -30,9 +30,9 @@ from ccc.calibration.compute import (
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.engine import Cell, UnitResult, grid_cell
-from ccc.calibration.simulation import CorrelatedImagesBackend
-from ccc.calibration.imageset import CalibrationImageSet, Preprocessing, select_calibration_images
+from ccc.calibration.compute.engine import Cell, UnitResult, grid_cell
+from ccc.calibration.compute.simulation import CorrelatedImagesBackend
+from ccc.calibration.compute.imageset import CalibrationImageSet, Preprocessing, select_calibration_images
 from ccc.execution import SerialExecutor
 from ccc.imagenet import index_image_folder
 from ccc.paths import find_path, path_accuracies

@@ -11,9 +11,9 @@ import torch
 import torchvision.transforms as transforms
 from PIL import Image
 
-import ccc.calibration.engine as engine
-from ccc.calibration.backends import ModelBackend
-from ccc.calibration.compute import (
+import ccc.calibration.compute.engine as engine
+from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.job import (
     BruteForcePlanner,
     CalibrationJob,
     MemoryResultStore,
@@ -22,7 +22,7 @@ from ccc.calibration.compute import (
     pending_units,
     state_dict_digest,
 )
-from ccc.calibration.engine import (
+from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     Cell,
     RenderContext,
@@ -31,8 +31,8 @@ from ccc.calibration.engine import (
     render_base,
     render_targets,
 )
-from ccc.calibration.evaluator import ModelEvaluator
-from ccc.calibration.imageset import Preprocessing, select_calibration_images
+from ccc.calibration.compute.evaluator import ModelEvaluator
+from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images
 from ccc.corruptions import corrupt
 from ccc.execution import SerialExecutor
 from ccc.imagenet import index_image_folder

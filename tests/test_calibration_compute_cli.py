@@ -11,7 +11,7 @@ import torch
 
 from ccc.calibration import CalibrationTable
 from ccc.cli.calibrate import main
-from ccc.calibration.workfolder import default_work_folder
+from ccc.calibration.compute.workfolder import default_work_folder
 from conftest import make_calibration_table, make_texture_folder, tiny_texture_classifier
 
 TESTS = Path(__file__).parent
@@ -176,7 +176,7 @@ def test_weights_that_do_not_load(texture_folder: Path, tmp_path: Path, capsys) 
 def test_a_work_folder_of_another_corruption_list_is_kept(texture_folder: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "t.npz"
     folder = default_work_folder(out)
-    from ccc.calibration.workfolder import WorkFolder
+    from ccc.calibration.compute.workfolder import WorkFolder
 
     with WorkFolder.open(folder, {"format": "ccc-calibration-run", "corruptions": ["fog", "snow"]}):
         pass

@@ -15,8 +15,8 @@ import pytest
 
 from ccc.calibration import CalibrationTable
 from ccc.cli.calibrate import main
-from ccc.calibration.engine import Cell, UnitResult, WorkUnit
-from ccc.calibration.workfolder import (
+from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
+from ccc.calibration.compute.workfolder import (
     RESULTS_FILE,
     WorkFolder,
     WorkFolderError,

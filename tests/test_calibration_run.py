@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ccc.calibration import CalibrationTable, DifficultyPreset
-from ccc.calibration.imageset import Preprocessing
+from ccc.calibration.compute.imageset import Preprocessing
 from ccc.calibration.run import CalibrationConfig, calibrate
 from ccc.calibration.table import CalibrationError
-from ccc.calibration.workfolder import default_work_folder
+from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.cli.calibrate import main
 from ccc.models import ModelSpec
 from conftest import make_texture_folder, tiny_texture_classifier

@@ -2,7 +2,7 @@
 
 One type, :class:`DifficultyPreset`, for every table's presets (stored in the table file, see
 ``docs/calibration_format.md``), and the public generator's presets for the ResNet-50 table, which
-:func:`ccc.calibration.compute.compute_calibration` attaches to a computed ResNet-50 table and
+:func:`ccc.calibration.compute.job.compute_calibration` attaches to a computed ResNet-50 table and
 :func:`ccc.calibration.import_ccc_pickle` to the imported published one.
 """
 

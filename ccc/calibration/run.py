@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
-from ccc.calibration.backends import ModelBackend
-from ccc.calibration.compute import (
+from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.job import (
     BruteForcePlanner,
     CalibrationJob,
     CalibrationOutcome,
@@ -35,12 +35,12 @@ from ccc.calibration.compute import (
     compute_calibration,
     state_dict_digest,
 )
-from ccc.calibration.engine import DEFAULT_BLOCK_SIZE
-from ccc.calibration.evaluator import MAX_BATCH_SIZE
-from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
+from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
+from ccc.calibration.compute.evaluator import MAX_BATCH_SIZE
+from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
-from ccc.calibration.workfolder import WorkFolder, default_work_folder
+from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.execution import open_executor
 from ccc.imagenet import index_image_folder, resolve_imagenet_folder
 from ccc.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device

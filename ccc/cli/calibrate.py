@@ -29,12 +29,12 @@ import numpy as np
 from tqdm import tqdm
 
 from ccc.cache import DownloadError
-from ccc.calibration.engine import DEFAULT_BLOCK_SIZE
-from ccc.calibration.imageset import DEFAULT_IMAGE_COUNT, Preprocessing
+from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
+from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing
 from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
-from ccc.calibration.workfolder import default_work_folder
+from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.cli._common import INTERRUPTED_EXIT_CODE, HelpFormatter, count, examples, float_list, integer_at_least, name_list, run_command
 from ccc.execution import RayUnavailableError
 from ccc.imagenet import ImageFolderError, read_class_list

@@ -50,11 +50,11 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch import nn  # noqa: E402
 
-import ccc.calibration.engine as engine  # noqa: E402
+import ccc.calibration.compute.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
-from ccc.calibration.backends import ModelBackend  # noqa: E402
+from ccc.calibration.compute.backends import ModelBackend  # noqa: E402
 from ccc.cli.calibrate import adaptive_setting_argument  # noqa: E402
-from ccc.calibration.compute import (  # noqa: E402
+from ccc.calibration.compute.job import (  # noqa: E402
     BruteForcePlanner,
     CalibrationJob,
     CalibrationPlanner,
@@ -63,9 +63,9 @@ from ccc.calibration.compute import (  # noqa: E402
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.imageset import Preprocessing, select_calibration_images  # noqa: E402
-from ccc.calibration.simulation import CorrelatedImagesBackend  # noqa: E402
-from ccc.calibration.workfolder import WorkFolder  # noqa: E402
+from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images  # noqa: E402
+from ccc.calibration.compute.simulation import CorrelatedImagesBackend  # noqa: E402
+from ccc.calibration.compute.workfolder import WorkFolder  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402
 from ccc.execution import SerialExecutor, open_executor  # noqa: E402
 from ccc.imagenet import index_image_folder  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.engine import (
+from ccc.calibration.compute.engine import (
     DEFAULT_IMAGES_PER_TASK,
     RenderContext,
     UnitResult,

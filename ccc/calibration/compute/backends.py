@@ -2,21 +2,21 @@
 
 A calibration backend's :meth:`~CalibrationBackend.run` takes work units and calls ``on_result``
 once per unit, as each finishes (in any order). :class:`ModelBackend` holds no pixel or model logic:
-it calls :func:`ccc.calibration.engine.render_base`, :func:`~ccc.calibration.engine.render_targets`
-and :meth:`~ccc.calibration.evaluator.ModelEvaluator.predict`, which alone decide the numbers, on an
+it calls :func:`ccc.calibration.compute.engine.render_base`, :func:`~ccc.calibration.compute.engine.render_targets`
+and :meth:`~ccc.calibration.compute.evaluator.ModelEvaluator.predict`, which alone decide the numbers, on an
 executor of :mod:`ccc.execution` (which holds no calibration logic), so every executor and layout
 gives identical results. Two layouts:
 
 - whole units (``device="cpu"``, or any device on a :class:`~ccc.execution.SerialExecutor`): one
   worker per CPU slot holds the model *and* renders, running whole units with
-  :func:`~ccc.calibration.evaluator.execute_unit` (no images cross process boundaries, one core per
+  :func:`~ccc.calibration.compute.evaluator.execute_unit` (no images cross process boundaries, one core per
   worker), each fed a new unit as soon as it finishes one;
 - split (``device="cuda"`` on Ray): tasks do the CPU work (decode, preprocess, corrupt: one task
   renders a unit's base images, further tasks render groups of about ``images_per_task`` target
   images from it); one worker per GPU holds the model and predicts. At most a bounded number of
   rendered groups are in flight, so the object store holds a few hundred MB at most.
 
-Other backends (e.g. :class:`ccc.calibration.simulation.CorrelatedImagesBackend`, which draws
+Other backends (e.g. :class:`ccc.calibration.compute.simulation.CorrelatedImagesBackend`, which draws
 results instead of measuring them) implement :class:`CalibrationBackend` directly.
 """
 
@@ -32,7 +32,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.engine import (
+from ccc.calibration.compute.engine import (
     DEFAULT_IMAGES_PER_TASK,
     RenderContext,
     UnitResult,
@@ -42,7 +42,7 @@ from ccc.calibration.engine import (
     render_targets,
     target_groups,
 )
-from ccc.calibration.evaluator import ModelEvaluator, execute_unit
+from ccc.calibration.compute.evaluator import ModelEvaluator, execute_unit
 from ccc.execution import Executor
 from ccc.models import ModelSpec, load_model
 

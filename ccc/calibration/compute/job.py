@@ -15,7 +15,7 @@ A **planner** decides which cells to measure on how many blocks of images, in ro
 
 Requests are cumulative "cell → number of blocks" (a cell measured on ``b`` blocks used the first
 ``b`` blocks of the evaluation order). Work already in the work folder is skipped; the rest is
-grouped into :class:`~ccc.calibration.engine.WorkUnit` s (one per base corruption, severity and
+grouped into :class:`~ccc.calibration.compute.engine.WorkUnit` s (one per base corruption, severity and
 block, so every base image is corrupted once and reused for all its targets) and handed to a
 backend. A round's decisions only read results of the blocks requested by earlier rounds, so a run
 that is killed and restarted makes the same decisions and ends with the same table.
@@ -39,8 +39,8 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.backends import CalibrationBackend
-from ccc.calibration.engine import (
+from ccc.calibration.compute.backends import CalibrationBackend
+from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,
     Cell,
@@ -50,7 +50,7 @@ from ccc.calibration.engine import (
     grid_cell,
     single_cell,
 )
-from ccc.calibration.imageset import CalibrationImageSet
+from ccc.calibration.compute.imageset import CalibrationImageSet
 from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
 from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name
@@ -315,7 +315,7 @@ class CalibrationOutcome:
 
 
 class ResultStore(Protocol):
-    """Where finished units go: :class:`~ccc.calibration.workfolder.WorkFolder` (persistent) or
+    """Where finished units go: :class:`~ccc.calibration.compute.workfolder.WorkFolder` (persistent) or
     :class:`MemoryResultStore`. ``results`` maps (cell, block) to correct predictions."""
 
     results: dict[tuple[Cell, int], int]
@@ -368,7 +368,7 @@ def compute_calibration(
 
     Args:
         job: what to compute.
-        backend: where units run (:class:`~ccc.calibration.backends.ModelBackend` on an executor, or a simulation).
+        backend: where units run (:class:`~ccc.calibration.compute.backends.ModelBackend` on an executor, or a simulation).
         folder: the opened work folder (its results are reused, new ones appended), or a
             :class:`MemoryResultStore`.
         progress: optional callback, see :data:`ProgressCallback`.

@@ -144,7 +144,7 @@ class CalibrationImageSet:
         """A seeded permutation of the positions 0 … N−1; result blocks are consecutive runs of it.
 
         Any run of this order mixes all classes, so a cell measured on a few blocks (as the adaptive
-        scheme does, :func:`ccc.calibration.compute.cell_blocks`) sees a random subset of the set.
+        scheme does, :func:`ccc.calibration.compute.job.cell_blocks`) sees a random subset of the set.
         """
         generator = np.random.default_rng(
             np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,))

@@ -22,8 +22,8 @@ first row/column of any pair.
 
 Pixels are rendered by :func:`render_base` and :func:`render_targets` (numpy only: this module does
 not import torch, so Ray rendering workers start fast); predictions come from
-:class:`ccc.calibration.evaluator.ModelEvaluator`; :func:`ccc.calibration.evaluator.execute_unit`
-combines them in-process and the Ray backend (:mod:`ccc.calibration.backends`) runs the same
+:class:`ccc.calibration.compute.evaluator.ModelEvaluator`; :func:`ccc.calibration.compute.evaluator.execute_unit`
+combines them in-process and the Ray backend (:mod:`ccc.calibration.compute.backends`) runs the same
 functions in tasks and actors.
 """
 
@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.calibration.imageset import CalibrationImageSet
+from ccc.calibration.compute.imageset import CalibrationImageSet
 from ccc.calibration.table import SEVERITIES
 from ccc.corruptions import canonical_name, corrupt_batch, get_corruption
 
