@@ -185,16 +185,19 @@ def _adaptive_settings(overrides: list[tuple[str, object]], targets: list[float]
 
 
 class _ProgressBar:
-    """tqdm over model evaluations; the total grows as adaptive rounds are planned."""
+    """tqdm over model evaluations, opened at the first report; the total grows as adaptive rounds are planned."""
 
     def __init__(self, enabled: bool) -> None:
-        interactive = sys.stderr.isatty()
-        self._bar = tqdm(
-            total=0, unit="img", unit_scale=True, desc="calibrating", disable=not enabled,
-            mininterval=0.5 if interactive else 30.0, dynamic_ncols=True,
-        )
+        self._enabled = enabled
+        self._bar: tqdm[None] | None = None
 
     def __call__(self, finished: int, planned: int) -> None:
+        if self._bar is None:
+            interactive = sys.stderr.isatty()
+            self._bar = tqdm(
+                total=0, unit="img", unit_scale=True, desc="calibrating", disable=not self._enabled,
+                mininterval=0.5 if interactive else 30.0, dynamic_ncols=True,
+            )
         if planned:
             self._bar.total += planned
             self._bar.refresh()
@@ -202,7 +205,8 @@ class _ProgressBar:
             self._bar.update(finished)
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _summary(run: CalibrationRun, folder: Path) -> str:
