@@ -5,6 +5,10 @@
   (``docs/calibration_format.md``).
 - :func:`import_ccc_pickle` — safe import of the published CCC matrices (pickle file or URL).
 - :func:`load_calibration` — a table from a ``.npz``, the published pickle or its URL (converted once, cached).
+
+Computing a table: :func:`ccc.calibration.run.calibrate` (the whole run, behind ``ccc-calibrate
+compute``) over :mod:`ccc.calibration.compute` and :mod:`ccc.calibration.adaptive`; imported on
+demand, since they load torch.
 """
 
 from ccc.calibration.published import (
