@@ -96,7 +96,7 @@ def test_selection_rejects_bad_counts(tmp_path: Path) -> None:
     index = index_image_folder(make_image_folder(tmp_path / "val", classes=2, images_per_class=2, size=(40, 40)), progress=False)
     with pytest.raises(ValueError, match=r"images must be an integer in \[1, 4\].*got 5"):
         select_calibration_images(index, 5)
-    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
         select_calibration_images(index, 2, seed=-1)
 
 
@@ -251,9 +251,9 @@ def test_job_and_evaluator_validate_their_inputs(texture_folder: Path, model) ->
         make_job(texture_folder, model, ("jpeg", "jpeg_compression"))
     with pytest.raises(ValueError, match="at least 2 corruptions"):
         make_job(texture_folder, model, ("jpeg",))
-    with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1, got 0"):
         RenderContext(make_job(texture_folder, model).image_set, ("fog", "snow"), 0, 0)
     with pytest.raises(ValueError, match="amp.*needs a CUDA device"):
         ModelEvaluator(model, "cpu", amp=True)
-    with pytest.raises(ValueError, match="batch_size must be an integer in \\[1, 65,536\\], got 0"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         ModelEvaluator(model, "cpu", batch_size=0)

@@ -36,7 +36,6 @@ from ccc.calibration.compute.job import (
     state_dict_digest,
 )
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
-from ccc.calibration.compute.evaluator import MAX_BATCH_SIZE
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
@@ -44,6 +43,7 @@ from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.execution import open_executor
 from ccc.imagenet import index_image_folder, resolve_imagenet_folder
 from ccc.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
+from ccc.validation import MAX_BATCH_SIZE
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "calibrate", "model_identity"]
 

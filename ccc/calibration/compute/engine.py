@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from ccc.calibration.compute.imageset import CalibrationImageSet
 from ccc.calibration.table import SEVERITIES
 from ccc.corruptions import canonical_name, corrupt_batch, get_corruption
+from ccc.validation import check_non_negative_int, check_positive_int
 
 NO_CORRUPTION = -1
 """Corruption index of "no corruption" (the clean cell, the second stage of a single cell)."""
@@ -155,10 +156,8 @@ class RenderContext:
     _order: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_positive_int("block_size", self.block_size)
+        check_non_negative_int("seed", self.seed)
         names = tuple(canonical_name(name, "corruptions") for name in self.corruptions)
         object.__setattr__(self, "corruptions", names)
         object.__setattr__(self, "_order", tuple(int(k) for k in self.image_set.evaluation_order()))

@@ -25,6 +25,7 @@ from PIL import Image
 
 from ccc.corruptions import MIN_IMAGE_SIDE
 from ccc.imagenet import ImageFolderError, ImageIndex
+from ccc.validation import check_non_negative_int
 
 DEFAULT_IMAGE_COUNT = 5000
 """Calibration images of the paper (5 per ImageNet class)."""
@@ -185,8 +186,7 @@ def select_calibration_images(
         raise ValueError(
             f"images must be an integer in [1, {len(index)}] (the images of {index.root}), got {count!r}"
         )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_non_negative_int("seed", seed)
     generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SELECTION_STREAM,)))
     by_class: list[list[int]] = [[] for _ in index.classes]
     for position, image in enumerate(index.images):
