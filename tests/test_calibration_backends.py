@@ -4,7 +4,6 @@ here exercised on the serial executor posing as a distributed one with a GPU."""
 
 from __future__ import annotations
 
-
 import pytest
 
 import ccc.calibration.compute.backends as backends
