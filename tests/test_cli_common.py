@@ -39,6 +39,12 @@ def test_run_command_turns_user_errors_into_one_line(capsys) -> None:
     assert capsys.readouterr().err == "ccc-x: interrupted; rerun to resume\n"
     assert run_command("ccc-x", lambda: 0) == 0
 
+    def missing() -> int:
+        return len(open("/nonexistent/table.npz").read())
+
+    assert run_command("ccc-x", missing) == USER_ERROR_EXIT_CODE
+    assert capsys.readouterr().err == "ccc-x: error: /nonexistent/table.npz: No such file or directory\n"
+
     def bug() -> int:
         raise KeyError("not a user error")
 

@@ -117,8 +117,14 @@ def float_list(text: str) -> list[float]:
 
 
 def one_line(error: BaseException) -> str:
-    """The error's message on one line (line breaks and runs of spaces become one space)."""
-    return " ".join(str(error).split())
+    """The error's message on one line (line breaks and runs of spaces become one space); a failed
+    file operation as "FILE: reason" (or "FILE -> FILE2: reason"), without "[Errno N]"."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        files = f"{error.filename} -> {error.filename2}" if error.filename2 is not None else f"{error.filename}"
+        text = f"{files}: {error.strerror}"
+    else:
+        text = str(error)
+    return " ".join(text.split())
 
 
 def run_command(
