@@ -36,6 +36,7 @@ in a subclass here; the callers and the two patterns need no change.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import math
@@ -234,15 +235,16 @@ def _start_watchdog(session_dir: str | None) -> subprocess.Popen[bytes] | None:
 _END = object()  # sentinel of an exhausted item iterator
 
 
-class Worker:
+class Worker(abc.ABC):
     """A stateful worker of an executor (see :meth:`Executor.start_workers`)."""
 
+    @abc.abstractmethod
     def submit(self, function: Callable[..., Any], *arguments: Any) -> Any:
         """Start ``function(state, *arguments)`` on this worker; returns a handle of its result."""
         raise NotImplementedError
 
 
-class Executor:
+class Executor(abc.ABC):
     """Runs plain functions as tasks and on stateful workers; see the module docstring.
 
     Handles are opaque: pass them to :meth:`get`, :meth:`wait`, :meth:`cancel`, or as arguments of
@@ -257,32 +259,39 @@ class Executor:
     max_in_flight: int = 1
 
     @property
+    @abc.abstractmethod
     def cpus(self) -> int:
         """CPUs calls can run on at once."""
         raise NotImplementedError
 
     @property
+    @abc.abstractmethod
     def gpus(self) -> int:
         """GPUs available to workers."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def put(self, value: Any) -> Any:
         """A handle of ``value``, to send it once to many calls."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def submit(self, function: Callable[..., Any], *arguments: Any) -> Any:
         """Start ``function(*arguments)`` as a task (one CPU); returns a handle of its result."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def start_workers(self, setup: Callable[..., Any], *arguments: Any, count: int, gpus: int = 0) -> list[Worker]:
         """``count`` (>= 1) workers, each holding ``setup(*arguments)``; each takes one CPU and ``gpus`` GPUs."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def wait(self, handles: Sequence[Any]) -> list[Any]:
         """Those of ``handles`` that are finished: at least one, unless about a second passed
         (a finite wait keeps the caller responsive to Ctrl-C)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def get(self, handle: Any) -> Any:
         """The result behind ``handle``; a failed call raises its original exception."""
         raise NotImplementedError
