@@ -1,6 +1,6 @@
 """Watchdog of a local Ray cluster: ends the cluster's processes when the command that started it ends.
 
-Run by :func:`ccc.ray_runtime.ray_session` as ``python _ray_watchdog.py DRIVER_PID SESSION_DIR`` with
+Run by :func:`ccc.execution.ray_session` as ``python _ray_watchdog.py DRIVER_PID SESSION_DIR`` with
 a pipe on standard input whose other end only the driver holds. While the driver lives, the watchdog
 notes once a second the cluster's processes: the driver's descendants whose command line names the
 cluster's session folder (GCS, raylet, dashboard, log monitor) and every process below those (agents,

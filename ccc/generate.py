@@ -1,19 +1,17 @@
 """Generating a stream into a run folder: plan → render (serial or Ray) → write shards, resumable.
 
 The driver (this process) owns the run folder: it checks or creates the manifest, splits the
-unfinished shards into chunks of consecutive samples, hands the chunks to a backend and writes the
-rendered samples in order, shard by shard, updating the manifest after each shard. Backends only
-map a function over items and return the results in order:
-
-- :class:`SerialBackend` renders in this process (tests, ``--workers 1``);
-- :class:`RayBackend` runs one Ray task per chunk on a local or remote cluster, keeps a bounded
-  number in flight, and lets Ray retry a task whose worker died or that raised ``OSError``.
+unfinished shards into chunks of consecutive samples, maps :func:`render_chunk` over the chunks
+with an executor (:mod:`ccc.execution`: :class:`~ccc.execution.SerialExecutor` in this process,
+:class:`~ccc.execution.RayExecutor` one Ray task per chunk on a local or remote cluster, a bounded
+number in flight, a task retried when its worker died or it raised ``OSError``) and writes the
+rendered samples in order, shard by shard, updating the manifest after each shard.
 
 Workers return encoded samples to the driver, so only the source image folder must be readable
 at the same path on every node; the run folder is written by the driver alone.
 
 Every sample is a pure function of the plan and its index, so the shards are byte-identical
-whatever the backend, the number of workers or the number of interruptions.
+whatever the executor, the number of workers or the number of interruptions.
 """
 
 from __future__ import annotations
@@ -25,14 +23,15 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from PIL import Image
 from tqdm import tqdm
 
+from ccc.execution import Executor
 from ccc.folder_lock import FolderLock
 from ccc.render import RenderedSample, render_sample
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
@@ -42,11 +41,8 @@ from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
-    "Backend",
     "GenerationSummary",
     "OutputFolderError",
-    "RayBackend",
-    "SerialBackend",
     "expected_shard_names",
     "generate_stream",
     "library_versions",
@@ -56,16 +52,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 25
-"""Samples per backend task."""
+"""Samples per executor task."""
 
 LOCK_NAME = ".ccc-generate.lock"
 _PROGRESS_INTERVAL_TTY_SECONDS = 0.5
 _PROGRESS_INTERVAL_LOG_SECONDS = 60.0
-_END = object()  # sentinel for an exhausted item iterator
-
-Item = TypeVar("Item")
-Shared = TypeVar("Shared")
-Result = TypeVar("Result")
 
 
 class OutputFolderError(ValueError):
@@ -105,86 +96,6 @@ def render_chunk(plan: StreamPlan, chunk: tuple[int, int]) -> list[RenderedSampl
         spec = plan_sample(plan, index)
         rendered.append(render_sample(spec, (root / spec.source_path).read_bytes()))
     return rendered
-
-
-class Backend(Protocol):
-    """Maps a function over items and yields the results in item order."""
-
-    def map_ordered(self, function: Callable[[Shared, Item], Result], shared: Shared, items: Iterable[Item]) -> Iterator[Result]:
-        """Yield ``function(shared, item)`` for each item, in order; ``shared`` is sent to workers once."""
-        ...
-
-
-class SerialBackend:
-    """Runs every call in this process, one after the other."""
-
-    def map_ordered(self, function: Callable[[Shared, Item], Result], shared: Shared, items: Iterable[Item]) -> Iterator[Result]:
-        """Yield ``function(shared, item)`` for each item, in order."""
-        for item in items:
-            yield function(shared, item)
-
-
-class RayBackend:
-    """One Ray task per item on the cluster ``ray`` is connected to (see :func:`ccc.ray_runtime.ray_session`).
-
-    Args:
-        ray: the connected ``ray`` module.
-        max_in_flight: tasks submitted but not yet consumed, >= 1 (default: twice the cluster's CPUs).
-            It bounds memory; ``1`` runs one task at a time.
-        max_retries: retries of a task whose worker died or that raised ``OSError``, >= 0.
-    """
-
-    def __init__(self, ray: Any, max_in_flight: int | None = None, max_retries: int = 3) -> None:
-        if max_in_flight is not None and (isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1):
-            raise ValueError(f"max_in_flight must be None or an integer >= 1, got {max_in_flight!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-        self._ray = ray
-        self.max_in_flight = max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        self.max_retries = max_retries
-
-    def map_ordered(self, function: Callable[[Shared, Item], Result], shared: Shared, items: Iterable[Item]) -> Iterator[Result]:
-        """Yield ``function(shared, item)`` for each item, in order, computed by Ray tasks.
-
-        ``items`` is consumed lazily. A task's exception is re-raised as the original exception
-        (not Ray's wrapper), so callers see the same errors as with :class:`SerialBackend`.
-        """
-        ray = self._ray
-        remote_function = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[OSError])(function)
-        shared_reference = ray.put(shared)
-        remaining = iter(items)
-        exhausted = False
-        pending: dict[Any, int] = {}
-        finished: dict[int, Any] = {}
-        submitted = yielded = 0
-        try:
-            while True:
-                while not exhausted and len(pending) + len(finished) < self.max_in_flight:
-                    item = next(remaining, _END)
-                    if item is _END:
-                        exhausted = True
-                        break
-                    pending[remote_function.remote(shared_reference, item)] = submitted
-                    submitted += 1
-                if yielded in finished:
-                    yield finished.pop(yielded)
-                    yielded += 1
-                    continue
-                if not pending:
-                    return
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for reference in ready:
-                    position = pending.pop(reference)
-                    try:
-                        finished[position] = ray.get(reference)
-                    except ray.exceptions.RayTaskError as error:
-                        cause = getattr(error, "cause", None)
-                        if isinstance(cause, Exception):
-                            raise cause from error
-                        raise
-        finally:
-            for reference in pending:
-                ray.cancel(reference)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,7 +227,7 @@ def _chunks(sample_range: range, chunk_size: int) -> list[tuple[int, int]]:
 def generate_stream(
     plan: StreamPlan,
     run_dir: str | os.PathLike[str],
-    backend: Backend,
+    executor: Executor,
     *,
     overwrite: bool = False,
     progress: bool = True,
@@ -330,10 +241,11 @@ def generate_stream(
     Args:
         plan: the stream plan.
         run_dir: the run folder.
-        backend: :class:`SerialBackend` or :class:`RayBackend`.
+        executor: where chunks are rendered (:class:`~ccc.execution.SerialExecutor` or
+            :class:`~ccc.execution.RayExecutor`).
         overwrite: delete shards, temporary files and manifest of whatever stream the folder holds first.
         progress: show a tqdm progress bar on stderr (redrawn at most every 60 s when stderr is not a terminal).
-        chunk_size: samples per backend task, >= 1.
+        chunk_size: samples per executor task, >= 1.
 
     Raises:
         OutputFolderError: the folder holds another stream or unknown shards (without ``overwrite``),
@@ -358,7 +270,7 @@ def generate_stream(
         rendered_images = bytes_written = 0
         with (
             tqdm(total=spec.num_images, initial=done_images, unit="img", desc=folder.name, disable=not progress, mininterval=interval) as bar,
-            contextlib.closing(backend.map_ordered(render_chunk, plan, chunks)) as results,
+            contextlib.closing(executor.map_ordered(render_chunk, plan, chunks)) as results,
         ):
             for shard_index in pending:
                 sample_range = spec.shard_range(shard_index)

@@ -100,7 +100,8 @@ def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image
     """A CCC run folder ``root/baseline_30_transition+speed_<speed>_seed_43`` of ``num_images`` samples
     (shards of ``shard_size``), rendered serially over ``image_folder`` (default: a fresh 3-class
     ``make_image_folder`` under ``root``) with ``make_calibration_table()`` at target 30 %."""
-    from ccc.generate import SerialBackend, generate_stream
+    from ccc.execution import SerialExecutor
+    from ccc.generate import generate_stream
     from ccc.stream.sources import index_image_folder, load_source_images
     from ccc.stream.plan import build_stream_plan
     from ccc.stream.spec import StreamSpec, run_name
@@ -119,7 +120,7 @@ def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image
         shard_size=shard_size,
     )
     run = root / run_name(30.0, speed, 43)
-    generate_stream(build_stream_plan(spec, table, sources), run, SerialBackend(), progress=False)
+    generate_stream(build_stream_plan(spec, table, sources), run, SerialExecutor(), progress=False)
     return run
 
 

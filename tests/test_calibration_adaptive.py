@@ -19,8 +19,8 @@ from ccc.calibration.adaptive import (
     estimate_grid,
     parse_adaptive_setting,
 )
-from ccc.calibration.backends import SerialBackend
-from ccc.calibration.compute import (
+from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.job import (
     BruteForcePlanner,
     CalibrationJob,
     CellMeasurement,
@@ -30,10 +30,10 @@ from ccc.calibration.compute import (
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.engine import Cell, UnitResult, grid_cell
-from ccc.calibration.evaluator import ModelEvaluator
-from ccc.calibration.simulation import CorrelatedImagesBackend
-from ccc.calibration.imageset import CalibrationImageSet, Preprocessing, select_calibration_images
+from ccc.calibration.compute.engine import Cell, UnitResult, grid_cell
+from ccc.calibration.compute.simulation import CorrelatedImagesBackend
+from ccc.calibration.compute.imageset import CalibrationImageSet, Preprocessing, select_calibration_images
+from ccc.execution import SerialExecutor
 from ccc.stream.sources import index_image_folder
 from ccc.stream.paths import find_path, path_accuracies
 from conftest import make_texture_folder, tiny_texture_classifier
@@ -584,7 +584,7 @@ def test_adaptive_on_real_images_measures_exactly_what_brute_force_measures(tmp_
 
     brute_store, adaptive_store = MemoryResultStore(), MemoryResultStore()
     brute_job = job(BruteForcePlanner(2, blocks))
-    backend = SerialBackend(brute_job.render_context(), ModelEvaluator(model))
+    backend = ModelBackend(SerialExecutor(), brute_job.render_context(), model)
     brute = compute_calibration(brute_job, backend, brute_store)
     settings = AdaptiveSettings(targets=(75.0, 60.0), coarse_fraction=1 / 6, refine_fraction=1 / 3, path_fraction=1 / 3)
     adaptive = compute_calibration(job(AdaptivePlanner(settings, 2, blocks, 2, 12)), backend, adaptive_store)

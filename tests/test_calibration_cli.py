@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ccc.calibration import CCC_CORRUPTIONS, CalibrationTable
-from ccc.calibration.cli import SUBCOMMANDS, build_parser, main
+from ccc.cli.calibrate import SUBCOMMANDS, build_parser, main
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_help_lists_registered_subcommands(capsys):
 
 
 def test_extension_point_adds_a_subcommand(capsys):
-    from ccc.calibration.cli import Subcommand
+    from ccc.cli.calibrate import Subcommand
 
     def add_arguments(parser):
         parser.add_argument("--value", type=int, required=True)

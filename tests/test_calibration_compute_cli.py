@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ccc.calibration import CalibrationTable
-from ccc.calibration.cli import main
-from ccc.calibration.workfolder import default_work_folder
+from ccc.cli.calibrate import main
+from ccc.calibration.compute.workfolder import default_work_folder
 from conftest import make_calibration_table, make_texture_folder, tiny_texture_classifier
 
 TESTS = Path(__file__).parent
@@ -102,7 +102,7 @@ def test_adaptive_settings_from_the_command_line_are_used_and_recorded(texture_f
 def ray_cluster():
     """A local Ray cluster (2 CPUs, 100 MB object store) whose workers can import the test modules."""
     pytest.importorskip("ray")
-    from ccc.ray_runtime import ray_session
+    from ccc.execution import ray_session
 
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), previous]))
@@ -176,7 +176,7 @@ def test_weights_that_do_not_load(texture_folder: Path, tmp_path: Path, capsys) 
 def test_a_work_folder_of_another_corruption_list_is_kept(texture_folder: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "t.npz"
     folder = default_work_folder(out)
-    from ccc.calibration.workfolder import WorkFolder
+    from ccc.calibration.compute.workfolder import WorkFolder
 
     with WorkFolder.open(folder, {"format": "ccc-calibration-run", "corruptions": ["fog", "snow"]}):
         pass

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from ccc.calibration import CalibrationTable
-from ccc.calibration.cli import main
-from ccc.calibration.engine import Cell, UnitResult, WorkUnit
-from ccc.calibration.workfolder import (
+from ccc.cli.calibrate import main
+from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
+from ccc.calibration.compute.workfolder import (
     RESULTS_FILE,
     WorkFolder,
     WorkFolderError,
@@ -164,7 +164,7 @@ def test_sigkill_then_restart_gives_the_uninterrupted_table(tmp_path: Path) -> N
     out = tmp_path / "killed.npz"
     log = default_work_folder(out) / RESULTS_FILE
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "ccc.calibration.cli", *compute_arguments(folder, out)]
+    command = [sys.executable, "-m", "ccc.cli.calibrate", *compute_arguments(folder, out)]
     process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:

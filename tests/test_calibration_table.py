@@ -22,7 +22,7 @@ from ccc.calibration import (
     CalibrationTable,
     DifficultyPreset,
 )
-from ccc.calibration.table import MAX_METADATA_BYTES
+from ccc.calibration.table_io import MAX_METADATA_BYTES
 
 NAMES = ("fog", "snow", "jpeg")
 

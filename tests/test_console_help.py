@@ -1,6 +1,6 @@
 """``--help`` of every console script: defaults shown, examples at the end, no heavy import (torch, Ray,
 matplotlib), the protocol symbols explained in words, the registered stream schemes named; the shared
-formatter and counted nouns of ``ccc.cli.console``."""
+formatter and counted nouns of ``ccc.cli._common``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ccc.cli.console import HelpFormatter, count, examples
+from ccc.cli._common import HelpFormatter, count, examples
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCRIPTS = ["ccc.cli.generate", "ccc.cli.verify", "ccc.cli.corruption_grid", "ccc.calibration.cli", "tta_eval.cli"]
+SCRIPTS = ["ccc.cli.generate", "ccc.cli.verify", "ccc.cli.corruption_grid", "ccc.cli.calibrate", "tta_eval.cli"]
 """The modules whose ``main`` the five console scripts run (a subcommand's help imports the same modules)."""
 
 HEAVY_MODULES = ("torch", "ray", "matplotlib")
@@ -59,7 +59,7 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 def _all_parsers() -> list[argparse.ArgumentParser]:
-    from ccc.calibration.cli import build_parser as calibrate_parser
+    from ccc.cli.calibrate import build_parser as calibrate_parser
     from ccc.cli.corruption_grid import build_parser as grid_parser
     from ccc.cli.generate import build_parser as generate_parser
     from ccc.cli.verify import build_parser as verify_parser

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ccc.calibration import CalibrationTable
-from ccc.calibration.cli import main as calibrate_main
+from ccc.cli.calibrate import main as calibrate_main
 from ccc.cli.generate import main as generate_main
 from ccc.cli.verify import main as verify_main
 from ccc.load import open_stream, stream_loader

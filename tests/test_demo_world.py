@@ -34,7 +34,7 @@ from ccc.demo.images import IMAGE_SIZES, PATTERNS, draw_parameters, periodic_pro
 from ccc.demo.model import DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256, DemoNet, WeightsChecksumError, file_sha256, load_demo_weights
 from ccc.stream.sources import ImageIndex, index_image_folder
 from ccc.stream.paths import find_path
-from tta_eval.models import ModelSpec, load_model
+from ccc.models import ModelSpec, load_model
 
 SMALL = DemoImageSpec(images_per_class=2)
 

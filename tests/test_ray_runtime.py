@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import make_calibration_table, make_image_folder, make_texture_folder
 
-from ccc.ray_runtime import RayUnavailableError, connect_timeout_seconds, probe_ray_address
+from ccc.execution import RayUnavailableError, connect_timeout_seconds, probe_ray_address
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None
     )  # fmt: skip
     textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
     calibrate = run_command(
-        "ccc.calibration.cli", "compute", "--imagenet", str(textures), "--model", "conftest:tiny_texture_classifier",
+        "ccc.cli.calibrate", "compute", "--imagenet", str(textures), "--model", "conftest:tiny_texture_classifier",
         "--out", str(tmp_path / "t.npz"), "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36",
         "--crop", "32", "--ray-address", address, "--no-progress",
     )  # fmt: skip
@@ -110,7 +110,7 @@ def test_a_killed_command_takes_its_local_cluster_with_it(tmp_path: Path) -> Non
     pytest.importorskip("ray")
     code = (
         "import sys, time\n"
-        "from ccc.ray_runtime import ray_session\n"
+        "from ccc.execution import ray_session\n"
         "with ray_session(workers=2, object_store_bytes=100 * 2**20) as ray:\n"
         "    info = ray._private.worker.global_worker.node.address_info\n"
         "    print(info['session_dir'], flush=True)\n"

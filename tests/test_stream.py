@@ -21,7 +21,8 @@ import torch
 from PIL import Image
 
 from ccc.cli.verify import main as verify_main
-from ccc.generate import SerialBackend, generate_stream
+from ccc.execution import SerialExecutor
+from ccc.generate import generate_stream
 from ccc.stream.sources import index_image_folder, load_source_images
 from ccc.shards.reader import ShardReadError, open_shard, read_all, read_samples
 from ccc.shards.record import parse_info
@@ -65,7 +66,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     plan = build_stream_plan(spec, table, sources)
     run = tmp_path_factory.mktemp("run") / "run"
-    generate_stream(plan, run, SerialBackend(), progress=False)
+    generate_stream(plan, run, SerialExecutor(), progress=False)
     return {"folder": folder, "table": table, "table_path": table_path, "plan": plan, "run": run}
 
 

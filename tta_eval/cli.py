@@ -14,7 +14,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli.console import HelpFormatter, examples
+from ccc.cli._common import HelpFormatter, examples
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
     CostModel,
@@ -34,7 +34,7 @@ from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_do
 # commands that use them, so that --help answers at once.
 if TYPE_CHECKING:
     from tta_eval.experiment import ExperimentSettings
-    from tta_eval.models import ModelSpec
+    from ccc.models import ModelSpec
 
 PROGRAM = "tta-eval"
 USER_ERROR_EXIT = 2
@@ -342,7 +342,7 @@ def _cost_model(arguments: argparse.Namespace) -> CostModel | None:
 
 def _model_spec(arguments: argparse.Namespace) -> ModelSpec | None:
     """The model the user chose, or None to let the stream's world choose (``resolve_experiment``)."""
-    from tta_eval.models import DEFAULT_MODEL, ModelSpec
+    from ccc.models import DEFAULT_MODEL, ModelSpec
 
     if arguments.demo:
         if arguments.model is not None or arguments.weights is not None:

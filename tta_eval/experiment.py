@@ -22,7 +22,7 @@ import torchvision
 import tta_eval
 from tta_eval.methods import create, get_method, resolve_config
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
-from tta_eval.models import ModelSpec, load_model, resolve_device
+from ccc.models import ModelSpec, load_model, resolve_device
 from tta_eval.plots import plot_best_method_map, plot_utility_curves
 from tta_eval.protocols import (
     CostModel,
@@ -83,7 +83,7 @@ from tta_eval.streams import (
     parse_options,
     stream_length,
 )
-from tta_eval.validation import MAX_SAMPLES, check_positive, check_positive_int
+from ccc.validation import MAX_SAMPLES, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 

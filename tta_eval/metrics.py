@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tta_eval.records import RecordTable
-from tta_eval.validation import check_positive_int
+from ccc.validation import check_positive_int
 
 DEFAULT_WINDOW = 10_000
 DEFAULT_COLLAPSE_SPAN = 50_000

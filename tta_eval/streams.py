@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
+from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
 
 
 # torch is imported where batches are handled, so that the stream sources' registry (named by

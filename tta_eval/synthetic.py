@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
-from tta_eval.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_choice, check_in_range, check_positive_int
+from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_choice, check_in_range, check_positive_int
 
 SYNTHETIC_CORRUPTIONS = ("noise", "contrast", "brightness", "blur")
 SYNTHETIC_SEVERITIES = (1, 2, 3, 4, 5)

@@ -5,6 +5,10 @@
   (``docs/calibration_format.md``).
 - :func:`import_ccc_pickle` — safe import of the published CCC matrices (pickle file or URL).
 - :func:`load_calibration` — a table from a ``.npz``, the published pickle or its URL (converted once, cached).
+
+Computing a table: :func:`ccc.calibration.run.calibrate` (the whole run, behind ``ccc-calibrate
+compute``) over :mod:`ccc.calibration.compute` and :mod:`ccc.calibration.adaptive`; imported on
+demand, since they load torch.
 """
 
 from ccc.calibration.published import (
@@ -14,16 +18,14 @@ from ccc.calibration.published import (
     load_calibration,
     read_matrix_pickle,
 )
+from ccc.calibration.presets import CCC_CORRUPTIONS, RESNET50_DIFFICULTY_PRESETS, DifficultyPreset
 from ccc.calibration.table import (
-    CCC_CORRUPTIONS,
     CORRUPTION_ALIASES,
     GRID_SIZE,
-    RESNET50_DIFFICULTY_PRESETS,
     SEVERITIES,
     CalibrationError,
     CalibrationMetadata,
     CalibrationTable,
-    DifficultyPreset,
     canonical_corruption_name,
 )
 

@@ -9,7 +9,7 @@ cells near the targets need precise numbers. :class:`AdaptivePlanner` works in r
    all pairs and are the first row and column of every grid, exactly as brute force has them.
 2. **Coarse pass**: each pair's cells on a lattice of severities (every ``coarse_stride``-th
    index; 1.0, 2.0, … 5.0 by default) on ``coarse_blocks`` blocks of images. Each pair cell takes
-   its blocks from its own offset (:func:`ccc.calibration.compute.cell_blocks`), so cells measured
+   its blocks from its own offset (:func:`ccc.calibration.compute.job.cell_blocks`), so cells measured
    on few blocks see different images and their errors average out over cells; had they all used
    the same first blocks, all would share the luck of those blocks' images.
 3. **Estimate** every pair cell (:func:`estimate_grid`). Measured cells are first corrected
@@ -64,8 +64,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.calibration.compute import Measurements, Requests, measured_grids, ordered_pairs, single_cells
-from ccc.calibration.engine import Cell, grid_cell
+from ccc.calibration.compute.job import Measurements, Requests, measured_grids, ordered_pairs, single_cells
+from ccc.calibration.compute.engine import Cell, grid_cell
 from ccc.calibration.table import GRID_SIZE
 from ccc.stream.paths import PATH_OBJECTIVES, find_path
 
@@ -509,7 +509,7 @@ def _path_worth_exploring(
 
 @dataclasses.dataclass(frozen=True)
 class AdaptivePlanner:
-    """The adaptive scheme as a :class:`ccc.calibration.compute.CalibrationPlanner`.
+    """The adaptive scheme as a :class:`ccc.calibration.compute.job.CalibrationPlanner`.
 
     Attributes:
         settings: the scheme's parameters.

@@ -32,14 +32,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ccc.cache import cache_path_for_url, default_cache_dir, download_to_cache, is_url
-from ccc.calibration.table import (
-    CCC_CORRUPTIONS,
-    GRID_SIZE,
-    RESNET50_DIFFICULTY_PRESETS,
-    CalibrationError,
-    CalibrationMetadata,
-    CalibrationTable,
-)
+from ccc.calibration.presets import CCC_CORRUPTIONS, RESNET50_DIFFICULTY_PRESETS
+from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 
 logger = logging.getLogger(__name__)
 

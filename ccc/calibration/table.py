@@ -6,63 +6,36 @@ accuracy (percent) of a model on a calibration image set corrupted with ``n1`` a
 images behind every cell, descriptive :class:`CalibrationMetadata` and named difficulty presets.
 
 The on-disk format is a documented ``.npz`` (zip of ``.npy`` arrays plus one JSON member) that holds
-no pickled objects; ``docs/calibration_format.md`` describes it field by field.
+no pickled objects; ``docs/calibration_format.md`` describes it field by field and
+:mod:`ccc.calibration.table_io` reads, writes and checksums it (the table's ``save``, ``load`` and
+``checksum`` call it). Difficulty presets are :class:`ccc.calibration.presets.DifficultyPreset`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import errno
-import hashlib
-import io
-import json
-import math
 import numbers
 import os
 import re
 import statistics
-import tempfile
-import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from numpy.typing import ArrayLike, NDArray
 
 from ccc import __version__ as _LIBRARY_VERSION
+from ccc.calibration.presets import DifficultyPreset
 from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
-from ccc.corruptions import CORRUPTIONS
 
-FORMAT_NAME = "ccc-calibration-table"
-FORMAT_VERSION = 1
 GRID_SIZE = 21
 SEVERITY_STEP = 0.25
 SEVERITIES: NDArray[np.float64] = np.arange(GRID_SIZE, dtype=np.float64) * SEVERITY_STEP
 SEVERITIES.flags.writeable = False
-
-ACCURACY_MEMBER = "accuracy.npy"
-IMAGE_COUNTS_MEMBER = "image_counts.npy"
-PAIRS_MEMBER = "pairs.npy"
-METADATA_MEMBER = "metadata.json"
-_MEMBERS = (ACCURACY_MEMBER, IMAGE_COUNTS_MEMBER, PAIRS_MEMBER, METADATA_MEMBER)
-
-MAX_ARRAY_MEMBER_BYTES = 64 * 2**20
-"""Largest ``.npy`` member a table may hold, inflated (100 corruptions: 35 MB; the 15 of CCC: 0.8 MB)."""
-
-MAX_METADATA_BYTES = 4 * 2**20
-"""Largest ``metadata.json`` a table may hold, inflated (a real one: a few KB)."""
-
-# Zip entries carry a timestamp; a fixed one (the earliest zip can store) makes saves byte-stable.
-_ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
-_ZIP_UNIX_SYSTEM = 3
-_ZIP_FILE_MODE = 0o100644 << 16
-
-CCC_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS
-"""The 15 corruptions of CCC in the public generator's order (its names: ``elastic``, ``jpeg``)."""
 
 CORRUPTION_ALIASES: Mapping[str, str] = _REGISTRY_ALIASES
 """ImageNet-C spellings → CCC spellings; a table answers to either spelling of a corruption."""
@@ -72,33 +45,6 @@ _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 class CalibrationError(ValueError):
     """A calibration table, its file or its source data is invalid; the message says where and why."""
-
-
-class DifficultyPreset(NamedTuple):
-    """A named difficulty: the target accuracy and the corruptions a stream may use.
-
-    ``target_accuracy`` is in percent, in [0, 100]; ``corruptions`` are names of the table (at least
-    two, since a stream needs pairs of distinct corruptions). Unpacks as ``target, names = preset``.
-    """
-
-    target_accuracy: float
-    corruptions: tuple[str, ...]
-
-
-def _all_but(*excluded: str) -> tuple[str, ...]:
-    return tuple(name for name in CCC_CORRUPTIONS if name not in excluded)
-
-
-RESNET50_DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
-    {
-        "easy": DifficultyPreset(40.0, _all_but("brightness")),
-        "medium": DifficultyPreset(20.0, _all_but("brightness", "jpeg")),
-        "hard": DifficultyPreset(
-            0.0, ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")
-        ),
-    }
-)
-"""The public generator's difficulties for the ResNet-50 table (CCC-Easy / Medium / Hard)."""
 
 
 def canonical_corruption_name(name: str) -> str:
@@ -419,7 +365,7 @@ class CalibrationTable:
             metadata: descriptive metadata; its ``corruptions`` may be left empty (filled in here)
                 or must equal ``corruptions``.
             difficulty_presets: name → (target accuracy in percent, corruption names); None for
-                none. :data:`RESNET50_DIFFICULTY_PRESETS` are the public ResNet-50 ones.
+                none. :data:`ccc.calibration.presets.RESNET50_DIFFICULTY_PRESETS` are the public ResNet-50 ones.
         """
         names = _validate_corruption_names(corruptions)
         if metadata.corruptions and tuple(metadata.corruptions) != names:
@@ -613,7 +559,7 @@ class CalibrationTable:
             f"checksum={self.checksum()[:12]}…)"
         )
 
-    # ----------------------------------------------------------------------------- identity
+    # ----------------------------------------------------------------------------- identity and file (ccc.calibration.table_io)
     def checksum(self) -> str:
         """sha256 (hex) of the numbers and names stream generation reads; stable across save/load.
 
@@ -622,86 +568,24 @@ class CalibrationTable:
         another ccc version, gives the same checksum). ``docs/calibration_format.md`` shows how to
         recompute it without this package.
         """
-        content = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "corruptions": list(self.corruptions),
-            "pairs": self._pairs.tolist(),
-            "difficulty_presets": self._presets_json(),
-        }
-        digest = hashlib.sha256()
-        digest.update(json.dumps(content, sort_keys=True, separators=(",", ":")).encode("utf-8"))
-        digest.update(b"\n")
-        digest.update(self._accuracy.astype("<f8").tobytes())
-        digest.update(self._image_counts.astype("<i8").tobytes())
-        return digest.hexdigest()
+        from ccc.calibration.table_io import table_checksum
 
-    def _presets_json(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": name,
-                "target_accuracy": preset.target_accuracy,
-                "corruptions": list(preset.corruptions),
-            }
-            for name, preset in self._difficulty_presets.items()
-        ]
-
-    # ----------------------------------------------------------------------------- file format
-    def _metadata_document(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "severities": SEVERITIES.tolist(),
-            "metadata": self._metadata.to_json_dict(),
-            "difficulty_presets": self._presets_json(),
-        }
+        return table_checksum(self)
 
     def to_bytes(self) -> bytes:
         """The file content :meth:`save` writes; identical for identical tables."""
-        members = {
-            ACCURACY_MEMBER: _npy_bytes(self._accuracy.astype("<f8")),
-            IMAGE_COUNTS_MEMBER: _npy_bytes(self._image_counts.astype("<i8")),
-            PAIRS_MEMBER: _npy_bytes(self._pairs.astype("<i8")),
-            METADATA_MEMBER: (
-                json.dumps(self._metadata_document(), indent=2, sort_keys=True, ensure_ascii=False)
-                + "\n"
-            ).encode("utf-8"),
-        }
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-            for name, data in members.items():
-                info = zipfile.ZipInfo(name, date_time=_ZIP_TIMESTAMP)
-                info.create_system = _ZIP_UNIX_SYSTEM
-                info.external_attr = _ZIP_FILE_MODE
-                info.compress_type = zipfile.ZIP_STORED
-                archive.writestr(info, data)
-        return buffer.getvalue()
+        from ccc.calibration.table_io import table_to_bytes
+
+        return table_to_bytes(self)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the table to ``path`` (``.npz``) atomically: a temp file in the same folder, then rename.
 
         Saving the same table twice gives identical bytes. Returns the path written.
         """
-        destination = Path(path)
-        if not destination.parent.is_dir():
-            raise FileNotFoundError(
-                errno.ENOENT, "cannot save calibration table: folder does not exist", str(destination.parent)
-            )
-        data = self.to_bytes()
-        descriptor, temporary = tempfile.mkstemp(
-            prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent
-        )
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, destination)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        return destination
+        from ccc.calibration.table_io import save_table
+
+        return save_table(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> CalibrationTable:
@@ -711,160 +595,13 @@ class CalibrationTable:
         unexpected member, pickled objects, wrong dtype or shape, values out of range, unknown
         format version, missing metadata fields, …).
         """
-        source = Path(path)
-        try:
-            data = source.read_bytes()
-        except OSError as error:
-            raise CalibrationError(
-                f"{source}: cannot read calibration table: {error.strerror or error}"
-            ) from None
-        try:
-            return cls.from_bytes(data)
-        except CalibrationError as error:
-            raise CalibrationError(f"{source}: {error}") from None
+        from ccc.calibration.table_io import load_table
+
+        return load_table(path)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CalibrationTable:
         """Parse and validate the content of a table file (see :meth:`load`)."""
-        if not data.startswith(b"PK"):
-            hint = (
-                " (it looks like the published CCC pickle: pass it to ccc-generate --calibration as it is, or convert it "
-                "with `ccc-calibrate import FILE --out TABLE.npz`)"
-                if data[:1] == b"\x80"
-                else ""
-            )
-            raise CalibrationError(f"not a calibration table: not a .npz (zip) file{hint}")
-        try:
-            archive = zipfile.ZipFile(io.BytesIO(data))
-        except zipfile.BadZipFile as error:
-            raise CalibrationError(
-                f"not a calibration table: damaged .npz (zip) file ({error})"
-            ) from None
-        with archive:
-            names = archive.namelist()
-            missing = [name for name in _MEMBERS if name not in names]
-            if missing:
-                raise CalibrationError(
-                    f"not a calibration table: missing member(s) {', '.join(missing)} "
-                    f"(has {', '.join(names) or 'none'})"
-                )
-            unexpected = sorted(set(names) - set(_MEMBERS)) + sorted(
-                {name for name in names if names.count(name) > 1}
-            )
-            if unexpected:
-                raise CalibrationError(f"unexpected or repeated member(s): {', '.join(unexpected)}")
-            for info in archive.infolist():
-                limit = MAX_METADATA_BYTES if info.filename == METADATA_MEMBER else MAX_ARRAY_MEMBER_BYTES
-                if info.file_size > limit:
-                    raise CalibrationError(
-                        f"member {info.filename} inflates to {info.file_size:,} bytes, more than the limit of {limit:,}; "
-                        "refusing to read it"
-                    )
-            try:
-                document_text = archive.read(METADATA_MEMBER).decode("utf-8")
-                arrays = {name: _read_npy(name, archive.read(name)) for name in _MEMBERS[:3]}
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as error:
-                raise CalibrationError(f"damaged .npz (zip) file ({error})") from None
-            except UnicodeDecodeError:
-                raise CalibrationError(f"{METADATA_MEMBER} is not UTF-8 text") from None
-        try:
-            document = json.loads(document_text)
-        except json.JSONDecodeError as error:
-            raise CalibrationError(f"{METADATA_MEMBER} is not valid JSON ({error})") from None
-        return cls._from_parts(document, arrays)
+        from ccc.calibration.table_io import table_from_bytes
 
-    @classmethod
-    def _from_parts(cls, document: object, arrays: dict[str, np.ndarray]) -> CalibrationTable:
-        if not isinstance(document, dict):
-            raise CalibrationError(f"{METADATA_MEMBER} must hold a JSON object")
-        if document.get("format") != FORMAT_NAME:
-            raise CalibrationError(
-                f"{METADATA_MEMBER} format must be {FORMAT_NAME!r}, got {document.get('format')!r}"
-            )
-        version = document.get("format_version")
-        if version != FORMAT_VERSION:
-            raise CalibrationError(
-                f"unsupported format_version {version!r}; this ccc reads version {FORMAT_VERSION}"
-            )
-        expected_keys = {"format", "format_version", "severities", "metadata", "difficulty_presets"}
-        if set(document) != expected_keys:
-            missing = sorted(expected_keys - set(document))
-            extra = sorted(set(document) - expected_keys)
-            raise CalibrationError(
-                f"{METADATA_MEMBER} must have the keys {sorted(expected_keys)}; "
-                f"missing {missing}, unexpected {extra}"
-            )
-        if document["severities"] != SEVERITIES.tolist():
-            raise CalibrationError(
-                f"severities must be the 21 values 0, 0.25, …, 5, got {document['severities']!r}"
-            )
-        metadata = CalibrationMetadata.from_json_dict(document["metadata"])
-        presets_json = document["difficulty_presets"]
-        if not isinstance(presets_json, list):
-            raise CalibrationError("difficulty_presets must be a JSON list")
-        presets = {}
-        for preset in presets_json:
-            if not isinstance(preset, dict) or set(preset) != {"name", "target_accuracy", "corruptions"}:
-                raise CalibrationError(
-                    "each difficulty preset must be an object with name, target_accuracy and "
-                    f"corruptions, got {preset!r}"
-                )
-            if preset["name"] in presets:
-                raise CalibrationError(f"difficulty preset {preset['name']!r} appears more than once")
-            if not isinstance(preset["corruptions"], list):
-                raise CalibrationError(
-                    f"difficulty preset {preset['name']!r} corruptions must be a list, "
-                    f"got {preset['corruptions']!r}"
-                )
-            presets[preset["name"]] = (preset["target_accuracy"], preset["corruptions"])
-        accuracy = arrays[ACCURACY_MEMBER]
-        counts = arrays[IMAGE_COUNTS_MEMBER]
-        pairs = arrays[PAIRS_MEMBER]
-        for name, array, kind in (
-            (ACCURACY_MEMBER, accuracy, "f"),
-            (IMAGE_COUNTS_MEMBER, counts, "i"),
-            (PAIRS_MEMBER, pairs, "i"),
-        ):
-            if array.dtype.kind != kind or array.dtype.itemsize != 8:
-                expected = "float64" if kind == "f" else "int64"
-                raise CalibrationError(f"{name} must be {expected}, got {array.dtype}")
-        return cls(accuracy, counts, pairs, metadata, presets)
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def _read_npy(name: str, data: bytes) -> np.ndarray:
-    if data[:1] == b"\x80":
-        raise CalibrationError(f"member {name} is a pickle, not a .npy array; refusing to load it")
-    if not data.startswith(np.lib.format.MAGIC_PREFIX):
-        raise CalibrationError(f"member {name} is not a .npy array")
-    stream = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(stream)
-        if version not in ((1, 0), (2, 0)):
-            raise ValueError(f".npy format version {version} (this reader takes 1.0 and 2.0)")
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(stream)
-    except (ValueError, TypeError, SyntaxError) as error:
-        raise CalibrationError(f"member {name} is not a valid .npy array ({error})") from None
-    declared = math.prod(shape) * dtype.itemsize
-    if not dtype.hasobject and declared != len(data) - stream.tell():
-        raise CalibrationError(
-            f"member {name} declares a {'×'.join(map(str, shape)) or 'scalar'} {dtype} array ({declared:,} bytes) "
-            f"but holds {len(data) - stream.tell():,} bytes of data; refusing to read it"
-        )
-    try:
-        return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
-    except ValueError as error:
-        if "allow_pickle" in str(error) or "Object arrays" in str(error):
-            raise CalibrationError(
-                f"member {name} holds pickled Python objects; refusing to load it"
-            ) from None
-        raise CalibrationError(f"member {name} is not a valid .npy array ({error})") from None
-    except (OSError, EOFError) as error:
-        raise CalibrationError(f"member {name} is a damaged .npy array ({error})") from None
-
+        return table_from_bytes(data)

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 from tqdm import tqdm
 
-from ccc.cli.console import HelpFormatter, examples
+from ccc.cli._common import HelpFormatter, examples, run_command
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
 from ccc.corruptions._severity import validate_severity
 from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
@@ -88,29 +88,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(arguments: argparse.Namespace) -> int:
+    severities = [validate_severity(s, "--severities") for s in arguments.severities]
+    if arguments.image is None:
+        image = default_image()
+    else:
+        try:
+            with Image.open(arguments.image) as opened:
+                image = center_crop_224(opened)
+        except UNREADABLE_IMAGE_ERRORS as error:
+            raise ValueError(f"cannot read --image {arguments.image}: {error}") from None
+    names = list_corruptions() if arguments.holdout else list(CORRUPTIONS)
+    grid = render_grid(image, names, severities, arguments.seed)
+    arguments.out.parent.mkdir(parents=True, exist_ok=True)
+    grid.save(arguments.out)
+    logger.info("wrote %s (%d corruptions x %d severities)", arguments.out, len(names), len(severities))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code (0 success, 2 user error)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     arguments = build_parser().parse_args(argv)
-    try:
-        severities = [validate_severity(s, "--severities") for s in arguments.severities]
-        if arguments.image is None:
-            image = default_image()
-        else:
-            try:
-                with Image.open(arguments.image) as opened:
-                    image = center_crop_224(opened)
-            except UNREADABLE_IMAGE_ERRORS as error:
-                raise ValueError(f"cannot read --image {arguments.image}: {error}") from None
-        names = list_corruptions() if arguments.holdout else list(CORRUPTIONS)
-        grid = render_grid(image, names, severities, arguments.seed)
-        arguments.out.parent.mkdir(parents=True, exist_ok=True)
-        grid.save(arguments.out)
-    except (ValueError, OSError, UnidentifiedImageError) as error:
-        print(f"ccc-corruption-grid: error: {error}", file=sys.stderr)
-        return 2
-    logger.info("wrote %s (%d corruptions x %d severities)", arguments.out, len(names), len(severities))
-    return 0
+    return run_command("ccc-corruption-grid", lambda: _run(arguments), (ValueError, OSError, UnidentifiedImageError))
 
 
 if __name__ == "__main__":

@@ -17,16 +17,16 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
-from ccc.cli.console import HelpFormatter, count, examples
+from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, count, examples, integer_at_least, run_command
 from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.generate import OutputFolderError, RayBackend, SerialBackend, expected_shard_names, generate_stream
-from ccc.ray_runtime import RayUnavailableError, ray_session
+from ccc.execution import RayUnavailableError, open_executor
+from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
 from ccc.render import SourceImageMismatchError
 from ccc.shards.manifest import ManifestError
 from ccc.shards.record import shard_name
@@ -38,8 +38,6 @@ from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, 
 from ccc.stream.spec import DEFAULT_SEED, DEFAULT_SHARD_SIZE, PlanError, resolve_difficulty, run_name
 
 PROGRAM = "ccc-generate"
-USER_ERROR_EXIT_CODE = 2
-INTERRUPTED_EXIT_CODE = 130
 DEFAULT_NUM_IMAGES = 7_500_000
 DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
@@ -57,19 +55,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
         sys.exit(USER_ERROR_EXIT_CODE)
-
-
-def _integer_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace("_", "").replace(",", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def _percent(text: str) -> float:
@@ -99,9 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream = parser.add_argument_group("stream")
     stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)")
-    stream.add_argument("--speed", type=_integer_at_least(1), metavar="K", help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})")
-    stream.add_argument("--seed", type=_integer_at_least(0), default=DEFAULT_SEED, metavar="S", help="stream seed (the paper: 43, 44, 45)")
-    stream.add_argument("--num-images", type=_integer_at_least(1), metavar="N", help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
+    stream.add_argument("--speed", type=integer_at_least(1), metavar="K", help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})")
+    stream.add_argument("--seed", type=integer_at_least(0), default=DEFAULT_SEED, metavar="S", help="stream seed (the paper: 43, 44, 45)")
+    stream.add_argument("--num-images", type=integer_at_least(1), metavar="N", help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
         f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at ~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
         f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:.1f} GB)")
     stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (default: the preset's)")
@@ -127,10 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     output = parser.add_argument_group("output")
     output.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help="parent folder of the run folder")
     output.add_argument("--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)")
-    output.add_argument("--shard-size", type=_integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard")
+    output.add_argument("--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard")
     output.add_argument("--overwrite", action="store_true", help="delete the shards and manifest of another stream in the run folder")
     execution = parser.add_argument_group("execution")
-    execution.add_argument("--workers", type=_integer_at_least(1), default=os.cpu_count() or 1, metavar="N", help="local Ray workers (default: all CPUs); 1 renders in this process without Ray")
+    execution.add_argument("--workers", type=integer_at_least(1), default=os.cpu_count() or 1, metavar="N", help="local Ray workers (default: all CPUs); 1 renders in this process without Ray")
     execution.add_argument("--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)")
     execution.add_argument("--dry-run", action="store_true", help="print the schedule and write a plot of it, render nothing")
     execution.add_argument("--plot", metavar="FILE", help="where --dry-run writes the plot (default: <run folder name>_schedule.png in the current folder)")
@@ -232,11 +217,9 @@ def _run(arguments: argparse.Namespace) -> int:
     )
     spec, sources = plan.spec, plan.sources
     print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
-    if arguments.ray_address is None and arguments.workers == 1:
-        summary = generate_stream(plan, run_dir, SerialBackend(), overwrite=arguments.overwrite, progress=not arguments.no_progress)
-    else:
-        with ray_session(workers=arguments.workers, address=arguments.ray_address) as ray:
-            summary = generate_stream(plan, run_dir, RayBackend(ray), overwrite=arguments.overwrite, progress=not arguments.no_progress)
+    serial = arguments.ray_address is None and arguments.workers == 1
+    with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
+        summary = generate_stream(plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress)
     print(
         f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
         f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
@@ -268,15 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-generate``; returns the exit code (0 success, 2 user error, 130 interrupted)."""
     arguments = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING, format="%(name)s: %(message)s")
-    try:
-        return _run(arguments)
-    except _USER_ERRORS as error:
-        message = " ".join(str(error).split())
-        print(f"{PROGRAM}: error: {message}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except KeyboardInterrupt:
-        print(f"{PROGRAM}: interrupted; run the same command again to resume", file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
+    return run_command(PROGRAM, lambda: _run(arguments), _USER_ERRORS, interrupted="interrupted; run the same command again to resume")
 
 
 if __name__ == "__main__":

@@ -22,14 +22,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli.console import HelpFormatter, count, examples
+from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, count, examples
 from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards.manifest import ManifestError, load_manifest
 from ccc.stream.spec import PlanError
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1
-USER_ERROR_EXIT_CODE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:

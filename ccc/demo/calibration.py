@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from ccc.calibration.table import CalibrationError, CalibrationTable, DifficultyPreset
+from ccc.calibration.presets import DifficultyPreset
+from ccc.calibration.table import CalibrationError, CalibrationTable
 
 DEMO_CALIBRATION_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from PIL import Image
 from torch import nn
 
-from ccc.calibration.imageset import Preprocessing
+from ccc.calibration.compute.imageset import Preprocessing
 from ccc.corruptions import CORRUPTIONS, corrupt
 from ccc.stream.sources import ImageIndex
 from ccc.render import JPEG_QUALITY, crop_resize_flip

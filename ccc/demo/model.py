@@ -1,7 +1,7 @@
 """The demo model: a small BatchNorm CNN for the 16 demo classes, and its checked weights.
 
 Input: float images N×3×H×W in [0, 1] (224×224 in the benchmark); the ImageNet mean/std
-normalisation is the model's first step, as for every model ``tta_eval.models`` builds. Output:
+normalisation is the model's first step, as for every model ``ccc.models`` builds. Output:
 N×16 logits in :data:`ccc.demo.images.CLASS_NAMES` order. Four convolutions with BatchNorm and
 ReLU (an 8×8 stride-4 stem, then 3×3 convolutions: stride 2, stride 2, stride 1; 24-48-96-96
 channels), global average pooling, a linear head: about 47 million multiply-adds per 224×224
@@ -119,7 +119,7 @@ def load_demo_weights(
 def demo_model() -> nn.Module:
     """The trained demo model in evaluation mode, on the CPU, weights checked.
 
-    Usable as the model factory ``"ccc.demo:demo_model"`` wherever a ``tta_eval.models.ModelSpec``
+    Usable as the model factory ``"ccc.demo:demo_model"`` wherever a ``ccc.models.ModelSpec``
     name is accepted (``ccc-calibrate compute --model ccc.demo:demo_model``, ``tta-eval run``).
     Input: float N×3×H×W in [0, 1]; output: N×16 logits.
     """

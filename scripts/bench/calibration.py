@@ -50,11 +50,11 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch import nn  # noqa: E402
 
-import ccc.calibration.engine as engine  # noqa: E402
+import ccc.calibration.compute.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
-from ccc.calibration.backends import SerialBackend, ray_backend  # noqa: E402
-from ccc.calibration.commands import adaptive_setting_argument  # noqa: E402
-from ccc.calibration.compute import (  # noqa: E402
+from ccc.calibration.compute.backends import ModelBackend  # noqa: E402
+from ccc.cli.calibrate import adaptive_setting_argument  # noqa: E402
+from ccc.calibration.compute.job import (  # noqa: E402
     BruteForcePlanner,
     CalibrationJob,
     CalibrationPlanner,
@@ -63,11 +63,11 @@ from ccc.calibration.compute import (  # noqa: E402
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.evaluator import ModelEvaluator  # noqa: E402
-from ccc.calibration.imageset import Preprocessing, select_calibration_images  # noqa: E402
-from ccc.calibration.simulation import CorrelatedImagesBackend  # noqa: E402
-from ccc.calibration.workfolder import WorkFolder  # noqa: E402
+from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images  # noqa: E402
+from ccc.calibration.compute.simulation import CorrelatedImagesBackend  # noqa: E402
+from ccc.calibration.compute.workfolder import WorkFolder  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402
+from ccc.execution import SerialExecutor, open_executor  # noqa: E402
 from ccc.stream.sources import index_image_folder  # noqa: E402
 from ccc.stream.paths import find_path, path_accuracies  # noqa: E402
 
@@ -251,7 +251,7 @@ def measure_throughput(setup: Setup, out: Path, image_count: int, corruptions: S
 
     folder_path = out / "throughput.work"
     shutil.rmtree(folder_path, ignore_errors=True)
-    backend = SerialBackend(job.render_context(), ModelEvaluator(setup.model, "cpu", batch_size=125))
+    backend = ModelBackend(SerialExecutor(), job.render_context(), setup.model, batch_size=125)
     setup.model.forward = timed_forward  # type: ignore[method-assign]
     try:
         with timed_functions(engine, ["corrupt_batch"], totals), WorkFolder.open(folder_path, job.identity()) as folder:
@@ -286,7 +286,8 @@ def measure_scaling(setup: Setup, image_count: int, corruptions: Sequence[str], 
         # "1 worker" really is one core: the model actor cannot borrow the second one.
         os.sched_setaffinity(0, cores[:workers])
         try:
-            with ray_backend(job.render_context(), setup.model, workers=workers, images_per_task=125) as backend:
+            with open_executor(workers) as executor:
+                backend = ModelBackend(executor, job.render_context(), setup.model, images_per_task=125)
                 compute_calibration(job, backend, MemoryResultStore())
                 samples = []
                 for _ in range(repeats):
@@ -408,7 +409,8 @@ def measure_adaptive(
     settings = AdaptiveSettings(**{**(settings_overrides or {}), "targets": tuple(targets)})
     brute_job = make_job(setup, image_count, corruptions, BruteForcePlanner(count, block_count), block_size)
     adaptive_job = dataclasses.replace(brute_job, planner=AdaptivePlanner(settings, count, block_count, block_size, image_count))
-    with ray_backend(brute_job.render_context(), setup.model, workers=workers, evaluators=evaluators, images_per_task=125) as backend:
+    with open_executor(workers) as executor:
+        backend = ModelBackend(executor, brute_job.render_context(), setup.model, evaluators=evaluators, images_per_task=125)
         with WorkFolder.open(out / "work" / "brute_force", brute_job.identity()) as folder:
             brute = compute_calibration(brute_job, backend, folder)
             recorded = dict(folder.results)
@@ -495,7 +497,7 @@ def measure_full_scale_costs(repeats: int) -> dict[str, float]:
     torch.set_num_threads(1)
     generator = np.random.default_rng(0)
     image = generator.integers(0, 256, (224, 224, 3), dtype=np.uint8)
-    from ccc.calibration.table import CCC_CORRUPTIONS
+    from ccc.calibration.presets import CCC_CORRUPTIONS
 
     per_corruption = {}
     for name in CCC_CORRUPTIONS:

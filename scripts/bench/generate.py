@@ -10,7 +10,7 @@ Measures, in one run and on the same samples:
    corruptions (``reference_style.reference_corrupt``, the original algorithms on modern libraries)
    with the ``np.uint8`` round trip between them, JPEG q85 optimised, ``webdataset.TarWriter``.
    The public code's per-step re-listing and shuffling of the whole image folder is not included.
-3. **Ray scaling** (``--ray-workers 1,2``): ``generate_stream`` with ``RayBackend`` on a local
+3. **Ray scaling** (``--ray-workers 1,2``): ``generate_stream`` with ``RayExecutor`` on a local
    cluster of 1 and of 2 CPUs, after a warm-up stream in the same cluster.
 4. **Memory** (``--memory-images N``): resident memory of this process sampled every second while
    the serial backend renders an N-image stream (speed 2000 or the number of source images if
@@ -56,7 +56,8 @@ from PIL import Image  # noqa: E402
 
 from ccc.calibration import RESNET50_DIFFICULTY_PRESETS, CalibrationMetadata, CalibrationTable  # noqa: E402
 from ccc.corruptions import corrupt_pair  # noqa: E402
-from ccc.generate import RayBackend, SerialBackend, generate_stream, library_versions  # noqa: E402
+from ccc.execution import RayExecutor, SerialExecutor  # noqa: E402
+from ccc.generate import generate_stream, library_versions  # noqa: E402
 from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
 from ccc.render import render_sample  # noqa: E402
 from ccc.shards.record import format_info  # noqa: E402
@@ -131,7 +132,7 @@ shared machine; wall: elapsed seconds. Ray and memory measurements always use wa
 def run_ours(plan, folder: Path, clock) -> float:
     """Seconds per image of ``generate_stream`` (serial backend) over the whole plan, including its setup."""
     started = clock()
-    summary = generate_stream(plan, folder, SerialBackend(), progress=False, overwrite=True)
+    summary = generate_stream(plan, folder, SerialExecutor(), progress=False, overwrite=True)
     return (clock() - started) / summary.images_rendered
 
 
@@ -185,13 +186,13 @@ def uses_imagemagick(spec) -> bool:
 
 def run_ray(table, sources, workers_list: list[int], num_images: int, folder: Path) -> dict[int, float]:
     """Images/s of ``generate_stream`` with Ray on local clusters of each size in ``workers_list``."""
-    from ccc.ray_runtime import ray_session
+    from ccc.execution import ray_session
 
     results = {}
     for workers in workers_list:
         with ray_session(workers=workers, object_store_bytes=200 * 2**20) as ray:
-            backend = RayBackend(ray)
-            generate_stream(make_plan(table, sources, "medium", 25 * 2 * workers, seed=7), folder / f"warmup{workers}", backend, progress=False, overwrite=True)
+            executor = RayExecutor(ray)
+            generate_stream(make_plan(table, sources, "medium", 25 * 2 * workers, seed=7), folder / f"warmup{workers}", executor, progress=False, overwrite=True)
             summary = generate_stream(make_plan(table, sources, "medium", num_images), folder / f"ray{workers}", backend, progress=False, overwrite=True)
             results[workers] = summary.images_per_second
     return results
@@ -219,7 +220,7 @@ def run_memory(table, sources, num_images: int, folder: Path) -> dict[str, float
     started = time.perf_counter()
     sampler.start()
     try:
-        summary = generate_stream(plan, folder / "memory", SerialBackend(), progress=True, overwrite=True)
+        summary = generate_stream(plan, folder / "memory", SerialExecutor(), progress=True, overwrite=True)
     finally:
         stop.set()
         sampler.join()

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate import make_plan, make_source_folder, synthetic_table, warm_up  # noqa: E402
 
-from ccc.generate import SerialBackend, generate_stream  # noqa: E402
+from ccc.execution import SerialExecutor  # noqa: E402
+from ccc.generate import generate_stream  # noqa: E402
 from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
 from ccc.load import open_stream, stream_loader  # noqa: E402
 
@@ -88,7 +89,7 @@ def main() -> int:
         table = synthetic_table()
         plan = make_plan(table, sources, "medium", arguments.samples, speed=100, shard_size=-(-arguments.samples // arguments.shards))
         run = root / "run"
-        generate_stream(plan, run, SerialBackend(), progress=False)
+        generate_stream(plan, run, SerialExecutor(), progress=False)
         urls = sorted(str(path) for path in run.glob("serial_*.tar"))
         rates: dict[str, dict[int, list[float]]] = {name: {w: [] for w in workers_list} for name in ("webdataset", "ccc", "ccc sha256")}
         for workers in workers_list:

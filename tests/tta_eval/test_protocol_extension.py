@@ -17,7 +17,7 @@ from tta_eval.protocols import CliOption, EpisodeSettings, ProtocolEntry, RunCon
 from tta_eval.protocols._base import _REGISTRY
 from tta_eval.protocols.execution import check_nonfinite, lockstep
 from tta_eval.records import BatchRecord, RecordTable
-from tta_eval.validation import check_positive_int
+from ccc.validation import check_positive_int
 
 STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
 

@@ -9,7 +9,7 @@ import torch
 import torchvision
 from torch import nn
 
-from tta_eval.models import IMAGENET_MEAN, ModelSpec, NormalizedClassifier, load_model, resolve_device
+from ccc.models import IMAGENET_MEAN, ModelSpec, NormalizedClassifier, load_model, resolve_device
 from tta_eval.records import RecordTable
 from tta_eval.streams import StreamOptions, open_stream_source, register_stream_source, stream_length, stream_schemes
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, tiny_bn_cnn

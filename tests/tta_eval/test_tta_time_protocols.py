@@ -20,7 +20,7 @@ from tta_helpers import make_batches, make_tiny_cnn
 
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create, list_methods
-from tta_eval.models import ModelSpec
+from ccc.models import ModelSpec
 from tta_eval.protocols import (
     AlfarraProtocol,
     AmortisedProtocol,

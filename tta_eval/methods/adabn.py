@@ -13,7 +13,7 @@ from torch import nn
 from tta_eval.methods.base import AdaptationMethod, StepInfo, batchnorm_layers, require_batchnorm
 from tta_eval.methods.layers import batch_statistics
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_in_range
+from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

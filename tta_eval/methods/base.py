@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from tta_eval.validation import check_in_range, check_non_negative, check_positive
+from ccc.validation import check_in_range, check_non_negative, check_positive
 
 BATCHNORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.BatchNorm1d,

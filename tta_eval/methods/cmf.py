@@ -16,7 +16,7 @@ from tta_eval.methods.base import SGDConfig, StepInfo
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import softmax_entropy, symmetric_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int, check_seed
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int, check_non_negative_int
 
 SLR_CLIP = 0.99
 SLR_EPSILON = 1e-5
@@ -57,7 +57,7 @@ class CMFConfig(SGDConfig):
         check_in_range("ensemble_momentum", self.ensemble_momentum, 0.0, 1.0)
         check_non_negative("process_noise", self.process_noise)
         check_positive_int("process_noise_reference_size", self.process_noise_reference_size)
-        check_seed(self.seed)
+        check_non_negative_int("seed", self.seed)
 
 
 def clipped_soft_likelihood_ratio(logits: torch.Tensor) -> torch.Tensor:

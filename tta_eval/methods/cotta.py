@@ -22,7 +22,7 @@ from tta_eval.methods.base import (
 )
 from tta_eval.methods.losses import cross_entropy_to_teacher, symmetric_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive_int, check_seed
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive_int, check_non_negative_int
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class CoTTAConfig(SGDConfig):
         check_non_negative("noise_std", self.noise_std)
         check_choice("adapted_parameters", self.adapted_parameters, ("batchnorm", "all"))
         check_choice("loss", self.loss, ("symmetric", "cross_entropy"))
-        check_seed(self.seed)
+        check_non_negative_int("seed", self.seed)
 
 
 class CoTTA(AdaptationMethod):

@@ -10,7 +10,7 @@ from torch import nn
 from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig
 from tta_eval.methods.losses import conjugate_polyloss
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_non_negative, check_positive
+from ccc.validation import check_non_negative, check_positive
 
 
 @dataclass(frozen=True)

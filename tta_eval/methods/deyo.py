@@ -14,7 +14,7 @@ from tta_eval.methods.base import SGDConfig, StepInfo
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_in_range, check_positive_int, check_seed
+from ccc.validation import check_in_range, check_positive_int, check_non_negative_int
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class DeYOConfig(SGDConfig):
         check_in_range("weight_margin_fraction", self.weight_margin_fraction, 0.0, 1.0, include_low=False)
         check_in_range("plpd_threshold", self.plpd_threshold, -1.0, 1.0)
         check_positive_int("patch_grid", self.patch_grid)
-        check_seed(self.seed)
+        check_non_negative_int("seed", self.seed)
 
 
 def shuffle_patches(images: torch.Tensor, grid: int, generator: torch.Generator) -> torch.Tensor:

@@ -11,7 +11,7 @@ from torch import nn
 
 from tta_eval.methods.eta import ETA, ETAConfig
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_non_negative, check_positive_int
+from ccc.validation import check_non_negative, check_positive_int
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from torch import nn
 from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig, StepInfo
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_in_range
+from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tta_eval.methods.augmentation import uniform
 from tta_eval.methods.base import AdaptationMethod, SGDConfig, StepInfo, make_sgd
 from tta_eval.methods.layers import BatchNormPriorNetwork, attach_prediction_network, batchnorm_prior
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_non_negative, check_positive_int, check_seed
+from ccc.validation import check_non_negative, check_positive_int, check_non_negative_int
 
 AUGMIX_WIDTH = 3
 AUGMIX_MAX_DEPTH = 3
@@ -54,7 +54,7 @@ class MEMOConfig(SGDConfig):
         check_positive_int("augmentation_count", self.augmentation_count)
         check_positive_int("adaptation_steps", self.adaptation_steps)
         check_non_negative("prior_strength", self.prior_strength)
-        check_seed(self.seed)
+        check_non_negative_int("seed", self.seed)
 
 
 def marginal_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from torch import nn
 from tta_eval.methods.base import AdaptationMethod, StepInfo
 from tta_eval.methods.layers import find_classifier_head, forward_with_features
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_choice, check_in_range
+from ccc.validation import check_choice, check_in_range
 
 
 @dataclass(frozen=True)

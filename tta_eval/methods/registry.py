@@ -17,7 +17,7 @@ from torch import nn
 
 from tta_eval.methods.base import require_batchnorm
 from tta_eval.methods.reset import PeriodicReset
-from tta_eval.validation import check_positive_int
+from ccc.validation import check_positive_int
 
 RESET_OPTION = "reset_every"
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tta_eval.methods.base import StepInfo
-from tta_eval.validation import check_positive_int
+from ccc.validation import check_positive_int
 
 
 class PeriodicReset(nn.Module):

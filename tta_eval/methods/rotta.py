@@ -15,7 +15,7 @@ from tta_eval.methods.base import BATCHNORM_TYPES, AdaptationMethod, StepInfo, r
 from tta_eval.methods.layers import batch_statistics
 from tta_eval.methods.losses import cross_entropy_to_teacher
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_in_range, check_non_negative, check_positive, check_positive_int, check_seed
+from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int, check_non_negative_int
 
 UNCERTAINTY_LOG_FLOOR = 1e-6
 
@@ -57,7 +57,7 @@ class RoTTAConfig:
         check_non_negative("timeliness_weight", self.timeliness_weight)
         check_non_negative("uncertainty_weight", self.uncertainty_weight)
         check_non_negative("noise_std", self.noise_std)
-        check_seed(self.seed)
+        check_non_negative_int("seed", self.seed)
 
 
 class RobustBatchNorm(nn.Module):

@@ -10,7 +10,7 @@ from torch import nn
 from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig
 from tta_eval.methods.losses import generalized_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_in_range
+from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from tta_eval.methods.registry import MethodEntry, register_method
 from tta_eval.methods.shot_im import SHOTIM, SHOTIMConfig
-from tta_eval.validation import check_non_negative, check_positive_int
+from ccc.validation import check_non_negative, check_positive_int
 
 
 @dataclass(frozen=True)

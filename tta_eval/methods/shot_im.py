@@ -12,7 +12,7 @@ from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_sgd, set_bat
 from tta_eval.methods.layers import find_classifier_head, forward_with_features, parameters_outside_head
 from tta_eval.methods.losses import softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_non_negative
+from ccc.validation import check_non_negative
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from torch import nn
 from tta_eval.methods.base import BatchNormGradientMethod
 from tta_eval.methods.losses import kl_to_uniform, soft_likelihood_ratio
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_choice, check_in_range, check_non_negative, check_positive
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from tta_eval.methods.layers import (
     parameters_outside_head,
 )
 from tta_eval.methods.registry import MethodEntry, register_method
-from tta_eval.validation import check_in_range, check_non_negative, check_positive, check_positive_int
+from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int
 
 STATISTICS_FORMAT = "tta_eval.ttac.source_statistics/1"
 

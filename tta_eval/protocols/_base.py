@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from tta_eval.validation import check_choice, check_positive_int
+from ccc.validation import check_choice, check_positive_int
 
 if TYPE_CHECKING:
     import torch

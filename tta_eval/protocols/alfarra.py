@@ -34,7 +34,7 @@ from tta_eval.protocols._base import (
     register,
 )
 from tta_eval.records import RecordTable
-from tta_eval.validation import check_in_range, check_positive_int
+from ccc.validation import check_in_range, check_positive_int
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod

@@ -30,7 +30,7 @@ from tta_eval.protocols._base import (
 )
 from tta_eval.protocols.tempora import amortised_utility
 from tta_eval.records import RecordTable
-from tta_eval.validation import check_non_negative, check_positive
+from ccc.validation import check_non_negative, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod

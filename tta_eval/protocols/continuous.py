@@ -27,7 +27,7 @@ from tta_eval.protocols._base import (
 from tta_eval.protocols.offline import run_offline
 from tta_eval.protocols.tempora import decay_factors, utility_decomposition
 from tta_eval.records import RecordTable
-from tta_eval.validation import check_positive
+from ccc.validation import check_positive
 
 
 @dataclass(frozen=True, kw_only=True)

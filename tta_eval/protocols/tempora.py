@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from tta_eval.validation import check_positive
+from ccc.validation import check_positive
 
 Item = TypeVar("Item")
 

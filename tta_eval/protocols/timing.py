@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from tta_eval.run_folder import COSTS_FILE
-from tta_eval.validation import check_non_negative, check_positive, check_positive_int
+from ccc.validation import check_non_negative, check_positive, check_positive_int
 
 # torch is imported where a measurement needs it: the cost model and settings load without it
 # (``tta-eval --help``).

@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from tta_eval.validation import check_choice
+from ccc.validation import check_choice
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 :func:`compute_calibration` is the library entry point behind ``ccc-calibrate compute``::
 
     job = CalibrationJob(image_set, corruptions=("fog", "snow", "jpeg"), model_name=..., model_digest=...)
-    table = compute_calibration(job, SerialBackend(job.render_context(), evaluator), work_folder).table
+    backend = ModelBackend(SerialExecutor(), job.render_context(), model)
+    table = compute_calibration(job, backend, work_folder).table
 
 A **planner** decides which cells to measure on how many blocks of images, in rounds:
 
@@ -14,7 +15,7 @@ A **planner** decides which cells to measure on how many blocks of images, in ro
 
 Requests are cumulative "cell → number of blocks" (a cell measured on ``b`` blocks used the first
 ``b`` blocks of the evaluation order). Work already in the work folder is skipped; the rest is
-grouped into :class:`~ccc.calibration.engine.WorkUnit` s (one per base corruption, severity and
+grouped into :class:`~ccc.calibration.compute.engine.WorkUnit` s (one per base corruption, severity and
 block, so every base image is corrupted once and reused for all its targets) and handed to a
 backend. A round's decisions only read results of the blocks requested by earlier rounds, so a run
 that is killed and restarted makes the same decisions and ends with the same table.
@@ -38,8 +39,8 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.backends import CalibrationBackend
-from ccc.calibration.engine import (
+from ccc.calibration.compute.backends import CalibrationBackend
+from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,
     Cell,
@@ -49,14 +50,9 @@ from ccc.calibration.engine import (
     grid_cell,
     single_cell,
 )
-from ccc.calibration.imageset import CalibrationImageSet
-from ccc.calibration.table import (
-    GRID_SIZE,
-    RESNET50_DIFFICULTY_PRESETS,
-    CalibrationError,
-    CalibrationMetadata,
-    CalibrationTable,
-)
+from ccc.calibration.compute.imageset import CalibrationImageSet
+from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
+from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name
 
 logger = logging.getLogger(__name__)
@@ -319,7 +315,7 @@ class CalibrationOutcome:
 
 
 class ResultStore(Protocol):
-    """Where finished units go: :class:`~ccc.calibration.workfolder.WorkFolder` (persistent) or
+    """Where finished units go: :class:`~ccc.calibration.compute.workfolder.WorkFolder` (persistent) or
     :class:`MemoryResultStore`. ``results`` maps (cell, block) to correct predictions."""
 
     results: dict[tuple[Cell, int], int]
@@ -372,7 +368,7 @@ def compute_calibration(
 
     Args:
         job: what to compute.
-        backend: where units run (:class:`~ccc.calibration.backends.SerialBackend` or Ray).
+        backend: where units run (:class:`~ccc.calibration.compute.backends.ModelBackend` on an executor, or a simulation).
         folder: the opened work folder (its results are reused, new ones appended), or a
             :class:`MemoryResultStore`.
         progress: optional callback, see :data:`ProgressCallback`.

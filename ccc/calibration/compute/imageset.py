@@ -25,6 +25,7 @@ from PIL import Image
 
 from ccc.corruptions import MIN_IMAGE_SIDE
 from ccc.stream.sources import ImageFolderError, ImageIndex
+from ccc.validation import check_non_negative_int
 
 DEFAULT_IMAGE_COUNT = 5000
 """Calibration images of the paper (5 per ImageNet class)."""
@@ -144,7 +145,7 @@ class CalibrationImageSet:
         """A seeded permutation of the positions 0 … N−1; result blocks are consecutive runs of it.
 
         Any run of this order mixes all classes, so a cell measured on a few blocks (as the adaptive
-        scheme does, :func:`ccc.calibration.compute.cell_blocks`) sees a random subset of the set.
+        scheme does, :func:`ccc.calibration.compute.job.cell_blocks`) sees a random subset of the set.
         """
         generator = np.random.default_rng(
             np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,))
@@ -185,8 +186,7 @@ def select_calibration_images(
         raise ValueError(
             f"images must be an integer in [1, {len(index)}] (the images of {index.root}), got {count!r}"
         )
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_non_negative_int("seed", seed)
     generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SELECTION_STREAM,)))
     by_class: list[list[int]] = [[] for _ in index.classes]
     for position, image in enumerate(index.images):

@@ -9,7 +9,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.engine import (
+from ccc.calibration.compute.engine import (
     DEFAULT_IMAGES_PER_TASK,
     RenderContext,
     UnitResult,
@@ -19,10 +19,7 @@ from ccc.calibration.engine import (
     render_targets,
     target_groups,
 )
-
-
-MAX_BATCH_SIZE = 2**16
-"""Upper bound of images per forward pass (65,536 images of 224 pixels are already ~40 GB as floats)."""
+from ccc.validation import MAX_BATCH_SIZE, check_positive_int
 
 
 class ModelEvaluator:
@@ -30,15 +27,14 @@ class ModelEvaluator:
 
     Args:
         model: an ``nn.Module`` taking float N×3×H×W images in [0, 1] (normalisation inside, as
-            :func:`tta_eval.models.load_model` builds them) and returning N×classes logits.
+            :func:`ccc.models.load_model` builds them) and returning N×classes logits.
         device: torch device the model lives on.
         batch_size: images per forward pass, in [1, ``MAX_BATCH_SIZE``].
         amp: float16 autocast (CUDA only).
     """
 
     def __init__(self, model: nn.Module, device: torch.device | str = "cpu", batch_size: int = 64, amp: bool = False) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch_size must be an integer in [1, {MAX_BATCH_SIZE:,}], got {batch_size!r}")
+        check_positive_int("batch_size", batch_size, at_most=MAX_BATCH_SIZE)
         self.device = torch.device(device)
         if amp and self.device.type != "cuda":
             raise ValueError(f"mixed precision (amp) needs a CUDA device, got device {str(self.device)!r}")

@@ -2,7 +2,7 @@
 
 A run writes into a work folder (by default ``<out>.work/`` next to the table):
 
-- ``run.json`` — the run's identity (:func:`ccc.calibration.compute.run_identity`: image set,
+- ``run.json`` — the run's identity (:func:`ccc.calibration.compute.job.run_identity`: image set,
   corruptions, seed, block size, model and weights digest, mode). A restart with different
   arguments is refused with the differing fields named; nothing in the folder is touched.
 - ``results.log`` — one line per finished work unit, appended and flushed to disk (``fsync``) as
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ccc.calibration.engine import Cell, UnitResult, WorkUnit
+from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
 from ccc.calibration.table import GRID_SIZE, CalibrationError
 from ccc.folder_lock import FolderLock
 

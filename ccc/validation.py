@@ -1,4 +1,4 @@
-"""Argument checks shared by configs and entry points; each raises ValueError naming the parameter."""
+"""Argument checks shared by the library (ccc and tta_eval configs and entry points); each raises ValueError naming the parameter."""
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ def check_positive_int(name: str, value: int, at_most: int | None = None) -> Non
         raise ValueError(f"{name} must be an integer in [1, {at_most:,}], got {value:,}")
 
 
-def check_seed(seed: int) -> None:
-    """Require an integer >= 0 (a random generator's seed)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+def check_non_negative_int(name: str, value: int) -> None:
+    """Require an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 def check_choice(name: str, value: str, choices: Collection[str]) -> None:

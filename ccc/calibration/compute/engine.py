@@ -22,8 +22,8 @@ first row/column of any pair.
 
 Pixels are rendered by :func:`render_base` and :func:`render_targets` (numpy only: this module does
 not import torch, so Ray rendering workers start fast); predictions come from
-:class:`ccc.calibration.evaluator.ModelEvaluator`; :func:`ccc.calibration.evaluator.execute_unit`
-combines them in-process and the Ray backend (:mod:`ccc.calibration.backends`) runs the same
+:class:`ccc.calibration.compute.evaluator.ModelEvaluator`; :func:`ccc.calibration.compute.evaluator.execute_unit`
+combines them in-process and the Ray backend (:mod:`ccc.calibration.compute.backends`) runs the same
 functions in tasks and actors.
 """
 
@@ -37,9 +37,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.calibration.imageset import CalibrationImageSet
+from ccc.calibration.compute.imageset import CalibrationImageSet
 from ccc.calibration.table import SEVERITIES
 from ccc.corruptions import canonical_name, corrupt_batch, get_corruption
+from ccc.validation import check_non_negative_int, check_positive_int
 
 NO_CORRUPTION = -1
 """Corruption index of "no corruption" (the clean cell, the second stage of a single cell)."""
@@ -155,10 +156,8 @@ class RenderContext:
     _order: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_positive_int("block_size", self.block_size)
+        check_non_negative_int("seed", self.seed)
         names = tuple(canonical_name(name, "corruptions") for name in self.corruptions)
         object.__setattr__(self, "corruptions", names)
         object.__setattr__(self, "_order", tuple(int(k) for k in self.image_set.evaluation_order()))

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from scipy.stats import norm
 
-from ccc.calibration.engine import Cell, UnitResult, WorkUnit
+from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
 
 
 class CorrelatedImagesBackend:
@@ -91,7 +91,7 @@ class CorrelatedImagesBackend:
             self.counts[cell] = np.add.reduceat(correct.astype(np.int64), edges[:-1])
 
     def run(self, units: Sequence[WorkUnit], on_result: Callable[[UnitResult], None]) -> None:
-        """Report every unit's counts (the :class:`~ccc.calibration.compute.CalibrationBackend` interface)."""
+        """Report every unit's counts (the :class:`~ccc.calibration.compute.backends.CalibrationBackend` interface)."""
         for unit in units:
             correct = tuple(int(self.counts[cell][unit.block]) for cell in unit.cells())
             on_result(UnitResult(unit, correct, self.block_sizes[unit.block]))

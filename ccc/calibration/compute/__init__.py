@@ -1,0 +1,15 @@
+"""Computing a calibration table: the measuring side of :mod:`ccc.calibration`.
+
+- :mod:`~ccc.calibration.compute.imageset` — the calibration images (class-balanced selection, preprocessing);
+- :mod:`~ccc.calibration.compute.engine` — cells, work units and their pixels (numpy only, no torch);
+- :mod:`~ccc.calibration.compute.evaluator` — model predictions, one unit in-process;
+- :mod:`~ccc.calibration.compute.backends` — where units run: ``ModelBackend`` on a
+  :mod:`ccc.execution` executor (serial or Ray);
+- :mod:`~ccc.calibration.compute.simulation` — a backend that draws results (tests, benchmarks);
+- :mod:`~ccc.calibration.compute.workfolder` — resumable persistence of finished units;
+- :mod:`~ccc.calibration.compute.job` — the job, the brute-force planner, ``compute_calibration``
+  and the table assembly (the adaptive planner is :mod:`ccc.calibration.adaptive`).
+
+:func:`ccc.calibration.run.calibrate` runs all of it from an image folder and a model. This package
+imports nothing on its own, so Ray rendering workers that import ``engine`` do not load torch.
+"""

@@ -1,0 +1,151 @@
+"""What the console scripts (``ccc-*`` and ``tta-eval``) share: the ``--help`` layout, counted nouns
+("1 shard", "3 shards"), argument types, and the one wrapper that turns user errors into one line
+on stderr and exit code 2 (:func:`run_command`).
+
+Each option's help ends with its default ("(default: 64)") when it has a meaningful one, and the
+description and the epilog (the examples) keep their own line breaks. ``tta_eval`` imports this
+module; it imports nothing heavy, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = [
+    "INTERRUPTED_EXIT_CODE",
+    "USER_ERROR_EXIT_CODE",
+    "HelpFormatter",
+    "count",
+    "examples",
+    "float_list",
+    "format_default",
+    "integer_at_least",
+    "name_list",
+    "one_line",
+    "run_command",
+]
+
+USER_ERROR_EXIT_CODE = 2
+"""Exit code of a user mistake (bad option, missing file, …), as argparse uses."""
+
+INTERRUPTED_EXIT_CODE = 130
+"""Exit code after Ctrl-C (128 + SIGINT)."""
+
+
+def format_default(value: object) -> str:
+    """A default as a user would type it: lists space-separated, floats in shortest form, the rest as str()."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(format_default(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's and epilog's line breaks; appends "(default: VALUE)" to an option's help.
+
+    Nothing is appended when the help already mentions its default (the word "default"), when the
+    default is None, False, empty or suppressed (flags, repeatable options and options whose absence
+    the help explains), or for positional arguments.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or (isinstance(default, (str, list, tuple)) and not default)
+            or "default" in text.lower()
+        ):
+            return action.help
+        shown = format_default(default).replace("%", "%%")
+        return f"{text} (default: {shown})" if text else f"(default: {shown})"
+
+
+def examples(*commands: str | Sequence[str]) -> str:
+    """An epilog listing example commands: each entry one command, or (command, comment) lines."""
+    lines = ["examples:"]
+    for entry in commands:
+        if isinstance(entry, str):
+            lines.append(f"  {entry}")
+        else:
+            command, comment = entry
+            lines += [f"  # {comment}", f"  {command}"]
+    return "\n".join(lines)
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``number`` with thousands separators and ``noun`` in singular or plural ("1 shard", "2,500 images").
+
+    plural: the plural form (default: ``noun`` + "s").
+    """
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
+def integer_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum`` ("1_000" and "1,000" accepted)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", "").replace(",", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def name_list(text: str) -> list[str]:
+    """argparse type: comma-separated names (blanks dropped)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def float_list(text: str) -> list[float]:
+    """argparse type: comma-separated numbers."""
+    try:
+        return [float(value) for value in text.split(",") if value.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (line breaks and runs of spaces become one space); a failed
+    file operation as "FILE: reason" (or "FILE -> FILE2: reason"), without "[Errno N]"."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        files = f"{error.filename} -> {error.filename2}" if error.filename2 is not None else f"{error.filename}"
+        text = f"{files}: {error.strerror}"
+    else:
+        text = str(error)
+    return " ".join(text.split())
+
+
+def run_command(
+    program: str,
+    command: Callable[[], int],
+    user_errors: tuple[type[BaseException], ...] = (ValueError, OSError),
+    interrupted: str = "interrupted",
+) -> int:
+    """Run ``command`` and return its exit code; a user error becomes one line and exit code 2.
+
+    Args:
+        program: the console script's name, the prefix of every message.
+        command: runs the parsed command line and returns the exit code.
+        user_errors: exceptions that are user mistakes, printed as ``PROGRAM: error: MESSAGE``.
+        interrupted: what to print after ``PROGRAM:`` on Ctrl-C (exit code 130).
+    """
+    try:
+        return command()
+    except user_errors as error:
+        print(f"{program}: error: {one_line(error)}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    except KeyboardInterrupt:
+        print(f"{program}: {interrupted}", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
