@@ -162,3 +162,11 @@ def test_importing_the_loader_loads_neither_the_driver_nor_the_demo_world() -> N
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY)
     assert result.stdout.strip() == "[]"
+
+
+def test_the_calibration_rendering_engine_does_not_load_torch() -> None:
+    """Rendering calibration images runs in CPU workers that need no model: they never pay torch's import."""
+    code = "import sys, ccc.calibration.compute.engine; print('torch' in sys.modules)"
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY)
+    assert result.stdout.strip() == "False"
