@@ -41,7 +41,7 @@ from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
 from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.execution import open_executor
-from ccc.imagenet import index_image_folder, resolve_imagenet_folder
+from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
 from ccc.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
 from ccc.validation import MAX_BATCH_SIZE
 
@@ -177,7 +177,7 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
 
     Raises:
         CalibrationError: a user mistake (message names the option), also for an unreachable Ray cluster.
-        ccc.imagenet.ImageFolderError: the image folder is missing, not in ImageNet layout, or holds
+        ccc.stream.sources.ImageFolderError: the image folder is missing, not in ImageNet layout, or holds
             unreadable images (without ``skip_bad_images``).
     """
     _check(config)

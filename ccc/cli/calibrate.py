@@ -37,7 +37,7 @@ from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
 from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.cli._common import INTERRUPTED_EXIT_CODE, HelpFormatter, count, examples, float_list, integer_at_least, name_list, run_command
 from ccc.execution import RayUnavailableError
-from ccc.imagenet import ImageFolderError, read_class_list
+from ccc.stream.sources import ImageFolderError, read_class_list
 
 # torch, the model loader and the compute engine are imported when a command runs, so that
 # ``ccc-calibrate --help`` answers at once.
