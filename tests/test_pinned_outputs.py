@@ -23,7 +23,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import make_calibration_table, make_image_folder
+
+from tests.builders import make_calibration_table, make_image_folder
 
 DEMO_STREAM_SHARDS = {
     "serial_00000.tar": "df01f48a7b957ab16693fd1f3dc14ba901841193662761520db8d6057102deac",

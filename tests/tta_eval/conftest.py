@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from tta_helpers import make_tiny_cnn
+
+from tests.tta_eval.tta_helpers import make_tiny_cnn
 
 
 @pytest.fixture(autouse=True)
