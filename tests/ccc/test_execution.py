@@ -1,5 +1,5 @@
 """Tests of ccc.execution's executor patterns on the serial executor (the Ray executor runs the same
-patterns in tests/test_generate.py, tests/test_calibration_compute_cli.py)."""
+patterns in tests/ccc/test_generate.py, tests/ccc/cli/test_calibrate_compute.py)."""
 
 from __future__ import annotations
 

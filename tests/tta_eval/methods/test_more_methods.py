@@ -1,7 +1,7 @@
 """The time-constrained papers' methods: registry, exact reset, synthetic-stream runs, and the fidelity
 of AdaBN, LAME, NEO, PL, SHOT-IM and SHOT on tiny models and constructed inputs.
 
-SAR, DeYO, MEMO, RoTTA, CMF and TTAC-NQ are checked in test_tta_methods_extra_fidelity.py.
+SAR, DeYO, MEMO, RoTTA, CMF and TTAC-NQ are checked in test_more_methods_fidelity.py.
 """
 
 from __future__ import annotations
