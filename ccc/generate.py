@@ -38,6 +38,7 @@ from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha
 from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
 from ccc.shards.writer import ShardWriter
 from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
+from ccc.validation import check_positive_int
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -252,8 +253,7 @@ def generate_stream(
             or another process is writing to it.
         ccc.shards.writer.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    check_positive_int("chunk_size", chunk_size)
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec
