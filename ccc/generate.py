@@ -41,7 +41,7 @@ from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
 from ccc.validation import check_positive_int
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_SAMPLES_PER_TASK",
     "GenerationSummary",
     "OutputFolderError",
     "expected_shard_names",
@@ -52,8 +52,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_SIZE = 25
-"""Samples per executor task."""
+DEFAULT_SAMPLES_PER_TASK = 25
+"""Samples rendered per executor task (``chunk_size`` of :func:`generate_stream`)."""
 
 LOCK_NAME = ".ccc-generate.lock"
 _PROGRESS_INTERVAL_TTY_SECONDS = 0.5
@@ -232,7 +232,7 @@ def generate_stream(
     *,
     overwrite: bool = False,
     progress: bool = True,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_SAMPLES_PER_TASK,
 ) -> GenerationSummary:
     """Render the stream of ``plan`` into ``run_dir`` (created if needed), resuming an earlier run.
 

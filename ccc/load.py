@@ -93,7 +93,9 @@ RANK_SPLITS = ("interleaved", "contiguous")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-DEFAULT_CHUNK_SIZE = 64
+DEFAULT_SAMPLES_PER_TURN = 64
+"""Consecutive samples a reading consumer (rank × DataLoader worker) takes per turn (``chunk_size`` of
+:func:`open_stream` and :func:`render_stream`; :func:`stream_loader` sets it to the batch size)."""
 
 
 class StreamError(ValueError):
@@ -543,7 +545,7 @@ def open_stream(
     start: int = 0,
     limit: int | None = None,
     image_format: str = "uint8",
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_SAMPLES_PER_TURN,
     rank: int | None = None,
     world_size: int | None = None,
     rank_split: str = "interleaved",
@@ -625,7 +627,7 @@ def render_stream(
     limit: int | None = None,
     image_format: str = "uint8",
     compress: bool = True,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_SAMPLES_PER_TURN,
     rank: int | None = None,
     world_size: int | None = None,
     rank_split: str = "interleaved",
