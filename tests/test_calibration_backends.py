@@ -12,7 +12,7 @@ from ccc.calibration.compute.evaluator import ModelEvaluator
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import BruteForcePlanner, CalibrationJob, MemoryResultStore, compute_calibration
 from ccc.execution import SerialExecutor
-from ccc.imagenet import index_image_folder
+from ccc.stream.sources import index_image_folder
 from conftest import make_texture_folder, tiny_texture_classifier
 
 
