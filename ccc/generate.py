@@ -38,9 +38,10 @@ from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha
 from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
 from ccc.shards.writer import ShardWriter
 from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
+from ccc.validation import check_positive_int
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_SAMPLES_PER_TASK",
     "GenerationSummary",
     "OutputFolderError",
     "expected_shard_names",
@@ -51,8 +52,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_SIZE = 25
-"""Samples per executor task."""
+DEFAULT_SAMPLES_PER_TASK = 25
+"""Samples rendered per executor task (``chunk_size`` of :func:`generate_stream`)."""
 
 LOCK_NAME = ".ccc-generate.lock"
 _PROGRESS_INTERVAL_TTY_SECONDS = 0.5
@@ -231,7 +232,7 @@ def generate_stream(
     *,
     overwrite: bool = False,
     progress: bool = True,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_SAMPLES_PER_TASK,
 ) -> GenerationSummary:
     """Render the stream of ``plan`` into ``run_dir`` (created if needed), resuming an earlier run.
 
@@ -252,8 +253,7 @@ def generate_stream(
             or another process is writing to it.
         ccc.shards.writer.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    check_positive_int("chunk_size", chunk_size)
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec

@@ -56,6 +56,7 @@ from ccc.shards.reader import ShardReadError, open_shard, read_samples
 from ccc.shards.record import IMAGE_MEMBER, SampleRecordError, decode_members, sample_key, sample_place, shard_name, shard_pattern
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
 from ccc.stream.spec import UNBOUNDED_IMAGES, PlanError, StreamSpec
+from ccc.validation import check_non_negative_int, check_positive_int
 
 __all__ = [
     "ERROR_POLICIES",
@@ -92,7 +93,9 @@ RANK_SPLITS = ("interleaved", "contiguous")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-DEFAULT_CHUNK_SIZE = 64
+DEFAULT_SAMPLES_PER_TURN = 64
+"""Consecutive samples a reading consumer (rank × DataLoader worker) takes per turn (``chunk_size`` of
+:func:`open_stream` and :func:`render_stream`; :func:`stream_loader` sets it to the batch size)."""
 
 
 class StreamError(ValueError):
@@ -213,14 +216,6 @@ class _Selection:
         return candidate if self.hi is None or candidate < self.hi else None
 
 
-def _check_count(name: str, value: object, minimum: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if allow_none else ''}, got {value!r}")
-    return int(value)
-
-
 def _environment_rank() -> tuple[int, int]:
     try:
         rank = int(os.environ.get("RANK", "0"))
@@ -263,9 +258,9 @@ class CCCStream(torch.utils.data.IterableDataset):
         on_error: str,
     ) -> None:
         super().__init__()
-        self.start = _check_count("start", start, 0)
-        self.limit = _check_count("limit", limit, 1, allow_none=True)
-        self.chunk_size = _check_count("chunk_size", chunk_size, 1)
+        self.start = check_non_negative_int("start", start)
+        self.limit = None if limit is None else check_positive_int("limit", limit)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
         if image_format not in IMAGE_FORMATS:
             raise ValueError(f"image_format must be one of {', '.join(IMAGE_FORMATS)}, got {image_format!r}")
         if rank_split not in RANK_SPLITS:
@@ -273,8 +268,8 @@ class CCCStream(torch.utils.data.IterableDataset):
         if on_error not in ERROR_POLICIES:
             raise ValueError(f"on_error must be one of {', '.join(ERROR_POLICIES)}, got {on_error!r}")
         environment_rank, environment_world = _environment_rank()
-        self.rank = _check_count("rank", environment_rank if rank is None else rank, 0)
-        self.world_size = _check_count("world_size", environment_world if world_size is None else world_size, 1)
+        self.rank = check_non_negative_int("rank", environment_rank if rank is None else rank)
+        self.world_size = check_positive_int("world_size", environment_world if world_size is None else world_size)
         if self.rank >= self.world_size:
             raise ValueError(f"rank must be in [0, {self.world_size - 1}] for world_size {self.world_size}, got {self.rank}")
         if total is not None and self.start >= total:
@@ -297,7 +292,7 @@ class CCCStream(torch.utils.data.IterableDataset):
     def with_chunk_size(self, chunk_size: int) -> CCCStream:
         """A copy reading ``chunk_size`` consecutive samples per consumer turn."""
         duplicate = copy.copy(self)
-        duplicate.chunk_size = _check_count("chunk_size", chunk_size, 1)
+        duplicate.chunk_size = check_positive_int("chunk_size", chunk_size)
         return duplicate
 
     def _selection(self) -> _Selection:
@@ -550,7 +545,7 @@ def open_stream(
     start: int = 0,
     limit: int | None = None,
     image_format: str = "uint8",
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_SAMPLES_PER_TURN,
     rank: int | None = None,
     world_size: int | None = None,
     rank_split: str = "interleaved",
@@ -632,7 +627,7 @@ def render_stream(
     limit: int | None = None,
     image_format: str = "uint8",
     compress: bool = True,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int = DEFAULT_SAMPLES_PER_TURN,
     rank: int | None = None,
     world_size: int | None = None,
     rank_split: str = "interleaved",
@@ -710,8 +705,8 @@ def stream_loader(stream: CCCStream, batch_size: int, num_workers: int = 0, **da
         dataloader_options: further ``torch.utils.data.DataLoader`` arguments (not ``batch_size``,
             ``collate_fn``, ``shuffle`` or ``sampler``).
     """
-    _check_count("batch_size", batch_size, 1)
-    _check_count("num_workers", num_workers, 0)
+    check_positive_int("batch_size", batch_size)
+    check_non_negative_int("num_workers", num_workers)
     reserved = sorted({"batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "in_order"} & set(dataloader_options))
     if reserved:
         raise ValueError(f"stream_loader sets {', '.join(reserved)} itself to keep stream order")

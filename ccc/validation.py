@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Collection
 
 
@@ -41,18 +42,30 @@ MAX_IMAGE_SIZE = 2**14
 """Upper bound of an image side in pixels."""
 
 
-def check_positive_int(name: str, value: int, at_most: int | None = None) -> None:
-    """Require an integer >= 1 (and <= ``at_most`` when given)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if at_most is not None and value > at_most:
-        raise ValueError(f"{name} must be an integer in [1, {at_most:,}], got {value:,}")
+def check_integer(
+    name: str, value: object, minimum: int, maximum: int | None = None, *, error: type[ValueError] = ValueError
+) -> int:
+    """Require an integer (a Python or NumPy integer, not a bool) >= ``minimum`` (and <= ``maximum`` when
+    given); returns it as a Python int.
+
+    error: the ValueError subclass to raise, so that a module's checks raise its own error type
+    (e.g. ``PlanError``).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise error(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise error(f"{name} must be an integer in [{minimum:,}, {maximum:,}], got {int(value):,}")
+    return int(value)
 
 
-def check_non_negative_int(name: str, value: int) -> None:
-    """Require an integer >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+def check_positive_int(name: str, value: object, at_most: int | None = None, *, error: type[ValueError] = ValueError) -> int:
+    """Require an integer >= 1 (and <= ``at_most`` when given); returns it as a Python int (see :func:`check_integer`)."""
+    return check_integer(name, value, 1, at_most, error=error)
+
+
+def check_non_negative_int(name: str, value: object, *, error: type[ValueError] = ValueError) -> int:
+    """Require an integer >= 0; returns it as a Python int (see :func:`check_integer`)."""
+    return check_integer(name, value, 0, error=error)
 
 
 def check_choice(name: str, value: str, choices: Collection[str]) -> None:

@@ -1,6 +1,7 @@
 """Command line: ``tta-eval run``, ``sweep``, ``rescore``, ``compare``, ``methods``.
 
-User mistakes end with a one-line "tta-eval: error: …" on stderr and exit code 2, never a traceback.
+User mistakes end with a one-line "tta-eval: error: …" on stderr and exit code 2, never a traceback
+(:func:`ccc.cli._common.run_command`).
 Times on the command line carry their unit in the option name (``--threshold-ms``, ``--budget-s``).
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli._common import HelpFormatter, examples
+from ccc.cli._common import HelpFormatter, examples, run_command
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
     CostModel,
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
     from ccc.models import ModelSpec
 
 PROGRAM = "tta-eval"
-USER_ERROR_EXIT = 2
-RUN_STOPPED_EXIT = 1
 
 
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -493,18 +492,9 @@ def _methods(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _os_error_text(error: OSError) -> str:
-    """One line for a failed file operation: the file and the system's reason, without "[Errno N]"."""
-    reason = error.strerror or str(error)
-    if error.filename is None:
-        return reason
-    if error.filename2 is not None:
-        return f"{error.filename} -> {error.filename2}: {reason}"
-    return f"{error.filename}: {reason}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tta-eval`` console script; returns the exit code."""
+    """Entry point of the ``tta-eval`` console script; returns the exit code (0 success, 1 run stopped by
+    ``--nonfinite-loss stop``, 2 user error, 130 interrupted)."""
     parser = _build_parser()
     arguments = parser.parse_args(argv)
     logging.basicConfig(
@@ -512,20 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     handlers = {"run": _run, "sweep": _sweep, "rescore": _rescore, "compare": _compare, "methods": _methods}
-    try:
-        return handlers[arguments.command](arguments)
-    except NonFiniteLossError as error:
-        print(f"{PROGRAM}: stopped: {error}", file=sys.stderr)
-        return RUN_STOPPED_EXIT
-    except ValueError as error:
-        print(f"{PROGRAM}: error: {error}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    except OSError as error:
-        print(f"{PROGRAM}: error: {_os_error_text(error)}", file=sys.stderr)
-        return USER_ERROR_EXIT
-    except KeyboardInterrupt:
-        print(f"{PROGRAM}: interrupted", file=sys.stderr)
-        return 130
+    return run_command(PROGRAM, lambda: handlers[arguments.command](arguments), stopped=(NonFiniteLossError,))
 
 
 if __name__ == "__main__":

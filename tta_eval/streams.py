@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_positive_int
+from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_non_negative_int, check_positive_int
 
 
 # torch is imported where batches are handled, so that the stream sources' registry (named by
@@ -190,8 +190,7 @@ class StreamOptions:
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        check_non_negative_int("num_workers", self.num_workers)
 
 
 DEMO_WORLD = "demo"

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
-from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_choice, check_in_range, check_positive_int
+from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_choice, check_in_range, check_integer, check_non_negative_int, check_positive_int
 
 SYNTHETIC_CORRUPTIONS = ("noise", "contrast", "brightness", "blur")
 SYNTHETIC_SEVERITIES = (1, 2, 3, 4, 5)
@@ -48,12 +48,8 @@ class SyntheticStreamSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_positive_int("num_classes", self.num_classes)
-        if self.num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
-        check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
-        if self.image_size < 8:
-            raise ValueError(f"image_size must be >= 8 pixels, got {self.image_size}")
+        check_integer("num_classes", self.num_classes, 2)
+        check_integer("image_size", self.image_size, 8, MAX_IMAGE_SIZE)
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_positive_int("num_batches", self.num_batches)
         check_positive_int("domain_length", self.domain_length)
@@ -62,8 +58,7 @@ class SyntheticStreamSpec:
         for corruption in self.corruptions:
             check_choice("corruptions", corruption, (*SYNTHETIC_CORRUPTIONS, "clean"))
         check_in_range("severity", self.severity, 1, 5)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        check_non_negative_int("seed", self.seed)
 
 
 def class_patterns(num_classes: int, image_size: int, seed: int) -> torch.Tensor:

@@ -68,6 +68,7 @@ from ccc.calibration.compute.job import Measurements, Requests, measured_grids, 
 from ccc.calibration.compute.engine import Cell, grid_cell
 from ccc.calibration.table import GRID_SIZE
 from ccc.stream.paths import PATH_OBJECTIVES, find_path
+from ccc.validation import check_positive_int
 
 DEFAULT_TARGETS = (40.0, 20.0, 0.0)
 """Target accuracies (percent) of the public CCC difficulties (easy, medium, hard)."""
@@ -134,8 +135,7 @@ class AdaptiveSettings:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if isinstance(self.coarse_stride, bool) or not isinstance(self.coarse_stride, int) or not 1 <= self.coarse_stride < GRID_SIZE:
-            raise ValueError(f"coarse_stride must be an integer in [1, {GRID_SIZE - 1}], got {self.coarse_stride!r}")
+        check_positive_int("coarse_stride", self.coarse_stride, GRID_SIZE - 1)
         if not 0.0 < self.coarse_fraction <= 1.0:
             raise ValueError(f"coarse_fraction must be in (0, 1], got {self.coarse_fraction!r}")
         if not self.coarse_fraction <= self.refine_fraction <= 1.0:

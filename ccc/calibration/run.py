@@ -43,7 +43,7 @@ from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.execution import open_executor
 from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
 from ccc.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
-from ccc.validation import MAX_BATCH_SIZE
+from ccc.validation import MAX_BATCH_SIZE, check_positive_int
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "calibrate", "model_identity"]
 
@@ -160,8 +160,7 @@ def _check(config: CalibrationConfig) -> None:
         raise CalibrationError(f"--out {out} already exists; pass --overwrite to replace it")
     if config.amp and not config.device.startswith("cuda"):
         raise CalibrationError(f"--amp needs --device cuda, got --device {config.device}")
-    if config.batch_size > MAX_BATCH_SIZE:
-        raise CalibrationError(f"--batch-size must be an integer in [1, {MAX_BATCH_SIZE:,}], got {config.batch_size:,}")
+    check_positive_int("--batch-size", config.batch_size, MAX_BATCH_SIZE, error=CalibrationError)
     resolve_device(config.device)
 
 

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 from ccc import __version__ as _LIBRARY_VERSION
 from ccc.calibration.presets import DifficultyPreset
 from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
+from ccc.validation import check_positive_int
 
 GRID_SIZE = 21
 SEVERITY_STEP = 0.25
@@ -109,12 +110,7 @@ class CalibrationMetadata:
         _check_text("library_version", self.library_version, allow_empty=False)
         _check_text("source", self.source, allow_empty=True)
         _check_text("notes", self.notes, allow_empty=True)
-        if isinstance(self.image_count, bool) or not isinstance(self.image_count, int):
-            raise CalibrationError(
-                f"metadata image_count must be an integer, got {self.image_count!r}"
-            )
-        if self.image_count < 1:
-            raise CalibrationError(f"metadata image_count must be >= 1, got {self.image_count}")
+        check_positive_int("metadata image_count", self.image_count, error=CalibrationError)
         _check_optional_sha256("model_weights_sha256", self.model_weights_sha256)
         _check_optional_sha256("image_set_sha256", self.image_set_sha256)
         _check_optional_sha256("source_sha256", self.source_sha256)

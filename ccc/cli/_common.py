@@ -1,6 +1,6 @@
 """What the console scripts (``ccc-*`` and ``tta-eval``) share: the ``--help`` layout, counted nouns
 ("1 shard", "3 shards"), argument types, and the one wrapper that turns user errors into one line
-on stderr and exit code 2 (:func:`run_command`).
+on stderr and exit code 2 (:func:`run_command`, :class:`UsageError`).
 
 Each option's help ends with its default ("(default: 64)") when it has a meaningful one, and the
 description and the epilog (the examples) keep their own line breaks. ``tta_eval`` imports this
@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 
 __all__ = [
     "INTERRUPTED_EXIT_CODE",
+    "STOPPED_EXIT_CODE",
     "USER_ERROR_EXIT_CODE",
     "HelpFormatter",
+    "UsageError",
     "count",
     "examples",
     "float_list",
@@ -32,6 +34,13 @@ USER_ERROR_EXIT_CODE = 2
 
 INTERRUPTED_EXIT_CODE = 130
 """Exit code after Ctrl-C (128 + SIGINT)."""
+
+STOPPED_EXIT_CODE = 1
+"""Exit code of a run that stopped as the user asked (e.g. ``tta-eval --nonfinite-loss stop``)."""
+
+
+class UsageError(ValueError):
+    """A command-line mistake the parser itself cannot see (e.g. two options that exclude each other)."""
 
 
 def format_default(value: object) -> str:
@@ -118,10 +127,15 @@ def float_list(text: str) -> list[float]:
 
 def one_line(error: BaseException) -> str:
     """The error's message on one line (line breaks and runs of spaces become one space); a failed
-    file operation as "FILE: reason" (or "FILE -> FILE2: reason"), without "[Errno N]"."""
-    if isinstance(error, OSError) and error.strerror and error.filename is not None:
-        files = f"{error.filename} -> {error.filename2}" if error.filename2 is not None else f"{error.filename}"
-        text = f"{files}: {error.strerror}"
+    file operation as "FILE: reason" (or "FILE -> FILE2: reason", or the reason alone without a file),
+    without "[Errno N]"."""
+    if isinstance(error, OSError) and error.strerror:
+        if error.filename is None:
+            text = error.strerror
+        elif error.filename2 is not None:
+            text = f"{error.filename} -> {error.filename2}: {error.strerror}"
+        else:
+            text = f"{error.filename}: {error.strerror}"
     else:
         text = str(error)
     return " ".join(text.split())
@@ -132,6 +146,7 @@ def run_command(
     command: Callable[[], int],
     user_errors: tuple[type[BaseException], ...] = (ValueError, OSError),
     interrupted: str = "interrupted",
+    stopped: tuple[type[BaseException], ...] = (),
 ) -> int:
     """Run ``command`` and return its exit code; a user error becomes one line and exit code 2.
 
@@ -140,9 +155,14 @@ def run_command(
         command: runs the parsed command line and returns the exit code.
         user_errors: exceptions that are user mistakes, printed as ``PROGRAM: error: MESSAGE``.
         interrupted: what to print after ``PROGRAM:`` on Ctrl-C (exit code 130).
+        stopped: exceptions that end a run as the user asked, printed as ``PROGRAM: stopped: MESSAGE``
+            (exit code 1).
     """
     try:
         return command()
+    except stopped as error:
+        print(f"{program}: stopped: {one_line(error)}", file=sys.stderr)
+        return STOPPED_EXIT_CODE
     except user_errors as error:
         print(f"{program}: error: {one_line(error)}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE

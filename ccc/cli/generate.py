@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
-from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, count, examples, integer_at_least, run_command
+from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
 from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
@@ -43,10 +43,6 @@ DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
 SHARD_BYTES_PER_IMAGE = 32_300
 """Shard bytes per sample (224×224 JPEG at quality 85 plus tar members), measured on a 6,000-image demo stream."""
-
-
-class UsageError(ValueError):
-    """A command-line mistake the parser itself cannot see (e.g. a difficulty the table lacks)."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, count, examples
+from ccc.cli._common import HelpFormatter, UsageError, count, examples, run_command
 from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards.manifest import ManifestError, load_manifest
 from ccc.stream.spec import PlanError
@@ -62,50 +62,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error)."""
-    arguments = build_parser().parse_args(argv)
-    # imported after parsing: the checks import the image and corruption libraries, which --help does not need
+def _run(arguments: argparse.Namespace) -> int:
+    """Check the run folder; returns 0 when every shard is intact, 1 when problems were found."""
+    # imported here: the checks import the image and corruption libraries, which --help does not need
     from ccc.check_run import locate_plan_inputs, verify_run
     from ccc.demo import is_demo_stream
 
     folder = Path(arguments.folder)
     if (arguments.calibration is None) != (arguments.imagenet is None):
-        print(f"{PROGRAM}: error: pass both --calibration and --imagenet to check the plan hash, or neither", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     if arguments.demo and arguments.calibration is not None:
-        print(f"{PROGRAM}: error: --demo uses the demo world's table and images: do not combine it with --calibration/--imagenet", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        raise UsageError("--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet")
     if not folder.is_dir():
-        print(f"{PROGRAM}: error: {folder} is not a folder", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        raise UsageError(f"{folder} is not a folder")
     try:
         manifest = load_manifest(folder)
-        hint = ""
-        if arguments.calibration is None:
-            found = locate_plan_inputs(manifest)
-            if arguments.demo and not is_demo_stream(manifest.stream):
-                print(f"{PROGRAM}: error: --demo: {folder} is not a demo-world stream (its images are not the demo folder's)", file=sys.stderr)
-                return USER_ERROR_EXIT_CODE
-            if found.calibration is not None and found.imagenet is not None:
-                arguments.calibration, arguments.imagenet = found.calibration, found.imagenet
-            hint = found.hint
-        total = len(manifest.shards)
-        with tqdm(total=total, desc=folder.name, unit="shard", disable=arguments.no_progress, mininterval=1.0) as bar:
-            report = verify_run(
-                folder,
-                decode=not arguments.no_decode,
-                calibration=arguments.calibration,
-                imagenet=arguments.imagenet,
-                classes=None if arguments.classes is None else read_class_list(arguments.classes),
-                on_shard=lambda check: bar.update(0 if check.status == "unfinished" else 1),
-            )
     except FileNotFoundError as error:
-        print(f"{PROGRAM}: error: {folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
-    except (ManifestError, CalibrationError, ImageFolderError, PlanError, OSError) as error:
-        print(f"{PROGRAM}: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return USER_ERROR_EXIT_CODE
+        raise UsageError(f"{folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder") from error
+    hint = ""
+    if arguments.calibration is None:
+        found = locate_plan_inputs(manifest)
+        if arguments.demo and not is_demo_stream(manifest.stream):
+            raise UsageError(f"--demo: {folder} is not a demo-world stream (its images are not the demo folder's)")
+        if found.calibration is not None and found.imagenet is not None:
+            arguments.calibration, arguments.imagenet = found.calibration, found.imagenet
+        hint = found.hint
+    total = len(manifest.shards)
+    with tqdm(total=total, desc=folder.name, unit="shard", disable=arguments.no_progress, mininterval=1.0) as bar:
+        report = verify_run(
+            folder,
+            decode=not arguments.no_decode,
+            calibration=arguments.calibration,
+            imagenet=arguments.imagenet,
+            classes=None if arguments.classes is None else read_class_list(arguments.classes),
+            on_shard=lambda check: bar.update(0 if check.status == "unfinished" else 1),
+        )
     for check in report.problems:
         print(f"{check.name}: {check.status}{f' — {check.detail}' if check.detail else ''}")
     for name in report.stray_files:
@@ -120,9 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
         except OSError as error:
-            print(f"{PROGRAM}: error: cannot write --json {arguments.json}: {error.strerror or error}", file=sys.stderr)
-            return USER_ERROR_EXIT_CODE
+            raise UsageError(f"cannot write --json {arguments.json}: {error.strerror or error}") from error
     return 0 if report.ok else PROBLEMS_EXIT_CODE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error, 130 interrupted)."""
+    arguments = build_parser().parse_args(argv)
+    return run_command(PROGRAM, lambda: _run(arguments), (UsageError, ManifestError, CalibrationError, ImageFolderError, PlanError, OSError))
 
 
 if __name__ == "__main__":

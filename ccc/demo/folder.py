@@ -26,6 +26,7 @@ import numpy as np
 
 from ccc.cache import default_cache_dir
 from ccc.demo.images import CLASS_NAMES, encode_jpeg, render_demo_image
+from ccc.validation import check_non_negative_int, check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +67,8 @@ class DemoImageSpec:
     split: str = "val"
 
     def __post_init__(self) -> None:
-        if isinstance(self.images_per_class, bool) or not isinstance(self.images_per_class, int) or self.images_per_class < 1:
-            raise DemoImagesError(f"images_per_class must be a positive integer, got {self.images_per_class!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise DemoImagesError(f"seed must be an integer >= 0, got {self.seed!r}")
+        check_positive_int("images_per_class", self.images_per_class, error=DemoImagesError)
+        check_non_negative_int("seed", self.seed, error=DemoImagesError)
         if self.split not in SPLITS:
             raise DemoImagesError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
 
@@ -102,8 +101,7 @@ def render_demo_jpegs(spec: DemoImageSpec, workers: int = 1) -> Iterator[tuple[i
     ``workers`` (≥ 1) processes render chunks of 40 images; the bytes do not depend on it. Worker
     processes are spawned, not forked (forking a process that runs threads, e.g. torch's, is unsafe).
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise DemoImagesError(f"workers must be a positive integer, got {workers!r}")
+    check_positive_int("workers", workers, error=DemoImagesError)
     items = list(spec.items())
     chunks = [items[start : start + 40] for start in range(0, len(items), 40)]
     if workers == 1:

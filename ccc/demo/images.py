@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
+from ccc.validation import check_integer
 PATTERNS: tuple[str, ...] = ("horizontal", "vertical", "checks", "plain")
 """Pattern names: horizontal stripes, vertical stripes, an axis-aligned checkerboard, no pattern."""
 
@@ -145,8 +146,7 @@ def _draw_object(class_index: int, generator: np.random.Generator, centre: tuple
 
 def draw_parameters(class_index: int, generator: np.random.Generator) -> DemoImageParameters:
     """Draw the :class:`DemoImageParameters` of one image of class ``class_index`` (0–15) from ``generator``."""
-    if isinstance(class_index, bool) or not isinstance(class_index, (int, np.integer)) or not 0 <= class_index < len(CLASS_NAMES):
-        raise ValueError(f"class_index must be an integer in [0, {len(CLASS_NAMES) - 1}], got {class_index!r}")
+    check_integer("class_index", class_index, 0, len(CLASS_NAMES) - 1)
     width, height = IMAGE_SIZES[0] if generator.uniform() < 0.75 else IMAGE_SIZES[1]
     side = min(width, height)
     background_hue, background_saturation = generator.uniform(), generator.uniform(0.0, 0.12)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ccc.demo.images import CLASS_NAMES
+from ccc.validation import check_integer
 
 DEMO_WEIGHTS_PATH = Path(__file__).with_name("demo_model.pt")
 """The trained weights (a state_dict saved with ``torch.save``), written by ``scripts/train_demo_model.py``."""
@@ -52,8 +53,7 @@ class DemoNet(nn.Module):
 
     def __init__(self, num_classes: int = len(CLASS_NAMES)) -> None:
         super().__init__()
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        check_integer("num_classes", num_classes, 2)
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
         self.features = nn.Sequential(

@@ -22,6 +22,7 @@ from ccc.shards.record import TEMPORARY_SUFFIX, shard_name
 from ccc.shards.writer import ShardInfo, ShardWriteError
 from ccc.stream.plan import CROP_ATTEMPTS, CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY
 from ccc.stream.spec import PlanError, StreamSpec
+from ccc.validation import check_integer
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -175,8 +176,7 @@ def load_manifest(directory: Path) -> Manifest:
         info = ShardInfo(**entry)
         if not (isinstance(info.sha256, str) and len(info.sha256) == 64 and isinstance(info.bytes, int) and info.bytes > 0):
             raise ManifestError(f"{path}: shard entry needs a sha256 hex digest and a positive byte size, got {entry!r}")
-        if not isinstance(info.index, int) or not 0 <= info.index < stream.num_shards:
-            raise ManifestError(f"{path}: shard index must be in [0, {stream.num_shards - 1}], got {info.index!r}")
+        check_integer(f"{path}: shard index", info.index, 0, stream.num_shards - 1, error=ManifestError)
         expected = stream.shard_range(info.index)
         if (info.name, info.first_sample, info.sample_count) != (shard_name(info.index), expected.start, len(expected)):
             raise ManifestError(f"{path}: shard entry {info.index} does not match the stream's shard layout: {entry!r}")

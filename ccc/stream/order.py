@@ -17,6 +17,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from ccc.validation import check_non_negative_int
+
 __all__ = ["reference_corruption_order"]
 
 
@@ -50,10 +52,8 @@ def reference_corruption_order(corruptions: Sequence[str], seed: int, count: int
         raise ValueError(f"corruptions must not repeat names, got {', '.join(map(repr, repeated))} more than once")
     if len(names) < 2:
         raise ValueError(f"corruptions must hold at least 2 distinct names, got {names!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(f"count must be a non-negative integer, got {count!r}")
+    check_non_negative_int("seed", seed)
+    check_non_negative_int("count", count)
 
     generator = random.Random(seed)
     order: list[str] = []

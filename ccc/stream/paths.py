@@ -34,6 +34,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ccc.validation import check_integer
+
 __all__ = [
     "GRID_SIZE",
     "PATH_OBJECTIVES",
@@ -143,8 +145,7 @@ def validate_path(path: Sequence[Cell], grid_size: int = GRID_SIZE) -> None:
     Raises:
         ValueError: naming the first offending cell or step.
     """
-    if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 2:
-        raise ValueError(f"grid_size must be an integer >= 2, got {grid_size!r}")
+    check_integer("grid_size", grid_size, 2)
     cells = list(path)
     if len(cells) < 2:
         raise ValueError(f"path must have at least 2 cells, got {len(cells)}: {cells!r}")

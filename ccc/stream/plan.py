@@ -37,6 +37,7 @@ import numpy as np
 from ccc.stream.schedule import StreamSchedule, build_schedule
 from ccc.stream.sources import SourceImages, index_image_folder, load_source_images, resolve_imagenet_folder
 from ccc.stream.spec import PlanError, SampleSpec, StreamSpec, resolve_stream_spec
+from ccc.validation import check_integer
 
 __all__ = [
     "CROP_ATTEMPTS",
@@ -240,9 +241,7 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
         PlanError: if ``index`` is not an integer in range.
     """
     spec = plan.spec
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < spec.num_images:
-        raise PlanError(f"index must be an integer in [0, {spec.num_images - 1}], got {index!r}")
-    index = int(index)
+    index = check_integer("index", index, 0, spec.num_images - 1, error=PlanError)
     step_number, position_in_step = divmod(index, spec.speed)
     step = plan.schedule.step(step_number)
     source_position = int(plan.step_images(step_number)[position_in_step])

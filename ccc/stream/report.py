@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from ccc.stream.paths import SEVERITY_STEP
 from ccc.stream.schedule import PairVisit, StreamSchedule
+from ccc.validation import check_positive_int
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -62,10 +63,8 @@ class ScheduleTrace:
 
 def trace_schedule(schedule: StreamSchedule, speed: int, num_images: int) -> ScheduleTrace:
     """The steps covering images 0 … ``num_images - 1`` (speed, num_images >= 1)."""
-    if isinstance(speed, bool) or not isinstance(speed, int) or speed < 1:
-        raise ValueError(f"speed must be an integer >= 1, got {speed!r}")
-    if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
-        raise ValueError(f"num_images must be an integer >= 1, got {num_images!r}")
+    check_positive_int("speed", speed)
+    check_positive_int("num_images", num_images)
     num_steps = -(-num_images // speed)
     visits = schedule.visits(num_steps)
     cells = np.concatenate([np.asarray(visit.path.cells, dtype=np.int64) for visit in visits])[:num_steps]

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from ccc.stream.paths import PATH_OBJECTIVES, SEVERITY_STEP, Cell, find_path, path_accuracies
 from ccc.stream.order import reference_corruption_order
+from ccc.validation import check_non_negative_int
 
 __all__ = [
     "SCHEDULES",
@@ -108,12 +109,6 @@ class PairVisit:
     path: PairPath
 
 
-def _check_integer(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ScheduleError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 class StreamSchedule:
     """Random access to the path steps of a stream (see the module docstring).
 
@@ -159,7 +154,7 @@ class StreamSchedule:
 
     def pair_path(self, pair_index: int) -> PairPath:
         """The path of the ``pair_index``-th pair of the chain (pair_index >= 0)."""
-        _check_integer("pair_index", pair_index, 0)
+        check_non_negative_int("pair_index", pair_index, error=ScheduleError)
         while len(self._chain) < pair_index + 2:
             self._chain = reference_corruption_order(
                 self.corruptions, self.seed, max(_INITIAL_CHAIN_LENGTH, 2 * len(self._chain), pair_index + 2)
@@ -168,7 +163,7 @@ class StreamSchedule:
 
     def step(self, step: int) -> ScheduledStep:
         """The pair, cell and severities of path step ``step`` (integer >= 0)."""
-        _check_integer("step", step, 0)
+        check_non_negative_int("step", step, error=ScheduleError)
         self._extend_until(step)
         pair_index = bisect.bisect_right(self._ends, step)
         first_step = self._ends[pair_index - 1] if pair_index else 0
@@ -192,7 +187,7 @@ class StreamSchedule:
 
         The last pair may extend beyond ``num_steps``.
         """
-        _check_integer("num_steps", num_steps, 0)
+        check_non_negative_int("num_steps", num_steps, error=ScheduleError)
         if num_steps == 0:
             return []
         self._extend_until(num_steps - 1)
@@ -229,7 +224,7 @@ def build_schedule(
     Raises:
         ScheduleError: for an invalid argument, an unknown corruption or a missing pair (listed).
     """
-    _check_integer("seed", seed, 0)
+    check_non_negative_int("seed", seed, error=ScheduleError)
     if schedule not in SCHEDULES:
         raise ScheduleError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if path_objective not in PATH_OBJECTIVES:

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
-import numpy as np
-
 from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.schedule import SCHEDULES
+from ccc.validation import check_integer
 
 __all__ = [
     "DEFAULT_SEED",
@@ -60,12 +59,6 @@ _SHA256_HEX_DIGITS = 64
 
 class PlanError(ValueError):
     """A stream definition or plan request is invalid; the message names the parameter."""
-
-
-def _check_integer(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise PlanError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def check_sha256(name: str, value: object) -> str:
@@ -116,7 +109,7 @@ class StreamSpec:
         if len(set(self.corruptions)) != len(self.corruptions) or len(self.corruptions) < 2:
             raise PlanError(f"corruptions must hold at least 2 distinct names, got {list(self.corruptions)}")
         for name, minimum in (("speed", 1), ("seed", 0), ("num_images", 1), ("shard_size", 1)):
-            object.__setattr__(self, name, _check_integer(name, getattr(self, name), minimum))
+            object.__setattr__(self, name, check_integer(name, getattr(self, name), minimum, error=PlanError))
         check_sha256("calibration_checksum", self.calibration_checksum)
         check_sha256("source_index_checksum", self.source_index_checksum)
         if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
@@ -133,8 +126,7 @@ class StreamSpec:
 
     def shard_range(self, shard_index: int) -> range:
         """Sample indices of shard ``shard_index`` (0 <= shard_index < num_shards)."""
-        if isinstance(shard_index, bool) or not isinstance(shard_index, int) or not 0 <= shard_index < self.num_shards:
-            raise PlanError(f"shard_index must be an integer in [0, {self.num_shards - 1}], got {shard_index!r}")
+        check_integer("shard_index", shard_index, 0, self.num_shards - 1, error=PlanError)
         start = shard_index * self.shard_size
         return range(start, min(start + self.shard_size, self.num_images))
 

@@ -28,7 +28,7 @@ from tta_eval.protocols._base import (
 )
 from tta_eval.protocols.tempora import DiscretePipeline, discrete_utility
 from tta_eval.records import RecordTable
-from ccc.validation import check_positive
+from ccc.validation import check_non_negative_int, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
@@ -63,8 +63,7 @@ class DiscreteProtocol(EpisodeSettings):
             check_positive("interval", self.interval)
         if self.utilisation is not None:
             check_positive("utilisation", self.utilisation)
-        if isinstance(self.buffer, bool) or not isinstance(self.buffer, int) or self.buffer < 0:
-            raise ValueError(f"buffer must be an integer >= 0 (batch slots), got {self.buffer!r}")
+        check_non_negative_int("buffer (batch slots)", self.buffer)
 
     @property
     def needs_baseline_latency(self) -> bool:

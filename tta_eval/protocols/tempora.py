@@ -36,17 +36,12 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ccc.validation import check_positive
+from ccc.validation import check_non_negative_int, check_positive
 
 Item = TypeVar("Item")
 
 TIE_TOLERANCE = 1e-9
 """Times closer than this fraction of the arrival interval count as simultaneous."""
-
-
-def _check_buffer(buffer: int) -> None:
-    if isinstance(buffer, bool) or not isinstance(buffer, (int, np.integer)) or buffer < 0:
-        raise ValueError(f"buffer must be an integer >= 0 (batch slots), got {buffer!r}")
 
 
 class DiscretePipeline(Generic[Item]):
@@ -67,9 +62,8 @@ class DiscretePipeline(Generic[Item]):
         drop: Callable[[int, Item], None],
     ) -> None:
         check_positive("interval", interval)
-        _check_buffer(buffer)
         self.interval = float(interval)
-        self.buffer = int(buffer)
+        self.buffer = check_non_negative_int("buffer (batch slots)", buffer)
         # Finish times are sums of processing times: absorb their float error so ties stay ties.
         self._tolerance = TIE_TOLERANCE * self.interval
         self._serve = serve

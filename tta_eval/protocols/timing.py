@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from tta_eval.run_folder import COSTS_FILE
-from ccc.validation import check_non_negative, check_positive, check_positive_int
+from ccc.validation import check_non_negative, check_non_negative_int, check_positive, check_positive_int
 
 # torch is imported where a measurement needs it: the cost model and settings load without it
 # (``tta-eval --help``).
@@ -320,8 +320,7 @@ class Timing:
     warmup_calls: int = DEFAULT_WARMUP_CALLS
 
     def __post_init__(self) -> None:
-        if isinstance(self.warmup_calls, bool) or not isinstance(self.warmup_calls, int) or self.warmup_calls < 0:
-            raise ValueError(f"warmup_calls must be an integer >= 0, got {self.warmup_calls!r}")
+        check_non_negative_int("warmup_calls", self.warmup_calls)
 
     @property
     def method_warmup_calls(self) -> int:
@@ -399,8 +398,7 @@ def calibrate_baseline_latency(
     """
     import torch
 
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    check_non_negative_int("warmup", warmup)
     check_positive_int("calls", calls)
     if calls < 2:
         raise ValueError(f"calls must be >= 2 to estimate a standard deviation, got {calls}")

@@ -455,8 +455,10 @@ def test_settings_are_validated() -> None:
         AdaptiveSettings(band=0)
     with pytest.raises(ValueError, match=r"refine_fraction must be in \[coarse_fraction"):
         AdaptiveSettings(coarse_fraction=0.5, refine_fraction=0.25)
-    with pytest.raises(ValueError, match="coarse_stride must be an integer in"):
+    with pytest.raises(ValueError, match="coarse_stride must be an integer >= 1, got 0"):
         AdaptiveSettings(coarse_stride=0)
+    with pytest.raises(ValueError, match=r"coarse_stride must be an integer in \[1, 20\], got 21"):
+        AdaptiveSettings(coarse_stride=21)
     with pytest.raises(ValueError, match="optimism must be a number >= 0, got -1"):
         AdaptiveSettings(optimism=-1)
     with pytest.raises(ValueError, match=r"explore_fraction must be in \(0, 1\], got 0"):

@@ -182,7 +182,7 @@ def test_invalid_pairs_are_rejected():
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"image_count": 0}, "image_count must be >= 1, got 0"),
+        ({"image_count": 0}, "image_count must be an integer >= 1, got 0"),
         ({"model_name": " "}, "model_name must be a non-empty string"),
         ({"model_weights_sha256": "abc"}, "model_weights_sha256 must be None or 64 lowercase hex"),
         ({"created": "yesterday"}, "created must be an ISO 8601 date/time, got 'yesterday'"),

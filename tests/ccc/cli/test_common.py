@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from ccc.cli._common import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, float_list, integer_at_least, name_list, run_command
+from ccc.cli._common import (
+    INTERRUPTED_EXIT_CODE,
+    STOPPED_EXIT_CODE,
+    USER_ERROR_EXIT_CODE,
+    float_list,
+    integer_at_least,
+    name_list,
+    run_command,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_integer_at_least_accepts_separators_and_names_the_bound() -> None:
@@ -50,3 +64,33 @@ def test_run_command_turns_user_errors_into_one_line(capsys) -> None:
 
     with pytest.raises(KeyError):
         run_command("ccc-x", bug, (ValueError,))
+
+
+def test_run_command_reports_a_stopped_run_with_exit_code_1(capsys) -> None:
+    def stop() -> int:
+        raise RuntimeError("non-finite loss at batch 3")
+
+    assert run_command("ccc-x", stop, stopped=(RuntimeError,)) == STOPPED_EXIT_CODE
+    assert capsys.readouterr().err == "ccc-x: stopped: non-finite loss at batch 3\n"
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("ccc.cli.generate", ["--demo", "--imagenet", "/nonexistent"], "ccc-generate: error: --demo uses the demo world's own images"),
+        ("ccc.cli.verify", ["/nonexistent"], "ccc-verify: error: /nonexistent is not a folder"),
+        ("ccc.cli.verify", [".", "--calibration", "table.npz"], "ccc-verify: error: pass both --calibration and --imagenet"),
+        ("ccc.cli.calibrate", ["info", "/nonexistent.npz"], "ccc-calibrate: error: /nonexistent.npz: cannot read calibration table"),
+        ("ccc.cli.corruption_grid", ["--image", "/nonexistent.png"], "ccc-corruption-grid: error: cannot read --image /nonexistent.png"),
+        ("tta_eval.cli", ["methods", "no-such-method"], "tta-eval: error: no method matches 'no-such-method'"),
+    ],
+    ids=["ccc-generate", "ccc-verify", "ccc-verify-options", "ccc-calibrate", "ccc-corruption-grid", "tta-eval"],
+)
+def test_every_console_script_reports_a_user_error_in_one_line(module: str, argv: list[str], message: str, tmp_path: Path) -> None:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", module, *argv], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(message), result.stderr

@@ -63,11 +63,11 @@ def test_global_random_state_is_untouched() -> None:
         ((["fog", "snow", "fog"], 43, 5), r"corruptions must not repeat names, got 'fog' more than once"),
         (("fog", 43, 5), r"corruptions must be a sequence of corruption names, got 'fog'"),
         ((["fog", 3], 43, 5), r"corruptions must be a sequence of corruption names, got \['fog', 3\]"),
-        ((["fog", "snow"], -1, 5), r"seed must be a non-negative integer, got -1"),
-        ((["fog", "snow"], 4.5, 5), r"seed must be a non-negative integer, got 4.5"),
-        ((["fog", "snow"], True, 5), r"seed must be a non-negative integer, got True"),
-        ((["fog", "snow"], 43, -2), r"count must be a non-negative integer, got -2"),
-        ((["fog", "snow"], 43, "10"), r"count must be a non-negative integer, got '10'"),
+        ((["fog", "snow"], -1, 5), r"seed must be an integer >= 0, got -1"),
+        ((["fog", "snow"], 4.5, 5), r"seed must be an integer >= 0, got 4.5"),
+        ((["fog", "snow"], True, 5), r"seed must be an integer >= 0, got True"),
+        ((["fog", "snow"], 43, -2), r"count must be an integer >= 0, got -2"),
+        ((["fog", "snow"], 43, "10"), r"count must be an integer >= 0, got '10'"),
     ],
 )
 def test_invalid_arguments(arguments: tuple, message: str) -> None:

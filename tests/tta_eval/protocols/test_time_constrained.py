@@ -130,8 +130,8 @@ def test_fifo_buffer_serves_oldest_first_and_evicts_oldest():
         (([1.0, math.nan], 1.0), r"latencies must hold finite numbers, got nan"),
         (([[1.0]], 1.0), r"latencies must be a one-dimensional sequence of numbers, got shape \(1, 1\)"),
         (([1.0], 0.0), r"interval must be a finite number > 0, got 0.0"),
-        (([1.0], 1.0, -1), r"buffer must be an integer >= 0 \(batch slots\), got -1"),
-        (([1.0], 1.0, 1.5), r"buffer must be an integer >= 0 \(batch slots\), got 1.5"),
+        (([1.0], 1.0, -1), r"buffer \(batch slots\) must be an integer >= 0, got -1"),
+        (([1.0], 1.0, 1.5), r"buffer \(batch slots\) must be an integer >= 0, got 1.5"),
     ],
 )
 def test_served_batches_rejects_bad_input(arguments, message):
@@ -208,7 +208,7 @@ def test_utilities_reject_bad_input(call, message):
         (lambda: DiscreteProtocol(), r"give exactly one of interval \(seconds\) and utilisation"),
         (lambda: DiscreteProtocol(interval=0.1, utilisation=0.5), r"give exactly one of interval"),
         (lambda: DiscreteProtocol(utilisation=-1.0), r"utilisation must be a finite number > 0, got -1.0"),
-        (lambda: DiscreteProtocol(interval=0.1, buffer=-1), r"buffer must be an integer >= 0"),
+        (lambda: DiscreteProtocol(interval=0.1, buffer=-1), r"buffer \(batch slots\) must be an integer >= 0"),
         (lambda: AmortisedProtocol(budget=-1.0), r"budget must be a finite number >= 0, got -1.0"),
         (lambda: ContinuousProtocol(thresholds=()), r"thresholds must be a non-empty tuple of seconds"),
         (lambda: ContinuousProtocol(thresholds=(0.0,)), r"threshold must be a finite number > 0, got 0.0"),
