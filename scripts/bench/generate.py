@@ -193,7 +193,7 @@ def run_ray(table, sources, workers_list: list[int], num_images: int, folder: Pa
         with ray_session(workers=workers, object_store_bytes=200 * 2**20) as ray:
             executor = RayExecutor(ray)
             generate_stream(make_plan(table, sources, "medium", 25 * 2 * workers, seed=7), folder / f"warmup{workers}", executor, progress=False, overwrite=True)
-            summary = generate_stream(make_plan(table, sources, "medium", num_images), folder / f"ray{workers}", backend, progress=False, overwrite=True)
+            summary = generate_stream(make_plan(table, sources, "medium", num_images), folder / f"ray{workers}", executor, progress=False, overwrite=True)
             results[workers] = summary.images_per_second
     return results
 

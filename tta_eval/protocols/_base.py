@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -29,9 +29,8 @@ from ccc.validation import check_choice, check_positive_int
 if TYPE_CHECKING:
     import torch
 
-    from tta_eval.methods import TTAMethod
     from tta_eval.protocols.timing import Timing
-    from tta_eval.records import BatchRecord, RecordTable
+    from tta_eval.records import RecordTable
 
 RESET_MODES = ("never", "domain", "batches")
 NONFINITE_POLICIES = ("continue", "stop")
