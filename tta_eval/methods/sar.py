@@ -3,9 +3,11 @@ the normalisation layers outside the excluded modules."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -14,7 +16,7 @@ from tta_eval.methods.base import SGDConfig, StepInfo
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range, check_non_negative
+from ccc.validation import check_choice, check_in_range, check_non_negative
 
 SAM_NORM_FLOOR = 1e-12
 
@@ -26,7 +28,9 @@ class SARConfig(SGDConfig):
     entropy_margin_fraction in (0, 1]: E0 = fraction · ln C; sam_radius (ρ) >= 0; the model is
     restored when the moving average (recovery_momentum in [0, 1)) of the second-pass loss falls below
     recovery_threshold >= 0; excluded_modules: "+"-separated module names whose normalisation layers
-    are not adapted ("layer4": the last ResNet stage).
+    are not adapted ("layer4": the last ResNet stage). recovery: "full" restores the initial state
+    (weights, BatchNorm buffers, SGD momentum, the loss average e); "public" restores weights and
+    BatchNorm buffers only and keeps the SGD momentum buffers and e, as SAR's public code does.
     """
 
     entropy_margin_fraction: float = DEFAULT_ENTROPY_MARGIN_FRACTION
@@ -34,6 +38,7 @@ class SARConfig(SGDConfig):
     recovery_threshold: float = 0.2
     recovery_momentum: float = 0.9
     excluded_modules: str = "layer4"
+    recovery: Literal["full", "public"] = "full"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -41,6 +46,7 @@ class SARConfig(SGDConfig):
         check_non_negative("sam_radius", self.sam_radius)
         check_non_negative("recovery_threshold", self.recovery_threshold)
         check_in_range("recovery_momentum", self.recovery_momentum, 0.0, 1.0, include_high=False)
+        check_choice("recovery", self.recovery, ("full", "public"))
 
     def entropy_margin(self, num_classes: int) -> float:
         """E0 in nats for a ``num_classes``-way classifier."""
@@ -55,8 +61,9 @@ class SAR(NormalizationGradientMethod):
     parameters); second forward pass; among the reliable samples those still below E0 give the loss
     L2 = mean H; its gradient at the perturbed point is applied at θ by the SGD step. The moving
     average e ← m e + (1 − m) L2 (first value: L2) drives model recovery: when e < threshold after a
-    batch, the method restores its initial state (weights, optimiser, e), and ``last_step.reset`` is
-    True on the next batch. No step is taken when a filter keeps no sample.
+    batch, the method restores its initial state (weights, optimiser, e; with ``recovery="public"``
+    only weights and BatchNorm buffers), and ``last_step.reset`` is True on the next batch. No step
+    is taken when a filter keeps no sample.
     """
 
     method_name = "sar"
@@ -122,6 +129,19 @@ class SAR(NormalizationGradientMethod):
         self.optimizer.zero_grad(set_to_none=True)
         return StepInfo(samples_adapted=int(kept.numel()), loss=second_value, updated=True)
 
+    def _recover(self) -> None:
+        """Model recovery: ``reset()``; with ``recovery="public"`` the SGD momentum buffers and the loss
+        average e of before the recovery are put back (SAR's code restores only the model and SAM's own
+        state, and re-assigns the stale e after its reset)."""
+        if self.config.recovery == "full":
+            self.reset()
+            return
+        optimizer_state = copy.deepcopy(self.optimizer.state_dict())
+        loss_average = self.loss_average
+        self.reset()
+        self.optimizer.load_state_dict(optimizer_state)
+        self.loss_average = loss_average
+
     @torch.enable_grad()
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Logits (N×C) of the first forward pass for images (N×C×H×W), then one SAM update."""
@@ -131,7 +151,7 @@ class SAR(NormalizationGradientMethod):
         margin = self.config.entropy_margin(logits.shape[1])
         step = self._sharpness_aware_step(images, softmax_entropy(logits), margin)
         if self.loss_average is not None and self.loss_average < self.config.recovery_threshold:
-            self.reset()
+            self._recover()
             self._recovered_after_last_batch = True
         self.last_step = dataclasses.replace(step, reset=recovered_before)
         return logits.detach()
