@@ -3,7 +3,7 @@
 >>> from tta_eval.methods import create, list_methods
 >>> list_methods()  # doctest: +SKIP
 ['adabn', 'bn', 'cmf', 'cotta', 'cpl', 'deyo', 'eata', 'eta', 'lame', 'memo', 'neo', 'pl', 'rdumb',
- 'rotta', 'rpl', 'sar', 'shot', 'shot_im', 'slr', 'source', 'tent', 'ttac_nq']
+ 'roid', 'rotta', 'rpl', 'sar', 'shot', 'shot_im', 'slr', 'source', 'tent', 'ttac_nq']
 >>> method = create("rdumb", model)  # doctest: +SKIP
 >>> logits = method(images)  # predicts, then adapts  # doctest: +SKIP
 
