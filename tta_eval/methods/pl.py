@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_in_range
 
@@ -27,7 +28,7 @@ class PLConfig(SGDConfig):
         check_in_range("confidence_threshold", self.confidence_threshold, 0.0, 1.0, include_high=False)
 
 
-class PL(BatchNormGradientMethod):
+class PL(NormalizationGradientMethod):
     """Pseudo-labelling (Lee 2013) as in the time-constrained paper: cross-entropy to the arg-max of
     the samples whose max softmax probability exceeds ``confidence_threshold``; BN affine parameters,
     batch statistics; no step when no sample is confident."""
@@ -58,6 +59,7 @@ register_method(
         PL,
         PLConfig,
         "cross-entropy to confident (p > 0.9) hard pseudo-labels, BN affine parameters",
+        needs_batchnorm=False,
         sources="Lee ICML-W 2013; MotasemAlfarra/Online_Test_Time_Adaptation tta_methods/pl.py",
         colour="#3182bd",
     )

@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import kl_to_uniform, soft_likelihood_ratio
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive
@@ -41,7 +41,7 @@ class SLRConfig:
         check_choice("soft_labels", self.soft_labels, ("soft", "hard"))
 
 
-class SLR(BatchNormGradientMethod):
+class SLR(NormalizationGradientMethod):
     """SLR (Mummadi et al. 2021): soft likelihood ratio loss plus a class-diversity term, Adam.
 
     loss = mean_n SLR(z_n; y_n) + w · KL(p̄ ‖ uniform), with y the stop-gradient prediction (or its
@@ -91,6 +91,7 @@ register_method(
         SLR,
         SLRConfig,
         "soft likelihood ratio + diversity regulariser, Adam, BN affine parameters",
+        needs_batchnorm=False,
         sources="Mummadi et al. 2021 (arXiv 2106.14999); no public CCC implementation",
         colour="#637939",
     )

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig
+from tta_eval.methods.base import SGDConfig
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
 
@@ -17,7 +18,7 @@ class TentConfig(SGDConfig):
     """Tent: entropy minimisation over BN affine parameters (lr 2.5e-4 as in the CCC code)."""
 
 
-class Tent(BatchNormGradientMethod):
+class Tent(NormalizationGradientMethod):
     """Tent (Wang et al. 2021): minimise the batch-mean prediction entropy."""
 
     method_name = "tent"
@@ -41,6 +42,7 @@ register_method(
         Tent,
         TentConfig,
         "entropy minimisation over BN affine parameters",
+        needs_batchnorm=False,
         sources="Wang et al. ICLR 2021; DequanWang/tent; CCC code models/tent.py",
         colour="tab:orange",
     )
