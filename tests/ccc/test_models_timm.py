@@ -17,18 +17,6 @@ def test_a_missing_timm_is_named_in_one_line(monkeypatch):
         load_model(ModelSpec("timm:vit_base_patch16_224", weights="none"))
 
 
-def test_tta_eval_reports_a_missing_timm_in_one_line(monkeypatch, capsys, tmp_path):
-    from tta_eval.cli import main
-
-    monkeypatch.setitem(sys.modules, "timm", None)
-    code = main(
-        ["run", "--stream", "synthetic:num_batches=1,batch_size=4,image_size=8", "--model", "timm:vit_base_patch16_224",
-         "--weights", "none", "--method", "tent", "--out", str(tmp_path), "--no-progress"]
-    )
-    err = capsys.readouterr().err
-    assert code == 2 and "timm is not installed: pip install timm" in err and "Traceback" not in err
-
-
 def test_timm_names_are_not_factories():
     spec = ModelSpec("timm:test_vit")
     assert spec.is_timm and not spec.is_factory and spec.kind == "timm"

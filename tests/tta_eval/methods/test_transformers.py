@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import pytest
 import torch
@@ -171,3 +172,36 @@ def test_batchnorm_rules_are_refused_in_one_line_by_tta_eval(tmp_path, capsys):
     )
     assert code == 2 and "method 'bn' adapts BatchNorm layers, but the model has none (found: LayerNorm)" in err
     assert "Traceback" not in err
+
+
+def test_a_missing_timm_is_reported_by_tta_eval_in_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "timm", None)
+    code, _, err = run_cli(
+        capsys, "run", "--stream", VIT_STREAM, "--model", "timm:vit_base_patch16_224", "--weights", "none",
+        "--method", "tent", "--out", str(tmp_path / "results"), "--no-progress",
+    )
+    assert code == 2 and "timm is not installed: pip install timm" in err and "Traceback" not in err
+
+
+def test_tent_and_eata_adapt_the_layernorm_parameters_of_a_timm_vit():
+    pytest.importorskip("timm")
+    from ccc.models import ModelSpec, load_model
+
+    model = load_model(ModelSpec("timm:test_vit", weights="none"))
+    batch = torch.rand(4, 3, 160, 160, generator=torch.Generator().manual_seed(0))
+    for name in ("tent", "eata"):
+        method = build(name, model, **({"fisher_samples": 4} if name == "eata" else {}))
+        if name == "eata":
+            method.prepare(iter([batch]))
+            assert set(method.fisher) == set(method.adapted_parameter_names)
+        method(batch)
+        layernorm = {
+            f"{module_name}.{parameter_name}"
+            for module_name, module in model.named_modules()
+            if isinstance(module, nn.LayerNorm)
+            for parameter_name, _ in module.named_parameters(recurse=False)
+        }
+        assert set(method.adapted_parameter_names) == layernorm and layernorm
+        source = dict(model.named_parameters())
+        moved = {key for key, value in method.model.named_parameters() if not torch.equal(value, source[key])}
+        assert moved and moved <= layernorm
