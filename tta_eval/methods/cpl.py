@@ -51,7 +51,7 @@ register_method(
         "cpl",
         CPL,
         CPLConfig,
-        "conjugate pseudo-labels of the PolyLoss (eps=8), BN affine parameters",
+        "conjugate pseudo-labels of the PolyLoss (eps=8), norm-layer affine parameters",
         needs_batchnorm=False,
         sources="Goyal et al. NeurIPS 2022; CCC code models/conjugate.py",
         colour="#8c6d31",

@@ -49,7 +49,7 @@ register_method(
         "rpl",
         RPL,
         RPLConfig,
-        "generalised cross-entropy (q=0.8) to hard pseudo-labels, BN affine parameters",
+        "generalised cross-entropy (q=0.8) to hard pseudo-labels, norm-layer affine parameters",
         needs_batchnorm=False,
         sources="Rusak et al. TMLR 2022; CCC code models/rpl.py",
         colour="#393b79",

@@ -15,7 +15,7 @@ from tta_eval.methods.registry import MethodEntry, register_method
 
 @dataclass(frozen=True)
 class TentConfig(SGDConfig):
-    """Tent: entropy minimisation over BN affine parameters (lr 2.5e-4 as in the CCC code)."""
+    """Tent: entropy minimisation over norm-layer affine parameters (lr 2.5e-4 as in the CCC code)."""
 
 
 class Tent(NormalizationGradientMethod):
@@ -41,7 +41,7 @@ register_method(
         "tent",
         Tent,
         TentConfig,
-        "entropy minimisation over BN affine parameters",
+        "entropy minimisation over norm-layer affine parameters",
         needs_batchnorm=False,
         sources="Wang et al. ICLR 2021; DequanWang/tent; CCC code models/tent.py",
         colour="tab:orange",
