@@ -1,4 +1,5 @@
-"""Classifier loading: torchvision models by name, local weight files, ``module:function`` factories.
+"""Classifier loading: torchvision models by name, timm models by name (``timm:NAME``, optional extra),
+local weight files, ``module:function`` factories.
 
 Every loaded model takes float images in [0, 1] (N×3×H×W); input normalisation, when needed, is the
 first step inside the model (``NormalizedClassifier``), so test-time adaptation methods and their
@@ -26,6 +27,7 @@ DEFAULT_MODEL = "resnet50"
 DEFAULT_RESNET50_WEIGHTS = "IMAGENET1K_V1"
 NORMALIZATIONS = ("auto", "imagenet", "none")
 WEIGHT_FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+TIMM_PREFIX = "timm:"
 
 
 class NormalizedClassifier(nn.Module):
@@ -46,14 +48,17 @@ class NormalizedClassifier(nn.Module):
 class ModelSpec:
     """Which classifier to evaluate.
 
-    name: a torchvision classification model name (e.g. "resnet50") or a factory "module:function"
-        called without arguments that returns an ``nn.Module``.
+    name: a torchvision classification model name (e.g. "resnet50"), a timm model name after
+        "timm:" (e.g. "timm:vit_base_patch16_224"; needs the optional ``timm`` package) or a factory
+        "module:function" called without arguments that returns an ``nn.Module``.
     weights: for torchvision models, a weights enum member name ("IMAGENET1K_V1", "DEFAULT") or
-        "none" for random initialisation; for any model, a path to a local file holding a
-        state_dict (optionally under a "state_dict" or "model" key). None means the default:
-        IMAGENET1K_V1 for resnet50, DEFAULT for other torchvision models, the factory's own weights.
+        "none" for random initialisation; for timm models "none"; for any model, a path to a local
+        file holding a state_dict (optionally under a "state_dict" or "model" key). None means the
+        default: IMAGENET1K_V1 for resnet50, DEFAULT for other torchvision models, timm's pretrained
+        weights (downloaded by timm), the factory's own weights.
     normalization: "imagenet" (ImageNet mean/std inside the wrapper), "none", or "auto" (imagenet
-        for torchvision models, none for factories).
+        for torchvision models, the mean/std of the model's own ``pretrained_cfg`` for timm models,
+        none for factories).
     """
 
     name: str = DEFAULT_MODEL
@@ -66,9 +71,19 @@ class ModelSpec:
             raise ValueError("model name must be a torchvision model name or 'module:function', got ''")
 
     @property
+    def is_timm(self) -> bool:
+        """True for a timm model ``timm:NAME``."""
+        return self.name.startswith(TIMM_PREFIX)
+
+    @property
     def is_factory(self) -> bool:
         """True for a ``module:function`` factory."""
-        return ":" in self.name
+        return ":" in self.name and not self.is_timm
+
+    @property
+    def kind(self) -> str:
+        """"timm", "factory" or "torchvision"."""
+        return "timm" if self.is_timm else "factory" if self.is_factory else "torchvision"
 
 
 def torchvision_classification_models() -> list[str]:
@@ -89,6 +104,31 @@ def _build_from_factory(name: str) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise ValueError(f"model factory {name!r} must return a torch.nn.Module, got {type(model).__name__}")
     return model
+
+
+def _build_timm(name: str, weights: str | None) -> tuple[nn.Module, tuple[float, ...], tuple[float, ...]]:
+    """The timm model ``name`` and the input mean and std of its ``pretrained_cfg``.
+
+    weights None: timm's pretrained weights (timm downloads them); "none" or a weights file (loaded
+    by the caller): random initialisation.
+    """
+    try:
+        import timm
+    except ImportError:
+        raise ValueError("timm is not installed: pip install timm") from None
+    if not name or not timm.is_model(name):
+        raise ValueError(f"unknown timm model {name!r}; timm.list_models() lists the names")
+    try:
+        model = timm.create_model(name, pretrained=weights is None)
+    except (OSError, RuntimeError) as error:  # no internet: an OSError; a torn download a RuntimeError
+        reason = " ".join(str(error).split())
+        raise ValueError(
+            f"could not get the pretrained weights of timm model {name!r} ({reason}); timm downloads them on first "
+            "use: without internet, pass --weights FILE (a local state_dict) or --weights none"
+        ) from None
+    config = getattr(model, "pretrained_cfg", None) or {}
+    mean, std = config.get("mean", IMAGENET_MEAN), config.get("std", IMAGENET_STD)
+    return model, tuple(float(value) for value in mean), tuple(float(value) for value in std)
 
 
 def _torchvision_weights(name: str, weights: str) -> object | None:
@@ -135,7 +175,15 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
     weights_path = Path(weights) if weights is not None and Path(weights).is_file() else None
     if weights is not None and weights_path is None and (Path(weights).suffix in WEIGHT_FILE_SUFFIXES or "/" in weights):
         raise ValueError(f"weights file {weights!r} does not exist")
-    if spec.is_factory:
+    mean, std = IMAGENET_MEAN, IMAGENET_STD
+    if spec.is_timm:
+        if weights is not None and weights_path is None and weights.lower() != "none":
+            raise ValueError(f"weights for timm model {spec.name!r} must be an existing file or 'none', got {weights!r}")
+        model, model_mean, model_std = _build_timm(spec.name[len(TIMM_PREFIX) :], weights)
+        normalization = "imagenet" if spec.normalization == "auto" else spec.normalization
+        if spec.normalization == "auto":
+            mean, std = model_mean, model_std
+    elif spec.is_factory:
         model = _build_from_factory(spec.name)
         normalization = "none" if spec.normalization == "auto" else spec.normalization
         if weights is not None and weights_path is None and weights.lower() != "none":
@@ -163,7 +211,7 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
     if weights_path is not None:
         _load_state_dict_file(model, weights_path)
     if normalization == "imagenet":
-        model = NormalizedClassifier(model, IMAGENET_MEAN, IMAGENET_STD)
+        model = NormalizedClassifier(model, mean, std)
     return model.to(device).eval()
 
 

@@ -62,7 +62,7 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="torchvision model name or 'module:function' factory (default: the stream's world's model: the demo "
+        help="torchvision model name, timm:NAME (needs pip install timm) or 'module:function' factory (default: the stream's world's model: the demo "
         "model for demo-world streams, resnet50 otherwise)",
     )
     parser.add_argument(
@@ -71,7 +71,7 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="torchvision weights name (IMAGENET1K_V1 for resnet50 by default, DEFAULT, none) or a state_dict file",
     )
     parser.add_argument(
-        "--normalization", choices=("auto", "imagenet", "none"), default="auto", help="input normalisation inside the model (auto: ImageNet's for torchvision models)"
+        "--normalization", choices=("auto", "imagenet", "none"), default="auto", help="input normalisation inside the model (auto: ImageNet's for torchvision models, the model's pretrained_cfg mean/std for timm models)"
     )
     parser.add_argument(
         "--demo",

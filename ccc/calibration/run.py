@@ -135,10 +135,11 @@ def model_identity(spec: ModelSpec) -> tuple[str, str | None]:
         with open(weights_path, "rb") as handle:
             for chunk in iter(lambda: handle.read(2**20), b""):
                 digest.update(chunk)
-        kind = "factory" if spec.is_factory else "torchvision"
-        return f"{kind} {spec.name} weights {weights_path.name}", digest.hexdigest()
+        return f"{spec.kind} {spec.name} weights {weights_path.name}", digest.hexdigest()
     if spec.is_factory:
         return f"factory {spec.name}", None
+    if spec.is_timm:
+        return f"timm {spec.name} {spec.weights or 'pretrained'}", None
     weights = spec.weights or (DEFAULT_RESNET50_WEIGHTS if spec.name == DEFAULT_MODEL else "DEFAULT")
     return f"torchvision {spec.name} {weights}", None
 

@@ -89,7 +89,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ccc-calibrate compute``."""
     parser.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
     parser.add_argument("--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz")
-    parser.add_argument("--model", default=None, help="torchvision model name or module:function factory (default: resnet50)")
+    parser.add_argument("--model", default=None, help="torchvision model name, timm:NAME (needs pip install timm) or module:function factory (default: resnet50)")
     parser.add_argument("--weights", default=None, help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)")
     parser.add_argument("--normalization", default="auto", choices=("auto", "imagenet", "none"), help="input normalisation inside the model (default: auto)")
     parser.add_argument("--corruptions", type=name_list, default=None, metavar="A,B,...", help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 5)")

@@ -1,9 +1,10 @@
-"""Helpers of the tta_eval tests: tiny BatchNorm CNNs and small constructed streams."""
+"""Helpers of the tta_eval tests: tiny BatchNorm CNNs, a tiny ViT, a GroupNorm CNN and small constructed streams."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torchvision.models import VisionTransformer
 
 from tta_eval.methods import PeriodicReset
 
@@ -11,6 +12,11 @@ TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
 """A 10-class BatchNorm CNN factory for ``--model`` (random initialisation)."""
 SMALL_STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
 """A 96-sample synthetic stream for ``--stream``: 6 batches of 16 images of 8×8 pixels, 3 domains."""
+
+TINY_VIT_FACTORY = "tests.tta_eval.tta_helpers:make_tiny_vit"
+"""A 10-class tiny ViT factory for ``--model`` (32×32 images; random initialisation)."""
+VIT_STREAM = "synthetic:num_batches=3,batch_size=8,domain_length=2,image_size=32"
+"""A 24-sample synthetic stream of 32×32 images for the tiny ViT."""
 
 
 def run_cli(capsys, *arguments: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
@@ -41,6 +47,44 @@ def make_tiny_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
             if isinstance(module, nn.BatchNorm2d):
                 module.running_mean.uniform_(-0.5, 0.5)
                 module.running_var.uniform_(0.5, 2.0)
+                module.weight.data.uniform_(0.5, 1.5)
+                module.bias.data.uniform_(-0.2, 0.2)
+    return model.eval()
+
+
+def make_tiny_vit(num_classes: int = 10, seed: int = 0) -> nn.Module:
+    """A torchvision ``VisionTransformer`` for 3×32×32 inputs: patch 8, 2 layers, hidden size 32,
+    2 heads, MLP size 64 (LayerNorm only, no BatchNorm), random weights from ``seed``, in eval mode."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = VisionTransformer(
+            image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=num_classes
+        )
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.data.uniform_(0.5, 1.5)
+                module.bias.data.uniform_(-0.2, 0.2)
+        nn.init.normal_(model.heads.head.weight, std=0.5)
+    return model.eval()
+
+
+def make_groupnorm_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
+    """A small GroupNorm CNN (no BatchNorm) for 3×H×W inputs, random weights from ``seed``, in eval mode."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.GroupNorm(2, 8),
+            nn.ReLU(),
+            nn.Conv2d(8, 8, 3, stride=2, padding=1),
+            nn.GroupNorm(4, 8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, num_classes),
+        )
+        for module in model.modules():
+            if isinstance(module, nn.GroupNorm):
                 module.weight.data.uniform_(0.5, 1.5)
                 module.bias.data.uniform_(-0.2, 0.2)
     return model.eval()

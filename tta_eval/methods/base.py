@@ -1,5 +1,5 @@
-"""Common machinery of the test-time adaptation methods: per-step counters, exact reset, BatchNorm set-up,
-the SGD options and the base of the methods that train BatchNorm affine parameters.
+"""Common machinery of the test-time adaptation methods: per-step counters, exact reset, BatchNorm set-up
+and the SGD options (the base of the methods that train normalisation layers is in ``layers.py``).
 
 A method is an ``nn.Module`` whose ``forward(images)`` returns logits for the batch (the prediction is
 taken from the forward pass that computes the adaptation loss) and then adapts. ``reset()`` restores
@@ -93,20 +93,9 @@ def require_batchnorm(model: nn.Module, method_name: str) -> None:
     found = ", ".join(normalisation_types) if normalisation_types else "no normalisation layer"
     raise ValueError(
         f"method '{method_name}' adapts BatchNorm layers, but the model has none (found: {found}); "
-        "use method 'source' or a model with BatchNorm"
+        "use a model with BatchNorm, method 'source' or a method that adapts LayerNorm and GroupNorm "
+        "(docs/methods.md lists them)"
     )
-
-
-def batchnorm_affine_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """(qualified name, parameter) of the affine weight and bias of every BatchNorm layer."""
-    named: list[tuple[str, nn.Parameter]] = []
-    for module_name, module in model.named_modules():
-        if isinstance(module, BATCHNORM_TYPES):
-            for parameter_name, parameter in module.named_parameters(recurse=False):
-                if parameter_name in ("weight", "bias"):
-                    prefix = f"{module_name}." if module_name else ""
-                    named.append((prefix + parameter_name, parameter))
-    return named
 
 
 def set_batchnorm_batch_statistics(model: nn.Module) -> None:
@@ -218,10 +207,7 @@ def make_sgd(
 def require_trainable(parameters: list[nn.Parameter], method_name: str) -> None:
     """Raise ValueError when a gradient method has nothing to optimise."""
     if not parameters:
-        raise ValueError(
-            f"method '{method_name}' found no BatchNorm affine parameters to adapt "
-            "(all BatchNorm layers have affine=False)"
-        )
+        raise ValueError(f"method '{method_name}' found no parameters to adapt")
 
 
 @dataclass(frozen=True)
@@ -242,23 +228,3 @@ class SGDConfig:
         check_non_negative("weight_decay", self.weight_decay)
         if self.nesterov and self.momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0, got momentum=0")
-
-
-class BatchNormGradientMethod(AdaptationMethod):
-    """Base of methods that train BN affine parameters with SGD while normalising with batch statistics."""
-
-    method_name = "batchnorm-gradient"
-
-    def __init__(self, model: nn.Module, config: SGDConfig) -> None:
-        require_batchnorm(model, self.method_name)
-        super().__init__(model, config)
-        named = batchnorm_affine_parameters(model)
-        require_trainable([parameter for _, parameter in named], self.method_name)
-        self.optimizer = self._make_optimizer(self._adapt_only(named))
-
-    def _make_optimizer(self, parameters: list[nn.Parameter]) -> torch.optim.Optimizer:
-        config = self.config
-        return make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
-
-    def _apply_layer_modes(self) -> None:
-        set_batchnorm_batch_statistics(self.model)

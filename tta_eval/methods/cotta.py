@@ -14,12 +14,11 @@ from tta_eval.methods.base import (
     AdaptationMethod,
     SGDConfig,
     StepInfo,
-    batchnorm_affine_parameters,
     make_sgd,
-    require_batchnorm,
     require_trainable,
     set_batchnorm_batch_statistics,
 )
+from tta_eval.methods.layers import normalization_affine_parameters, require_normalization_parameters
 from tta_eval.methods.losses import cross_entropy_to_teacher, symmetric_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive_int, check_non_negative_int
@@ -33,7 +32,9 @@ class CoTTAConfig(SGDConfig):
     per weight element and step to be restored to its source value; augmentation_count >= 1 views;
     augmentation_threshold in [0, 1]: augment when the source model's mean max-probability on the
     batch is below it; noise_std >= 0: std of the Gaussian noise of the augmentation (images in
-    [0, 1]); adapted_parameters: "batchnorm" (CCC code) or "all" (CoTTA code); loss: "symmetric"
+    [0, 1]); adapted_parameters: "batchnorm" (CCC code: the affine parameters of the normalisation
+    layers, BatchNorm and also LayerNorm/GroupNorm on models that have them) or "all" (CoTTA code, and
+    mariodoebler/test-time-adaptation's CoTTA on every backbone); loss: "symmetric"
     (both public codes for ImageNet) or "cross_entropy"; seed: of the method's own generator.
     """
 
@@ -74,13 +75,13 @@ class CoTTA(AdaptationMethod):
     method_name = "cotta"
 
     def __init__(self, model: nn.Module, config: CoTTAConfig) -> None:
-        require_batchnorm(model, self.method_name)
         super().__init__(model, config)
         if config.adapted_parameters == "batchnorm":
-            named = batchnorm_affine_parameters(model)
+            named = normalization_affine_parameters(model)
+            require_normalization_parameters(named, model, self.method_name)
         else:
             named = [(name, parameter) for name, parameter in model.named_parameters()]
-        require_trainable([parameter for _, parameter in named], self.method_name)
+            require_trainable([parameter for _, parameter in named], self.method_name)
         self.optimizer = make_sgd(
             self._adapt_only(named),
             config.learning_rate,
@@ -152,6 +153,7 @@ register_method(
         CoTTA,
         CoTTAConfig,
         "mean teacher with augmentation-averaged pseudo-labels and stochastic restore",
+        needs_batchnorm=False,
         sources="Wang et al. CVPR 2022; qinenergy/cotta imagenet/cotta.py; CCC code models/cotta.py",
         colour="tab:brown",
     )

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig
+from tta_eval.methods.base import SGDConfig
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import conjugate_polyloss
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_non_negative, check_positive
@@ -27,7 +28,7 @@ class CPLConfig(SGDConfig):
         check_positive("temperature", self.temperature)
 
 
-class CPL(BatchNormGradientMethod):
+class CPL(NormalizationGradientMethod):
     """Conjugate pseudo-labels (Goyal et al. 2022) for a model trained with the PolyLoss(ε)."""
 
     method_name = "cpl"
@@ -50,7 +51,8 @@ register_method(
         "cpl",
         CPL,
         CPLConfig,
-        "conjugate pseudo-labels of the PolyLoss (eps=8), BN affine parameters",
+        "conjugate pseudo-labels of the PolyLoss (eps=8), norm-layer affine parameters",
+        needs_batchnorm=False,
         sources="Goyal et al. NeurIPS 2022; CCC code models/conjugate.py",
         colour="#8c6d31",
     )

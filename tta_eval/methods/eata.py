@@ -103,6 +103,7 @@ register_method(
         EATA,
         EATAConfig,
         "ETA + Fisher-weighted anchor (alpha=2000, Fisher from the first 2000 stream images)",
+        needs_batchnorm=False,
         sources="Niu et al. ICML 2022; mr-eggplant/EATA; CCC code models/eata.py",
         colour="tab:red",
     )

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_in_range
@@ -54,7 +55,7 @@ def select_non_redundant(
     return torch.nonzero(similarity.abs() < redundancy_margin, as_tuple=True)[0]
 
 
-class ETA(BatchNormGradientMethod):
+class ETA(NormalizationGradientMethod):
     """ETA (Niu et al. 2022): weighted entropy minimisation on reliable, non-redundant samples.
 
     Per batch: keep samples with entropy H < E0; of those keep samples whose softmax has absolute
@@ -117,6 +118,7 @@ register_method(
         ETA,
         ETAConfig,
         "entropy minimisation on reliable, non-redundant, re-weighted samples",
+        needs_batchnorm=False,
         sources="Niu et al. ICML 2022; mr-eggplant/EATA eata.py; CCC code models/eata.py",
         colour="tab:green",
     )

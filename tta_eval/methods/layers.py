@@ -3,13 +3,15 @@
 Classifier head and penultimate features (SHOT, LAME, NEO, TTAC), normalisation-layer parameters
 with excluded blocks (SAR, DeYO, CMF), forward passes that must not touch BatchNorm running
 statistics (second forward passes on perturbed weights or transformed images), and BatchNorm with a
-source-statistics prior (MEMO); the base of the methods that train normalisation layers (SAR, DeYO, CMF).
+source-statistics prior (MEMO); the base of the methods that train normalisation layers (Tent, ETA,
+EATA, RDumb, RPL, CPL, PL, SLR, SAR, DeYO, CMF).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,7 +19,6 @@ from torch import nn
 from tta_eval.methods.base import (
     BATCHNORM_TYPES,
     AdaptationMethod,
-    SGDConfig,
     batchnorm_layers,
     make_sgd,
     set_batchnorm_batch_statistics,
@@ -118,15 +119,25 @@ def normalization_affine_parameters(
     return named
 
 
-def require_normalization_parameters(parameters: list[tuple[str, nn.Parameter]], model: nn.Module, method_name: str) -> None:
-    """Raise ValueError when a method adapting normalisation layers found no parameter to adapt."""
+def require_normalization_parameters(
+    parameters: list[tuple[str, nn.Parameter]],
+    model: nn.Module,
+    method_name: str,
+    excluded_modules: tuple[str, ...] = (),
+) -> None:
+    """Raise ValueError when a method adapting normalisation layers found no parameter to adapt
+    (``excluded_modules``: the patterns the method excluded, named in the hint when there are some)."""
     if parameters:
         return
     has_normalization = any(isinstance(module, NORMALIZATION_TYPES) for module in model.modules())
-    reason = "all of them are excluded or have no affine parameters" if has_normalization else "the model has none"
+    if not has_normalization:
+        reason = "the model has none; use another method"
+    elif excluded_modules:
+        reason = "all of them are excluded or have no affine parameters; check the option excluded_modules or use another method"
+    else:
+        reason = "none of them has affine parameters (affine=False); use another method"
     raise ValueError(
-        f"method '{method_name}' adapts the affine parameters of BatchNorm, LayerNorm or GroupNorm layers, "
-        f"but {reason}; check the option excluded_modules or use another method"
+        f"method '{method_name}' adapts the affine parameters of BatchNorm, LayerNorm or GroupNorm layers, but {reason}"
     )
 
 
@@ -270,19 +281,27 @@ class BatchNormPriorNetwork(nn.Module):
 
 
 class NormalizationGradientMethod(AdaptationMethod):
-    """Base of methods that train the affine parameters of BatchNorm, LayerNorm and GroupNorm layers
-    (except ``config.excluded_modules``) with SGD; BatchNorm normalises with batch statistics."""
+    """Base of the methods that train the affine weight and bias of the BatchNorm, LayerNorm and
+    GroupNorm layers (except layers matching ``excluded_modules``, a "+"-separated list, see
+    ``is_excluded``) with SGD; BatchNorm normalises with the statistics of the test batch, every other
+    layer is in evaluation mode. On a model with BatchNorm only, these are its BN affine parameters;
+    on a ViT, the LayerNorm ones (as the public ViT configurations of Tent, EATA, SAR, ... do).
+    Subclasses may replace the optimiser with ``_make_optimizer``."""
 
     method_name = "normalization-gradient"
 
-    def __init__(self, model: nn.Module, config: SGDConfig, excluded_modules: str) -> None:
+    def __init__(self, model: nn.Module, config: Any, excluded_modules: str = "") -> None:
         super().__init__(model, config)
-        named = normalization_affine_parameters(model, parse_module_list(excluded_modules))
-        require_normalization_parameters(named, model, self.method_name)
+        patterns = parse_module_list(excluded_modules)
+        named = normalization_affine_parameters(model, patterns)
+        require_normalization_parameters(named, model, self.method_name, patterns)
         self.adapted_parameters = self._adapt_only(named)
-        self.optimizer = make_sgd(
-            self.adapted_parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
-        )
+        self.optimizer = self._make_optimizer(self.adapted_parameters)
+
+    def _make_optimizer(self, parameters: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """SGD with the options of ``config`` (an ``SGDConfig``)."""
+        config = self.config
+        return make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
 
     def _apply_layer_modes(self) -> None:
         set_batchnorm_batch_statistics(self.model)

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_in_range
 
@@ -17,7 +18,7 @@ from ccc.validation import check_in_range
 @dataclass(frozen=True)
 class PLConfig(SGDConfig):
     """PL: cross-entropy to the arg-max of samples whose max probability exceeds confidence_threshold
-    (in [0, 1)); BN affine parameters; lr 0.01 as in the time-constrained paper's code."""
+    (in [0, 1)); norm-layer affine parameters; lr 0.01 as in the time-constrained paper's code."""
 
     learning_rate: float = 0.01
     confidence_threshold: float = 0.9
@@ -27,9 +28,9 @@ class PLConfig(SGDConfig):
         check_in_range("confidence_threshold", self.confidence_threshold, 0.0, 1.0, include_high=False)
 
 
-class PL(BatchNormGradientMethod):
+class PL(NormalizationGradientMethod):
     """Pseudo-labelling (Lee 2013) as in the time-constrained paper: cross-entropy to the arg-max of
-    the samples whose max softmax probability exceeds ``confidence_threshold``; BN affine parameters,
+    the samples whose max softmax probability exceeds ``confidence_threshold``; norm-layer affine parameters,
     batch statistics; no step when no sample is confident."""
 
     method_name = "pl"
@@ -57,7 +58,8 @@ register_method(
         "pl",
         PL,
         PLConfig,
-        "cross-entropy to confident (p > 0.9) hard pseudo-labels, BN affine parameters",
+        "cross-entropy to confident (p > 0.9) hard pseudo-labels, norm-layer affine parameters",
+        needs_batchnorm=False,
         sources="Lee ICML-W 2013; MotasemAlfarra/Online_Test_Time_Adaptation tta_methods/pl.py",
         colour="#3182bd",
     )

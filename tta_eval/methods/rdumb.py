@@ -12,12 +12,19 @@ RDUMB_RESET_EVERY = 1000
 """Batches between two resets (the CCC paper's value)."""
 
 
+class RDumb(ETA):
+    """ETA under its own name (the reset is the registry's ``reset_every`` default)."""
+
+    method_name = "rdumb"
+
+
 register_method(
     MethodEntry(
         "rdumb",
-        ETA,
+        RDumb,
         ETAConfig,
         "ETA reset to its initial state every 1000 batches",
+        needs_batchnorm=False,
         reset_every=RDUMB_RESET_EVERY,
         sources="Press et al. NeurIPS 2023; CCC code models/rdumb.py",
         colour="tab:purple",

@@ -29,7 +29,8 @@ class MethodEntry:
     name: registry key (the method's module is ``tta_eval/methods/<name>.py``); method_class: called as
     method_class(model, config); config_class: frozen dataclass whose defaults are the published
     values; description: one line; reset_every: default periodic reset in batches (None = never);
-    needs_batchnorm: the method adapts BatchNorm layers; sources: papers and code the defaults come
+    needs_batchnorm: the method's rule needs BatchNorm layers (test-batch statistics, BN priors), so
+    ``create`` refuses a model without them in one line; sources: papers and code the defaults come
     from; colour: its colour in every plot (a matplotlib colour; None: one picked from the name).
     """
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig
+from tta_eval.methods.base import SGDConfig
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import generalized_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_in_range
@@ -25,7 +26,7 @@ class RPLConfig(SGDConfig):
         check_in_range("q", self.q, 0.0, 1.0, include_low=False)
 
 
-class RPL(BatchNormGradientMethod):
+class RPL(NormalizationGradientMethod):
     """RPL (Rusak et al. 2022): generalised cross-entropy to the model's own hard pseudo-labels."""
 
     method_name = "rpl"
@@ -48,7 +49,8 @@ register_method(
         "rpl",
         RPL,
         RPLConfig,
-        "generalised cross-entropy (q=0.8) to hard pseudo-labels, BN affine parameters",
+        "generalised cross-entropy (q=0.8) to hard pseudo-labels, norm-layer affine parameters",
+        needs_batchnorm=False,
         sources="Rusak et al. TMLR 2022; CCC code models/rpl.py",
         colour="#393b79",
     )

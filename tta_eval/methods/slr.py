@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import kl_to_uniform, soft_likelihood_ratio
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive
@@ -17,7 +17,7 @@ from ccc.validation import check_choice, check_in_range, check_non_negative, che
 
 @dataclass(frozen=True)
 class SLRConfig:
-    """SLR (Mummadi et al. 2021) with Adam over BN affine parameters.
+    """SLR (Mummadi et al. 2021) with Adam over norm-layer affine parameters.
 
     learning_rate: Adam step size > 0; adam_beta1/adam_beta2 in [0, 1); diversity_weight >= 0 scales
     KL(p̄ ‖ uniform) where p̄ is a moving average (momentum diversity_momentum in [0, 1)) of the
@@ -41,12 +41,12 @@ class SLRConfig:
         check_choice("soft_labels", self.soft_labels, ("soft", "hard"))
 
 
-class SLR(BatchNormGradientMethod):
+class SLR(NormalizationGradientMethod):
     """SLR (Mummadi et al. 2021): soft likelihood ratio loss plus a class-diversity term, Adam.
 
     loss = mean_n SLR(z_n; y_n) + w · KL(p̄ ‖ uniform), with y the stop-gradient prediction (or its
     one-hot arg-max) and p̄ = m · p̄_prev + (1 - m) · mean_n softmax(z_n) (p̄_prev constant; the
-    first batch uses its own mean). Only BN affine parameters change, so the last layer stays frozen.
+    first batch uses its own mean). Only norm-layer affine parameters change, so the last layer stays frozen.
     """
 
     method_name = "slr"
@@ -90,7 +90,8 @@ register_method(
         "slr",
         SLR,
         SLRConfig,
-        "soft likelihood ratio + diversity regulariser, Adam, BN affine parameters",
+        "soft likelihood ratio + diversity regulariser, Adam, norm-layer affine parameters",
+        needs_batchnorm=False,
         sources="Mummadi et al. 2021 (arXiv 2106.14999); no public CCC implementation",
         colour="#637939",
     )

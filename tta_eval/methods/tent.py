@@ -7,17 +7,18 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tta_eval.methods.base import BatchNormGradientMethod, SGDConfig
+from tta_eval.methods.base import SGDConfig
+from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
 
 
 @dataclass(frozen=True)
 class TentConfig(SGDConfig):
-    """Tent: entropy minimisation over BN affine parameters (lr 2.5e-4 as in the CCC code)."""
+    """Tent: entropy minimisation over norm-layer affine parameters (lr 2.5e-4 as in the CCC code)."""
 
 
-class Tent(BatchNormGradientMethod):
+class Tent(NormalizationGradientMethod):
     """Tent (Wang et al. 2021): minimise the batch-mean prediction entropy."""
 
     method_name = "tent"
@@ -40,7 +41,8 @@ register_method(
         "tent",
         Tent,
         TentConfig,
-        "entropy minimisation over BN affine parameters",
+        "entropy minimisation over norm-layer affine parameters",
+        needs_batchnorm=False,
         sources="Wang et al. ICLR 2021; DequanWang/tent; CCC code models/tent.py",
         colour="tab:orange",
     )

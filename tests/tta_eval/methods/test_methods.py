@@ -20,8 +20,8 @@ from tta_eval.methods import (
     get_method,
     list_methods,
 )
-from tta_eval.methods.base import batchnorm_affine_parameters
 from tta_eval.methods.eta import select_non_redundant
+from tta_eval.methods.layers import normalization_affine_parameters
 from tta_eval.methods.losses import (
     conjugate_polyloss,
     conjugate_pseudo_labels,
@@ -47,7 +47,7 @@ def test_registry_holds_the_papers_methods_in_alphabetical_order():
 
 def test_rdumb_is_eta_with_a_periodic_reset_of_1000(tiny_cnn):
     entry = get_method("rdumb")
-    assert entry.method_class is ETA and entry.reset_every == RDUMB_RESET_EVERY == 1000
+    assert issubclass(entry.method_class, ETA) and entry.reset_every == RDUMB_RESET_EVERY == 1000
     assert entry.defaults() == {**get_method("eta").defaults(), "reset_every": 1000}
     method = create("rdumb", tiny_cnn)
     assert isinstance(method, PeriodicReset) and method.every == 1000 and isinstance(method.method, ETA)
@@ -151,7 +151,7 @@ def test_tent_updates_only_batchnorm_affine_parameters_with_one_sgd_step(tiny_cn
     reference = copy.deepcopy(tiny_cnn).train()
     reference_logits = reference(images)
     entropy = softmax_entropy(reference_logits).mean()
-    affine = dict(batchnorm_affine_parameters(reference))
+    affine = dict(normalization_affine_parameters(reference))
     gradients = dict(zip(affine, torch.autograd.grad(entropy, list(affine.values()))))
 
     logits = method(images)
@@ -239,7 +239,7 @@ def test_eta_without_any_reliable_sample_takes_no_step(tiny_cnn):
 def reference_fisher(model: nn.Module, image_batches: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     """Fisher as the EATA paper defines it, written independently of the library."""
     network = copy.deepcopy(model).train()
-    affine = dict(batchnorm_affine_parameters(network))
+    affine = dict(normalization_affine_parameters(network))
     totals = {name: torch.zeros_like(parameter) for name, parameter in affine.items()}
     for images in image_batches:
         logits = network(images)
@@ -369,7 +369,7 @@ def test_cotta_stochastic_restore_and_ema_teacher(tiny_cnn):
 
 def test_cotta_default_adapts_batchnorm_only(tiny_cnn):
     method = create("cotta", tiny_cnn)
-    assert set(method.adapted_parameter_names) == {name for name, _ in batchnorm_affine_parameters(tiny_cnn)}
+    assert set(method.adapted_parameter_names) == {name for name, _ in normalization_affine_parameters(tiny_cnn)}
 
 
 def test_cotta_augments_when_the_anchor_is_unsure(tiny_cnn):

@@ -19,7 +19,6 @@ from torch import nn
 from tests.tta_eval.method_helpers import batch_statistics_copy, build, make_staged_cnn, statistics_file
 from tests.tta_eval.tta_helpers import ConstructedLogits, make_batches, states_equal
 from tta_eval.methods import PeriodicReset, compute_source_statistics, create, get_method, list_methods
-from tta_eval.methods.base import batchnorm_affine_parameters
 from tta_eval.methods.lame import knn_affinity, laplacian_optimization, rbf_affinity
 from tta_eval.methods.layers import (
     NormalizationGradientMethod,
@@ -388,14 +387,14 @@ def test_pl_keeps_only_confident_samples_and_uses_their_cross_entropy():
     assert math.isclose(method.last_step.loss, expected, rel_tol=1e-6)
 
 
-def test_pl_steps_only_the_batchnorm_affine_parameters(tiny_cnn):
+def test_pl_steps_only_the_normalization_affine_parameters(tiny_cnn):
     learning_rate = 0.5
     method = create("pl", tiny_cnn, confidence_threshold=0.0, learning_rate=learning_rate)
     images = make_batches(1)[0][0]
     reference = batch_statistics_copy(tiny_cnn)
     logits = reference(images)
     loss = F.cross_entropy(logits, logits.argmax(1))
-    affine = dict(batchnorm_affine_parameters(reference))
+    affine = dict(normalization_affine_parameters(reference))
     gradients = dict(zip(affine, torch.autograd.grad(loss, list(affine.values()))))
     method(images)
     source = dict(tiny_cnn.named_parameters())
