@@ -1,0 +1,174 @@
+"""Several runs on one executor (tta_eval.cluster, `tta-eval run --stream … --stream … --workers N`):
+the same run folders and records as a serial run, retries of dead workers, one line for user mistakes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from ccc.execution import RayExecutor, SerialExecutor
+from tests.builders import REPOSITORY
+from tests.tta_eval.tta_helpers import run_cli
+from tta_eval.cluster import run_experiments, task_options
+from tta_eval.experiment import ExperimentSettings, MethodSpec, SweepSettings, resolve_experiment, run_sweep
+from tta_eval.protocols import CostModel, MethodCost
+from tta_eval.synthetic import pretrained_tiny_cnn
+
+STREAMS = ("synthetic:num_batches=6,batch_size=16,domain_length=2", "synthetic:num_batches=6,batch_size=16,domain_length=2,seed=1")
+"""Two 96-sample synthetic streams of 16×16 images (the pretrained tiny CNN's)."""
+
+MODEL = "tta_eval.synthetic:pretrained_tiny_cnn"
+COSTS = CostModel(0.01, (("source", MethodCost(1.0)), ("bn", MethodCost(1.0)), ("tent", MethodCost(1.0, 1.0))))
+"""Deterministic timing: the records do not depend on where or how fast a run executes."""
+
+CRASH_MARKER = "CCC_TEST_CRASH_MARKER"
+"""Environment variable naming the file whose absence makes ``crash_once_model`` kill its process."""
+
+ATTEMPTS_FILE = "CCC_TEST_ATTEMPTS_FILE"
+"""Environment variable naming the file ``failing_model`` appends a line to on every call."""
+
+
+def crash_once_model():  # type: ignore[no-untyped-def]
+    """Model factory: the first call (no marker yet) kills its process, as a node dying would."""
+    marker = Path(os.environ[CRASH_MARKER])
+    if not marker.exists():
+        marker.touch()
+        os._exit(1)
+    return pretrained_tiny_cnn()
+
+
+def failing_model():  # type: ignore[no-untyped-def]
+    """Model factory that counts its calls and fails as a user mistake would."""
+    with open(os.environ[ATTEMPTS_FILE], "a") as attempts:
+        attempts.write("call\n")
+    raise ValueError("this model cannot be built")
+
+
+def settings_for(stream: str, out: Path, model: str = MODEL, **overrides) -> ExperimentSettings:  # type: ignore[no-untyped-def]
+    from ccc.models import ModelSpec
+
+    methods = tuple(MethodSpec(name, name) for name in ("bn", "tent"))
+    return ExperimentSettings(stream, methods, ModelSpec(model), out, cost_model=COSTS, progress=False, window=32, **overrides)
+
+
+def records_digests(root: Path) -> dict[str, str]:
+    """sha256 of every records file below ``root``, by path relative to it."""
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(root.rglob("records/*.csv"))}
+
+
+@pytest.fixture(scope="module")
+def serial_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("serial")
+    runs = [resolve_experiment(settings_for(stream, out)) for stream in STREAMS]
+    folders = run_experiments(runs, SerialExecutor(), task_options("cpu", False))
+    assert [folder.parent for folder in folders] == [out, out] and folders[0] != folders[1]
+    digests = records_digests(out)
+    assert len(digests) == 6  # source, bn, tent on each stream
+    return digests
+
+
+def test_task_options_follow_the_device() -> None:
+    assert task_options("cpu", True).gpus == 0 and task_options("cpu", True).retry_exceptions == ()
+    assert task_options("cpu", True).working_directory == str(Path.cwd())
+    assert task_options("cpu", False).working_directory is None
+    assert task_options("cuda", True).gpus == 1
+    assert task_options("cuda", True, 0.5).gpus == 0.5
+    assert task_options("cuda:1", False).gpus == 1
+    with pytest.raises(ValueError, match="--gpus-per-task applies to --device cuda, got --device cpu"):
+        task_options("cpu", True, 1)
+    with pytest.raises(ValueError, match=r"--device cuda:1 names a GPU of this machine; on a Ray cluster give --device cuda"):
+        task_options("cuda:1", True)
+    with pytest.raises(ValueError, match=r"--gpus-per-task: gpus must be a fraction in \(0, 1\] or a whole number, got 1.5"):
+        task_options("cuda", True, 1.5)
+    with pytest.raises(ValueError, match="--gpus-per-task must be > 0, got 0"):
+        task_options("cuda", True, 0)
+
+
+def test_several_streams_on_the_command_line_write_one_run_folder_each(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    arguments = ["run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL, "--method", "bn", "--out", str(tmp_path), "--no-progress"]
+    code, out, err = run_cli(capsys, *arguments, "--window", "32")
+    assert code == 0, err
+    folders = sorted(path.parent for path in tmp_path.glob("*/summary.json"))
+    assert len(folders) == 2
+    assert "[2/2] run " in out and all(f"run folder: {folder}" in out for folder in folders)
+    code, _, err = run_cli(capsys, *arguments, "--name", "one")
+    assert code == 2 and err.strip() == "tta-eval: error: --name names one run folder, but 2 streams were given: leave it out (each run folder is named after its stream)"
+    code, _, err = run_cli(capsys, "run", "--stream", STREAMS[0], "--stream", STREAMS[0], "--model", MODEL, "--method", "bn", "--out", str(tmp_path / "again"))
+    assert code == 2 and "would both write run folder" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "sweep", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL, "--method", "bn", "--speeds", "1")
+    assert code == 2 and err.strip() == "tta-eval: error: a sweep runs over one stream, got 2 --stream; run one sweep per stream"
+    code, _, err = run_cli(capsys, "run", "--stream", STREAMS[0], "--model", MODEL, "--method", "bn", "--gpus-per-task", "1", "--out", str(tmp_path / "g"))
+    assert code == 2 and err.strip() == "tta-eval: error: --gpus-per-task applies to --device cuda, got --device cpu"
+
+
+def test_a_failed_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ATTEMPTS_FILE, str(tmp_path / "attempts"))
+    runs = [resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:failing_model")), resolve_experiment(settings_for(STREAMS[1], tmp_path))]
+    ended = []
+    with pytest.raises(ValueError, match="^this model cannot be built$"):
+        run_experiments(runs, SerialExecutor(), task_options("cpu", False), on_finished=lambda run, folder, error: ended.append((folder, error)))
+    assert [folder is None for folder, _ in ended] == [True, False]
+    assert (ended[1][0] / "summary.json").exists()
+
+
+# ----------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="module")
+def ray_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One local Ray cluster (2 CPUs, 100 MB object store); its workers import this module's model
+    factories and read the marker files named in the environment."""
+    pytest.importorskip("ray")
+    from ccc.execution import ray_session
+
+    folder = tmp_path_factory.mktemp("markers")
+    environment = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
+        CRASH_MARKER: str(folder / "crashed"),
+        ATTEMPTS_FILE: str(folder / "attempts"),
+    }
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        with ray_session(workers=2, object_store_bytes=100 * 2**20) as ray:
+            yield ray
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def test_two_ray_workers_write_the_serial_records(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runs = [resolve_experiment(settings_for(stream, tmp_path)) for stream in STREAMS]
+    folders = run_experiments(runs, RayExecutor(ray_module), task_options("cpu", True))
+    assert all((folder / "summary.json").exists() for folder in folders)
+    assert records_digests(tmp_path) == serial_records
+
+
+def test_a_run_whose_worker_died_is_retried_and_a_user_error_is_not(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    crashing = resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:crash_once_model"))
+    fine = resolve_experiment(settings_for(STREAMS[1], tmp_path))
+    run_experiments([crashing, fine], RayExecutor(ray_module, max_retries=2), task_options("cpu", True))
+    assert Path(os.environ[CRASH_MARKER]).exists()  # the first attempt died
+    assert records_digests(tmp_path) == serial_records
+    failing = resolve_experiment(settings_for(STREAMS[0], tmp_path / "failing", f"{__name__}:failing_model"))
+    with pytest.raises(ValueError, match="^this model cannot be built$"):
+        run_experiments([failing], RayExecutor(ray_module, max_retries=2), task_options("cpu", True))
+    assert Path(os.environ[ATTEMPTS_FILE]).read_text() == "call\n"
+
+
+def test_a_sweep_on_ray_writes_the_serial_scenario_records(ray_module, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def sweep(executor, out: Path, options) -> Path:  # type: ignore[no-untyped-def]
+        experiment = settings_for(STREAMS[0], out, run_name="sweep")
+        return run_sweep(SweepSettings(experiment, grids=(("alfarra", (1.0, 0.5)),)), executor, options)
+
+    serial = sweep(SerialExecutor(), tmp_path / "serial", task_options("cpu", False))
+    distributed = sweep(RayExecutor(ray_module), tmp_path / "ray", task_options("cpu", True))
+    assert records_digests(distributed) == records_digests(serial)
+    assert len(records_digests(serial)) == 6  # two scenarios of source, bn, tent
+    assert (distributed / "sweep.json").read_text() == (serial / "sweep.json").read_text()
