@@ -3,14 +3,22 @@ the same run folders and records as a serial run, retries of dead workers, one l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ccc.execution import RayExecutor, SerialExecutor
 from tests.builders import REPOSITORY
+from tests.ccc.test_generate import _free_port, _node_arguments, _stop_node
 from tests.tta_eval.tta_helpers import run_cli
 from tta_eval.cluster import run_experiments, task_options
 from tta_eval.experiment import ExperimentSettings, MethodSpec, SweepSettings, resolve_experiment, run_sweep
@@ -61,9 +69,16 @@ def records_digests(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def serial_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The serial run's records, computed with one torch thread, as a Ray task asking one CPU runs
+    (the float sums of a backward pass depend on the number of threads)."""
     out = tmp_path_factory.mktemp("serial")
     runs = [resolve_experiment(settings_for(stream, out)) for stream in STREAMS]
-    folders = run_experiments(runs, SerialExecutor(), task_options("cpu", False))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        folders = run_experiments(runs, SerialExecutor(), task_options("cpu", False))
+    finally:
+        torch.set_num_threads(threads)
     assert [folder.parent for folder in folders] == [out, out] and folders[0] != folders[1]
     digests = records_digests(out)
     assert len(digests) == 6  # source, bn, tent on each stream
@@ -112,6 +127,20 @@ def test_a_failed_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pyte
         run_experiments(runs, SerialExecutor(), task_options("cpu", False), on_finished=lambda run, folder, error: ended.append((folder, error)))
     assert [folder is None for folder, _ in ended] == [True, False]
     assert (ended[1][0] / "summary.json").exists()
+
+
+def test_the_paper_streams_recipe_lists_the_27_run_folders_or_names_the_missing(tmp_path: Path) -> None:
+    script = REPOSITORY / "scripts" / "cluster" / "paper_streams.sh"
+    names = [f"baseline_{b}_transition+speed_{k}_seed_{s}" for b in (40, 20, 0) for k in (1000, 2000, 5000) for s in (43, 44, 45)]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text("{}")
+    result = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"--stream ccc:{tmp_path / name}" for name in names]
+    (tmp_path / names[4] / "manifest.json").unlink()
+    result = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and f"1 of the 27 paper streams are missing (no manifest.json): {tmp_path / names[4]}" in result.stderr
 
 
 # ----------------------------------------------------------------------------- Ray
@@ -172,3 +201,48 @@ def test_a_sweep_on_ray_writes_the_serial_scenario_records(ray_module, tmp_path:
     assert records_digests(distributed) == records_digests(serial)
     assert len(records_digests(serial)) == 6  # two scenarios of source, bn, tent
     assert (distributed / "sweep.json").read_text() == (serial / "sweep.json").read_text()
+
+
+@pytest.mark.slow
+def test_a_two_node_ray_cluster_writes_the_serial_records(serial_records: dict[str, str], tmp_path: Path) -> None:
+    """`ray start --head` plus `ray start --address` on this machine, started in another folder than
+    the driver's; `tta-eval run --ray-address` with relative paths runs the two streams there."""
+    pytest.importorskip("ray")
+    environment = dict(os.environ, RAY_AUTH_MODE="disabled", PYTHONPATH=str(REPOSITORY))
+    temporary = Path(tempfile.mkdtemp(prefix="ccc-ray-", dir="/tmp"))  # see tests/ccc/test_generate.py
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    nodes: list[subprocess.Popen] = []
+    logs = contextlib.ExitStack()
+    head_log = logs.enter_context(open(tmp_path / "head.log", "w"))
+    node_log = logs.enter_context(open(tmp_path / "node.log", "w"))
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    try:
+        head_command = [
+            "ray", "start", "--head", f"--port={port}", "--include-dashboard=false",
+            f"--ray-client-server-port={_free_port()}", f"--temp-dir={temporary}",
+        ]  # fmt: skip
+        for command, log in ((head_command, head_log), (["ray", "start", f"--address={address}", f"--temp-dir={temporary}"], node_log)):
+            nodes.append(subprocess.Popen([*command, *_node_arguments()], env=environment, cwd=temporary, start_new_session=True, stdout=log, stderr=subprocess.STDOUT))
+        count_nodes = f"import ray; ray.init(address='{address}', logging_level='ERROR'); print(sum(node['Alive'] for node in ray.nodes()))"
+        deadline = time.monotonic() + 150
+        alive = ""
+        while time.monotonic() < deadline and alive != "2":
+            time.sleep(3)
+            probe = subprocess.run([sys.executable, "-c", count_nodes], env=environment, capture_output=True, text=True, timeout=60)
+            alive = probe.stdout.strip().splitlines()[-1] if probe.returncode == 0 and probe.stdout.strip() else ""
+        assert alive == "2", f"the two-node cluster did not come up; head log: {(tmp_path / 'head.log').read_text()[-2000:]}"
+        command = [
+            sys.executable, "-m", "tta_eval.cli", "run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL,
+            "--method", "bn", "--method", "tent", "--cost", "source=1", "--cost", "bn=1", "--cost", "tent=1+1",
+            "--baseline-latency-ms", "10", "--window", "32", "--out", "results", "--ray-address", address, "--no-progress",
+        ]  # fmt: skip
+        result = subprocess.run(command, env=environment, cwd=driver, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert records_digests(driver / "results") == serial_records
+    finally:
+        for node in reversed(nodes):
+            _stop_node(node)
+        logs.close()
+        shutil.rmtree(temporary, ignore_errors=True)
