@@ -172,6 +172,8 @@ def ray_session(workers: int | None = None, address: str | None = None, object_s
         else:
             probe_ray_address(address, connect_timeout_seconds())
             ray.init(address=address, logging_level=logging.WARNING)
+    except RayUnavailableError:
+        raise
     except (ConnectionError, RuntimeError, ValueError) as error:
         target = f"the Ray cluster at {address}" if address else "a local Ray cluster"
         raise RayUnavailableError(f"could not start or reach {target}: {error}") from error

@@ -211,6 +211,10 @@ RUN_EXAMPLES = (
         f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method tent --protocol discrete --utilisation 0.5",
         "Tempora's discrete scenario: a batch arrives every 2λ",
     ),
+    (
+        "tta-eval run --stream ccc:shards/A --stream ccc:shards/B --method tent --method eta --workers 2",
+        "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
+    ),
 )
 COMPARE_EXAMPLES = (
     ("tta-eval compare results/*/*", "every run below results/"),

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ccc.execution import Executor, TaskOptions
-from tta_eval.experiment import ExperimentSettings, ResolvedExperiment, run_experiment
+from tta_eval.experiment import ResolvedExperiment, run_experiment
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +56,6 @@ def task_options(device: str, distributed: bool, gpus_per_task: float | None = N
         raise ValueError(f"--gpus-per-task: {error}") from None
 
 
-def _run_task(settings: ExperimentSettings, choices: tuple[str, ...]) -> Path:
-    """One task: ``run_experiment`` of already resolved settings (module level, so that Ray imports it by name)."""
-    return run_experiment(settings, choices=choices)
-
-
 def check_run_folders(runs: Sequence[ResolvedExperiment]) -> None:
     """Raise ValueError when two runs would write the same run folder (naming it and the streams)."""
     seen: dict[Path, str] = {}
@@ -86,9 +81,9 @@ def run_experiments(
 
     All runs are submitted at once (the executor queues what the cluster cannot hold); progress bars
     are turned off for distributed runs. A failed run does not stop the others: each failure is
-    logged (level INFO) and given to ``on_finished``, and once every run has ended the first failure (in the order of
-    ``runs``) is raised as the run raised it (ValueError for a user mistake,
-    ``NonFiniteLossError`` for a run stopped by ``--nonfinite-loss stop``,
+    logged (level INFO) and given to ``on_finished``, and once every run has ended the first
+    failure (in the order of ``runs``) is raised as the run raised it (ValueError for a user
+    mistake, ``NonFiniteLossError`` for a run stopped by ``--nonfinite-loss stop``,
     ``ccc.execution.TaskFailedError`` when its node kept dying). Raises ValueError before anything
     runs for two runs sharing a folder or a request no node can hold.
     """
@@ -99,7 +94,7 @@ def run_experiments(
         settings = run.settings
         if executor.distributed:
             settings = dataclasses.replace(settings, progress=False)
-        handles[executor.submit(_run_task, settings, run.notes, options=options)] = index
+        handles[executor.submit(run_experiment, settings, None, run.notes, options=options)] = index
     folders: dict[int, Path] = {}
     failures: dict[int, BaseException] = {}
     try:

@@ -642,10 +642,6 @@ def _on_run_device(function: Callable[..., Any], settings: ExperimentSettings, m
     return function(settings, model.to(resolve_device(settings.device)))
 
 
-def _run_scenario(settings: ExperimentSettings, model: torch.nn.Module) -> Path:
-    return run_experiment(settings, model)
-
-
 def run_sweep(settings: SweepSettings, executor: Executor | None = None, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> Path:
     """Run every scenario of ``settings`` and write the sweep folder (see the module docstring); returns it.
 
@@ -666,6 +662,7 @@ def run_sweep(settings: SweepSettings, executor: Executor | None = None, options
     latency = executor.get(executor.submit(_on_run_device, _sweep_baseline_latency, base, model_handle, options=options))
     scenarios = []
     for name, protocol in settings.scenarios():
+        logger.info("sweep scenario %s", name)
         scenario = dataclasses.replace(
             base,
             protocol=protocol,
@@ -675,8 +672,7 @@ def run_sweep(settings: SweepSettings, executor: Executor | None = None, options
             overwrite=True,
             progress=base.progress and not executor.distributed,
         )
-        logger.info("sweep scenario %s", name)
-        scenarios.append(executor.submit(_on_run_device, _run_scenario, scenario, model_handle, options=options))
+        scenarios.append(executor.submit(_on_run_device, run_experiment, scenario, model_handle, options=options))
     runs = [load_run(executor.get(handle)) for handle in scenarios]
     rows = sweep_rows(runs)
     write_rows_csv(rows, sweep_dir / SWEEP_RESULTS_CSV)
