@@ -172,10 +172,16 @@ def ray_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
                 os.environ[name] = value
 
 
-def test_two_ray_workers_write_the_serial_records(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    runs = [resolve_experiment(settings_for(stream, tmp_path)) for stream in STREAMS]
-    folders = run_experiments(runs, RayExecutor(ray_module), task_options("cpu", True))
-    assert all((folder / "summary.json").exists() for folder in folders)
+def test_two_ray_workers_write_the_serial_records(ray_module, serial_records: dict[str, str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`tta-eval run --workers 2` (the command joins the module's local cluster)."""
+    arguments = [
+        "run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL, "--method", "bn", "--method", "tent",
+        "--cost", "source=1", "--cost", "bn=1", "--cost", "tent=1+1", "--baseline-latency-ms", "10", "--window", "32",
+        "--out", str(tmp_path), "--workers", "2", "--no-progress",
+    ]  # fmt: skip
+    code, out, err = run_cli(capsys, *arguments)
+    assert code == 0, err
+    assert "[1/2] run synthetic_" in out and "[2/2] run synthetic_" in out
     assert records_digests(tmp_path) == serial_records
 
 
