@@ -185,6 +185,13 @@ def test_two_ray_workers_write_the_serial_records(ray_module, serial_records: di
     assert records_digests(tmp_path) == serial_records
 
 
+def test_a_gpu_run_on_a_cluster_without_gpus_is_one_line_before_anything_runs(ray_module, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    arguments = ["run", "--stream", STREAMS[0], "--model", MODEL, "--method", "bn", "--device", "cuda", "--workers", "2", "--out", str(tmp_path)]
+    code, _, err = run_cli(capsys, *arguments)
+    assert code == 2 and "each task asks for 1 CPUs and 1 GPUs, but no node of the Ray cluster has as much" in err
+    assert len(err.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
+
+
 def test_a_run_whose_worker_died_is_retried_and_a_user_error_is_not(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     crashing = resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:crash_once_model"))
     fine = resolve_experiment(settings_for(STREAMS[1], tmp_path))
