@@ -9,6 +9,10 @@ no domain logic. An executor offers a few primitives, the subset of Ray the call
   ``setup(*arguments)`` (e.g. loading a model), then answering :meth:`Worker.submit` calls
   ``function(state, *arguments)``;
 - :meth:`~Executor.wait`, :meth:`~Executor.get`, :meth:`~Executor.put`, :meth:`~Executor.cancel`;
+- per task, :class:`TaskOptions`: the CPUs and GPUs (fractions allowed) a task asks of the cluster,
+  which of its own exceptions are retried (a task whose worker or node dies is always retried, up to
+  ``max_retries`` times) and the folder it runs in; :meth:`~Executor.check_resources` refuses,
+  before anything runs, a request no node of the cluster can ever satisfy (Ray would wait forever);
 
 and two patterns built on them: :meth:`~Executor.map_ordered` (a pure function over items, results in
 item order, a bounded number in flight) and :meth:`~Executor.map_on_workers` (items spread over
@@ -18,7 +22,8 @@ stateful workers, results in completion order).
 - :class:`RayExecutor` submits Ray tasks and actors to the cluster :func:`ray_session` connected to.
 
 :func:`open_executor` picks one. A task's exception reaches the caller as the original exception
-(not Ray's wrapper), so both executors raise the same errors.
+(not Ray's wrapper), so both executors raise the same errors; a task that still fails because its
+worker or node died after its retries raises :class:`TaskFailedError`.
 
 Ray sessions: local clusters get token authentication off (``RAY_AUTH_MODE=disabled``, Ray 2.60
 otherwise writes ``~/.ray/auth_token``), no dashboard, a capped object store (Ray's default is 30% of
@@ -48,16 +53,20 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccc.validation import check_non_negative_int, check_positive_int
+from ccc.validation import check_non_negative, check_non_negative_int, check_positive, check_positive_int
 
 __all__ = [
+    "DEFAULT_TASK_OPTIONS",
     "Executor",
     "RayExecutor",
     "RayUnavailableError",
     "SerialExecutor",
+    "TaskFailedError",
+    "TaskOptions",
     "Worker",
     "connect_timeout_seconds",
     "open_executor",
@@ -78,6 +87,47 @@ DEFAULT_RAY_CLIENT_PORT = 10001
 
 class RayUnavailableError(RuntimeError):
     """Ray is not installed or the cluster cannot be reached."""
+
+
+class TaskFailedError(RuntimeError):
+    """A task failed for a reason outside its own code (its worker or node died) after its retries."""
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """What one task asks of the cluster, which of its own exceptions are worth a retry, where it runs.
+
+    Attributes:
+        cpus: CPUs the task holds while it runs, > 0 (fractions allowed).
+        gpus: GPUs, >= 0: a fraction in (0, 1] shares a GPU between tasks, larger values must be whole.
+        retry_exceptions: exception types raised by the task that are retried like a dead worker
+            (e.g. ``OSError`` for a flaky disk); others reach the caller at once. Empty: only
+            infrastructure failures (a dead worker or node) are retried.
+        working_directory: the folder the task runs in, e.g. the driver's, so that relative paths in
+            its arguments mean what they mean to the driver (the folder must exist at that path on
+            every node); None: wherever the worker process runs.
+    """
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+    retry_exceptions: tuple[type[Exception], ...] = (OSError,)
+    working_directory: str | None = None
+
+    def __post_init__(self) -> None:
+        check_positive("cpus", self.cpus)
+        check_non_negative("gpus", self.gpus)
+        if self.gpus > 1 and self.gpus != int(self.gpus):
+            raise ValueError(f"gpus must be a fraction in (0, 1] or a whole number, got {self.gpus:g}")
+
+
+DEFAULT_TASK_OPTIONS = TaskOptions()
+"""One CPU, no GPU, ``OSError`` retried, the worker's folder: what :meth:`Executor.submit` asks by default."""
+
+
+def _call_in(directory: str, function: Callable[..., Any], *arguments: Any) -> Any:
+    """``function(*arguments)`` in the folder ``directory`` (the body of a task with a working directory)."""
+    os.chdir(directory)
+    return function(*arguments)
 
 
 def _import_ray() -> Any:
@@ -122,6 +172,8 @@ def ray_session(workers: int | None = None, address: str | None = None, object_s
         else:
             probe_ray_address(address, connect_timeout_seconds())
             ray.init(address=address, logging_level=logging.WARNING)
+    except RayUnavailableError:
+        raise
     except (ConnectionError, RuntimeError, ValueError) as error:
         target = f"the Ray cluster at {address}" if address else "a local Ray cluster"
         raise RayUnavailableError(f"could not start or reach {target}: {error}") from error
@@ -276,9 +328,14 @@ class Executor(abc.ABC):
         raise NotImplementedError
 
     @abc.abstractmethod
-    def submit(self, function: Callable[..., Any], *arguments: Any) -> Any:
-        """Start ``function(*arguments)`` as a task (one CPU); returns a handle of its result."""
+    def submit(self, function: Callable[..., Any], *arguments: Any, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> Any:
+        """Start ``function(*arguments)`` as a task with ``options`` (default: one CPU); returns a
+        handle of its result."""
         raise NotImplementedError
+
+    def check_resources(self, options: TaskOptions) -> None:
+        """Raise ValueError when no node could ever run a task with ``options`` (nothing to check
+        here: an executor running in this process uses what the machine has)."""
 
     @abc.abstractmethod
     def start_workers(self, setup: Callable[..., Any], *arguments: Any, count: int, gpus: int = 0) -> list[Worker]:
@@ -410,8 +467,9 @@ class SerialExecutor(Executor):
         """A handle of ``value``."""
         return _Done(value)
 
-    def submit(self, function: Callable[..., Any], *arguments: Any) -> _Done:
-        """Call ``function(*arguments)`` now; its exception is kept for :meth:`get`."""
+    def submit(self, function: Callable[..., Any], *arguments: Any, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> _Done:
+        """Call ``function(*arguments)`` now, in this process's folder (``options`` reserve nothing); its
+        exception is kept for :meth:`get`."""
         return _serial_call(function, arguments)
 
     def start_workers(self, setup: Callable[..., Any], *arguments: Any, count: int, gpus: int = 0) -> list[Worker]:
@@ -488,13 +546,29 @@ class RayExecutor(Executor):
         """``ray.put(value)``."""
         return self._ray.put(value)
 
-    def submit(self, function: Callable[..., Any], *arguments: Any) -> Any:
-        """One Ray task (one CPU, retried on a dead worker or ``OSError``)."""
+    def submit(self, function: Callable[..., Any], *arguments: Any, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> Any:
+        """One Ray task with ``options``, retried up to ``max_retries`` times on a dead worker or node
+        and on the task's ``options.retry_exceptions``."""
+        if options.working_directory is not None:
+            function, arguments = _call_in, (options.working_directory, function, *arguments)
         remote = self._remote_functions.get(function)
         if remote is None:
-            remote = self._ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[OSError])(function)
+            remote = self._ray.remote(function)
             self._remote_functions[function] = remote
-        return remote.remote(*arguments)
+        retried = list(options.retry_exceptions) or False
+        task = remote.options(num_cpus=options.cpus, num_gpus=options.gpus, max_retries=self.max_retries, retry_exceptions=retried)
+        return task.remote(*arguments)
+
+    def check_resources(self, options: TaskOptions) -> None:
+        """Raise ValueError naming the request and the nodes when no alive node has ``options.cpus``
+        CPUs and ``options.gpus`` GPUs (Ray would keep such a task waiting forever)."""
+        nodes = [node.get("Resources", {}) for node in self._ray.nodes() if node.get("Alive")]
+        if any(node.get("CPU", 0) >= options.cpus and node.get("GPU", 0) >= options.gpus for node in nodes):
+            return
+        have = "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no alive node"
+        raise ValueError(
+            f"each task asks for {options.cpus:g} CPUs and {options.gpus:g} GPUs, but no node of the Ray cluster has as much (its nodes: {have})"
+        )
 
     def start_workers(self, setup: Callable[..., Any], *arguments: Any, count: int, gpus: int = 0) -> list[Worker]:
         """``count`` Ray actors (one CPU and ``gpus`` GPUs each)."""
@@ -508,14 +582,19 @@ class RayExecutor(Executor):
         return ready
 
     def get(self, handle: Any) -> Any:
-        """``ray.get``, re-raising a task's own exception."""
+        """``ray.get``, re-raising a task's own exception; TaskFailedError when its worker or node
+        died (or was killed for memory) more often than it was retried."""
+        exceptions = self._ray.exceptions
         try:
             return self._ray.get(handle)
-        except self._ray.exceptions.RayTaskError as error:
+        except exceptions.RayTaskError as error:
             cause = getattr(error, "cause", None)
             if isinstance(cause, Exception):
                 raise cause from error
             raise
+        except (exceptions.WorkerCrashedError, exceptions.NodeDiedError, exceptions.ObjectLostError, exceptions.OutOfMemoryError) as error:
+            reason = " ".join(str(error).split())
+            raise TaskFailedError(f"a task failed after {self.max_retries} retries: {type(error).__name__}: {reason}") from error
 
     def cancel(self, handles: Iterable[Any]) -> None:
         """``ray.cancel`` each task handle."""

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli._common import HelpFormatter, examples, run_command
+from ccc.cli._common import HelpFormatter, examples, integer_at_least, run_command
+from ccc.execution import RayUnavailableError, TaskFailedError
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
     CostModel,
@@ -34,7 +35,10 @@ from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_do
 # The experiment, the methods, the models (torch) and the reports (matplotlib) are imported by the
 # commands that use them, so that --help answers at once.
 if TYPE_CHECKING:
-    from tta_eval.experiment import ExperimentSettings
+    from contextlib import AbstractContextManager
+
+    from ccc.execution import Executor, TaskOptions
+    from tta_eval.experiment import ExperimentSettings, ResolvedExperiment
     from ccc.models import ModelSpec
 
 PROGRAM = "tta-eval"
@@ -45,8 +49,9 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stream",
         required=True,
+        action="append",
         metavar="SCHEME:LOCATION",
-        help="the stream: '<scheme>:<location>' for a registered stream source ("
+        help="the stream (run: repeatable, one run folder per stream): '<scheme>:<location>' for a registered stream source ("
         + ", ".join(f"{scheme}:" for scheme in stream_schemes())
         + "), e.g. ccc:shards/RUN (a ccc-generate run folder), folder:PATH (ImageFolder layout root/<class>/<image>), "
         "synthetic:option=value,...; a plain folder path is read as an image folder",
@@ -158,6 +163,40 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the runs (``run``: one per stream) or scenarios (``sweep``) execute: here or on Ray."""
+    cluster = parser.add_argument_group("cluster (docs/tta_eval.md, 'Cluster')")
+    cluster.add_argument(
+        "--workers",
+        type=integer_at_least(1),
+        default=1,
+        metavar="N",
+        help="runs at once on a local Ray cluster of N CPUs; 1 runs them one after the other in this process without Ray "
+        "(not --num-workers, the DataLoader's)",
+    )
+    cluster.add_argument("--ray-address", metavar="ADDR", help="run on an existing Ray cluster (auto, host:port or ray://host:port); run folders must be on a file system every node shares")
+    cluster.add_argument(
+        "--gpus-per-task", type=float, default=None, metavar="F", help="with --device cuda on Ray: GPUs each run asks for (default 1; a fraction in (0, 1] shares a GPU)"
+    )
+
+
+def _open_executor(arguments: argparse.Namespace) -> tuple[AbstractContextManager[Executor], TaskOptions]:
+    """The executor of ``--workers`` / ``--ray-address`` and what each task asks of it."""
+    from ccc.execution import open_executor
+    from tta_eval.cluster import task_options
+
+    serial = arguments.ray_address is None and arguments.workers == 1
+    options = task_options(arguments.device, not serial, arguments.gpus_per_task)
+    return open_executor(arguments.workers, arguments.ray_address, serial=serial), options
+
+
+def _per_stream(arguments: argparse.Namespace) -> list[argparse.Namespace]:
+    """One namespace per ``--stream`` (each run's stream-dependent defaults follow its own stream)."""
+    if len(arguments.stream) > 1 and arguments.name is not None:
+        raise ValueError(f"--name names one run folder, but {len(arguments.stream)} streams were given: leave it out (each run folder is named after its stream)")
+    return [argparse.Namespace(**{**vars(arguments), "stream": stream}) for stream in arguments.stream]
+
+
 EXAMPLE_STREAM = "ccc:shards/demo_baseline_30_transition+speed_2000_seed_43"
 RUN_EXAMPLES = (
     (
@@ -171,6 +210,10 @@ RUN_EXAMPLES = (
     (
         f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method tent --protocol discrete --utilisation 0.5",
         "Tempora's discrete scenario: a batch arrives every 2λ",
+    ),
+    (
+        "tta-eval run --stream ccc:shards/A --stream ccc:shards/B --method tent --method eta --workers 2",
+        "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
     ),
 )
 COMPARE_EXAMPLES = (
@@ -200,6 +243,7 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=examples(*RUN_EXAMPLES),
     )
     _add_experiment_arguments(run)
+    _add_cluster_arguments(run)
     protocol = run.add_argument_group("protocol")
     protocol.add_argument(
         "--protocol",
@@ -225,6 +269,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_experiment_arguments(sweep)
+    _add_cluster_arguments(sweep)
     grids = sweep.add_argument_group("grids (comma-separated; at least one)")
     for entry in protocol_entries():
         if entry.sweep is not None:
@@ -395,25 +440,41 @@ def _timing_line(summary: dict) -> str:
 
 
 def _run(arguments: argparse.Namespace) -> int:
-    from tta_eval.experiment import resolve_experiment, run_experiment
+    from tta_eval.cluster import run_experiments
+    from tta_eval.experiment import resolve_experiment
     from tta_eval.reports import adaptation_notes, comparison_table, run_scores, scores_table
     from tta_eval.run_folder import PLOT_STEM, load_run
 
-    resolved = resolve_experiment(_experiment_settings(arguments, _protocol(arguments)))
-    for note in resolved.notes:
-        print(note)
-    run_dir = run_experiment(resolved.settings, choices=resolved.notes)
-    run = load_run(run_dir)
-    print(comparison_table([run]), end="")
-    scores = scores_table(run_scores(run))
-    if scores:
-        print()
-        print(scores, end="")
-    for note in adaptation_notes(run):
-        print(note)
-    print(_timing_line(run.summary))
-    print(f"run folder: {run_dir}")
-    print(f"next: open {run_dir / (PLOT_STEM + '.png')}\n      tta-eval compare {run_dir.parent}      # with the other runs there")
+    streams = _per_stream(arguments)
+    several = len(streams) > 1
+    resolved = [resolve_experiment(_experiment_settings(namespace, _protocol(namespace))) for namespace in streams]
+    for experiment in resolved:
+        for note in experiment.notes:
+            print(f"{experiment.settings.resolved_run_name()}: {note}" if several else note)
+    finished = []
+
+    def report(experiment: ResolvedExperiment, folder: Path | None, error: BaseException | None) -> None:
+        finished.append(experiment)
+        outcome = f"written to {folder}" if error is None else f"failed: {type(error).__name__}: {error}"
+        print(f"[{len(finished)}/{len(resolved)}] run {experiment.settings.resolved_run_name()}: {' '.join(outcome.split())}", flush=True)
+
+    executor_context, options = _open_executor(arguments)
+    with executor_context as executor:
+        run_dirs = run_experiments(resolved, executor, options, on_finished=report if several else None)
+    runs = [load_run(run_dir) for run_dir in run_dirs]
+    print(comparison_table(runs), end="")
+    for run in runs:
+        scores = scores_table(run_scores(run))
+        if scores:
+            print()
+            print(f"{run.path.name}:\n" if several else "", end="")
+            print(scores, end="")
+        for note in adaptation_notes(run):
+            print(note)
+        print(_timing_line(run.summary))
+        print(f"run folder: {run.path}")
+    next_plot = run_dirs[0] / (PLOT_STEM + ".png")
+    print(f"next: open {next_plot}\n      tta-eval compare {run_dirs[0].parent}      # with the other runs there")
     return 0
 
 
@@ -430,6 +491,9 @@ def _sweep(arguments: argparse.Namespace) -> int:
     from tta_eval.experiment import SweepSettings, resolve_experiment, run_sweep
     from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
 
+    if len(arguments.stream) > 1:
+        raise ValueError(f"a sweep runs over one stream, got {len(arguments.stream)} --stream; run one sweep per stream")
+    arguments = _per_stream(arguments)[0]
     resolved = resolve_experiment(_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))))
     for note in resolved.notes:
         print(note)
@@ -439,7 +503,9 @@ def _sweep(arguments: argparse.Namespace) -> int:
         (option.flag, getattr(arguments, option.dest)) for entry in swept for option in entry.options if option.flag in entry.sweep.shared_options
     )
     settings = SweepSettings(experiment=resolved.settings, grids=grids, options=shared)
-    sweep_dir = run_sweep(settings)
+    executor_context, options = _open_executor(arguments)
+    with executor_context as executor:
+        sweep_dir = run_sweep(settings, executor, options)
     print((sweep_dir / SWEEP_RESULTS_MARKDOWN).read_text(), end="")
     print(f"sweep folder: {sweep_dir}")
     return 0
@@ -502,7 +568,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     handlers = {"run": _run, "sweep": _sweep, "rescore": _rescore, "compare": _compare, "methods": _methods}
-    return run_command(PROGRAM, lambda: handlers[arguments.command](arguments), stopped=(NonFiniteLossError,))
+    user_errors = (ValueError, OSError, RayUnavailableError, TaskFailedError)
+    return run_command(PROGRAM, lambda: handlers[arguments.command](arguments), user_errors, stopped=(NonFiniteLossError,))
 
 
 if __name__ == "__main__":

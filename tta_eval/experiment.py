@@ -11,7 +11,7 @@ import functools
 import itertools
 import logging
 import platform
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import torch
 import torchvision
 
 import tta_eval
+from ccc.execution import DEFAULT_TASK_OPTIONS, Executor, SerialExecutor, TaskOptions
 from tta_eval.methods import create, get_method, resolve_config
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from ccc.models import ModelSpec, load_model, resolve_device
@@ -635,19 +636,31 @@ def _plot_sweep(rows: list[dict[str, Any]], sweep_dir: Path) -> list[Path]:
     return paths
 
 
-def run_sweep(settings: SweepSettings) -> Path:
+def _on_run_device(function: Callable[..., Any], settings: ExperimentSettings, model: torch.nn.Module) -> Any:
+    """``function(settings, model)`` with ``model`` moved to the run's device (a sweep's task: the
+    driver may hold the model on another device than the node running the task)."""
+    return function(settings, model.to(resolve_device(settings.device)))
+
+
+def run_sweep(settings: SweepSettings, executor: Executor | None = None, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> Path:
     """Run every scenario of ``settings`` and write the sweep folder (see the module docstring); returns it.
 
-    The model is loaded once and shared by all scenario runs. Raises ValueError for user mistakes,
-    as ``run_experiment``.
+    The model is loaded once and shared by all scenario runs. executor: where λ is calibrated and
+    the scenario runs execute, each as one task with ``options`` (``tta_eval.cluster.task_options``;
+    default: one after the other in this process); on a distributed executor the model is loaded
+    on the CPU here and sent to every task, which moves it to the run's device. Raises ValueError
+    for user mistakes, as ``run_experiment``.
     """
+    executor = executor or SerialExecutor()
     resolved = resolve_experiment(settings.experiment)
     base = resolved.settings
     sweep_dir = prepare_sweep_folder(base.output_root / base.resolved_run_name(), base.overwrite)
     base.timing(base.device).check_methods([method.label for method in base.resolved_methods()])
-    model = load_model(base.model, resolve_device(base.device))
-    latency = _sweep_baseline_latency(base, model)
-    runs = []
+    executor.check_resources(options)
+    model = load_model(base.model, torch.device("cpu") if executor.distributed else resolve_device(base.device))
+    model_handle = executor.put(model)
+    latency = executor.get(executor.submit(_on_run_device, _sweep_baseline_latency, base, model_handle, options=options))
+    scenarios = []
     for name, protocol in settings.scenarios():
         logger.info("sweep scenario %s", name)
         scenario = dataclasses.replace(
@@ -657,8 +670,10 @@ def run_sweep(settings: SweepSettings) -> Path:
             run_name=name,
             baseline_latency=None if base.cost_model is not None else latency.seconds,
             overwrite=True,
+            progress=base.progress and not executor.distributed,
         )
-        runs.append(load_run(run_experiment(scenario, model)))
+        scenarios.append(executor.submit(_on_run_device, run_experiment, scenario, model_handle, options=options))
+    runs = [load_run(executor.get(handle)) for handle in scenarios]
     rows = sweep_rows(runs)
     write_rows_csv(rows, sweep_dir / SWEEP_RESULTS_CSV)
     scenario_tables = "\n".join(scores_table({label: method.get("protocol_scores", []) for label, method in run.summary["methods"].items()}) for run in runs)

@@ -3,27 +3,4 @@
 # Usage: sbatch --nodes=N --ntasks-per-node=1 --cpus-per-task=C slurm_generate.sh <ccc-generate arguments>
 # The head runs on the first node of the allocation; outputs are written there (see README.md).
 set -euo pipefail
-
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"   # trusted cluster network assumed
-port="${RAY_PORT:-6379}"
-cpus="${SLURM_CPUS_PER_TASK:-$(nproc)}"
-mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-head_node="${nodes[0]}"
-head_address="$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{print $1}'):${port}"
-
-srun --nodes=1 --ntasks=1 -w "$head_node" \
-    ray start --head --port="$port" --num-cpus="$cpus" --include-dashboard=false --block &
-sleep 20
-for node in "${nodes[@]:1}"; do
-    srun --nodes=1 --ntasks=1 -w "$node" ray start --address="$head_address" --num-cpus="$cpus" --block &
-done
-sleep 20
-
-status=0
-ccc-generate --ray-address "$head_address" "$@" || status=$?
-
-for node in "${nodes[@]}"; do
-    srun --nodes=1 --ntasks=1 -w "$node" ray stop || true
-done
-wait || true
-exit "$status"
+exec "$(dirname "$0")/slurm_ray.sh" ccc-generate --ray-address auto "$@"

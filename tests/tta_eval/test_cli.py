@@ -144,7 +144,7 @@ def test_run_writes_a_complete_run_folder_and_compare_tabulates_runs(tmp_path, c
         assert (run_dir / f"accuracy.{suffix}").stat().st_size > 1000
 
     other_stream = SMALL_STREAM + ",seed=1"
-    code, _, err = run_cli(capsys, *common, "--name", "second", "--method", "bn", "--stream", other_stream)
+    code, _, err = run_cli(capsys, *[other_stream if part == SMALL_STREAM else part for part in common], "--name", "second", "--method", "bn")
     assert code == 0, err
     code, out, err = run_cli(capsys, "compare", str(run_dir), str(tmp_path / "results" / "second"), "--out", str(tmp_path / "cmp"))
     assert code == 0, err
