@@ -395,7 +395,7 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
         return _resolve_domain_spec(kind, definition, source_index_checksum)
     unused = [key for key in ("severity", "crop") if definition.get(key) is not None]
     if unused:
-        raise PlanError(f"{' and '.join(unused)} apply to the cin-c and gradual kinds, not to a ccc stream (its severities are calibrated, its crops random)")
+        raise PlanError(f"{' and '.join(unused)}: only for the cin-c and gradual kinds, not a ccc stream (its severities are calibrated, its crops random)")
     if definition.get("speed") is None:
         raise PlanError("a stream definition needs speed (images per severity step)")
     if table is None:
@@ -428,7 +428,7 @@ def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_
     if kind != "cin-c" and definition.get("severity") is not None:
         unused.append("severity")
     if unused:
-        raise PlanError(f"{', '.join(unused)} do(es) not apply to a {kind} stream (it has no calibration; see docs/generator.md)")
+        raise PlanError(f"{', '.join(unused)}: not for a {kind} stream (it has no calibration table and sets its own severities; see docs/generator.md)")
     names = definition.get("corruptions")
     if names is None:
         names = CORRUPTIONS
