@@ -24,9 +24,9 @@ __all__ = [
     "DEFAULT_DOMAIN_IMAGES",
     "DEFAULT_SEED",
     "DEFAULT_SEVERITY",
-    "KINDS",
     "DEFAULT_SHARD_SIZE",
     "DEFINITION_KEYS",
+    "KINDS",
     "UNBOUNDED_IMAGES",
     "PlanError",
     "SampleSpec",
@@ -161,14 +161,20 @@ class StreamSpec:
         for name in ("target_accuracy", "calibration_checksum", "difficulty"):
             if getattr(self, name) is not None:
                 raise PlanError(f"a {kind} stream has no calibration: {name} must be None, got {getattr(self, name)!r}")
+        from ccc.corruptions import list_corruptions
+
         if len(set(self.corruptions)) != len(self.corruptions) or not self.corruptions:
             raise PlanError(f"corruptions must hold at least 1 name, each once, got {list(self.corruptions)}")
+        registered = list_corruptions()
+        unknown = [name for name in self.corruptions if name not in registered]
+        if unknown:
+            raise PlanError(f"corruptions must be registered names ({', '.join(registered)}), got {', '.join(unknown)}")
         if self.crop not in CROPS:
             raise PlanError(f"crop must be one of {', '.join(CROPS)}, got {self.crop!r}")
         if kind == "cin-c":
             object.__setattr__(self, "severity", check_integer("severity", self.severity, 1, 5, error=PlanError))
         elif self.severity is not None:
-            raise PlanError(f"a {kind} stream sets its own severities ({kind}): severity must be None, got {self.severity!r}")
+            raise PlanError(f"a {kind} stream sets its own severities: severity must be None, got {self.severity!r}")
 
     def _check_ccc(self) -> None:
         target = self.target_accuracy
@@ -420,8 +426,7 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
 
 def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_checksum: str) -> StreamSpec:
     """The spec of a ``cin-c`` or ``gradual`` definition (see :func:`resolve_stream_spec`)."""
-    from ccc.corruptions import CORRUPTIONS
-    from ccc.corruptions._registry import canonical_name
+    from ccc.corruptions import CORRUPTIONS, get_corruption
 
     unused = [key for key in ("difficulty", "baseline_accuracy") if definition.get(key) is not None]
     unused += [key for key in ("schedule", "path_objective") if definition.get(key) not in (None, "reference")]
@@ -435,7 +440,7 @@ def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_
     elif isinstance(names, str):
         names = [name.strip() for name in names.split(",") if name.strip()]
     try:
-        corruptions = tuple(canonical_name(name, "corruptions") for name in names)
+        corruptions = tuple(get_corruption(name).name for name in names)
     except ValueError as error:
         raise PlanError(str(error)) from None
     severity = None if kind != "cin-c" else DEFAULT_SEVERITY if definition.get("severity") is None else definition["severity"]

@@ -179,3 +179,16 @@ def test_the_center_crop_box_of_an_imagenet_sized_image() -> None:
     # 500×375: Resize(256) gives 341×256, the 224 centre is 224·375/256 = 328.1 source pixels wide
     assert center_crop_box(500, 375) == (86, 23, 414, 351)
     assert math.isclose((414 - 86), 375 * 224 / 256, abs_tol=0.5)
+
+
+def test_a_domain_spec_built_directly_checks_its_fields() -> None:
+    base = dict(target_accuracy=None, corruptions=("fog",), speed=2, seed=0, num_images=18, calibration_checksum=None,
+                source_index_checksum=CHECKSUM, kind="gradual")  # fmt: skip
+    assert StreamSpec(**base).domain_levels == tuple(("fog", level) for level in GRADUAL)
+    with pytest.raises(PlanError, match="corruptions must be registered names .*, got jpeg_compression"):
+        StreamSpec(**{**base, "corruptions": ("jpeg_compression",)})
+    with pytest.raises(PlanError, match="a gradual stream has no calibration: target_accuracy must be None, got 30"):
+        StreamSpec(**{**base, "target_accuracy": 30})
+    with pytest.raises(PlanError, match="a ccc stream has calibrated severities and random crops"):
+        StreamSpec(**{**base, "kind": "ccc", "target_accuracy": 30.0, "corruptions": ("fog", "snow"),
+                      "calibration_checksum": CHECKSUM, "crop": "center"})  # fmt: skip
