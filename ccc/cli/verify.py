@@ -71,6 +71,8 @@ def _run(arguments: argparse.Namespace) -> int:
     folder = Path(arguments.folder)
     if arguments.demo and (arguments.calibration is not None or arguments.imagenet is not None):
         raise UsageError("--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet")
+    if arguments.calibration is not None and arguments.imagenet is None:
+        raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder")
     try:
@@ -80,7 +82,7 @@ def _run(arguments: argparse.Namespace) -> int:
     kind = manifest.stream.kind
     if kind != CCC_KIND and arguments.calibration is not None:
         raise UsageError(f"--calibration: a {kind} stream has no calibration table; pass only --imagenet to check its plan hash")
-    if kind == CCC_KIND and (arguments.calibration is None) != (arguments.imagenet is None):
+    if kind == CCC_KIND and arguments.calibration is None and arguments.imagenet is not None:
         raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     hint = ""
     if arguments.imagenet is None:
