@@ -110,3 +110,25 @@ def test_render_stream_needs_a_table_only_for_the_ccc_kind(images) -> None:
     table = make_calibration_table()
     ccc = render_stream({"difficulty": "medium", "speed": 2, "num_images": 2}, imagenet=images, calibration=table)
     assert all("domain" not in sample.metadata for sample in ccc)
+
+
+def test_a_demo_cin_c_stream_needs_no_table_and_verifies_without_arguments(tmp_path, capsys) -> None:
+    argv = ["--demo", "--kind", "cin-c", "--corruptions", "fog,jpeg_compression", "--images-per-domain", "3", "--out", str(tmp_path), "--workers", "1", "--no-progress"]
+    assert main(argv) == 0
+    run = tmp_path / "demo_cin-c_severity_5_images_3_crop_random_seed_43"
+    assert load_manifest(run).stream.corruptions == ("fog", "jpeg")
+    capsys.readouterr()
+    assert verify_main([str(run), "--no-progress"]) == 0
+    assert "1 of 1 shard intact (6 images in the stream, 6 samples decoded); plan hash matches" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_gradual_shards_are_the_same_from_two_ray_workers(images, tmp_path) -> None:
+    pytest.importorskip("ray")
+    from ccc.execution import RayExecutor, ray_session
+
+    plan = plan_stream({"kind": "gradual", "corruptions": "contrast,fog", "speed": 3, "shard_size": 10, "crop": "center"}, None, images)
+    generate_stream(plan, tmp_path / "serial", SerialExecutor(), progress=False)
+    with ray_session(workers=2, object_store_bytes=100 * 2**20) as ray:
+        generate_stream(plan, tmp_path / "ray", RayExecutor(ray), chunk_size=2, progress=False)
+    assert shard_digests(tmp_path / "serial") == shard_digests(tmp_path / "ray") and len(shard_digests(tmp_path / "ray")) == 6
