@@ -72,7 +72,7 @@ def center_crop_box(width: int, height: int) -> tuple[int, int, int, int]:
     """
     check_integer("width", width, 1)
     check_integer("height", height, 1)
-    side = max(1, int(round(min(width, height) * CENTER_CROP_FRACTION)))
+    side = max(1, round(min(width, height) * CENTER_CROP_FRACTION))
     left = (width - side) // 2
     top = (height - side) // 2
     return (left, top, left + side, top + side)
@@ -87,7 +87,7 @@ class DomainSchedule:
     ``(4 · severity, 0)``, and there is no calibrated accuracy (None).
     """
 
-    __slots__ = ("kind", "corruptions", "severity", "levels")
+    __slots__ = ("corruptions", "kind", "levels", "severity")
 
     def __init__(self, kind: str, corruptions: tuple[str, ...], severity: int | None) -> None:
         self.kind = kind

@@ -33,7 +33,7 @@ def test_the_default_domain_key_follows_the_kind(runs) -> None:
 
 
 def summary(capsys, tmp_path: Path, stream: Path, *extra: str) -> dict:
-    code, out, err = run_cli(
+    code, _, err = run_cli(
         capsys, "run", "--stream", f"ccc:{stream}", "--model", TINY_FACTORY, "--method", "source", "--batch-size", "8",
         "--out", str(tmp_path), "--name", "run", "--no-progress", *extra,
     )  # fmt: skip

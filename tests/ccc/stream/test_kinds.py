@@ -14,7 +14,14 @@ from PIL import Image
 
 from ccc.corruptions import corrupt
 from ccc.render import crop_resize_flip, render_pixels
-from ccc.stream.plan import FLIP_PROBABILITY, SAMPLE_PURPOSE, plan_hash, plan_sample, plan_stream, sample_resized_crop
+from ccc.stream.plan import (
+    FLIP_PROBABILITY,
+    SAMPLE_PURPOSE,
+    plan_hash,
+    plan_sample,
+    plan_stream,
+    sample_resized_crop,
+)
 from ccc.stream.spec import PlanError, StreamSpec, resolve_stream_spec
 from tests.builders import make_calibration_table, make_image_folder
 
@@ -182,8 +189,10 @@ def test_the_center_crop_box_of_an_imagenet_sized_image() -> None:
 
 
 def test_a_domain_spec_built_directly_checks_its_fields() -> None:
-    base = dict(target_accuracy=None, corruptions=("fog",), speed=2, seed=0, num_images=18, calibration_checksum=None,
-                source_index_checksum=CHECKSUM, kind="gradual")  # fmt: skip
+    base = {
+        "target_accuracy": None, "corruptions": ("fog",), "speed": 2, "seed": 0, "num_images": 18,
+        "calibration_checksum": None, "source_index_checksum": CHECKSUM, "kind": "gradual",
+    }  # fmt: skip
     assert StreamSpec(**base).domain_levels == tuple(("fog", level) for level in GRADUAL)
     with pytest.raises(PlanError, match="corruptions must be registered names .*, got jpeg_compression"):
         StreamSpec(**{**base, "corruptions": ("jpeg_compression",)})
