@@ -189,6 +189,11 @@ def build_stream_plan(spec: StreamSpec, table: Any, sources: SourceImages, sched
         raise PlanError(
             f"spec source_index_checksum {spec.source_index_checksum} does not match the images' {sources.index_checksum}"
         )
+    if spec.speed > len(sources) and spec.kind != CCC_KIND:
+        raise PlanError(
+            f"images per domain (speed, --images-per-domain) must be at most the number of source images ({len(sources)}) "
+            f"since a domain shows distinct images, got {spec.speed}"
+        )
     if spec.speed > len(sources):
         raise PlanError(
             f"speed must be at most the number of source images ({len(sources)}) since each path step "

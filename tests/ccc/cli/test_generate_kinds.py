@@ -47,7 +47,7 @@ def shard_digests(folder: Path) -> dict[str, str]:
         (["--kind", "gradual", "--severity", "2"], "--severity does not apply to --kind gradual: it needs no calibration table, its severities are 1 2 3 4 5 4 3 2 1"),
         (["--kind", "gradual", "--schedule", "reference"], "--schedule does not apply to --kind gradual"),
         (["--kind", "cin-c", "--severity", "7"], "argument --severity: invalid choice: 7 (choose from 1, 2, 3, 4, 5)"),
-        (["--kind", "cin-c", "--images-per-domain", "13"], "speed must be at most the number of source images (12)"),
+        (["--kind", "cin-c", "--images-per-domain", "13"], "images per domain (speed, --images-per-domain) must be at most the number of source images (12)"),
         (["--kind", "cin-c", "--corruptions", "fog,haze"], "unknown corruption 'haze'"),
     ],
 )

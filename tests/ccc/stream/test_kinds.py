@@ -176,7 +176,7 @@ def test_bad_definitions_name_the_parameter(definition: dict, message: str) -> N
 
 
 def test_more_images_per_domain_than_the_folder_holds_is_refused(images: Path) -> None:
-    with pytest.raises(PlanError, match=r"speed must be at most the number of source images \(13\)"):
+    with pytest.raises(PlanError, match=r"images per domain \(speed, --images-per-domain\) must be at most the number of source images \(13\)"):
         plan_stream({"kind": "cin-c", "speed": 14}, None, images)
 
 
