@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ccc.shards.manifest import Manifest, load_manifest
 from ccc.shards.verify import ShardCheck, VerificationReport, verify_shards
-from ccc.stream.spec import PlanError
+from ccc.stream.spec import CCC_KIND, PlanError
 
 __all__ = ["DEFAULT_TABLE_CANDIDATES", "PLAN_HASH_MAX_WORK", "PlanInputs", "locate_plan_inputs", "plan_hash_status", "verify_run"]
 
@@ -31,15 +31,17 @@ def plan_hash_status(
     classes: Sequence[str] | None,
 ) -> str:
     """``"matches"``, ``"differs"`` or (without ``calibration`` or ``imagenet``) ``"not checked"``:
-    the plan hash recomputed from the table and the images, compared with the manifest's.
+    the plan hash recomputed from the table and the images, compared with the manifest's. The
+    ``cin-c`` and ``gradual`` kinds need no table (``calibration`` is ignored).
 
     Raises:
         ccc.stream.spec.PlanError: the table or images do not fit the stream, or the stream is too
             long to recompute its plan hash (:data:`PLAN_HASH_MAX_WORK`).
     """
-    if calibration is None or imagenet is None:
-        return "not checked"
     stream = manifest.stream
+    needs_table = stream.kind == CCC_KIND
+    if imagenet is None or (needs_table and calibration is None):
+        return "not checked"
     work = -(-stream.num_images // stream.speed) + stream.num_shards
     if work > PLAN_HASH_MAX_WORK:
         raise PlanError(
@@ -49,7 +51,8 @@ def plan_hash_status(
     from ccc.calibration import CalibrationTable
     from ccc.stream.plan import plan_hash, plan_stream
 
-    plan = plan_stream(manifest.stream, CalibrationTable.load(calibration), os.fspath(imagenet), classes=classes)
+    table = CalibrationTable.load(calibration) if needs_table and calibration is not None else None
+    plan = plan_stream(manifest.stream, table, os.fspath(imagenet), classes=classes)
     return "matches" if plan_hash(plan) == manifest.plan_hash else "differs"
 
 
@@ -69,7 +72,8 @@ the tables converted from published pickles in the cache."""
 
 
 def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TABLE_CANDIDATES) -> PlanInputs:
-    """Find the table and the images a stream was made from, to recompute its plan hash.
+    """Find the table and the images a stream was made from, to recompute its plan hash (the
+    ``cin-c`` and ``gradual`` kinds need no table: ``calibration`` stays None).
 
     Tables: the demo table, ``tables`` and the converted published tables in the cache, matched by
     checksum to the manifest's. Images: the demo folder for a demo-world stream (built on first
@@ -85,7 +89,7 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     spec = manifest.stream
     candidates = [DEMO_CALIBRATION_PATH, *tables, *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz"))]
     calibration = None
-    for candidate in candidates:
+    for candidate in candidates if spec.kind == CCC_KIND else ():
         try:
             if candidate.is_file() and CalibrationTable.load(candidate).checksum() == spec.calibration_checksum:
                 calibration = candidate
@@ -96,7 +100,7 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     environment = os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE)
     imagenet = demo_image_folder() if demo else (Path(environment) if environment else None)
     missing = []
-    if calibration is None:
+    if calibration is None and spec.kind == CCC_KIND:
         missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")
     if imagenet is None:
         missing.append(f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; images with index checksum {spec.source_index_checksum[:16]}…)")
@@ -119,8 +123,8 @@ def verify_run(
         folder: the run folder (holding ``manifest.json``).
         decode: also read and decode every sample (slower; sizes and sha256 are always checked).
         calibration, imagenet: the calibration table and source image folder the stream was made
-            from; when both are given the plan hash is recomputed and compared (first, before the
-            shards are read).
+            from; when both are given (for the ``cin-c`` and ``gradual`` kinds: the folder) the
+            plan hash is recomputed and compared (first, before the shards are read).
         classes: the explicit class list the stream was made with (``ccc-generate --classes``;
             position = class index), None: the folder's own (``ccc.stream.sources.class_list``).
         on_shard: called after each shard check (see :func:`ccc.shards.verify.verify_shards`).

@@ -53,9 +53,18 @@ from PIL import Image
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
 from ccc.shards.reader import ShardReadError, open_shard, read_samples
-from ccc.shards.record import IMAGE_MEMBER, SampleRecordError, decode_members, sample_key, sample_place, shard_name, shard_pattern
+from ccc.shards.record import (
+    IMAGE_MEMBER,
+    SampleRecordError,
+    decode_members,
+    record_metadata,
+    sample_key,
+    sample_place,
+    shard_name,
+    shard_pattern,
+)
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
-from ccc.stream.spec import UNBOUNDED_IMAGES, PlanError, StreamSpec
+from ccc.stream.spec import CCC_KIND, UNBOUNDED_IMAGES, PlanError, StreamSpec
 from ccc.validation import check_non_negative_int, check_positive_int
 
 __all__ = [
@@ -114,8 +123,9 @@ class StreamSample(NamedTuple):
         label: class index (ImageNet: 0–999 in sorted WordNet-id order).
         metadata: ``index`` (stream position), ``n1``, ``s1``, ``n2``, ``s2`` (severities in
             [0, 5]), ``path_step`` (None in published shards), ``source_path`` (``<wnid>/<file>``),
-            ``calibrated_accuracy`` (percent; None in published shards), ``key`` and ``shard``
-            (None when rendered on the fly).
+            ``calibrated_accuracy`` (percent; None in published shards and the ``cin-c`` and
+            ``gradual`` kinds), ``key`` and ``shard`` (None when rendered on the fly); samples of
+            the ``cin-c`` and ``gradual`` kinds add ``domain`` (their corruption) and ``severity`` (1–5).
     """
 
     image: Any
@@ -500,18 +510,7 @@ class _RenderedStream(CCCStream):
                 image = decode_image(encode_jpeg(pixels), self.image_format)
             else:
                 image = _pixels_to_format(pixels, self.image_format)
-            metadata = {
-                "index": index,
-                "n1": spec.n1,
-                "s1": spec.s1,
-                "n2": spec.n2,
-                "s2": spec.s2,
-                "path_step": spec.step,
-                "source_path": spec.source_path,
-                "calibrated_accuracy": spec.calibrated_accuracy,
-                "key": None,
-                "shard": None,
-            }
+            metadata = {**record_metadata(spec.to_json_dict(), index), "key": None, "shard": None}
             yield StreamSample(image, spec.class_index, metadata)
             relative = selection.next_wanted(relative + 1)
 
@@ -638,10 +637,13 @@ def render_stream(
     Args:
         definition: a :class:`ccc.stream.spec.StreamSpec`, a run folder (its manifest's stream), or a
             mapping ``{"difficulty": "medium", "speed": 2000, "seed": 43}`` (optional keys
-            ``baseline_accuracy``, ``corruptions``, ``num_images`` (default: unbounded),
-            ``schedule``, ``path_objective``; see :func:`ccc.stream.spec.resolve_stream_spec`).
+            ``kind``, ``baseline_accuracy``, ``corruptions``, ``num_images`` (default: unbounded),
+            ``schedule``, ``path_objective``, and for the other kinds ``severity``, ``crop``;
+            see :func:`ccc.stream.spec.resolve_stream_spec`).
         imagenet: the source image folder (default ``$CCC_IMAGENET``).
-        calibration: a :class:`ccc.calibration.CalibrationTable` or the path of one.
+        calibration: a :class:`ccc.calibration.CalibrationTable` or the path of one; None for the
+            ``cin-c`` and ``gradual`` kinds (``{"kind": "cin-c", "severity": 5, "speed": 5000}``),
+            which need no table.
         start, limit, image_format, chunk_size, rank, world_size, rank_split: as :func:`open_stream`.
         compress: True (default) encodes and decodes each image with the shards' JPEG settings, so
             images are byte-identical to the shards'; False skips the JPEG step (uncompressed
@@ -659,13 +661,17 @@ def render_stream(
 
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
-    if calibration is None:
-        raise ValueError("calibration must be a CalibrationTable or the path of one (.npz), got None")
     if isinstance(definition, (str, os.PathLike)):
         definition = _manifest_stream(definition)
     elif not isinstance(definition, (StreamSpec, Mapping)):
         raise ValueError(f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}")
-    table = calibration if isinstance(calibration, CalibrationTable) else CalibrationTable.load(calibration)
+    kind = definition.kind if isinstance(definition, StreamSpec) else definition.get("kind") or CCC_KIND
+    if calibration is None and kind == CCC_KIND:
+        raise ValueError("calibration must be a CalibrationTable or the path of one (.npz), got None")
+    if calibration is None:
+        table = None
+    else:
+        table = calibration if isinstance(calibration, CalibrationTable) else CalibrationTable.load(calibration)
     try:
         plan = plan_stream(definition, table, None if imagenet is None else os.fspath(imagenet), skip_bad_images=skip_bad_images)
     except PlanError as error:

@@ -220,18 +220,22 @@ StreamOpener = Callable[[str, StreamOptions], Iterable[Any]]
 StreamDescriber = Callable[[str, StreamOptions], StreamDescription]
 _SOURCES: dict[str, StreamOpener] = {}
 _DESCRIBERS: dict[str, StreamDescriber] = {}
-_DOMAIN_KEYS: dict[str, str] = {}
+_DOMAIN_KEYS: dict[str, str | Callable[[str], str | None]] = {}
 
 
 def register_stream_source(
-    scheme: str, opener: StreamOpener, describe: StreamDescriber | None = None, domain_key: str | None = None
+    scheme: str,
+    opener: StreamOpener,
+    describe: StreamDescriber | None = None,
+    domain_key: str | Callable[[str], str | None] | None = None,
 ) -> None:
     """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+.
 
     describe: optional ``describe(location, options) -> StreamDescription`` that reads what is known
     of the stream (length, world) without reading its samples; without it only the name is known.
     domain_key: the metadata key whose value a run records as each batch's domain when the user
-    names none (e.g. the corruption pair of CCC streams); None: no domain.
+    names none (e.g. the corruption pair of CCC streams), or a function of the location returning
+    it (e.g. depending on the stream's kind); None: no domain.
     """
     if not scheme.replace("_", "").isalnum() or scheme != scheme.lower():
         raise ValueError(f"stream scheme must be lower-case letters, digits or '_', got {scheme!r}")
@@ -245,8 +249,11 @@ def register_stream_source(
 
 
 def default_domain_key(text: str) -> str | None:
-    """The domain key registered for the scheme of stream ``text`` ("ccc:…" → "pair"), else None."""
-    return _DOMAIN_KEYS.get(text.partition(":")[0]) if ":" in text else None
+    """The domain key registered for the scheme of stream ``text`` ("ccc:<ccc stream>" → "pair",
+    "ccc:<cin-c or gradual stream>" → "domain"), else None."""
+    scheme, separator, location = text.partition(":")
+    key = _DOMAIN_KEYS.get(scheme) if separator else None
+    return key(location) if callable(key) else key
 
 
 def stream_schemes() -> list[str]:
@@ -371,6 +378,10 @@ register_stream_source("folder", _open_sized_image_folder, _describe_image_folde
 PAIR_KEY = "pair"
 """Metadata key added to CCC samples: their corruption pair "n1→n2" (the domain key of CCC runs)."""
 
+DOMAIN_KEY = "domain"
+"""Metadata key of the samples of ``cin-c`` and ``gradual`` streams naming their corruption (their
+default domain key; ``severity`` holds the severity)."""
+
 
 def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
     """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
@@ -410,9 +421,23 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     )
 
 
+def _ccc_domain_key(location: str) -> str:
+    """The default domain key of ``ccc:<location>``: :data:`DOMAIN_KEY` for a run folder holding a
+    ``cin-c`` or ``gradual`` stream, :data:`PAIR_KEY` otherwise (CCC streams, shard patterns)."""
+    from ccc.shards.manifest import ManifestError, load_manifest
+
+    folder = Path(location)
+    folder = folder.parent if folder.name == "manifest.json" else folder
+    try:
+        kind = load_manifest(folder).stream.kind if folder.is_dir() else "ccc"
+    except (FileNotFoundError, ManifestError):
+        kind = "ccc"
+    return PAIR_KEY if kind == "ccc" else DOMAIN_KEY
+
+
 def _with_pairs(loader: Iterable[Any]) -> Iterator[Any]:
     for images, labels, metadata in loader:
         yield images, labels, [{**entry, PAIR_KEY: f"{entry['n1']}→{entry['n2']}"} for entry in metadata]
 
 
-register_stream_source("ccc", _open_ccc, _describe_ccc, domain_key=PAIR_KEY)
+register_stream_source("ccc", _open_ccc, _describe_ccc, domain_key=_ccc_domain_key)

@@ -31,16 +31,34 @@ from ccc.render import SourceImageMismatchError
 from ccc.shards.manifest import ManifestError
 from ccc.shards.record import shard_name
 from ccc.stream.paths import PATH_OBJECTIVES
-from ccc.stream.plan import plan_stream
+from ccc.stream.plan import StreamPlan, plan_stream
 from ccc.stream.report import describe_schedule, plot_schedule
 from ccc.stream.schedule import SCHEDULES, ScheduleError, build_schedule
 from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
-from ccc.stream.spec import DEFAULT_SEED, DEFAULT_SHARD_SIZE, PlanError, resolve_difficulty, run_name
+from ccc.stream.domains import CROPS
+from ccc.stream.report import describe_domains
+from ccc.stream.spec import (
+    CCC_KIND,
+    DEFAULT_DOMAIN_IMAGES,
+    DEFAULT_SEED,
+    DEFAULT_SEVERITY,
+    DEFAULT_SHARD_SIZE,
+    KINDS,
+    PlanError,
+    domain_run_name,
+    resolve_difficulty,
+    resolve_stream_spec,
+    run_name,
+)
 
 PROGRAM = "ccc-generate"
 DEFAULT_NUM_IMAGES = 7_500_000
 DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
+DEMO_DOMAIN_IMAGES = 200
+"""Images per domain of a cin-c or gradual demo stream (the demo folder holds 2,400 images)."""
+_NO_IMAGES_CHECKSUM = "0" * 64
+"""Stands for the image folder's checksum in a dry run of a cin-c or gradual stream (no folder is read)."""
 SHARD_BYTES_PER_IMAGE = 32_300
 """Shard bytes per sample (224×224 JPEG at quality 85 plus tar members), measured on a 6,000-image demo stream."""
 
@@ -76,8 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
                 "the paper's medium stream at speed 2000 (7.5M images)",
             ),
             ("ccc-generate --difficulty hard --speed 1000 --dry-run --plot hard.png", "show the schedule only, render nothing"),
+            ("ccc-generate --kind cin-c --severity 5 --images-per-domain 5000 --imagenet /data/imagenet/val", "concatenated ImageNet-C (15 corruptions × 5,000 images), no calibration table needed"),
+            ("ccc-generate --demo --kind gradual --crop center", "the gradual setting on the demo world"),
         ),
     )
+    kinds = parser.add_argument_group("kind (docs/generator.md, \"Stream kinds\")")
+    kinds.add_argument("--kind", choices=KINDS, default=CCC_KIND, help="ccc: continuously changing corruption pairs (the calibrated CCC stream); cin-c: concatenated ImageNet-C, each corruption once at one severity; gradual: each corruption at severities 1 2 3 4 5 4 3 2 1")
+    kinds.add_argument("--severity", type=integer_at_least(1), choices=range(1, 6), metavar="S", help=f"--kind cin-c: the severity of every corruption, 1–5 (default {DEFAULT_SEVERITY})")
+    kinds.add_argument("--images-per-domain", type=integer_at_least(1), metavar="N", help=f"--kind cin-c: images per corruption; gradual: per severity level (default {DEFAULT_DOMAIN_IMAGES:,}, as RobustBench's ImageNet-C list; with --demo {DEMO_DOMAIN_IMAGES}); distinct images within a domain, at most the folder's image count")
+    kinds.add_argument("--crop", choices=CROPS, help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center (ImageNet-C's Resize(256) + CenterCrop(224), no flip)")
     stream = parser.add_argument_group("stream")
     stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)")
     stream.add_argument("--speed", type=integer_at_least(1), metavar="K", help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})")
@@ -86,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at ~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
         f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:.1f} GB)")
     stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (default: the preset's)")
-    stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions; order matters for the schedule (default: the preset's)")
-    stream.add_argument("--schedule", choices=SCHEDULES, default="reference", help="corruption order (reference: the public generator's order for the seed)")
-    stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, default="reference", help="severity path choice (reference: the public generator's; see docs/paths.md)")
+    stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions; order matters for the schedule (default: the preset's; cin-c and gradual: the 15 ImageNet-C corruptions in their order, gaussian_noise … jpeg_compression)")
+    stream.add_argument("--schedule", choices=SCHEDULES, help="corruption order (reference, the default: the public generator's order for the seed)")
+    stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, help="severity path choice (reference, the default: the public generator's; see docs/paths.md)")
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
     inputs.add_argument(
@@ -148,6 +173,14 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
 
     if arguments.imagenet is not None:
         raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet")
+    if arguments.kind != CCC_KIND:
+        if arguments.images_per_domain is None:
+            arguments.images_per_domain = DEMO_DOMAIN_IMAGES
+            print(f"{PROGRAM}: demo world settings (docs/demo.md): --images-per-domain {DEMO_DOMAIN_IMAGES}", file=sys.stderr)
+        if not arguments.dry_run:
+            print(f"{PROGRAM}: demo world (not ImageNet): preparing its images on first use …", file=sys.stderr)
+            arguments.imagenet = str(demo_image_folder())
+        return
     if arguments.calibration is None:
         arguments.calibration = str(demo_calibration_path())
     chosen = []
@@ -168,9 +201,98 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
         arguments.imagenet = str(demo_image_folder())
 
 
+def _check_kind_options(arguments: argparse.Namespace) -> None:
+    """One line naming the options that the chosen --kind does not use."""
+    kind = arguments.kind
+    if kind == CCC_KIND:
+        given = [flag for flag, value in (("--severity", arguments.severity), ("--images-per-domain", arguments.images_per_domain), ("--crop", arguments.crop)) if value is not None]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --kind ccc (the default): its severities come from the "
+                "calibration table and its crops are random (images per step: --speed K); --severity is for --kind cin-c, "
+                "--images-per-domain and --crop for cin-c and gradual"
+            )
+        return
+    options = (
+        ("--difficulty", arguments.difficulty),
+        ("--baseline-accuracy", arguments.baseline_accuracy),
+        ("--speed", arguments.speed),
+        ("--schedule", arguments.schedule),
+        ("--path-objective", arguments.path_objective),
+        ("--calibration", arguments.calibration),
+        ("--plot", arguments.plot),
+        ("--severity", arguments.severity if kind == "gradual" else None),
+    )
+    given = [flag for flag, value in options if value is not None]
+    if given:
+        severity = "its severities are 1 2 3 4 5 4 3 2 1 per corruption" if kind == "gradual" else "--severity S sets its one severity"
+        raise UsageError(
+            f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --kind {kind}: it needs no calibration table, "
+            f"{severity}, and --images-per-domain N sets the images per domain"
+        )
+
+
+def _run_domains(arguments: argparse.Namespace) -> int:
+    """A cin-c or gradual stream: no calibration table, only an image folder."""
+    definition = {
+        "kind": arguments.kind,
+        "severity": arguments.severity,
+        "crop": arguments.crop,
+        "corruptions": arguments.corruptions,
+        "speed": arguments.images_per_domain,
+        "seed": arguments.seed,
+        "num_images": arguments.num_images,
+        "shard_size": arguments.shard_size,
+    }
+    if arguments.dry_run:
+        spec = resolve_stream_spec(definition, None, _NO_IMAGES_CHECKSUM)
+    else:
+        plan = plan_stream(
+            definition,
+            None,
+            arguments.imagenet,
+            classes=None if arguments.classes is None else read_class_list(arguments.classes),
+            skip_bad_images=arguments.skip_bad_images,
+            progress=not arguments.no_progress,
+        )
+        spec = plan.spec
+    name = ("demo_" if arguments.demo else "") + domain_run_name(spec.kind, spec.severity, spec.speed, spec.crop, spec.seed)
+    run_dir = Path(arguments.out) / (arguments.name or name)
+    if arguments.dry_run:
+        print(describe_domains(spec, shard_name))
+        print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)")
+        return 0
+    return _render(arguments, plan, run_dir)
+
+
+def _render(arguments: argparse.Namespace, plan: StreamPlan, run_dir: Path) -> int:
+    """Render ``plan`` into ``run_dir`` and print what was done and what comes next."""
+    spec, sources = plan.spec, plan.sources
+    print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
+    serial = arguments.ray_address is None and arguments.workers == 1
+    with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
+        summary = generate_stream(plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress)
+    print(
+        f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
+        f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
+        f"{count(summary.shards_skipped, 'shard')} {'was' if summary.shards_skipped == 1 else 'were'} already finished; output {run_dir}"
+    )
+    methods = "" if arguments.demo else " --method source --method bn --method eata --method rdumb"
+    print(
+        f"next: ccc-verify {run_dir}\n"
+        f"      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
+    )
+    return 0
+
+
 def _run(arguments: argparse.Namespace) -> int:
+    _check_kind_options(arguments)
     if arguments.demo:
         _apply_demo(arguments)
+    if arguments.kind != CCC_KIND:
+        return _run_domains(arguments)
+    arguments.schedule = arguments.schedule or "reference"
+    arguments.path_objective = arguments.path_objective or "reference"
     if arguments.speed is None:
         raise UsageError("--speed K is required: images per severity step (the paper: 1000, 2000 or 5000); --demo chooses the demo's")
     if arguments.num_images is None:
@@ -211,22 +333,7 @@ def _run(arguments: argparse.Namespace) -> int:
         progress=not arguments.no_progress,
         schedule=schedule,
     )
-    spec, sources = plan.spec, plan.sources
-    print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
-    serial = arguments.ray_address is None and arguments.workers == 1
-    with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
-        summary = generate_stream(plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress)
-    print(
-        f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
-        f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
-        f"{count(summary.shards_skipped, 'shard')} {'was' if summary.shards_skipped == 1 else 'were'} already finished; output {run_dir}"
-    )
-    methods = "" if arguments.demo else " --method source --method bn --method eata --method rdumb"
-    print(
-        f"next: ccc-verify {run_dir}\n"
-        f"      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
-    )
-    return 0
+    return _render(arguments, plan, run_dir)
 
 
 _USER_ERRORS = (

@@ -25,7 +25,7 @@ from ccc.calibration import CalibrationError
 from ccc.cli._common import HelpFormatter, UsageError, count, examples, run_command
 from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards.manifest import ManifestError, load_manifest
-from ccc.stream.spec import PlanError
+from ccc.stream.spec import CCC_KIND, PlanError
 
 PROGRAM = "ccc-verify"
 PROBLEMS_EXIT_CODE = 1
@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("folder", metavar="DIR", help="run folder written by ccc-generate (holds manifest.json)")
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
-    parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash)")
-    parser.add_argument("--imagenet", metavar="PATH", help="source image folder of the stream (with --calibration: check the plan hash)")
+    parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash; cin-c and gradual streams have none)")
+    parser.add_argument("--imagenet", metavar="PATH", help="source image folder of the stream (with --calibration, or alone for cin-c and gradual streams: check the plan hash)")
     parser.add_argument(
         "--classes",
         metavar="FILE",
@@ -69,22 +69,27 @@ def _run(arguments: argparse.Namespace) -> int:
     from ccc.demo import is_demo_stream
 
     folder = Path(arguments.folder)
-    if (arguments.calibration is None) != (arguments.imagenet is None):
-        raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
-    if arguments.demo and arguments.calibration is not None:
+    if arguments.demo and (arguments.calibration is not None or arguments.imagenet is not None):
         raise UsageError("--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet")
+    if arguments.calibration is not None and arguments.imagenet is None:
+        raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder")
     try:
         manifest = load_manifest(folder)
     except FileNotFoundError as error:
         raise UsageError(f"{folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder") from error
+    kind = manifest.stream.kind
+    if kind != CCC_KIND and arguments.calibration is not None:
+        raise UsageError(f"--calibration: a {kind} stream has no calibration table; pass only --imagenet to check its plan hash")
+    if kind == CCC_KIND and arguments.calibration is None and arguments.imagenet is not None:
+        raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     hint = ""
-    if arguments.calibration is None:
+    if arguments.imagenet is None:
         found = locate_plan_inputs(manifest)
         if arguments.demo and not is_demo_stream(manifest.stream):
             raise UsageError(f"--demo: {folder} is not a demo-world stream (its images are not the demo folder's)")
-        if found.calibration is not None and found.imagenet is not None:
+        if found.imagenet is not None and (found.calibration is not None or kind != CCC_KIND):
             arguments.calibration, arguments.imagenet = found.calibration, found.imagenet
         hint = found.hint
     total = len(manifest.shards)

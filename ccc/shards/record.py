@@ -44,6 +44,7 @@ __all__ = [
     "encode_members",
     "format_info",
     "parse_info",
+    "record_metadata",
     "sample_key",
     "sample_place",
     "shard_name",
@@ -160,7 +161,8 @@ class SampleRecord:
         jpeg: the ``input.jpg`` bytes.
         label: the class index.
         metadata: ``index``, ``n1``, ``s1``, ``n2``, ``s2``, ``path_step`` (None in published shards),
-            ``source_path``, ``calibrated_accuracy`` (None in published shards).
+            ``source_path``, ``calibrated_accuracy`` (None in published shards and domain kinds);
+            ``domain`` and ``severity`` for the ``cin-c`` and ``gradual`` kinds (:func:`record_metadata`).
         record: the ``json`` member's object (None in published shards).
     """
 
@@ -168,6 +170,33 @@ class SampleRecord:
     label: int
     metadata: dict[str, Any]
     record: dict[str, Any] | None
+
+
+def record_metadata(record: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A sample's metadata from its plan entry (the ``json`` member, or :meth:`SampleSpec.to_json_dict`).
+
+    ``index``, ``n1``, ``s1``, ``n2``, ``s2``, ``path_step``, ``source_path``,
+    ``calibrated_accuracy`` (None for the ``cin-c`` and ``gradual`` kinds); samples of those kinds
+    add ``domain`` (their corruption) and ``severity`` (their integer severity, ``s1``).
+
+    Raises:
+        KeyError, TypeError, ValueError: a malformed entry.
+    """
+    accuracy = record["calibrated_accuracy"]
+    metadata = {
+        "index": index,
+        "n1": record["n1"],
+        "s1": float(record["s1"]),
+        "n2": record["n2"],
+        "s2": float(record["s2"]),
+        "path_step": int(record["step"]),
+        "source_path": record["source_path"],
+        "calibrated_accuracy": None if accuracy is None else float(accuracy),
+    }
+    if record.get("domain") is not None:
+        metadata["domain"] = str(record["domain"])
+        metadata["severity"] = int(record["s1"])
+    return metadata
 
 
 def sample_place(shard: str, key: str, index: int) -> str:
@@ -203,16 +232,7 @@ def decode_members(members: Mapping[str, bytes], index: int, where: str) -> Samp
             record = load_json_member(members[JSON_MEMBER], where)
             if not isinstance(record, dict):
                 raise SampleRecordError(f"{where}: {JSON_MEMBER} member must hold an object, got {type(record).__name__}")
-            metadata = {
-                "index": index,
-                "n1": record["n1"],
-                "s1": float(record["s1"]),
-                "n2": record["n2"],
-                "s2": float(record["s2"]),
-                "path_step": int(record["step"]),
-                "source_path": record["source_path"],
-                "calibrated_accuracy": float(record["calibrated_accuracy"]),
-            }
+            metadata = record_metadata(record, index)
         elif INFO_MEMBER in members:
             info = parse_info(members[INFO_MEMBER].decode("utf-8"))
             metadata = {

@@ -14,7 +14,11 @@ Randomness comes only from ``numpy.random.SeedSequence(spec.seed, spawn_key=(pur
 - purpose :data:`SAMPLE_PURPOSE`, ``n`` = sample index: the sample's own generator draws, in this
   order, the random-resized-crop box (:func:`sample_resized_crop`), the horizontal flip
   (``random() < 0.5``) and the 63-bit seed that rendering gives to ``numpy.random.default_rng``
-  for the corruptions.
+  for the corruptions; with ``crop="center"`` (``cin-c``, ``gradual``) the box is ImageNet-C's
+  centre crop, there is no flip, and the render seed is the generator's first draw.
+
+A step is a severity-path cell of a ``ccc`` stream (:mod:`ccc.stream.schedule`) or one
+``(corruption, severity)`` domain of a ``cin-c`` or ``gradual`` stream (:mod:`ccc.stream.domains`).
 
 :func:`plan_stream` is the one way from a stream definition, a calibration table and an image
 folder to a plan (it indexes the folder, then calls :func:`build_stream_plan`); ``ccc-generate``,
@@ -34,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from ccc.stream.domains import DomainSchedule, center_crop_box
 from ccc.stream.schedule import StreamSchedule, build_schedule
 from ccc.stream.sources import SourceImages, index_image_folder, load_source_images, resolve_imagenet_folder
-from ccc.stream.spec import PlanError, SampleSpec, StreamSpec, resolve_stream_spec
+from ccc.stream.spec import CCC_KIND, PlanError, SampleSpec, StreamSpec, resolve_stream_spec
 from ccc.validation import check_integer
 
 __all__ = [
@@ -133,7 +138,7 @@ class StreamPlan:
 
     __slots__ = ("spec", "schedule", "sources", "_step_images")
 
-    def __init__(self, spec: StreamSpec, schedule: StreamSchedule, sources: SourceImages) -> None:
+    def __init__(self, spec: StreamSpec, schedule: StreamSchedule | DomainSchedule, sources: SourceImages) -> None:
         self.spec = spec
         self.schedule = schedule
         self.sources = sources
@@ -162,7 +167,8 @@ def build_stream_plan(spec: StreamSpec, table: Any, sources: SourceImages, sched
 
     Args:
         spec: the stream definition.
-        table: the :class:`ccc.calibration.CalibrationTable` whose checksum ``spec`` records.
+        table: the :class:`ccc.calibration.CalibrationTable` whose checksum ``spec`` records (None,
+            and ignored, for the ``cin-c`` and ``gradual`` kinds, whose domains need no table).
         sources: the source images whose index checksum ``spec`` records; at least ``spec.speed`` images.
         schedule: the schedule of ``spec`` when the caller already computed it
             (:func:`ccc.stream.schedule.build_schedule` with the spec's target, corruptions, seed,
@@ -173,7 +179,9 @@ def build_stream_plan(spec: StreamSpec, table: Any, sources: SourceImages, sched
             ``schedule`` is not the spec's.
         ccc.stream.schedule.ScheduleError: if the table lacks a pair or a corruption (a ``ValueError``).
     """
-    if table.checksum() != spec.calibration_checksum:
+    if spec.kind == CCC_KIND and table is None:
+        raise PlanError("a ccc stream needs its calibration table (its severity paths come from it)")
+    if spec.kind == CCC_KIND and table.checksum() != spec.calibration_checksum:
         raise PlanError(
             f"spec calibration_checksum {spec.calibration_checksum} does not match the table's {table.checksum()}"
         )
@@ -181,11 +189,18 @@ def build_stream_plan(spec: StreamSpec, table: Any, sources: SourceImages, sched
         raise PlanError(
             f"spec source_index_checksum {spec.source_index_checksum} does not match the images' {sources.index_checksum}"
         )
+    if spec.speed > len(sources) and spec.kind != CCC_KIND:
+        raise PlanError(
+            f"images per domain (speed, --images-per-domain) must be at most the number of source images ({len(sources)}) "
+            f"since a domain shows distinct images, got {spec.speed}"
+        )
     if spec.speed > len(sources):
         raise PlanError(
             f"speed must be at most the number of source images ({len(sources)}) since each path step "
             f"uses distinct images, got {spec.speed}"
         )
+    if spec.kind != CCC_KIND:
+        return StreamPlan(spec, DomainSchedule(spec.kind, spec.corruptions, spec.severity), sources)
     if schedule is None:
         schedule = build_schedule(table, spec.target_accuracy, spec.corruptions, spec.seed, spec.schedule, spec.path_objective)
     else:
@@ -211,7 +226,8 @@ def plan_stream(
     Args:
         definition: a :class:`StreamSpec` or a definition mapping (see
             :func:`ccc.stream.spec.resolve_stream_spec`).
-        table: the :class:`ccc.calibration.CalibrationTable` the severity paths come from.
+        table: the :class:`ccc.calibration.CalibrationTable` the severity paths come from (None for
+            the ``cin-c`` and ``gradual`` kinds).
         image_folder: the source image folder (None: ``$CCC_IMAGENET``).
         classes: an explicit class list (position = class index), None: the folder's own
             (:func:`ccc.stream.sources.class_list`).
@@ -247,8 +263,11 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
     source_position = int(plan.step_images(step_number)[position_in_step])
     width, height = plan.sources.sizes[source_position]
     generator = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(SAMPLE_PURPOSE, index)))
-    crop_box = sample_resized_crop(generator, width, height)
-    flip = bool(generator.random() < FLIP_PROBABILITY)
+    if spec.crop == "center":
+        crop_box, flip = center_crop_box(width, height), False
+    else:
+        crop_box = sample_resized_crop(generator, width, height)
+        flip = bool(generator.random() < FLIP_PROBABILITY)
     render_seed = int(generator.integers(0, _RENDER_SEED_BOUND))
     return SampleSpec(
         index=index,
@@ -268,6 +287,7 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
         crop_box=crop_box,
         flip=flip,
         seed=render_seed,
+        domain=None if spec.kind == CCC_KIND else step.n1,
     )
 
 
@@ -278,13 +298,17 @@ def plan_hash(plan: StreamPlan) -> str:
     every pair (names, path cells, accuracies) the stream's steps touch, and the full
     :class:`SampleSpec` of the first and last sample of every shard. The samples catch a change of
     numpy's random streams or of the planning code that the definition alone would not reveal.
+    For the ``cin-c`` and ``gradual`` kinds the pairs are one pass of the ``[corruption, severity]`` domains.
     """
     spec = plan.spec
     num_steps = -(-spec.num_images // spec.speed)
-    pairs = [
-        [visit.path.n1, visit.path.n2, [list(cell) for cell in visit.path.cells], list(visit.path.accuracies)]
-        for visit in plan.schedule.visits(num_steps)
-    ]
+    if isinstance(plan.schedule, DomainSchedule):
+        pairs = [[name, severity] for name, severity in plan.schedule.levels]
+    else:
+        pairs = [
+            [visit.path.n1, visit.path.n2, [list(cell) for cell in visit.path.cells], list(visit.path.accuracies)]
+            for visit in plan.schedule.visits(num_steps)
+        ]
     probes = []
     for shard_index in range(spec.num_shards):
         shard = spec.shard_range(shard_index)

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from ccc.stream.paths import SEVERITY_STEP
 from ccc.stream.schedule import PairVisit, StreamSchedule
+from ccc.stream.spec import StreamSpec
 from ccc.validation import check_positive_int
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = [
     "SUMMARY_MAX_STEPS",
     "ScheduleTrace",
     "corruption_severities",
+    "describe_domains",
     "describe_schedule",
     "plot_schedule",
     "png_destination",
@@ -125,6 +127,30 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num
         )
     names = ", ".join(shard_name(index) for index in range(num_shards)) if num_shards <= 6 else f"{shard_name(0)} … {shard_name(num_shards - 1)}"
     lines += ["", f"shards to write ({num_shards:,}): {names}"]
+    return "\n".join(lines)
+
+
+def describe_domains(spec: StreamSpec, shard_name: Callable[[int], str]) -> str:
+    """The domain sequence of a ``cin-c`` or ``gradual`` stream as text: one line per domain of the
+    first pass (image range, corruption, severity), then the repetition, if the stream is longer."""
+    levels = spec.domain_levels
+    crop = "random-resized crops and flips" if spec.crop == "random" else "ImageNet-C centre crops"
+    lines = [
+        f"{spec.kind} stream: {len(levels)} domains × {spec.speed:,} images = {len(levels) * spec.speed:,} images per pass, "
+        f"{crop}, seed {spec.seed}; {spec.num_images:,} images in {spec.num_shards:,} shard{'s' if spec.num_shards != 1 else ''} "
+        f"({shard_name(0)} … {shard_name(spec.num_shards - 1)})",
+        "",
+        f"{'images':>25}  corruption          severity",
+    ]
+    for position, (name, severity) in enumerate(levels):
+        first = position * spec.speed
+        if first >= spec.num_images:
+            break
+        last = min(first + spec.speed, spec.num_images) - 1
+        lines.append(f"{first:>12,} – {last:>10,}  {name:<18}  {severity}")
+    passes = spec.num_images / (len(levels) * spec.speed)
+    if passes > 1:
+        lines.append(f"… then the sequence repeats from its start ({passes:,.2f} passes in all)")
     return "\n".join(lines)
 
 

@@ -14,19 +14,25 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
+from ccc.stream.domains import CROPS, DOMAIN_KINDS, domain_levels
 from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.schedule import SCHEDULES
 from ccc.validation import check_integer
 
 __all__ = [
+    "CCC_KIND",
+    "DEFAULT_DOMAIN_IMAGES",
     "DEFAULT_SEED",
+    "DEFAULT_SEVERITY",
     "DEFAULT_SHARD_SIZE",
     "DEFINITION_KEYS",
+    "KINDS",
     "UNBOUNDED_IMAGES",
     "PlanError",
     "SampleSpec",
     "StreamSpec",
     "check_sha256",
+    "domain_run_name",
     "resolve_difficulty",
     "resolve_stream_spec",
     "run_name",
@@ -42,7 +48,28 @@ DEFAULT_SEED = 43
 UNBOUNDED_IMAGES = 2**62
 """Length given to a stream defined without a length ("infinite", rendered on the fly)."""
 
+CCC_KIND = "ccc"
+"""The default stream kind: continuously changing corruption pairs on calibrated severity paths."""
+
+KINDS: tuple[str, ...] = (CCC_KIND, *DOMAIN_KINDS)
+"""Stream kinds: ``ccc`` (default), ``cin-c`` (concatenated ImageNet-C), ``gradual`` (severity 1→5→1
+per corruption); see :mod:`ccc.stream.domains` and ``docs/generator.md``."""
+
+DEFAULT_SEVERITY = 5
+"""Severity of a ``cin-c`` stream when none is given (the continual TTA benchmarks')."""
+
+DEFAULT_DOMAIN_IMAGES = 5000
+"""Images per domain (per corruption for ``cin-c``, per severity level for ``gradual``) when none is
+given: the 5,000 images per corruption of RobustBench's ImageNet-C list used by CoTTA and
+mariodoebler/test-time-adaptation."""
+
+_KIND_FIELDS = ("kind", "severity", "crop")
+"""Fields a ``ccc`` stream leaves out of its JSON (so its manifest and plan hash stay what they were)."""
+
 DEFINITION_KEYS = (
+    "kind",
+    "severity",
+    "crop",
     "difficulty",
     "baseline_accuracy",
     "corruptions",
@@ -84,40 +111,83 @@ class StreamSpec:
         schedule: corruption-order schedule, one of :data:`ccc.stream.schedule.SCHEDULES`.
         path_objective: one of :data:`ccc.stream.paths.PATH_OBJECTIVES`.
         shard_size: samples per shard, >= 1 (the last shard may be shorter).
+        kind: one of :data:`KINDS`. For ``cin-c`` and ``gradual`` (:mod:`ccc.stream.domains`) there
+            is no calibration: ``target_accuracy``, ``calibration_checksum`` and ``difficulty`` are
+            None, ``speed`` is the number of images per domain (per corruption for ``cin-c``, per
+            severity level for ``gradual``) and ``corruptions`` needs only one name.
+        severity: the ``cin-c`` severity, an integer in 1..5; None for the other kinds.
+        crop: ``random`` (the CCC stream's random-resized crop and flip) or, for ``cin-c`` and
+            ``gradual``, ``center`` (ImageNet-C's centre crop, no flip); see :data:`ccc.stream.domains.CROPS`.
+
+    A ``ccc`` spec leaves ``kind``, ``severity`` and ``crop`` out of :meth:`to_json_dict`, so its
+    manifest and plan hash are those of streams written before the other kinds existed.
     """
 
-    target_accuracy: float
+    target_accuracy: float | None
     corruptions: tuple[str, ...]
     speed: int
     seed: int
     num_images: int
-    calibration_checksum: str
+    calibration_checksum: str | None
     source_index_checksum: str
     difficulty: str | None = None
     schedule: str = "reference"
     path_objective: str = "reference"
     shard_size: int = DEFAULT_SHARD_SIZE
+    kind: str = CCC_KIND
+    severity: int | None = None
+    crop: str = "random"
 
     def __post_init__(self) -> None:
-        target = self.target_accuracy
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not (math.isfinite(target) and 0 <= target <= 100):
-            raise PlanError(f"target_accuracy must be a number in [0, 100] percent, got {target!r}")
-        object.__setattr__(self, "target_accuracy", float(target))
+        if self.kind not in KINDS:
+            raise PlanError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if isinstance(self.corruptions, str) or not all(isinstance(name, str) for name in self.corruptions):
             raise PlanError(f"corruptions must be a sequence of names, got {self.corruptions!r}")
         object.__setattr__(self, "corruptions", tuple(self.corruptions))
-        if len(set(self.corruptions)) != len(self.corruptions) or len(self.corruptions) < 2:
-            raise PlanError(f"corruptions must hold at least 2 distinct names, got {list(self.corruptions)}")
         for name, minimum in (("speed", 1), ("seed", 0), ("num_images", 1), ("shard_size", 1)):
             object.__setattr__(self, name, check_integer(name, getattr(self, name), minimum, error=PlanError))
-        check_sha256("calibration_checksum", self.calibration_checksum)
         check_sha256("source_index_checksum", self.source_index_checksum)
-        if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
-            raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
+        if self.kind == CCC_KIND:
+            self._check_ccc()
+        else:
+            self._check_domains()
         if self.schedule not in SCHEDULES:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.path_objective not in PATH_OBJECTIVES:
             raise PlanError(f"path_objective must be one of {', '.join(PATH_OBJECTIVES)}, got {self.path_objective!r}")
+
+    def _check_domains(self) -> None:
+        kind = self.kind
+        for name in ("target_accuracy", "calibration_checksum", "difficulty"):
+            if getattr(self, name) is not None:
+                raise PlanError(f"a {kind} stream has no calibration: {name} must be None, got {getattr(self, name)!r}")
+        from ccc.corruptions import list_corruptions
+
+        if len(set(self.corruptions)) != len(self.corruptions) or not self.corruptions:
+            raise PlanError(f"corruptions must hold at least 1 name, each once, got {list(self.corruptions)}")
+        registered = list_corruptions()
+        unknown = [name for name in self.corruptions if name not in registered]
+        if unknown:
+            raise PlanError(f"corruptions must be registered names ({', '.join(registered)}), got {', '.join(unknown)}")
+        if self.crop not in CROPS:
+            raise PlanError(f"crop must be one of {', '.join(CROPS)}, got {self.crop!r}")
+        if kind == "cin-c":
+            object.__setattr__(self, "severity", check_integer("severity", self.severity, 1, 5, error=PlanError))
+        elif self.severity is not None:
+            raise PlanError(f"a {kind} stream sets its own severities: severity must be None, got {self.severity!r}")
+
+    def _check_ccc(self) -> None:
+        target = self.target_accuracy
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not (math.isfinite(target) and 0 <= target <= 100):
+            raise PlanError(f"target_accuracy must be a number in [0, 100] percent, got {target!r}")
+        object.__setattr__(self, "target_accuracy", float(target))
+        if len(set(self.corruptions)) != len(self.corruptions) or len(self.corruptions) < 2:
+            raise PlanError(f"corruptions must hold at least 2 distinct names, got {list(self.corruptions)}")
+        check_sha256("calibration_checksum", self.calibration_checksum)
+        if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
+            raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
+        if self.severity is not None or self.crop != "random":
+            raise PlanError(f"a ccc stream has calibrated severities and random crops: severity must be None and crop 'random', got {self.severity!r} and {self.crop!r}")
 
     @property
     def num_shards(self) -> int:
@@ -131,14 +201,24 @@ class StreamSpec:
         return range(start, min(start + self.shard_size, self.num_images))
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The spec as a JSON-serialisable dict (corruptions as a list)."""
+        """The spec as a JSON-serialisable dict (corruptions as a list; a ``ccc`` spec without
+        ``kind``, ``severity`` and ``crop``)."""
         document = asdict(self)
         document["corruptions"] = list(self.corruptions)
+        if self.kind == CCC_KIND:
+            for name in _KIND_FIELDS:
+                del document[name]
         return document
+
+    @property
+    def domain_levels(self) -> tuple[tuple[str, int], ...]:
+        """One pass of a ``cin-c`` or ``gradual`` stream: ``(corruption, severity)`` per domain (empty for ``ccc``)."""
+        return () if self.kind == CCC_KIND else domain_levels(self.kind, self.corruptions, self.severity)
 
     @classmethod
     def from_json_dict(cls, document: object) -> StreamSpec:
-        """Rebuild a spec from :meth:`to_json_dict`'s output; every field must be present.
+        """Rebuild a spec from :meth:`to_json_dict`'s output; every field must be present (``kind``,
+        ``severity`` and ``crop`` may be missing: a ``ccc`` stream).
 
         Raises:
             PlanError: for a missing, unexpected or invalid field.
@@ -146,7 +226,7 @@ class StreamSpec:
         if not isinstance(document, dict):
             raise PlanError(f"a stream spec must be a JSON object, got {type(document).__name__}")
         names = [field.name for field in fields(cls)]
-        missing = [name for name in names if name not in document]
+        missing = [name for name in names if name not in document and name not in _KIND_FIELDS]
         unexpected = sorted(set(document) - set(names))
         if missing or unexpected:
             raise PlanError(f"stream spec fields: missing {missing or 'none'}, unexpected {unexpected or 'none'}")
@@ -158,6 +238,13 @@ class StreamSpec:
 def run_name(target_accuracy: float, speed: int, seed: int) -> str:
     """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``: 20, 40, 12.5)."""
     return f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
+
+
+def domain_run_name(kind: str, severity: int | None, images_per_domain: int, crop: str, seed: int) -> str:
+    """Run name of a ``cin-c`` or ``gradual`` stream: ``cin-c_severity_5_images_5000_crop_random_seed_43``,
+    ``gradual_images_5000_crop_center_seed_43``."""
+    level = f"_severity_{severity}" if severity is not None else ""
+    return f"{kind}{level}_images_{images_per_domain}_crop_{crop}_seed_{seed}"
 
 
 @dataclass(frozen=True)
@@ -180,6 +267,8 @@ class SampleSpec:
             bottom exclusive); resized to 224×224 after cropping.
         flip: whether the 224×224 crop is mirrored left-right.
         seed: render seed in [0, 2**63): ``numpy.random.default_rng(seed)`` drives the corruptions.
+        domain: the domain of a ``cin-c`` or ``gradual`` sample (its corruption); None for ``ccc``
+            samples, whose JSON then has no ``domain`` key (as before the other kinds existed).
     """
 
     index: int
@@ -199,6 +288,7 @@ class SampleSpec:
     crop_box: tuple[int, int, int, int]
     flip: bool
     seed: int
+    domain: str | None = None
 
     @property
     def wnid(self) -> str:
@@ -211,11 +301,12 @@ class SampleSpec:
         return self.source_path.rsplit("/", 1)[-1]
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The spec as a JSON-serialisable dict (tuples as lists)."""
+        """The spec as a JSON-serialisable dict (tuples as lists; no ``domain`` key when it is None)."""
         return {
             field.name: list(value) if isinstance(value, tuple) else value
             for field in fields(self)
             for value in (getattr(self, field.name),)
+            if not (field.name == "domain" and value is None)
         }
 
 
@@ -271,22 +362,30 @@ def resolve_difficulty(
     return float(target), resolved, None if overridden else difficulty
 
 
-def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Presets, source_index_checksum: str) -> StreamSpec:
+def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Presets | None, source_index_checksum: str) -> StreamSpec:
     """The :class:`StreamSpec` of a stream definition, bound to ``table`` and the source images.
 
     Args:
         definition: a :class:`StreamSpec` (returned as is; :func:`ccc.stream.plan.build_stream_plan`
             compares its checksums with the table's and the images'), or a
-            mapping with keys from :data:`DEFINITION_KEYS`: ``speed`` (required), ``difficulty``
-            and/or ``baseline_accuracy`` + ``corruptions`` (see :func:`resolve_difficulty`),
-            ``seed`` (default :data:`DEFAULT_SEED`), ``num_images`` (default None: unbounded,
-            :data:`UNBOUNDED_IMAGES`), ``schedule`` and ``path_objective`` (default
-            ``"reference"``), ``shard_size`` (default :data:`DEFAULT_SHARD_SIZE`).
-        table: the calibration table (:class:`ccc.calibration.CalibrationTable`).
+            mapping with keys from :data:`DEFINITION_KEYS`: ``kind`` (default ``"ccc"``, see
+            :data:`KINDS`); for ``ccc``: ``speed`` (required), ``difficulty`` and/or
+            ``baseline_accuracy`` + ``corruptions`` (see :func:`resolve_difficulty`),
+            ``schedule`` and ``path_objective`` (default ``"reference"``); for ``cin-c`` and
+            ``gradual``: ``speed`` (images per domain, default :data:`DEFAULT_DOMAIN_IMAGES`),
+            ``corruptions`` (default the 15 ImageNet-C corruptions in their order),
+            ``severity`` (``cin-c`` only, 1..5, default :data:`DEFAULT_SEVERITY`), ``crop``
+            (``random`` or ``center``, default ``random``); for every kind ``seed`` (default
+            :data:`DEFAULT_SEED`), ``num_images`` (default: ``ccc`` unbounded,
+            :data:`UNBOUNDED_IMAGES`; the others one pass of their domains), ``shard_size``
+            (default :data:`DEFAULT_SHARD_SIZE`).
+        table: the calibration table (:class:`ccc.calibration.CalibrationTable`); None for the
+            kinds without calibration.
         source_index_checksum: :meth:`ccc.stream.sources.ImageIndex.checksum` of the image folder.
 
     Raises:
-        PlanError: an unknown key, a missing speed or a bad value (the message names it).
+        PlanError: an unknown key, a key the kind does not use, a missing speed or table, or a bad
+            value (the message names it).
     """
     if isinstance(definition, StreamSpec):
         return definition
@@ -295,8 +394,18 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
     unknown = sorted(set(definition) - set(DEFINITION_KEYS))
     if unknown:
         raise PlanError(f"unknown stream definition key(s) {', '.join(unknown)}; valid: {', '.join(sorted(DEFINITION_KEYS))}")
+    kind = definition.get("kind") or CCC_KIND
+    if kind not in KINDS:
+        raise PlanError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if kind != CCC_KIND:
+        return _resolve_domain_spec(kind, definition, source_index_checksum)
+    unused = [key for key in ("severity", "crop") if definition.get(key) is not None]
+    if unused:
+        raise PlanError(f"{' and '.join(unused)}: only for the cin-c and gradual kinds, not a ccc stream (its severities are calibrated, its crops random)")
     if definition.get("speed") is None:
         raise PlanError("a stream definition needs speed (images per severity step)")
+    if table is None:
+        raise PlanError("a ccc stream needs a calibration table (its severity paths come from it)")
     target, corruptions, difficulty = resolve_difficulty(
         table, definition.get("difficulty"), definition.get("baseline_accuracy"), definition.get("corruptions")
     )
@@ -312,4 +421,40 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
         schedule=definition.get("schedule", "reference"),
         path_objective=definition.get("path_objective", "reference"),
         shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
+    )
+
+
+def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_checksum: str) -> StreamSpec:
+    """The spec of a ``cin-c`` or ``gradual`` definition (see :func:`resolve_stream_spec`)."""
+    from ccc.corruptions import CORRUPTIONS, get_corruption
+
+    unused = [key for key in ("difficulty", "baseline_accuracy") if definition.get(key) is not None]
+    unused += [key for key in ("schedule", "path_objective") if definition.get(key) not in (None, "reference")]
+    if kind != "cin-c" and definition.get("severity") is not None:
+        unused.append("severity")
+    if unused:
+        raise PlanError(f"{', '.join(unused)}: not for a {kind} stream (it has no calibration table and sets its own severities; see docs/generator.md)")
+    names = definition.get("corruptions")
+    if names is None:
+        names = CORRUPTIONS
+    elif isinstance(names, str):
+        names = [name.strip() for name in names.split(",") if name.strip()]
+    try:
+        corruptions = tuple(get_corruption(name).name for name in names)
+    except ValueError as error:
+        raise PlanError(str(error)) from None
+    severity = None if kind != "cin-c" else DEFAULT_SEVERITY if definition.get("severity") is None else definition["severity"]
+    speed = check_integer("speed", DEFAULT_DOMAIN_IMAGES if definition.get("speed") is None else definition["speed"], 1, error=PlanError)
+    return StreamSpec(
+        target_accuracy=None,
+        corruptions=corruptions,
+        speed=speed,
+        seed=definition.get("seed", DEFAULT_SEED),
+        num_images=definition.get("num_images") or len(domain_levels(kind, corruptions, severity)) * speed,
+        calibration_checksum=None,
+        source_index_checksum=source_index_checksum,
+        shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
+        kind=kind,
+        severity=severity,
+        crop=definition.get("crop") or "random",
     )

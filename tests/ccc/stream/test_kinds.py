@@ -1,0 +1,203 @@
+"""The cin-c and gradual stream kinds (ccc/stream/domains.py): their plans against a re-derivation
+(order, severities, counts, crops), their specs' JSON, the ccc kind's JSON left as it was, their
+errors, and rendering one corruption at an integer severity exactly as ``ccc.corruptions.corrupt``."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ccc.corruptions import corrupt
+from ccc.render import crop_resize_flip, render_pixels
+from ccc.stream.plan import (
+    FLIP_PROBABILITY,
+    SAMPLE_PURPOSE,
+    plan_hash,
+    plan_sample,
+    plan_stream,
+    sample_resized_crop,
+)
+from ccc.stream.spec import PlanError, StreamSpec, resolve_stream_spec
+from tests.builders import make_calibration_table, make_image_folder
+
+# ImageNet-C's 15 corruptions in the order of CoTTA's and mariodoebler/test-time-adaptation's
+# configurations (gaussian_noise … jpeg_compression), in the registry's spelling.
+IMAGENET_C_ORDER = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
+    "snow", "frost", "fog", "brightness", "contrast", "elastic", "pixelate", "jpeg",
+)  # fmt: skip
+GRADUAL = (1, 2, 3, 4, 5, 4, 3, 2, 1)  # mariodoebler/test-time-adaptation test_time.py, setting "gradual"
+CHECKSUM = "0" * 64
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = make_image_folder(tmp_path_factory.mktemp("kinds") / "val", classes=3, images_per_class=4)
+    # one portrait image, so centre crops of both orientations are checked
+    Image.new("RGB", (240, 331), (90, 120, 150)).save(folder / "n00000000" / "ILSVRC2012_val_00000099.JPEG")
+    return folder
+
+
+def levels(plan, count: int) -> list[tuple[str, float, str, float]]:
+    return [(s.n1, s.s1, s.n2, s.s2) for s in (plan_sample(plan, index) for index in range(count))]
+
+
+def test_cin_c_plan_is_the_fifteen_corruptions_in_order_at_one_severity(images: Path) -> None:
+    plan = plan_stream({"kind": "cin-c", "severity": 3, "speed": 4, "seed": 7}, None, images)
+    spec = plan.spec
+    assert spec.corruptions == IMAGENET_C_ORDER and spec.num_images == 15 * 4 and spec.severity == 3
+    expected = [(name, 3.0, name, 0.0) for name in IMAGENET_C_ORDER for _ in range(4)]
+    assert levels(plan, spec.num_images) == expected
+    samples = [plan_sample(plan, index) for index in range(spec.num_images)]
+    assert [s.domain for s in samples] == [name for name in IMAGENET_C_ORDER for _ in range(4)]
+    assert [s.pair_index for s in samples] == [k // 4 for k in range(60)]
+    assert all(s.calibrated_accuracy is None for s in samples)
+    for domain in range(15):
+        chosen = [s.source_path for s in samples[4 * domain : 4 * domain + 4]]
+        assert len(set(chosen)) == 4  # distinct images inside a domain
+    with pytest.raises(PlanError, match="index"):
+        plan_sample(plan, spec.num_images)
+
+
+def test_gradual_plan_goes_1_to_5_to_1_for_every_corruption(images: Path) -> None:
+    plan = plan_stream({"kind": "gradual", "corruptions": "fog,jpeg_compression,snow", "speed": 2}, None, images)
+    assert plan.spec.corruptions == ("fog", "jpeg", "snow") and plan.spec.num_images == 3 * 9 * 2
+    expected = [(name, float(level), name, 0.0) for name in ("fog", "jpeg", "snow") for level in GRADUAL for _ in range(2)]
+    assert levels(plan, plan.spec.num_images) == expected
+    samples = [plan_sample(plan, index) for index in range(plan.spec.num_images)]
+    assert [s.pair_index for s in samples] == [k // 18 for k in range(54)]
+    assert [s.path_position for s in samples[:18]] == [k // 2 for k in range(18)]
+
+
+def test_a_longer_stream_repeats_the_sequence(images: Path) -> None:
+    plan = plan_stream({"kind": "cin-c", "corruptions": ["fog", "snow"], "speed": 3, "num_images": 14}, None, images)
+    assert [s[0] for s in levels(plan, 14)] == ["fog"] * 3 + ["snow"] * 3 + ["fog"] * 3 + ["snow"] * 3 + ["fog"] * 2
+    assert plan_sample(plan, 13).pair_index == 4
+
+
+def test_random_crops_are_the_ccc_streams_draws(images: Path) -> None:
+    plan = plan_stream({"kind": "cin-c", "speed": 5, "seed": 11}, None, images)
+    for index in (0, 7, 59):
+        sample = plan_sample(plan, index)
+        generator = np.random.default_rng(np.random.SeedSequence(11, spawn_key=(SAMPLE_PURPOSE, index)))
+        assert sample.crop_box == sample_resized_crop(generator, *sample.source_size)
+        assert sample.flip == bool(generator.random() < FLIP_PROBABILITY)
+        assert sample.seed == int(generator.integers(0, 2**63))
+
+
+def test_center_crops_are_imagenet_c_resize_256_center_crop_224(images: Path) -> None:
+    plan = plan_stream({"kind": "gradual", "speed": 13, "crop": "center", "corruptions": "fog"}, None, images)
+    samples = [plan_sample(plan, index) for index in range(plan.spec.num_images)]
+    assert {s.source_size for s in samples} == {(500, 375), (240, 331)}
+    for sample in samples:
+        width, height = sample.source_size
+        left, top, right, bottom = sample.crop_box
+        side = min(width, height) * 224 / 256  # Resize(256) then CenterCrop(224), in source pixels
+        assert right - left == bottom - top and abs((right - left) - side) <= 0.5
+        assert abs((left + right) / 2 - width / 2) <= 0.5 and abs((top + bottom) / 2 - height / 2) <= 0.5
+        assert sample.flip is False
+        generator = np.random.default_rng(np.random.SeedSequence(plan.spec.seed, spawn_key=(SAMPLE_PURPOSE, sample.index)))
+        assert sample.seed == int(generator.integers(0, 2**63))
+
+
+@pytest.mark.parametrize("name", ["gaussian_noise", "glass_blur", "frost", "elastic", "jpeg"])
+def test_a_sample_is_one_corruption_rendered_as_imagenet_c_at_its_severity(images: Path, name: str) -> None:
+    plan = plan_stream({"kind": "cin-c", "corruptions": [name], "severity": 4, "speed": 2}, None, images)
+    sample = plan_sample(plan, 1)
+    source = (images / sample.source_path).read_bytes()
+    with Image.open(io.BytesIO(source)) as opened:
+        cropped = crop_resize_flip(opened.convert("RGB"), sample.crop_box, sample.flip)
+    expected = corrupt(cropped, name, 4, rng=np.random.default_rng(sample.seed))
+    assert np.array_equal(render_pixels(sample, source), expected)
+
+
+def test_the_ccc_kind_serialises_as_before() -> None:
+    table = make_calibration_table()
+    spec = resolve_stream_spec({"difficulty": "medium", "speed": 4}, table, CHECKSUM)
+    assert spec.kind == "ccc"
+    document = spec.to_json_dict()
+    assert sorted(document) == sorted([
+        "target_accuracy", "corruptions", "speed", "seed", "num_images", "calibration_checksum",
+        "source_index_checksum", "difficulty", "schedule", "path_objective", "shard_size",
+    ])  # fmt: skip
+    assert StreamSpec.from_json_dict(document) == spec
+
+
+def test_the_ccc_kind_samples_have_no_domain_key(images: Path) -> None:
+    table = make_calibration_table()
+    plan = plan_stream({"difficulty": "medium", "speed": 4, "num_images": 8}, table, images)
+    assert "domain" not in plan_sample(plan, 3).to_json_dict()
+
+
+def test_domain_specs_round_trip_and_their_hash_depends_on_the_definition(images: Path) -> None:
+    plan = plan_stream({"kind": "cin-c", "speed": 2, "crop": "center"}, None, images)
+    document = plan.spec.to_json_dict()
+    assert (document["kind"], document["severity"], document["crop"]) == ("cin-c", 5, "center")
+    assert document["target_accuracy"] is None and document["calibration_checksum"] is None
+    assert StreamSpec.from_json_dict(document) == plan.spec
+    hashes = {
+        plan_hash(plan_stream(definition, None, images))
+        for definition in (
+            {"kind": "cin-c", "speed": 2, "crop": "center"},
+            {"kind": "cin-c", "speed": 2},
+            {"kind": "cin-c", "speed": 2, "severity": 4},
+            {"kind": "gradual", "speed": 2},
+        )
+    }
+    assert len(hashes) == 4
+    assert plan_hash(plan) == plan_hash(plan_stream({"kind": "cin-c", "speed": 2, "crop": "center"}, None, images))
+
+
+@pytest.mark.parametrize(
+    ("definition", "message"),
+    [
+        ({"kind": "ccc", "difficulty": "medium", "speed": 4, "severity": 5}, "severity: only for the cin-c and gradual kinds"),
+        ({"kind": "cin-c", "difficulty": "medium"}, "difficulty: not for a cin-c stream"),
+        ({"kind": "gradual", "severity": 3}, "severity: not for a gradual stream"),
+        ({"kind": "cin-c", "severity": 6}, "severity must be an integer in [1, 5], got 6"),
+        ({"kind": "cin-c", "crop": "middle"}, "crop must be one of random, center, got 'middle'"),
+        ({"kind": "cin-c", "corruptions": "fog,haze"}, "unknown corruption 'haze'"),
+        ({"kind": "cin-c", "corruptions": "fog,fog"}, "each once"),
+        ({"kind": "cin-c", "speed": 0}, "speed must be an integer >= 1"),
+        ({"kind": "mixed"}, "kind must be one of ccc, cin-c, gradual, got 'mixed'"),
+        ({"difficulty": "medium", "speed": 4}, "needs a calibration table"),
+    ],
+)
+def test_bad_definitions_name_the_parameter(definition: dict, message: str) -> None:
+    table = make_calibration_table() if definition.get("kind") == "ccc" else None
+    with pytest.raises(PlanError) as error:
+        resolve_stream_spec(definition, table, CHECKSUM)
+    assert message in str(error.value)
+
+
+def test_more_images_per_domain_than_the_folder_holds_is_refused(images: Path) -> None:
+    with pytest.raises(PlanError, match=r"images per domain \(speed, --images-per-domain\) must be at most the number of source images \(13\)"):
+        plan_stream({"kind": "cin-c", "speed": 14}, None, images)
+
+
+def test_the_center_crop_box_of_an_imagenet_sized_image() -> None:
+    from ccc.stream.domains import center_crop_box
+
+    # 500×375: Resize(256) gives 341×256, the 224 centre is 224·375/256 = 328.1 source pixels wide
+    assert center_crop_box(500, 375) == (86, 23, 414, 351)
+    assert math.isclose((414 - 86), 375 * 224 / 256, abs_tol=0.5)
+
+
+def test_a_domain_spec_built_directly_checks_its_fields() -> None:
+    base = {
+        "target_accuracy": None, "corruptions": ("fog",), "speed": 2, "seed": 0, "num_images": 18,
+        "calibration_checksum": None, "source_index_checksum": CHECKSUM, "kind": "gradual",
+    }  # fmt: skip
+    assert StreamSpec(**base).domain_levels == tuple(("fog", level) for level in GRADUAL)
+    with pytest.raises(PlanError, match="corruptions must be registered names .*, got jpeg_compression"):
+        StreamSpec(**{**base, "corruptions": ("jpeg_compression",)})
+    with pytest.raises(PlanError, match="a gradual stream has no calibration: target_accuracy must be None, got 30"):
+        StreamSpec(**{**base, "target_accuracy": 30})
+    with pytest.raises(PlanError, match="a ccc stream has calibrated severities and random crops"):
+        StreamSpec(**{**base, "kind": "ccc", "target_accuracy": 30.0, "corruptions": ("fog", "snow"),
+                      "calibration_checksum": CHECKSUM, "crop": "center"})  # fmt: skip

@@ -1,0 +1,56 @@
+"""tta-eval on cin-c and gradual streams: the default domain key is the sample's corruption
+("domain"; "pair" stays the default of ccc streams), --domain-key severity gives per-severity
+accuracy, and per-domain accuracy is recorded per corruption."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ccc.cli.generate import main as generate
+from tests.builders import make_ccc_run, make_image_folder
+from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
+from tta_eval.streams import default_domain_key
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("kinds")
+    images = make_image_folder(root / "val")
+    common = ["--imagenet", str(images), "--out", str(root), "--workers", "1", "--no-progress", "--images-per-domain", "8"]
+    assert generate([*common, "--kind", "cin-c", "--corruptions", "fog,contrast,snow", "--name", "cinc"]) == 0
+    assert generate([*common, "--kind", "gradual", "--corruptions", "contrast", "--name", "gradual"]) == 0
+    return {"cinc": root / "cinc", "gradual": root / "gradual", "ccc": make_ccc_run(root / "ccc", 8, 4, 8)}
+
+
+def test_the_default_domain_key_follows_the_kind(runs) -> None:
+    assert default_domain_key(f"ccc:{runs['cinc']}") == "domain"
+    assert default_domain_key(f"ccc:{runs['gradual']}/manifest.json") == "domain"
+    assert default_domain_key(f"ccc:{runs['ccc']}") == "pair"
+    assert default_domain_key("ccc:/data/ccc/serial_{00000..00009}.tar") == "pair"
+
+
+def summary(capsys, tmp_path: Path, stream: Path, *extra: str) -> dict:
+    code, _, err = run_cli(
+        capsys, "run", "--stream", f"ccc:{stream}", "--model", TINY_FACTORY, "--method", "source", "--batch-size", "8",
+        "--out", str(tmp_path), "--name", "run", "--no-progress", *extra,
+    )  # fmt: skip
+    assert code == 0, err
+    return json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+def test_a_cin_c_run_reports_accuracy_per_corruption(runs, tmp_path, capsys) -> None:
+    result = summary(capsys, tmp_path, runs["cinc"])
+    assert result["protocol"]["domain_key"] == "domain"
+    assert [segment["domain"] for segment in result["domain_segments"]] == ["fog", "contrast", "snow"]
+    per_domain = result["methods"]["source"]["per_domain_accuracy"]
+    assert {name: entry["samples"] for name, entry in per_domain.items()} == {"fog": 8, "contrast": 8, "snow": 8}
+
+
+def test_domain_key_severity_gives_accuracy_per_severity_of_a_gradual_stream(runs, tmp_path, capsys) -> None:
+    result = summary(capsys, tmp_path, runs["gradual"], "--domain-key", "severity")
+    assert [segment["domain"] for segment in result["domain_segments"]] == ["1", "2", "3", "4", "5", "4", "3", "2", "1"]
+    per_domain = result["methods"]["source"]["per_domain_accuracy"]
+    assert {name: entry["samples"] for name, entry in per_domain.items()} == {str(level): 16 if level < 5 else 8 for level in range(1, 6)}
