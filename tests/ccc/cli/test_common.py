@@ -19,8 +19,7 @@ from ccc.cli._common import (
     name_list,
     run_command,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.builders import REPOSITORY
 
 
 def test_integer_at_least_accepts_separators_and_names_the_bound() -> None:
@@ -87,7 +86,7 @@ def test_run_command_reports_a_stopped_run_with_exit_code_1(capsys) -> None:
     ids=["ccc-generate", "ccc-verify", "ccc-verify-options", "ccc-calibrate", "ccc-corruption-grid", "tta-eval"],
 )
 def test_every_console_script_reports_a_user_error_in_one_line(module: str, argv: list[str], message: str, tmp_path: Path) -> None:
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     result = subprocess.run(
         [sys.executable, "-m", module, *argv], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
     )
