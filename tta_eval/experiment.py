@@ -491,11 +491,11 @@ def run_experiment(
         checkpoint = read_checkpoint(run_dir, device)
         if checkpoint is None:
             notify(f"run {run_dir.name} has no checkpoint: starting it over")
+    if checkpoint is not None:
+        return _resume_run(settings, run_dir, methods, timing, device, checkpoint, resolved.stream.samples, notify)
     stream = open_stream_source(settings.stream, settings.stream_options)
     if settings.max_samples is not None:
         stream = limit_samples(stream, settings.max_samples)
-    if checkpoint is not None:
-        return _resume_run(settings, run_dir, methods, timing, device, stream, checkpoint, notify)
     if model is None:
         model = load_model(settings.model, device)
     first, stream = _peek(stream)
@@ -517,13 +517,21 @@ def _resume_run(
     methods: tuple[MethodSpec, ...],
     timing: Timing,
     device: torch.device,
-    stream: Iterable[Any],
     checkpoint: dict[str, Any],
+    stream_samples: int | None,
     notify: Callable[[str], None],
 ) -> Path:
     """Continue the run in ``run_dir`` from ``checkpoint``: its records cut to the rows it covers,
-    its methods, protocol state and random states restored, the stream read from its position."""
+    its methods, protocol state and random states restored, the stream opened at its position
+    (stream_samples: the stream's length when known; a checkpoint at its end leaves nothing to read)."""
     position = checkpoint["position"]
+    consumed = int(position["samples"])
+    ends = [limit for limit in (stream_samples, settings.max_samples) if limit is not None]
+    stream: Iterable[Any] = []
+    if not ends or consumed < min(ends):
+        stream = open_stream_source(settings.stream, settings.stream_options, start=consumed)
+        if settings.max_samples is not None:
+            stream = limit_samples(stream, settings.max_samples - consumed)
     notify(f"resuming run {run_dir.name} from sample {position['samples']:,}")
     (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
     latency = checkpoint["extra"]["baseline_latency"]
@@ -537,16 +545,7 @@ def _resume_run(
         for handle in handles.values():
             handle.close()
         raise
-    stream = skip_batches(stream, position["batches"], position["samples"])
     return _record_run(settings, run_dir, methods, timing, device, latency, checkpoint["methods"], stream, tables, handles, checkpoint)
-
-
-def skip_batches(stream: Iterable[Any], batches: int, samples: int) -> Iterable[Any]:
-    """``stream`` without its first ``batches`` batches (``samples`` samples), which are read and
-    dropped; a sized stream's length shrinks by ``samples``."""
-    rest = itertools.islice(stream, batches, None)
-    length = stream_length(stream)
-    return rest if length is None else SizedStream(rest, max(0, length - samples))
 
 
 def _record_run(

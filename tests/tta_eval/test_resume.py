@@ -199,3 +199,33 @@ def test_config_differences_name_nested_entries() -> None:
     saved = {"methods": {"tent": {"lr": 1}}, "window": 10, "choices": ["a"]}
     assert config_differences(saved, {"methods": {"tent": {"lr": 2}}, "window": 10, "choices": ["a"]}) == ["methods.tent.lr"]
     assert config_differences(saved, {"methods": {}, "window": 11, "choices": ["a"]}) == ["methods.tent", "window"]
+
+
+def test_a_ccc_stream_resumes_without_reading_the_shards_before_its_position(tmp_path) -> None:
+    import torch
+
+    from tests.builders import make_ccc_run
+    from tta_eval.streams import open_stream_source
+
+    run = make_ccc_run(tmp_path, num_images=48, speed=4, shard_size=16)
+    options = StreamOptions(batch_size=8)
+    whole = list(open_stream_source(f"ccc:{run}", options))
+    for shard in sorted(run.glob("*.tar"))[:1]:
+        shard.write_bytes(b"")
+    resumed = open_stream_source(f"ccc:{run}", options, start=16)
+    batches = list(resumed)
+    assert len(batches) == len(whole) - 2
+    for (images, labels, metadata), (expected_images, expected_labels, expected_metadata) in zip(batches, whole[2:], strict=True):
+        assert torch.equal(images, expected_images) and torch.equal(labels, expected_labels) and metadata == expected_metadata
+
+
+def test_other_streams_resume_by_dropping_whole_batches(tmp_path) -> None:
+    from tta_eval.streams import SizedStream, open_stream_source, skip_samples, stream_length
+
+    options = StreamOptions(batch_size=16)
+    whole = list(open_stream_source(STREAM, options))
+    rest = open_stream_source(STREAM, options, start=48)
+    assert stream_length(skip_samples(SizedStream(whole, 16 * 12), 48)) == 16 * 12 - 48
+    assert [labels.tolist() for _, labels, _ in rest] == [labels.tolist() for _, labels, _ in whole[3:]]
+    with pytest.raises(ValueError, match="not the start of a batch"):
+        list(open_stream_source(STREAM, options, start=40))
