@@ -229,3 +229,24 @@ def test_other_streams_resume_by_dropping_whole_batches(tmp_path) -> None:
     assert [labels.tolist() for _, labels, _ in rest] == [labels.tolist() for _, labels, _ in whole[3:]]
     with pytest.raises(ValueError, match="not the start of a batch"):
         list(open_stream_source(STREAM, options, start=40))
+
+
+@pytest.mark.parametrize("protocol_name", ["offline", "amortised"])
+def test_a_measured_run_resumes_with_its_saved_latency(tmp_path, monkeypatch, protocol_name) -> None:
+    measured = settings(tmp_path, protocol_name, cost_model=None, baseline_latency=0.001, warmup_calls=1)
+    original_save = Checkpointer.save
+
+    def save_then_stop(self, state, samples):  # type: ignore[no-untyped-def]
+        original_save(self, state, samples)
+        raise Interrupted
+
+    monkeypatch.setattr(Checkpointer, "save", save_then_stop)
+    with pytest.raises(Interrupted):
+        run_experiment(measured)
+    monkeypatch.undo()
+    run_dir = run_experiment(measured)
+    from tta_eval.run_folder import load_run
+
+    summary = load_run(run_dir).summary
+    assert summary["timing"]["baseline_latency_seconds"] == 0.001
+    assert all(method["batches"] == 12 for method in summary["methods"].values())
