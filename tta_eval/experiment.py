@@ -54,10 +54,10 @@ from tta_eval.reports import (
 from tta_eval.run_folder import (
     BEST_METHOD_STEM,
     COSTS_FILE,
+    SUMMARY_FILE,
     SWEEP_FILE,
     SWEEP_RESULTS_CSV,
     SWEEP_RESULTS_MARKDOWN,
-    SUMMARY_FILE,
     SWEEP_RUNS_FOLDER,
     UTILITY_STEM,
     check_run_folder,
