@@ -409,13 +409,17 @@ PAIR_KEY = "pair"
 
 def _open_ccc(location: str, options: StreamOptions, start: int = 0) -> SizedStream:
     """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
-    in stream order, from sample ``start`` (whole shards before it are not read); each sample's
-    metadata also names its pair (``PAIR_KEY``)."""
+    in stream order, from sample ``start`` (whole shards before it are not read; nothing when the
+    stream ends there); each sample's metadata also names its pair (``PAIR_KEY``)."""
     from ccc.load import open_stream, stream_loader
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
-    stream = open_stream(location, image_format="float", start=start)
+    stream = open_stream(location, image_format="float")
+    if start and stream.length is not None and start >= stream.length:
+        return SizedStream([], 0)
+    if start:
+        stream = open_stream(location, image_format="float", start=start)
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     return SizedStream(_with_pairs(loader), stream.length)
 

@@ -213,6 +213,7 @@ def test_a_ccc_stream_resumes_without_reading_the_shards_before_its_position(tmp
     for shard in sorted(run.glob("*.tar"))[:1]:
         shard.write_bytes(b"")
     resumed = open_stream_source(f"ccc:{run}", options, start=16)
+    assert list(open_stream_source(f"ccc:{run}", options, start=48)) == []
     batches = list(resumed)
     assert len(batches) == len(whole) - 2
     for (images, labels, metadata), (expected_images, expected_labels, expected_metadata) in zip(batches, whole[2:], strict=True):
