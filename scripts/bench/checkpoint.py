@@ -29,7 +29,12 @@ from pathlib import Path
 import torch
 
 from ccc.models import ModelSpec, load_model
-from tta_eval.checkpoint import CHECKPOINT_FORMAT, DEFAULT_CHECKPOINT_EVERY, Checkpointer, write_checkpoint
+from tta_eval.checkpoint import (
+    CHECKPOINT_FORMAT,
+    DEFAULT_CHECKPOINT_EVERY,
+    Checkpointer,
+    write_checkpoint,
+)
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create
 from tta_eval.run_folder import CHECKPOINT_FILE

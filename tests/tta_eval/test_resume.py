@@ -15,9 +15,21 @@ import pytest
 import tta_eval.checkpoint
 import tta_eval.records
 from tests.tta_eval.tta_helpers import run_cli
-from tta_eval.checkpoint import Checkpointer, config_differences, read_checkpoint, write_checkpoint
+from tta_eval.checkpoint import (
+    Checkpointer,
+    config_differences,
+    read_checkpoint,
+    write_checkpoint,
+)
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
-from tta_eval.protocols import AlfarraProtocol, AmortisedProtocol, CostModel, DiscreteProtocol, MethodCost, OfflineProtocol
+from tta_eval.protocols import (
+    AlfarraProtocol,
+    AmortisedProtocol,
+    CostModel,
+    DiscreteProtocol,
+    MethodCost,
+    OfflineProtocol,
+)
 from tta_eval.run_folder import CHECKPOINT_FILE, RECORDS_FOLDER
 from tta_eval.streams import StreamOptions
 
@@ -221,7 +233,12 @@ def test_a_ccc_stream_resumes_without_reading_the_shards_before_its_position(tmp
 
 
 def test_other_streams_resume_by_dropping_whole_batches(tmp_path) -> None:
-    from tta_eval.streams import SizedStream, open_stream_source, skip_samples, stream_length
+    from tta_eval.streams import (
+        SizedStream,
+        open_stream_source,
+        skip_samples,
+        stream_length,
+    )
 
     options = StreamOptions(batch_size=16)
     whole = list(open_stream_source(STREAM, options))
