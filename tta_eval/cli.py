@@ -133,7 +133,17 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder holding run folders")
     parser.add_argument("--name", default=None, help="run folder name (default: from the stream)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing run folder (an unfinished run of the same command is resumed without it)"
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="SAMPLES",
+        help="samples between checkpoints, from which re-running the same command resumes an interrupted run; 0: none "
+        "(default: 100,000)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     timing = parser.add_argument_group("timing (measured wall time unless costs are given)")
     timing.add_argument(
@@ -427,6 +437,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
         collapse_span=arguments.collapse_span,
         overwrite=arguments.overwrite,
         progress=not arguments.no_progress,
+        checkpoint_every=arguments.checkpoint_every,
     )
 
 
@@ -460,7 +471,7 @@ def _run(arguments: argparse.Namespace) -> int:
 
     executor_context, options = _open_executor(arguments)
     with executor_context as executor:
-        run_dirs = run_experiments(resolved, executor, options, on_finished=report if several else None)
+        run_dirs = run_experiments(resolved, executor, options, on_finished=report if several else None, notify=print)
     runs = [load_run(run_dir) for run_dir in run_dirs]
     print(comparison_table(runs), end="")
     for run in runs:

@@ -12,9 +12,10 @@ Everything the user can get wrong is checked here, in the driver, before any tas
 run's settings are resolved (``resolve_experiment``), run folders must be distinct, and the
 executor must have a node that can hold one task (``--device cuda``: a GPU). Ray retries a task
 whose worker or node died (``RayExecutor.max_retries`` times) by running the same run again into
-the same folder; exceptions raised by the run itself (a user mistake, a stopped run) are not
-retried. Whatever the run folder code does when the same run is started again into its folder
-(refuse, replace with ``overwrite``, or resume) is what a retry does.
+the same folder, which resumes it from its last checkpoint; exceptions raised by the run itself (a
+user mistake, a stopped run) are not retried. With ``overwrite`` the driver clears each run folder
+once, before submitting, and the tasks run without it, so that a retry resumes instead of starting
+over.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from ccc.execution import Executor, TaskOptions
 from tta_eval.experiment import ResolvedExperiment, run_experiment
+from tta_eval.run_folder import check_run_folder, clear_run_folder
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ def run_experiments(
     executor: Executor,
     options: TaskOptions,
     on_finished: RunFinished | None = None,
+    notify: Callable[[str], None] = logger.info,
 ) -> list[Path]:
     """Run every resolved run as one task of ``executor`` with ``options``; returns their run
     folders in the order of ``runs``.
@@ -84,8 +87,9 @@ def run_experiments(
     logged (level INFO) and given to ``on_finished``, and once every run has ended the first
     failure (in the order of ``runs``) is raised as the run raised it (ValueError for a user
     mistake, ``NonFiniteLossError`` for a run stopped by ``--nonfinite-loss stop``,
-    ``ccc.execution.TaskFailedError`` when its node kept dying). Raises ValueError before anything
-    runs for two runs sharing a folder or a request no node can hold.
+    ``ccc.execution.TaskFailedError`` when its node kept dying). notify: receives each run's line
+    saying it resumes an unfinished run (on a cluster it is called on the worker). Raises ValueError
+    before anything runs for two runs sharing a folder or a request no node can hold.
     """
     check_run_folders(runs)
     executor.check_resources(options)
@@ -94,7 +98,10 @@ def run_experiments(
         settings = run.settings
         if executor.distributed:
             settings = dataclasses.replace(settings, progress=False)
-        handles[executor.submit(run_experiment, settings, None, run.notes, options=options)] = index
+        if settings.overwrite:
+            clear_run_folder(check_run_folder(settings.output_root / settings.resolved_run_name(), overwrite=True))
+            settings = dataclasses.replace(settings, overwrite=False)
+        handles[executor.submit(run_experiment, settings, None, run.notes, notify, options=options)] = index
     folders: dict[int, Path] = {}
     failures: dict[int, BaseException] = {}
     try:

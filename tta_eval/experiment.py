@@ -14,13 +14,14 @@ import platform
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 import torchvision
 
 import tta_eval
 from ccc.execution import DEFAULT_TASK_OPTIONS, Executor, SerialExecutor, TaskOptions
+from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY, Checkpointer, check_same_run, read_checkpoint, remove_checkpoint
 from tta_eval.methods import create, get_method, resolve_config
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from ccc.models import ModelSpec, load_model, resolve_device
@@ -54,6 +55,7 @@ from tta_eval.reports import (
 from tta_eval.run_folder import (
     BEST_METHOD_STEM,
     COSTS_FILE,
+    SUMMARY_FILE,
     SWEEP_FILE,
     SWEEP_RESULTS_CSV,
     SWEEP_RESULTS_MARKDOWN,
@@ -61,9 +63,11 @@ from tta_eval.run_folder import (
     UTILITY_STEM,
     check_run_folder,
     clear_run_folder,
+    is_unfinished_run,
     load_run,
     open_records,
     prepare_sweep_folder,
+    read_config,
     records_path,
     run_status,
     safe_file_name,
@@ -84,7 +88,7 @@ from tta_eval.streams import (
     parse_options,
     stream_length,
 )
-from ccc.validation import MAX_SAMPLES, check_positive, check_positive_int
+from ccc.validation import MAX_SAMPLES, check_integer, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +131,8 @@ class ExperimentSettings:
     with these costs (None: measured wall time). baseline_latency: λ in seconds for measured
     timing (None: calibrated on the first batch when the protocol needs it, with
     ``calibration_calls`` timed calls after 5 warm-up calls); with a cost model λ is the model's.
-    warmup_calls: untimed method calls before measuring (see ``Timing``).
+    warmup_calls: untimed method calls before measuring (see ``Timing``). checkpoint_every: samples
+    between checkpoints (0: none; None: ``tta_eval.checkpoint.DEFAULT_CHECKPOINT_EVERY``).
     """
 
     stream: str
@@ -149,6 +154,7 @@ class ExperimentSettings:
     overwrite: bool = False
     progress: bool = True
     world_defaults: bool = True
+    checkpoint_every: int | None = None
 
     def __post_init__(self) -> None:
         labels = [method.label for method in self.methods]
@@ -175,6 +181,8 @@ class ExperimentSettings:
                     f"(got {self.cost_model.baseline_latency!r} and {self.baseline_latency!r})"
                 )
         check_positive_int("calibration_calls", self.calibration_calls)
+        if self.checkpoint_every is not None:
+            check_integer("checkpoint_every", self.checkpoint_every, 0, MAX_SAMPLES)
         if self.calibration_calls < 2:
             raise ValueError(f"calibration_calls must be >= 2, got {self.calibration_calls}")
 
@@ -182,6 +190,10 @@ class ExperimentSettings:
         """The run's clock settings (methods' registry names for cost look-ups)."""
         names = tuple((method.label, method.name) for method in self.resolved_methods())
         return Timing(device, self.cost_model, names, self.warmup_calls)
+
+    def resolved_checkpoint_every(self) -> int:
+        """Samples between checkpoints (0: none)."""
+        return DEFAULT_CHECKPOINT_EVERY if self.checkpoint_every is None else self.checkpoint_every
 
     def resolved_methods(self) -> tuple[MethodSpec, ...]:
         """The methods to run: the requested ones, plus the source model when it is the collapse reference."""
@@ -310,6 +322,8 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     if fitted:
         basis = f"fitted to the stream's {samples:,} samples" if samples is not None else "the paper's values; stream length unknown"
         notes.append(f"{' and '.join(fitted)} ({basis}; --window, --collapse-span to change)")
+    if settings.checkpoint_every is None and (samples is None or samples > DEFAULT_CHECKPOINT_EVERY):
+        notes.append(f"checkpoint every {DEFAULT_CHECKPOINT_EVERY:,} samples, to resume the run if it is interrupted (--checkpoint-every to change, 0: none)")
     run_name = settings.run_name or safe_file_name(stream.name) or "run"
     resolved = dataclasses.replace(settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name)
     notes += _reset_notes(resolved.resolved_methods(), settings.stream_options.batch_size, samples)
@@ -433,7 +447,12 @@ def _measured_costs(tables: dict[str, RecordTable], baseline_latency: float, run
     return CostModel(baseline_latency, tuple(costs), origin=f"measured in run {run_name}") if costs else None
 
 
-def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None = None, choices: Sequence[str] = ()) -> Path:
+def run_experiment(
+    settings: ExperimentSettings,
+    model: torch.nn.Module | None = None,
+    choices: Sequence[str] = (),
+    notify: Callable[[str], None] = logger.info,
+) -> Path:
     """Run every method of ``settings`` over the stream in lockstep under its protocol and write the run
     folder; returns it.
 
@@ -441,9 +460,10 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     the scenarios of a sweep so that a randomly initialised factory gives every run the same
     weights; None loads it. choices: lines saying what was chosen for the user when ``settings`` were
     resolved earlier (``resolve_experiment``'s notes), recorded in config.json with this call's own.
-    Methods work on copies; the model itself is not modified. Raises ValueError for user mistakes
-    (bad names, options, paths, streams, labels, costs, thresholds) before or during the run, and
-    NonFiniteLossError under the "stop" policy after writing what was recorded.
+    notify: receives the line saying that an unfinished run is resumed ("resuming run X from
+    sample S"). Methods work on copies; the model itself is not modified. Raises ValueError for user
+    mistakes (bad names, options, paths, streams, labels, costs, thresholds) before or during the
+    run, and NonFiniteLossError under the "stop" policy after writing what was recorded.
 
     Completeness: with ``overwrite`` the previous run's outputs are removed before anything else is
     written; records are flushed row by row; summary.json is written last (atomically) with
@@ -451,6 +471,11 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     "stopped" and the reason when the run ended early. A folder with config.json and no summary.json
     did not finish (killed, or its disk filled up). ``tta_eval.run_folder.load_run`` refuses all but
     complete runs of their own config.
+
+    Resumption: every ``checkpoint_every`` samples a checkpoint is written (``tta_eval.checkpoint``).
+    Without ``overwrite``, an unfinished run of the same config (config.json without a complete
+    summary) continues from its last checkpoint (from the start when it has none); an unfinished
+    run of another config is refused with one line naming what differs; a complete run is refused.
     """
     resolved = resolve_experiment(settings)
     settings = resolved.settings
@@ -458,7 +483,17 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
     timing.check_methods([method.label for method in methods])
-    run_dir = check_run_folder(settings.output_root / settings.resolved_run_name(), settings.overwrite)
+    run_dir = check_run_folder(settings.output_root / settings.resolved_run_name(), settings.overwrite, resume=not settings.overwrite)
+    config = resolved_config(settings, methods, resolved.stream.name)
+    config["choices"] = [*choices, *resolved.notes]
+    checkpoint = None
+    if not settings.overwrite and is_unfinished_run(run_dir):
+        check_same_run(run_dir, read_config(run_dir), config)
+        checkpoint = read_checkpoint(run_dir, device)
+        if checkpoint is None:
+            notify(f"run {run_dir.name} has no checkpoint: starting it over")
+    if checkpoint is not None:
+        return _resume_run(settings, run_dir, methods, timing, device, checkpoint, resolved.stream.samples, notify)
     stream = open_stream_source(settings.stream, settings.stream_options)
     if settings.max_samples is not None:
         stream = limit_samples(stream, settings.max_samples)
@@ -470,17 +505,72 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     latency, stream = _baseline_latency(settings, model, stream, device)
     settings.protocol.check_baseline_latency(latency.seconds)
     clear_run_folder(run_dir)
-    config = resolved_config(settings, methods, resolved.stream.name)
-    config["choices"] = [*choices, *resolved.notes]
     config.update(latency.to_json())
     write_config(run_dir, config)
     tables = {label: RecordTable() for label in modules}
     handles = {label: open_records(run_dir, label) for label in modules}
-    finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
+    return _record_run(settings, run_dir, methods, timing, device, latency, modules, stream, tables, handles, None)
+
+
+def _resume_run(
+    settings: ExperimentSettings,
+    run_dir: Path,
+    methods: tuple[MethodSpec, ...],
+    timing: Timing,
+    device: torch.device,
+    checkpoint: dict[str, Any],
+    stream_samples: int | None,
+    notify: Callable[[str], None],
+) -> Path:
+    """Continue the run in ``run_dir`` from ``checkpoint``: its records cut to the rows it covers,
+    its methods, protocol state and random states restored, the stream opened at its position
+    (stream_samples: the stream's length when known; a checkpoint at its end leaves nothing to read)."""
+    position = checkpoint["position"]
+    consumed = int(position["samples"])
+    ends = [limit for limit in (stream_samples, settings.max_samples) if limit is not None]
+    stream: Iterable[Any] = []
+    if not ends or consumed < min(ends):
+        stream = open_stream_source(settings.stream, settings.stream_options, start=consumed)
+        if settings.max_samples is not None:
+            stream = limit_samples(stream, settings.max_samples - consumed)
+    notify(f"resuming run {run_dir.name} from sample {position['samples']:,}")
+    (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    latency = checkpoint["extra"]["baseline_latency"]
+    tables = {}
+    handles: dict[str, TextIO] = {}
     try:
-        context = RunContext(device, settings.progress, timing, latency.seconds)
+        for label, size in checkpoint["records"].items():
+            handles[label] = open_records(run_dir, label, keep_bytes=size)
+            tables[label] = RecordTable.read_csv(records_path(run_dir, label))
+    except BaseException:
+        for handle in handles.values():
+            handle.close()
+        raise
+    return _record_run(settings, run_dir, methods, timing, device, latency, checkpoint["methods"], stream, tables, handles, checkpoint)
+
+
+def _record_run(
+    settings: ExperimentSettings,
+    run_dir: Path,
+    methods: tuple[MethodSpec, ...],
+    timing: Timing,
+    device: torch.device,
+    latency: BaselineLatency,
+    modules: dict[str, torch.nn.Module],
+    stream: Iterable[Any],
+    tables: dict[str, RecordTable],
+    handles: dict[str, TextIO],
+    resume: dict[str, Any] | None,
+) -> Path:
+    """Run the protocol, write each record as it comes, checkpoint, then finish the run folder."""
+    finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
+    every = settings.resolved_checkpoint_every()
+    start = 0 if resume is None else int(resume["position"]["samples"])
+    checkpointer = Checkpointer(run_dir, every, handles, {"baseline_latency": latency}, start) if every else None
+    try:
+        context = RunContext(device, settings.progress, timing, latency.seconds, checkpointer, resume)
         records = run_protocol(modules, stream, settings.protocol, context)
-        writers = {label: CsvRecordWriter(handle) for label, handle in handles.items()}
+        writers = {label: CsvRecordWriter(handle, header=resume is None) for label, handle in handles.items()}
         for record in records:
             try:
                 writers[record.method].write(record)
@@ -500,6 +590,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
             logger.warning("could not write the summary of the stopped run %s: %s", run_dir, summary_error)
         raise
     finish(None)
+    remove_checkpoint(run_dir)
     logger.info("run written to %s", run_dir)
     return run_dir
 

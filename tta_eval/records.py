@@ -199,11 +199,13 @@ def _format(value: object) -> str:
 
 
 class CsvRecordWriter:
-    """Incremental CSV writer of records to an open text file (header written on creation)."""
+    """Incremental CSV writer of records to an open text file (header written on creation unless
+    ``header`` is False: appending to the rows of a resumed run)."""
 
-    def __init__(self, handle: TextIO) -> None:
+    def __init__(self, handle: TextIO, header: bool = True) -> None:
         self._writer = csv.writer(handle)
-        self._writer.writerow(RECORD_COLUMNS)
+        if header:
+            self._writer.writerow(RECORD_COLUMNS)
 
     def write_row(self, values: list[object]) -> None:
         """Write one row of values in RECORD_COLUMNS order."""

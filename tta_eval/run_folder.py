@@ -8,6 +8,8 @@ Run folder (``<output_root>/<run_name>/``), written by ``tta_eval.experiment.run
                      sha256 of config.json (``run_status``)
   costs.json         measured runs with λ: each method's mean e/λ and ℓ/λ (a reusable cost model)
   accuracy.png/.svg  windowed accuracy over samples, the source model dashed
+  checkpoint.pt      while the run goes: everything needed to resume it (``tta_eval.checkpoint``);
+                     removed when the run completes
 
 Sweep folder (``<output_root>/<name>/``), written by ``tta_eval.experiment.run_sweep``: ``runs/<scenario>/``
 run folders, ``results.csv`` (one row per scenario, domain and method), ``results.md``,
@@ -36,6 +38,7 @@ CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 RECORDS_FOLDER = "records"
 COSTS_FILE = "costs.json"
+CHECKPOINT_FILE = "checkpoint.pt"
 PLOT_STEM = "accuracy"
 PLOT_SUFFIXES = (".png", ".svg")
 RUN_COMPLETE = "complete"
@@ -64,10 +67,19 @@ def records_path(run_dir: Path, label: str) -> Path:
     return run_dir / RECORDS_FOLDER / f"{safe_file_name(label)}.csv"
 
 
-def open_records(run_dir: Path, label: str) -> TextIO:
+def open_records(run_dir: Path, label: str, keep_bytes: int | None = None) -> TextIO:
     """The records file of method ``label``, opened for writing with line buffering: every row
-    reaches the file when written, so a killed run leaves its rows."""
-    return open(records_path(run_dir, label), "w", newline="", buffering=1)
+    reaches the file when written, so a killed run leaves its rows. keep_bytes: resume a file,
+    cut to its first ``keep_bytes`` bytes (the rows a checkpoint covers), and append after them
+    (None: a new, empty file). ValueError when the file is shorter than ``keep_bytes``."""
+    path = records_path(run_dir, label)
+    if keep_bytes is None:
+        return open(path, "w", newline="", buffering=1)
+    if not path.is_file() or path.stat().st_size < keep_bytes:
+        raise ValueError(f"records file {str(path)!r} is shorter than its checkpoint says ({keep_bytes:,} bytes); pass --overwrite to start over")
+    with open(path, "r+b") as handle:
+        handle.truncate(keep_bytes)
+    return open(path, "a", newline="", buffering=1)
 
 
 def file_sha256(path: Path) -> str:
@@ -103,21 +115,46 @@ def _replace_nan(value: Any) -> Any:
     return value
 
 
-def check_run_folder(run_dir: Path, overwrite: bool) -> Path:
+def check_run_folder(run_dir: Path, overwrite: bool, resume: bool = False) -> Path:
     """``run_dir``, after checking it can become a run folder; ValueError if a path on the way is a
-    file, or if it holds files and ``overwrite`` is not set (nothing is changed)."""
+    file, or if it holds files and ``overwrite`` is not set (nothing is changed). resume: an
+    unfinished run (``is_unfinished_run``) is accepted too (the caller resumes it)."""
     for folder in (*reversed(run_dir.parents), run_dir):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not overwrite:
+    holds_files = run_dir.is_dir() and any(path.is_file() for path in run_dir.rglob("*"))
+    if holds_files and not overwrite and not (resume and is_unfinished_run(run_dir)):
         raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
     return run_dir
+
+
+def is_unfinished_run(run_dir: Path) -> bool:
+    """True for a run folder whose run did not complete: config.json without summary.json (killed),
+    or a summary with status "stopped" (an error or an interrupt)."""
+    if not (run_dir / CONFIG_FILE).is_file():
+        return False
+    summary_path = run_dir / SUMMARY_FILE
+    if not summary_path.is_file():
+        return True
+    try:
+        return json.loads(summary_path.read_text()).get("status") == RUN_STOPPED
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """config.json of ``run_dir``; ValueError naming it when it is unreadable."""
+    path = run_dir / CONFIG_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{str(path)!r} cannot be read ({error}); pass --overwrite to start over") from None
 
 
 def clear_run_folder(run_dir: Path) -> None:
     """Remove every output a previous run left in ``run_dir`` (summary first: the folder then reads as
     unfinished until the new run completes), and create it with its records folder."""
-    outputs = [SUMMARY_FILE, CONFIG_FILE, COSTS_FILE, *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES)]
+    outputs = [SUMMARY_FILE, CONFIG_FILE, COSTS_FILE, CHECKPOINT_FILE, f".{CHECKPOINT_FILE}.tmp", *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES)]
     for name in outputs:
         (run_dir / name).unlink(missing_ok=True)
     if (run_dir / RECORDS_FOLDER).is_dir():

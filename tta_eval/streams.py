@@ -138,6 +138,29 @@ def stream_length(stream: Iterable[Any]) -> int | None:
     return stream.num_samples if isinstance(stream, SizedStream) else None
 
 
+def skip_samples(batches: Iterable[Any], samples: int) -> Iterable[Any]:
+    """``batches`` without its first ``samples`` samples, which are read and dropped whole batch by
+    batch (``samples`` must fall on a batch boundary: ValueError otherwise); a sized stream's length
+    shrinks by ``samples``. ``batches`` itself when ``samples`` is 0."""
+    if not samples:
+        return batches
+    known = stream_length(batches)
+    return SizedStream(_skipped(batches, samples), None if known is None else max(0, known - samples))
+
+
+def _skipped(batches: Iterable[Any], samples: int) -> Iterator[Any]:
+    iterator = iter(batches)
+    dropped = 0
+    while dropped < samples:
+        item = next(iterator, None)
+        if item is None:
+            return
+        dropped += as_batch(item, 0).size
+    if dropped != samples:
+        raise ValueError(f"cannot resume the stream at sample {samples:,}: it is not the start of a batch (batch boundary at {dropped:,})")
+    yield from iterator
+
+
 def limit_samples(batches: Iterable[Any], max_samples: int) -> SizedStream:
     """Items of ``batches`` until ``max_samples`` samples were yielded, the last batch cut; its length
     is ``max_samples`` (or the stream's own, if known and shorter)."""
@@ -221,6 +244,7 @@ StreamDescriber = Callable[[str, StreamOptions], StreamDescription]
 _SOURCES: dict[str, StreamOpener] = {}
 _DESCRIBERS: dict[str, StreamDescriber] = {}
 _DOMAIN_KEYS: dict[str, str | Callable[[str], str | None]] = {}
+_SEEKABLE: set[str] = set()
 
 
 def register_stream_source(
@@ -228,6 +252,7 @@ def register_stream_source(
     opener: StreamOpener,
     describe: StreamDescriber | None = None,
     domain_key: str | Callable[[str], str | None] | None = None,
+    seekable: bool = False,
 ) -> None:
     """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+.
 
@@ -235,7 +260,10 @@ def register_stream_source(
     of the stream (length, world) without reading its samples; without it only the name is known.
     domain_key: the metadata key whose value a run records as each batch's domain when the user
     names none (e.g. the corruption pair of CCC streams), or a function of the location returning
-    it (e.g. depending on the stream's kind); None: no domain.
+    it (e.g. depending on the stream's kind); None: no domain. seekable: the opener also takes
+    ``start=S`` and then yields the stream from sample S (a multiple of the batch size) without
+    reading what comes before (a resumed run); otherwise the first batches are read and dropped
+    (``skip_samples``).
     """
     if not scheme.replace("_", "").isalnum() or scheme != scheme.lower():
         raise ValueError(f"stream scheme must be lower-case letters, digits or '_', got {scheme!r}")
@@ -246,6 +274,8 @@ def register_stream_source(
         _DESCRIBERS[scheme] = describe
     if domain_key is not None:
         _DOMAIN_KEYS[scheme] = domain_key
+    if seekable:
+        _SEEKABLE.add(scheme)
 
 
 def default_domain_key(text: str) -> str | None:
@@ -325,13 +355,19 @@ def _last_component(text: str) -> str:
     return Path(text.rstrip("/")).name or text
 
 
-def open_stream_source(text: str, options: StreamOptions) -> Iterable[Any]:
-    """The stream named by ``text``: "<scheme>:<location>" for a registered scheme, "synthetic", or a folder."""
+def open_stream_source(text: str, options: StreamOptions, start: int = 0) -> Iterable[Any]:
+    """The stream named by ``text``: "<scheme>:<location>" for a registered scheme, "synthetic", or a folder.
+
+    start: samples to leave out (a resumed run; a multiple of the batch size): a seekable source
+    starts there, any other is read and its first batches dropped (``skip_samples``)."""
+    check_non_negative_int("start", start)
     scheme, separator, location = text.partition(":")
+    if scheme in _SEEKABLE and start:
+        return _SOURCES[scheme](location if separator else "", options, start=start)
     if scheme in _SOURCES:
-        return _SOURCES[scheme](location if separator else "", options)
+        return skip_samples(_SOURCES[scheme](location if separator else "", options), start)
     if Path(text).is_dir():
-        return _open_sized_image_folder(text, options)
+        return skip_samples(_open_sized_image_folder(text, options), start)
     raise ValueError(
         f"stream {text!r} is neither an existing folder nor '<scheme>:<options>' with a known scheme "
         f"({', '.join(_SOURCES)})"
@@ -383,14 +419,19 @@ DOMAIN_KEY = "domain"
 default domain key; ``severity`` holds the severity)."""
 
 
-def _open_ccc(location: str, options: StreamOptions) -> SizedStream:
+def _open_ccc(location: str, options: StreamOptions, start: int = 0) -> SizedStream:
     """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
-    in stream order; each sample's metadata also names its pair (``PAIR_KEY``)."""
+    in stream order, from sample ``start`` (whole shards before it are not read; nothing when the
+    stream ends there); each sample's metadata also names its pair (``PAIR_KEY``)."""
     from ccc.load import open_stream, stream_loader
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
     stream = open_stream(location, image_format="float")
+    if start and stream.length is not None and start >= stream.length:
+        return SizedStream([], 0)
+    if start:
+        stream = open_stream(location, image_format="float", start=start)
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     return SizedStream(_with_pairs(loader), stream.length)
 
@@ -440,4 +481,4 @@ def _with_pairs(loader: Iterable[Any]) -> Iterator[Any]:
         yield images, labels, [{**entry, PAIR_KEY: f"{entry['n1']}→{entry['n2']}"} for entry in metadata]
 
 
-register_stream_source("ccc", _open_ccc, _describe_ccc, domain_key=_ccc_domain_key)
+register_stream_source("ccc", _open_ccc, _describe_ccc, domain_key=_ccc_domain_key, seekable=True)

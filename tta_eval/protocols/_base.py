@@ -29,6 +29,7 @@ from ccc.validation import check_choice, check_positive_int
 if TYPE_CHECKING:
     import torch
 
+    from tta_eval.checkpoint import Checkpointer
     from tta_eval.protocols.timing import Timing
     from tta_eval.records import RecordTable
 
@@ -97,12 +98,38 @@ class RunContext:
     bar on stderr; timing: the run's clock (None: wall time measured on ``device``);
     baseline_latency: λ in seconds (> 0), the plain model's latency per batch, for the protocols
     whose settings need it (``EpisodeSettings.needs_baseline_latency``), else None.
+    checkpoint: writes checkpoints at batch boundaries (``tta_eval.checkpoint.Checkpointer``; None:
+    none). resume: a checkpoint's contents (``tta_eval.checkpoint.read_checkpoint``) to continue
+    from: the methods given to the run must then be the checkpoint's ``methods`` and the batches the
+    stream after its ``position`` (the run's records start there).
     """
 
     device: str | torch.device = "cpu"
     progress: bool = False
     timing: Timing | None = None
     baseline_latency: float | None = None
+    checkpoint: Checkpointer | None = None
+    resume: Mapping[str, Any] | None = None
+
+
+class ProtocolState:
+    """What a protocol keeps from one batch to the next besides its methods and their runners (e.g.
+    Alfarra's pending skips), saved in checkpoints at batch boundaries and restored on resume.
+
+    runners: the run's method runners (``tta_eval.protocols.execution.MethodRunner``), whose own
+    state the machinery saves. Subclasses hold their fields as attributes and return them from
+    ``state_dict`` as plain data, tensors or modules (pickled with ``torch.save``).
+    """
+
+    def __init__(self, runners: list[Any]) -> None:
+        self.runners = runners
+
+    def state_dict(self) -> dict[str, Any]:
+        """The protocol's own state (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from tta_eval.protocols._base import (
     CliOption,
     EpisodeSettings,
     ProtocolEntry,
+    ProtocolState,
     RunContext,
     ScoreColumn,
     SweepAxis,
@@ -38,6 +39,7 @@ from ccc.validation import check_in_range, check_positive_int
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
+    from tta_eval.protocols.execution import MethodRunner
     from tta_eval.records import BatchRecord
 
 
@@ -80,6 +82,23 @@ def relative_speed(speed: float, method_seconds: float, baseline_seconds: float)
     return max(1, math.ceil(round(speed * method_seconds / baseline_seconds, 9)))
 
 
+class _AlfarraState(ProtocolState):
+    """Per method, the batches still to be skipped (predicted without adapting) before it adapts again."""
+
+    def __init__(self, runners: list[MethodRunner]) -> None:
+        super().__init__(runners)
+        self.busy_batches = {runner.label: 0 for runner in runners}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pending skips per method label."""
+        return {"busy_batches": dict(self.busy_batches)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the pending skips (in place: the runner loop holds the dict)."""
+        self.busy_batches.clear()
+        self.busy_batches.update(state["busy_batches"])
+
+
 def run_alfarra(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
@@ -96,10 +115,10 @@ def run_alfarra(
     """
     from tta_eval.protocols.execution import check_nonfinite, lockstep
 
-    with lockstep(methods, batches, protocol, context) as (runners, stream):
-        busy_batches = {runner.label: 0 for runner in runners}
+    with lockstep(methods, batches, protocol, context, _AlfarraState) as (state, stream):
+        busy_batches = state.busy_batches
         for batch, new_episode in stream:
-            for runner in runners:
+            for runner in state.runners:
                 if new_episode:
                     runner.reset()
                     busy_batches[runner.label] = 0

@@ -23,6 +23,7 @@ from tta_eval.protocols._base import (
     CliOption,
     EpisodeSettings,
     ProtocolEntry,
+    ProtocolState,
     RunContext,
     ScoreColumn,
     SweepAxis,
@@ -34,6 +35,7 @@ from ccc.validation import check_non_negative, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
+    from tta_eval.protocols.execution import MethodRunner
     from tta_eval.records import BatchRecord
 
 
@@ -60,6 +62,23 @@ class AmortisedProtocol(EpisodeSettings):
         return True
 
 
+class _AmortisedState(ProtocolState):
+    """Per method, the overhead spent in the current episode (seconds); frozen copies are the runners'."""
+
+    def __init__(self, runners: list[MethodRunner]) -> None:
+        super().__init__(runners)
+        self.spent = {runner.label: 0.0 for runner in runners}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The overhead spent per method label."""
+        return {"spent": dict(self.spent)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the overhead spent (in place: the runner loop holds the dict)."""
+        self.spent.clear()
+        self.spent.update(state["spent"])
+
+
 def run_amortised(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
@@ -78,10 +97,10 @@ def run_amortised(
     if baseline_latency is None:
         raise ValueError("the amortised protocol needs the baseline latency λ (seconds), got None")
     check_positive("baseline_latency", baseline_latency)
-    with lockstep(methods, batches, protocol, context) as (runners, stream):
-        spent = {runner.label: 0.0 for runner in runners}
+    with lockstep(methods, batches, protocol, context, _AmortisedState) as (state, stream):
+        spent = state.spent
         for batch, new_episode in stream:
-            for runner in runners:
+            for runner in state.runners:
                 if new_episode:
                     runner.reset()
                     spent[runner.label] = 0.0

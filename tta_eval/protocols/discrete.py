@@ -11,6 +11,7 @@ is reset and the arrival clock restarts. Records come out in stream order for ev
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -20,6 +21,7 @@ from tta_eval.protocols._base import (
     CliOption,
     EpisodeSettings,
     ProtocolEntry,
+    ProtocolState,
     RunContext,
     ScoreColumn,
     SweepAxis,
@@ -113,6 +115,25 @@ class _MethodPipeline:
         return records
 
 
+class _DiscreteState(ProtocolState):
+    """Every method's pipeline: its queue, clock and the first arrival of the current episode."""
+
+    def __init__(self, runners: list[MethodRunner], interval: float, buffer: int) -> None:
+        super().__init__(runners)
+        self.pipelines = [_MethodPipeline(runner, interval, buffer) for runner in runners]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Per pipeline: its episode's first stream batch and its simulation state (records are handed
+        out at every batch boundary, so none is waiting)."""
+        return {"pipelines": [{"first_index": state.first_index, "pipeline": state.pipeline.state_dict()} for state in self.pipelines]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        for pipeline, saved in zip(self.pipelines, state["pipelines"], strict=True):
+            pipeline.first_index = int(saved["first_index"])
+            pipeline.pipeline.load_state_dict(saved["pipeline"])
+
+
 def run_discrete(
     methods: Mapping[str, TTAMethod],
     batches: Iterable[Any],
@@ -136,8 +157,8 @@ def run_discrete(
                 yield record
                 check_nonfinite(record, protocol)
 
-    with lockstep(methods, batches, protocol, context) as (runners, stream):
-        pipelines = [_MethodPipeline(runner, interval, protocol.buffer) for runner in runners]
+    with lockstep(methods, batches, protocol, context, functools.partial(_DiscreteState, interval=interval, buffer=protocol.buffer)) as (state, stream):
+        pipelines = state.pipelines
         for batch, new_episode in stream:
             if new_episode:
                 for state in pipelines:

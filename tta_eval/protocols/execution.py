@@ -12,23 +12,28 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import logging
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
+from tta_eval.checkpoint import restore_rng_states
 from tta_eval.methods import NeedsStreamPreparation, TTAMethod
 from tta_eval.methods.base import batchnorm_layers
-from tta_eval.protocols._base import EpisodeSettings, NonFiniteLossError, RunContext
+from tta_eval.protocols._base import EpisodeSettings, NonFiniteLossError, ProtocolState, RunContext
 from tta_eval.protocols.timing import Timing
 from tta_eval.records import BatchRecord
 from tta_eval.streams import Batch, as_batch, majority_value, metadata_values, stream_length
+
+if TYPE_CHECKING:
+    from tta_eval.checkpoint import Checkpointer
 
 logger = logging.getLogger(__name__)
 
@@ -145,16 +150,26 @@ def stream_batches(
     device: torch.device,
     domain_key: str | None,
     progress: bool = False,
+    start: tuple[int, int] | None = None,
+    before_first: Callable[[], None] | None = None,
 ) -> Iterator[StreamBatch]:
     """Validated batches of ``batches`` on ``device``, with domains; methods needing the stream head
     (EATA) are prepared first. progress: a bar on stderr, with total and ETA when the stream's length
-    is known (``tta_eval.streams.SizedStream``). Raises ValueError for malformed batches or an empty stream."""
+    is known (``tta_eval.streams.SizedStream``). Raises ValueError for malformed batches or an empty stream.
+
+    start: (batches, samples) already consumed by a resumed run: ``batches`` is the rest of the
+    stream, its batches are numbered from there, the methods are not prepared again and an empty
+    rest is allowed. before_first: called once the stream is opened, before its first batch is read
+    (a resumed run restores the random states there)."""
+    resumed = start is not None
+    first_index, samples_seen = start if resumed else (0, 0)
     total = stream_length(batches)
     iterator = iter(batches)
-    head = _prepare_methods(methods, iterator, device)
+    head = [] if resumed else _prepare_methods(methods, iterator, device)
     interactive = sys.stderr.isatty()
     bar = tqdm(
-        total=total,
+        total=None if total is None else samples_seen + total,
+        initial=samples_seen,
         disable=not progress,
         unit="img",
         unit_scale=True,
@@ -162,10 +177,11 @@ def stream_batches(
         mininterval=0.5 if interactive else NON_TTY_PROGRESS_INTERVAL_SECONDS,
         desc=", ".join(methods),
     )
-    samples_seen = 0
+    if before_first is not None:
+        before_first()
     batch_index = -1
     try:
-        for batch_index, item in enumerate(itertools.chain(head, iterator)):
+        for batch_index, item in enumerate(itertools.chain(head, iterator), start=first_index):
             batch = item if isinstance(item, Batch) else as_batch(item, batch_index)
             domain = ""
             if domain_key:
@@ -184,7 +200,7 @@ def stream_batches(
             bar.update(batch.size)
     finally:
         bar.close()
-    if batch_index < 0:
+    if batch_index < 0 and not resumed:
         raise ValueError("the stream yielded no batches")
 
 
@@ -204,6 +220,14 @@ class EpisodeTracker:
         )
         self._previous_domain = batch.domain
         return starts
+
+    def state_dict(self) -> dict[str, Any]:
+        """The domain of the last batch seen."""
+        return {"previous_domain": self._previous_domain}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self._previous_domain = state["previous_domain"]
 
 
 def check_nonfinite(record: BatchRecord, settings: EpisodeSettings) -> None:
@@ -250,6 +274,19 @@ class MethodRunner:
     def close(self) -> None:
         """Remove the timing hook."""
         self.clock.detach()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the runner keeps besides its method: a pending reset mark, whether the method was
+        called (warmed up) and the frozen copy of its network (None when not frozen)."""
+        return {"reset_pending": self._reset_pending, "called": self._called, "frozen_network": self.frozen_network}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (the method itself is the checkpoint's)."""
+        self._reset_pending = bool(state["reset_pending"])
+        self._called = bool(state["called"])
+        self.frozen_network = state["frozen_network"]
+        if self.frozen_network is not None:
+            self.clock.detach()
 
     def _warm_up(self, batch: StreamBatch) -> None:
         for _ in range(self._warmup_calls):
@@ -372,16 +409,68 @@ def method_runners(methods: Mapping[str, TTAMethod], timing: Timing, device: tor
             runner.close()
 
 
+State = TypeVar("State", bound=ProtocolState)
+
+
 @contextlib.contextmanager
 def lockstep(
-    methods: Mapping[str, TTAMethod], batches: Iterable[Any], settings: EpisodeSettings, context: RunContext
-) -> Iterator[tuple[list[MethodRunner], Iterator[tuple[StreamBatch, bool]]]]:
-    """The runners of ``methods`` (moved to the context's device, timed by its timing, measured wall
-    time by default) and the validated stream batches, each paired with whether the protocol resets
-    the methods before it (``EpisodeTracker``); the runners are closed when the block ends."""
+    methods: Mapping[str, TTAMethod],
+    batches: Iterable[Any],
+    settings: EpisodeSettings,
+    context: RunContext,
+    new_state: Callable[[list[MethodRunner]], State] = ProtocolState,  # type: ignore[assignment]
+) -> Iterator[tuple[State, Iterator[tuple[StreamBatch, bool]]]]:
+    """The protocol's state ``new_state(runners)`` holding the runners of ``methods`` (moved to the
+    context's device, timed by its timing, measured wall time by default) and the validated stream
+    batches, each paired with whether the protocol resets the methods before it
+    (``EpisodeTracker``); the runners are closed when the block ends.
+
+    Checkpoints (``context.checkpoint``) are written at batch boundaries: when the protocol asks for
+    the next batch, every record of the previous ones has been handed out (and written by the
+    caller), and nothing of the next has been read. They hold the methods, the runners', episode
+    tracker's and protocol state's ``state_dict``s and the stream position. ``context.resume``
+    restores all of them (the methods given must be the checkpoint's) and, just before the first
+    batch is read, the global random states.
+    """
     device = torch.device(context.device)
     timing = context.timing or Timing(str(device))
     episodes = EpisodeTracker(settings)
+    resume = context.resume
     with method_runners(methods, timing, device) as runners:
-        stream = stream_batches(methods, batches, device, settings.domain_key, context.progress)
-        yield runners, ((batch, episodes.starts_episode(batch)) for batch in stream)
+        state = new_state(runners)
+        start = None
+        restore_random = None
+        if resume is not None:
+            saved = resume["runners"]
+            if list(saved) != [runner.label for runner in runners]:
+                raise ValueError(f"the checkpoint holds methods {', '.join(saved)}, not {', '.join(runner.label for runner in runners)}")
+            for runner in runners:
+                runner.load_state_dict(saved[runner.label])
+            episodes.load_state_dict(resume["episodes"])
+            state.load_state_dict(resume["protocol"])
+            start = (int(resume["position"]["batches"]), int(resume["position"]["samples"]))
+            restore_random = functools.partial(restore_rng_states, resume["rng"])
+        stream = stream_batches(methods, batches, device, settings.domain_key, context.progress, start, restore_random)
+        yield state, _with_checkpoints(stream, episodes, state, context.checkpoint)
+
+
+def _with_checkpoints(
+    stream: Iterator[StreamBatch], episodes: EpisodeTracker, state: ProtocolState, checkpoint: Checkpointer | None
+) -> Iterator[tuple[StreamBatch, bool]]:
+    for batch in stream:
+        yield batch, episodes.starts_episode(batch)
+        samples = batch.sample_start + batch.size
+        if checkpoint is not None and checkpoint.due(samples):
+            with contextlib.ExitStack() as hooks_removed:
+                for runner in state.runners:
+                    hooks_removed.enter_context(runner.clock.detached())
+                checkpoint.save(
+                    {
+                        "methods": {runner.label: runner.method for runner in state.runners},
+                        "runners": {runner.label: runner.state_dict() for runner in state.runners},
+                        "episodes": episodes.state_dict(),
+                        "protocol": state.state_dict(),
+                        "position": {"batches": batch.index + 1, "samples": samples},
+                    },
+                    samples,
+                )

@@ -46,9 +46,9 @@ def run_offline(
     """
     from tta_eval.protocols.execution import check_nonfinite, lockstep
 
-    with lockstep(methods, batches, protocol, context) as (runners, stream):
+    with lockstep(methods, batches, protocol, context) as (state, stream):
         for batch, new_episode in stream:
-            for runner in runners:
+            for runner in state.runners:
                 if new_episode:
                     runner.reset()
                 record = runner.adapt(batch)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -103,6 +103,17 @@ class DiscretePipeline(Generic[Item]):
         """Arrivals have ended: serve every waiting batch."""
         while self._queue:
             self._start(*self._queue.popleft())
+
+    def state_dict(self) -> dict[str, Any]:
+        """The simulation's state between arrivals: the waiting (position, item) pairs, when the
+        pipeline is free again and the next arrival's position."""
+        return {"queue": list(self._queue), "free_at": self.free_at, "next_position": self._next_position}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self._queue = deque(state["queue"])
+        self.free_at = float(state["free_at"])
+        self._next_position = int(state["next_position"])
 
 
 def _as_vector(name: str, values: ArrayLike) -> NDArray[np.float64]:

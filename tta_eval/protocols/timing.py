@@ -18,11 +18,12 @@ per-batch latency over repeated calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -237,6 +238,17 @@ class MeasuredClock:
             self._handle.remove()
             self._handle = None
 
+    @contextlib.contextmanager
+    def detached(self) -> Iterator[None]:
+        """Within the block the hook is removed (e.g. while the network is pickled), then restored if it was installed."""
+        installed = self._handle is not None
+        self.detach()
+        try:
+            yield
+        finally:
+            if installed:
+                self.attach()
+
     def _on_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._armed:
             self._armed = False
@@ -286,6 +298,11 @@ class DeterministicClock:
 
     def detach(self) -> None:
         """Nothing to remove."""
+
+    @contextlib.contextmanager
+    def detached(self) -> Iterator[None]:
+        """Nothing to remove or restore."""
+        yield
 
     def time_adaptation(self, call: Callable[[], T]) -> tuple[T, StepTime]:
         """Run the call; charge the method's constant cost."""

@@ -36,9 +36,9 @@ class EveryKthProtocol(EpisodeSettings):
 
 
 def run_every_kth(methods: Mapping[str, Any], batches: Iterable[Any], protocol: EveryKthProtocol, context: RunContext) -> Iterator[BatchRecord]:
-    with lockstep(methods, batches, protocol, context) as (runners, stream):
+    with lockstep(methods, batches, protocol, context) as (state, stream):
         for batch, new_episode in stream:
-            for runner in runners:
+            for runner in state.runners:
                 if new_episode:
                     runner.reset()
                 if batch.index % protocol.period:
