@@ -12,10 +12,10 @@ Everything the user can get wrong is checked here, in the driver, before any tas
 run's settings are resolved (``resolve_experiment``), run folders must be distinct, and the
 executor must have a node that can hold one task (``--device cuda``: a GPU). Ray retries a task
 whose worker or node died (``RayExecutor.max_retries`` times) by running the same run again into
-the same folder, which resumes it from its last checkpoint; exceptions raised by the run itself (a
-user mistake, a stopped run) are not retried. With ``overwrite`` the driver clears each run folder
-once, before submitting, and the tasks run without it, so that a retry resumes instead of starting
-over.
+the same folder, which resumes it from its last checkpoint (with ``overwrite`` a retry starts the
+run over: the driver cannot replace a previous run before the task has checked the new one, so
+the task does it); exceptions raised by the run itself (a user mistake, a stopped run) are not
+retried.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pathlib import Path
 
 from ccc.execution import Executor, TaskOptions
 from tta_eval.experiment import ResolvedExperiment, run_experiment
-from tta_eval.run_folder import check_run_folder, clear_run_folder
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +97,6 @@ def run_experiments(
         settings = run.settings
         if executor.distributed:
             settings = dataclasses.replace(settings, progress=False)
-        if settings.overwrite:
-            clear_run_folder(check_run_folder(settings.output_root / settings.resolved_run_name(), overwrite=True))
-            settings = dataclasses.replace(settings, overwrite=False)
         handles[executor.submit(run_experiment, settings, None, run.notes, notify, options=options)] = index
     folders: dict[int, Path] = {}
     failures: dict[int, BaseException] = {}

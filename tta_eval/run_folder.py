@@ -122,8 +122,7 @@ def check_run_folder(run_dir: Path, overwrite: bool, resume: bool = False) -> Pa
     for folder in (*reversed(run_dir.parents), run_dir):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
-    holds_files = run_dir.is_dir() and any(path.is_file() for path in run_dir.rglob("*"))
-    if holds_files and not overwrite and not (resume and is_unfinished_run(run_dir)):
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not overwrite and not (resume and is_unfinished_run(run_dir)):
         raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
     return run_dir
 

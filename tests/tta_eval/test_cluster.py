@@ -48,6 +48,41 @@ def crash_once_model():  # type: ignore[no-untyped-def]
     return pretrained_tiny_cnn()
 
 
+MIDWAY_MARKER = "CCC_TEST_MIDWAY_MARKER"
+"""Environment variable naming the file whose absence makes ``crash_midway_model`` kill its process
+at its 13th forward pass: in the fourth of the stream's 6 batches (3 methods), after the run's
+checkpoint at sample 32."""
+
+MIDWAY_CALLS = "CCC_TEST_MIDWAY_CALLS"
+"""Environment variable naming the file ``crash_midway_model`` appends a line to on every forward
+pass after the crash (the retried attempt)."""
+
+_FORWARD_PASSES = [0]
+
+
+class _MidwayCrashingNetwork(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.network = pretrained_tiny_cnn()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        marker = Path(os.environ[MIDWAY_MARKER])
+        if marker.exists():
+            with open(os.environ[MIDWAY_CALLS], "a") as calls:
+                calls.write("call\n")
+        else:
+            _FORWARD_PASSES[0] += 1
+            if _FORWARD_PASSES[0] > 12:
+                marker.touch()
+                os._exit(1)
+        return self.network(images)
+
+
+def crash_midway_model():  # type: ignore[no-untyped-def]
+    """Model factory: the tiny CNN whose process dies in the middle of its first run (no marker yet)."""
+    return _MidwayCrashingNetwork()
+
+
 def failing_model():  # type: ignore[no-untyped-def]
     """Model factory that counts its calls and fails as a user mistake would."""
     with open(os.environ[ATTEMPTS_FILE], "a") as attempts:
@@ -157,6 +192,8 @@ def ray_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
     environment = {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
         CRASH_MARKER: str(folder / "crashed"),
+        MIDWAY_MARKER: str(folder / "crashed_midway"),
+        MIDWAY_CALLS: str(folder / "calls_after_the_crash"),
         ATTEMPTS_FILE: str(folder / "attempts"),
     }
     saved = {name: os.environ.get(name) for name in environment}
@@ -202,6 +239,16 @@ def test_a_run_whose_worker_died_is_retried_and_a_user_error_is_not(ray_module, 
     with pytest.raises(ValueError, match="^this model cannot be built$"):
         run_experiments([failing], RayExecutor(ray_module, max_retries=2), task_options("cpu", True))
     assert Path(os.environ[ATTEMPTS_FILE]).read_text() == "call\n"
+
+
+def test_a_run_whose_worker_died_midway_resumes_from_its_checkpoint(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run = resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:crash_midway_model", checkpoint_every=32))
+    run_experiments([run], RayExecutor(ray_module, max_retries=2), task_options("cpu", True))
+    assert Path(os.environ[MIDWAY_MARKER]).exists()  # the first attempt died after its checkpoint at sample 32
+    calls_after = len(Path(os.environ[MIDWAY_CALLS]).read_text().splitlines())
+    assert 0 < calls_after < 18  # a run from the start makes 6 batches × 3 methods forward passes, at least
+    expected = {path: digest for path, digest in serial_records.items() if path.startswith(run.settings.resolved_run_name() + "/")}
+    assert records_digests(tmp_path) == expected
 
 
 def test_a_sweep_on_ray_writes_the_serial_scenario_records(ray_module, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
