@@ -226,7 +226,7 @@ def test_tta_eval_runs_petta_next_to_rotta(tmp_path, capsys):
     path = tmp_path / "tiny.ttac.pt"
     compute_source_statistics(model, clean).save(path)
     petta = f"petta:source_statistics={path}"
-    code, out, err = run_cli(
+    code, _, err = run_cli(
         capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "rotta:update_every=8",
         "--method", petta, "--window", "32", "--out", str(tmp_path / "results"), "--name", "petta", "--no-progress",
     )
