@@ -106,6 +106,32 @@ def replace_batchnorm_with_robust(model: nn.Module, momentum: float) -> list[str
     return names
 
 
+def robust_batchnorm_parameters(model: nn.Module, momentum: float) -> list[nn.Parameter]:
+    """Freeze ``model``, replace its BatchNorm layers by RobustBatchNorm (``momentum``) in place and
+    return the robust layers' affine parameters, the only trainable ones (RoTTA's and PeTTA's student)."""
+    model.requires_grad_(False)
+    replace_batchnorm_with_robust(model, momentum)
+    parameters = [
+        parameter
+        for module in model.modules()
+        if isinstance(module, RobustBatchNorm)
+        for parameter in (module.weight, module.bias)
+    ]
+    for parameter in parameters:
+        parameter.requires_grad_(True)
+    return parameters
+
+
+def set_robust_training(networks: tuple[nn.Module, ...], training: bool) -> None:
+    """Put every layer of ``networks`` in evaluation mode, then their RobustBatchNorm layers in
+    training mode if ``training`` (they then absorb the statistics of each batch they see)."""
+    for network in networks:
+        network.eval()
+        for module in network.modules():
+            if isinstance(module, RobustBatchNorm):
+                module.train(training)
+
+
 def timeliness_weights(ages: torch.Tensor) -> torch.Tensor:
     """RoTTA's time-aware weights exp(−a) / (1 + exp(−a)) for ages a >= 0 (in units of the capacity)."""
     return torch.exp(-ages) / (1.0 + torch.exp(-ages))
@@ -205,16 +231,7 @@ class RoTTA(AdaptationMethod):
     def __init__(self, model: nn.Module, config: RoTTAConfig) -> None:
         require_batchnorm(model, "rotta")
         super().__init__(model, config)
-        model.requires_grad_(False)
-        replace_batchnorm_with_robust(model, config.robust_bn_momentum)
-        parameters = [
-            parameter
-            for module in model.modules()
-            if isinstance(module, RobustBatchNorm)
-            for parameter in (module.weight, module.bias)
-        ]
-        for parameter in parameters:
-            parameter.requires_grad_(True)
+        parameters = robust_batchnorm_parameters(model, config.robust_bn_momentum)
         self.teacher = copy.deepcopy(model).requires_grad_(False)
         self.optimizer = torch.optim.Adam(
             parameters,
@@ -240,11 +257,7 @@ class RoTTA(AdaptationMethod):
         self.samples_seen = 0
 
     def _set_robust_training(self, training: bool) -> None:
-        for network in (self.model, self.teacher):
-            network.eval()
-            for module in network.modules():
-                if isinstance(module, RobustBatchNorm):
-                    module.train(training)
+        set_robust_training((self.model, self.teacher), training)
 
     def _apply_layer_modes(self) -> None:
         self._set_robust_training(False)

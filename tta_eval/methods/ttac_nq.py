@@ -186,6 +186,36 @@ def compute_source_statistics(
     )
 
 
+def matching_source_statistics(
+    model: nn.Module,
+    head_name: str,
+    method_name: str,
+    path: str,
+    statistics: SourceFeatureStatistics | None = None,
+) -> SourceFeatureStatistics:
+    """``statistics``, or those loaded from ``path``, checked against the model's classifier head.
+
+    Raises ValueError naming ``method_name`` when neither is given, when the file cannot be read, or
+    when the feature dimension or class count differs from the head ``head_name`` of ``model``.
+    """
+    if statistics is None:
+        if not path:
+            raise ValueError(
+                f"method '{method_name}' needs source feature statistics: compute them from clean images with "
+                "tta_eval.methods.compute_source_statistics(model, batches), save them with .save(path) "
+                "and pass source_statistics=<path>"
+            )
+        statistics = SourceFeatureStatistics.load(path)
+    head = model.get_submodule(head_name)
+    if (statistics.feature_dim, statistics.num_classes) != (head.in_features, head.out_features):
+        raise ValueError(
+            f"source statistics have {statistics.feature_dim} features and {statistics.num_classes} "
+            f"classes, but the model's head {head_name!r} maps {head.in_features} features to "
+            f"{head.out_features} classes"
+        )
+    return statistics
+
+
 def symmetric_gaussian_kl(
     mean_p: torch.Tensor,
     covariance_p: torch.Tensor,
@@ -242,21 +272,10 @@ class TTACNQ(AdaptationMethod):
     ) -> None:
         super().__init__(model, config)
         self.head_name = find_classifier_head(model, self.method_name)
-        if source_statistics is None:
-            if not config.source_statistics:
-                raise ValueError(
-                    "method 'ttac_nq' needs source feature statistics: compute them from clean images with "
-                    "tta_eval.methods.compute_source_statistics(model, batches), save them with .save(path) "
-                    "and pass source_statistics=<path>"
-                )
-            source_statistics = SourceFeatureStatistics.load(config.source_statistics)
+        source_statistics = matching_source_statistics(
+            model, self.head_name, self.method_name, config.source_statistics, source_statistics
+        )
         head = model.get_submodule(self.head_name)
-        if (source_statistics.feature_dim, source_statistics.num_classes) != (head.in_features, head.out_features):
-            raise ValueError(
-                f"source statistics have {source_statistics.feature_dim} features and {source_statistics.num_classes} "
-                f"classes, but the model's head {self.head_name!r} maps {head.in_features} features to "
-                f"{head.out_features} classes"
-            )
         parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
         self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
         self._register_statistics(source_statistics, head.weight.device)

@@ -63,7 +63,7 @@ def prepare_on(method: nn.Module, model_kind: str) -> nn.Module:
 
 def test_the_expected_methods_support_layernorm_and_groupnorm():
     assert {"tent", "eta", "eata", "rdumb", "rpl", "cpl", "pl", "slr", "sar", "deyo", "cmf"} <= set(NORMALIZATION_METHODS)
-    assert set(BATCHNORM_ONLY) == {"bn", "adabn", "rotta"}
+    assert set(BATCHNORM_ONLY) == {"bn", "adabn", "rotta", "petta"}
     assert "cotta" in SUPPORTING
 
 
