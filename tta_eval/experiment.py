@@ -270,7 +270,7 @@ def _reset_notes(methods: tuple[MethodSpec, ...], batch_size: int, samples: int 
         return []
     notes = []
     for method in methods:
-        _, reset_every = resolve_config(method.name, **dict(method.options))
+        reset_every = resolve_config(method.name, **dict(method.options))[1].interval()
         if reset_every is not None and reset_every * batch_size >= samples:
             suggestion = max(1, samples // (batch_size * SUGGESTED_RESETS_PER_STREAM))
             notes.append(
@@ -319,11 +319,12 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
     """JSON-serialisable record of everything that determined the run; stream_name: the stream's name (``StreamDescription.name``)."""
     method_configs = {}
     for method in methods:
-        config, reset_every = resolve_config(method.name, **dict(method.options))
+        config, reset = resolve_config(method.name, **dict(method.options))
         method_configs[method.label] = {
             "method": method.name,
             "config": dataclasses.asdict(config),
-            "reset_every": reset_every,
+            "reset": reset.text(),
+            "reset_every": reset.interval(),
             "description": get_method(method.name).description,
         }
     return {
