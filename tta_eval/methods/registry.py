@@ -123,6 +123,11 @@ def reset_policy_names() -> list[str]:
     return list(RESET_POLICIES)
 
 
+def reset_policy_defaults() -> list[str]:
+    """Each reset policy with its default parameters, as written after ``reset=``."""
+    return [policy_class().text() for policy_class in RESET_POLICIES.values()]
+
+
 def parse_reset_policy(value: Any) -> ResetPolicy:
     """The reset policy written as ``NAME`` or ``NAME:param=value:param=value`` (None: never).
 

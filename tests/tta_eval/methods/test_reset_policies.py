@@ -111,6 +111,8 @@ def test_methods_command_lists_the_new_methods_and_their_policies(capsys):
     assert "\nrdumbpp: " in out and f"reset = '{DriftPolicy().text()}'" in out
     code, out, _ = run_cli(capsys, "methods", "asr")
     assert code == 0 and f"reset = '{ASRPolicy().text()}'" in out and "YonseiML/asr" in out
+    policies = out[out.index("reset policies, for any method"):].splitlines()[1:]
+    assert [line.strip() for line in policies] == ["never", "periodic:every=1000", DriftPolicy().text(), ASRPolicy().text()]
 
 
 # --- periodic = reset_every --------------------------------------------------------------------------
