@@ -247,7 +247,12 @@ def _with_world_methods(settings: ExperimentSettings, notes: list[str]) -> tuple
     updated = []
     for method in methods:
         given = dict(method.options)
-        added = {option: value for option, value in DEMO_METHOD_OPTIONS.get(method.name, {}).items() if option not in given}
+        reset_given = bool({"reset", "reset_every"} & given.keys())  # one option, two spellings
+        added = {
+            option: value
+            for option, value in DEMO_METHOD_OPTIONS.get(method.name, {}).items()
+            if option not in given and not (reset_given and option in ("reset", "reset_every"))
+        }
         if added:
             applied.append(f"{method.label}: {', '.join(f'{option}={value:g}' for option, value in added.items())}")
         updated.append(dataclasses.replace(method, options=tuple({**added, **given}.items())))

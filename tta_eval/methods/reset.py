@@ -255,9 +255,10 @@ class DriftReset(ResetPolicyWrapper):
     def __init__(self, method: nn.Module, policy: DriftPolicy) -> None:
         super().__init__(method)
         self.policy = policy
-        self.anchor_names = [name for name, value in method.state_dict().items() if value.is_floating_point()]
+        initial = method.state_dict()
+        self.anchor_names = [name for name, value in initial.items() if value.is_floating_point()]
         for index, name in enumerate(self.anchor_names):
-            self.register_buffer(f"anchor_{index}", method.state_dict()[name].detach().clone())
+            self.register_buffer(f"anchor_{index}", initial[name].detach().clone())
         self._clear_statistics()
         self.reset_pending = False
         self.resets = 0

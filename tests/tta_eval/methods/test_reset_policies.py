@@ -353,3 +353,20 @@ def test_a_bad_policy_on_the_command_line_is_one_line(tmp_path, capsys):
                            "--out", str(tmp_path), "--no-progress")  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "unknown parameter 'speed' of reset policy 'asr'; valid parameters: m0, p0, a0, r0, r1" in err
+
+
+def test_a_policy_given_on_a_demo_world_stream_replaces_the_worlds_reset_every(tmp_path, monkeypatch):
+    """The demo world gives rdumb reset_every=50 unless the user sets the reset, in either spelling."""
+    import ccc.demo
+    from tests.builders import make_ccc_run
+    from tta_eval.experiment import ExperimentSettings, resolve_experiment
+
+    run = make_ccc_run(tmp_path / "shards", num_images=64, speed=8, shard_size=64)
+    monkeypatch.setattr(ccc.demo, "EXPECTED_INDEX_SHA256", json.loads((run / "manifest.json").read_text())["stream"]["source_index_checksum"])
+    methods = tuple(MethodSpec.parse(text) for text in ("rdumb", "rdumb:reset=asr", "rdumb:reset_every=3"))
+    resolved = resolve_experiment(ExperimentSettings(stream=f"ccc:{run}", methods=methods)).settings.methods
+    options = {method.label: dict(method.options) for method in resolved}
+    assert options["rdumb"]["reset_every"] == ccc.demo.demonstration.DEMO_RESET_EVERY
+    assert options["rdumb:reset=asr"]["reset"] == "asr" and "reset_every" not in options["rdumb:reset=asr"]
+    assert options["rdumb:reset_every=3"]["reset_every"] == 3
+    assert options["rdumb:reset=asr"]["learning_rate"] == ccc.demo.demonstration.DEMO_LEARNING_RATE
