@@ -194,7 +194,7 @@ def resolve_config(name: str, **overrides: Any) -> tuple[Any, ResetPolicy]:
     default_config = entry.config_class()
     hints = typing.get_type_hints(entry.config_class)
     coerced = {
-        option: _coerce_option(name, option, value, getattr(default_config, option), hints.get(option))
+        option: _coerce_option(f"method {name!r}", option, value, getattr(default_config, option), hints.get(option))
         for option, value in overrides.items()
     }
     return dataclasses.replace(default_config, **coerced), policy
