@@ -555,6 +555,7 @@ def _compare(arguments: argparse.Namespace) -> int:
 
 def _methods(arguments: argparse.Namespace) -> int:
     from tta_eval.methods import get_method, list_methods
+    from tta_eval.methods.registry import reset_policy_defaults
 
     names = list_methods(arguments.pattern)
     if not names:
@@ -566,6 +567,9 @@ def _methods(arguments: argparse.Namespace) -> int:
             print(f"    {option} = {value!r}")
         if entry.sources:
             print(f"    sources: {entry.sources}")
+    print("reset policies, for any method (--method NAME:reset=POLICY:param=value:…; docs/methods.md):")
+    for policy in reset_policy_defaults():
+        print(f"    {policy}")
     return 0
 
 

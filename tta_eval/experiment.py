@@ -260,7 +260,12 @@ def _with_world_methods(settings: ExperimentSettings, notes: list[str]) -> tuple
     updated = []
     for method in methods:
         given = dict(method.options)
-        added = {option: value for option, value in DEMO_METHOD_OPTIONS.get(method.name, {}).items() if option not in given}
+        reset_given = bool({"reset", "reset_every"} & given.keys())  # one option, two spellings
+        added = {
+            option: value
+            for option, value in DEMO_METHOD_OPTIONS.get(method.name, {}).items()
+            if option not in given and not (reset_given and option in ("reset", "reset_every"))
+        }
         if added:
             applied.append(f"{method.label}: {', '.join(f'{option}={value:g}' for option, value in added.items())}")
         updated.append(dataclasses.replace(method, options=tuple({**added, **given}.items())))
@@ -283,7 +288,7 @@ def _reset_notes(methods: tuple[MethodSpec, ...], batch_size: int, samples: int 
         return []
     notes = []
     for method in methods:
-        _, reset_every = resolve_config(method.name, **dict(method.options))
+        reset_every = resolve_config(method.name, **dict(method.options))[1].interval()
         if reset_every is not None and reset_every * batch_size >= samples:
             suggestion = max(1, samples // (batch_size * SUGGESTED_RESETS_PER_STREAM))
             notes.append(
@@ -334,11 +339,12 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
     """JSON-serialisable record of everything that determined the run; stream_name: the stream's name (``StreamDescription.name``)."""
     method_configs = {}
     for method in methods:
-        config, reset_every = resolve_config(method.name, **dict(method.options))
+        config, reset = resolve_config(method.name, **dict(method.options))
         method_configs[method.label] = {
             "method": method.name,
             "config": dataclasses.asdict(config),
-            "reset_every": reset_every,
+            "reset": reset.text(),
+            "reset_every": reset.interval(),
             "description": get_method(method.name).description,
         }
     return {

@@ -16,6 +16,8 @@ from tta_eval.methods import compute_source_statistics, create, get_method
 TEST_OPTIONS: dict[str, dict] = {
     "eta": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
     "rdumb": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
+    "rdumbpp": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
+    "asr": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0},
     "eata": {"entropy_margin_fraction": 1.0, "redundancy_margin": 1.0, "fisher_samples": 24},
     "cotta": {"augmentation_threshold": 1.0, "augmentation_count": 2},
     "pl": {"confidence_threshold": 0.0},

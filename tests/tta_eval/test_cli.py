@@ -212,7 +212,7 @@ def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--method", "tentt"], "unknown method 'tentt'; available: adabn, bn, "),
+        (["--method", "tentt"], "unknown method 'tentt'; available: adabn, asr, bn, "),
         (["--method", "tent:lr=1"], "unknown option 'lr' for method 'tent'; valid options: learning_rate"),
         (["--method", "tent:learning_rate"], "options must look like key=value, got 'learning_rate'"),
         (["--method", "tent", "--stream", "no/such/folder"], "stream 'no/such/folder' is neither an existing folder"),

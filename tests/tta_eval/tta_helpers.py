@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torchvision.models import VisionTransformer
 
-from tta_eval.methods import PeriodicReset
+from tta_eval.methods import ResetPolicyWrapper
 
 TINY_FACTORY = "tta_eval.synthetic:tiny_bn_cnn"
 """A 10-class BatchNorm CNN factory for ``--model`` (random initialisation)."""
@@ -105,8 +105,8 @@ def states_equal(first: dict, second: dict) -> bool:
 
 
 def optimizer_of(method: nn.Module) -> torch.optim.Optimizer | None:
-    """The optimiser of a method, looking through a PeriodicReset wrapper."""
-    inner = method.method if isinstance(method, PeriodicReset) else method
+    """The optimiser of a method, looking through a reset policy's wrapper."""
+    inner = method.method if isinstance(method, ResetPolicyWrapper) else method
     return inner.optimizer
 
 

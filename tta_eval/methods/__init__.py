@@ -22,7 +22,7 @@ from tta_eval.methods.base import AdaptationMethod, NeedsStreamPreparation, Step
 from tta_eval.methods.eta import ETA
 from tta_eval.methods.rdumb import RDUMB_RESET_EVERY
 from tta_eval.methods.registry import MethodEntry, create, get_method, list_methods, register_method, resolve_config
-from tta_eval.methods.reset import PeriodicReset
+from tta_eval.methods.reset import PeriodicReset, ResetPolicyWrapper
 from tta_eval.methods.ttac_nq import SourceFeatureStatistics, compute_source_statistics
 
 for _module in pkgutil.iter_modules(__path__):
@@ -36,6 +36,7 @@ __all__ = [
     "NeedsStreamPreparation",
     "PeriodicReset",
     "RDUMB_RESET_EVERY",
+    "ResetPolicyWrapper",
     "SourceFeatureStatistics",
     "StepInfo",
     "TTAMethod",

@@ -1,6 +1,7 @@
 """rdumb (Press et al. NeurIPS 2023): ETA reset to its initial state every 1000 batches.
 
-Any method takes the same policy with the option ``reset_every``; this entry only changes its default.
+Any method takes the same policy with ``reset=periodic:every=N`` (short form ``reset_every=N``); this
+entry only changes its default.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ RDUMB_RESET_EVERY = 1000
 
 
 class RDumb(ETA):
-    """ETA under its own name (the reset is the registry's ``reset_every`` default)."""
+    """ETA under its own name (the reset is the registry entry's default policy)."""
 
     method_name = "rdumb"
 
@@ -25,7 +26,7 @@ register_method(
         ETAConfig,
         "ETA reset to its initial state every 1000 batches",
         needs_batchnorm=False,
-        reset_every=RDUMB_RESET_EVERY,
+        reset=f"periodic:every={RDUMB_RESET_EVERY}",
         sources="Press et al. NeurIPS 2023; CCC code models/rdumb.py",
         colour="tab:purple",
     )

@@ -28,7 +28,7 @@ from torch import nn
 from tests.builders import REPOSITORY
 from tests.tta_eval.method_helpers import build, prepared, statistics_file
 from tests.tta_eval.tta_helpers import assert_reset_matches_fresh, make_batches, states_equal
-from tta_eval.methods import PeriodicReset, create, get_method, list_methods
+from tta_eval.methods import PeriodicReset, ResetPolicyWrapper, create, get_method, list_methods
 from tta_eval.methods.layers import batchnorm_statistics_frozen
 
 METHODS_DOC = REPOSITORY / "docs" / "methods.md"
@@ -77,9 +77,12 @@ def same(first: typing.Any, second: typing.Any) -> bool:
 
 def full_state(method: nn.Module) -> dict[str, typing.Any]:
     """Everything a method may change: its state_dict and the attributes it keeps outside it (prediction
-    averages, random generators, memory banks …), of the method and of a method wrapped by PeriodicReset."""
-    inner = method.method if isinstance(method, PeriodicReset) else method
+    averages, random generators, memory banks …), of the method and, for a method wrapped by a reset
+    policy, of the wrapper too (counters, drift statistics, Fisher estimates)."""
+    inner = method.method if isinstance(method, ResetPolicyWrapper) else method
     attributes = {key: value for key, value in vars(inner).items() if not key.startswith("_") and key != "last_step"}
+    if inner is not method:
+        attributes |= {f"policy.{key}": value for key, value in vars(method).items() if not key.startswith("_") and key != "last_step"}
     return {"state_dict": snapshot(dict(method.state_dict())), "attributes": snapshot(attributes)}
 
 
@@ -181,7 +184,7 @@ def test_prediction_network_predicts_without_changing_any_state(name, tiny_cnn, 
     method = prepared(build(name, tiny_cnn, statistics_path))
     first, second = (images for images, _ in make_batches(2))
     method(first)
-    inner = method.method if isinstance(method, PeriodicReset) else method
+    inner = method.method if isinstance(method, ResetPolicyWrapper) else method
     network = getattr(inner, "prediction_network", inner.model)
     before = full_state(method)
     with torch.no_grad(), batchnorm_statistics_frozen(network):

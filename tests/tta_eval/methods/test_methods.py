@@ -48,7 +48,7 @@ def test_registry_holds_the_papers_methods_in_alphabetical_order():
 def test_rdumb_is_eta_with_a_periodic_reset_of_1000(tiny_cnn):
     entry = get_method("rdumb")
     assert issubclass(entry.method_class, ETA) and entry.reset_every == RDUMB_RESET_EVERY == 1000
-    assert entry.defaults() == {**get_method("eta").defaults(), "reset_every": 1000}
+    assert entry.defaults() == {**get_method("eta").defaults(), "reset": "periodic:every=1000", "reset_every": 1000}
     method = create("rdumb", tiny_cnn)
     assert isinstance(method, PeriodicReset) and method.every == 1000 and isinstance(method.method, ETA)
 
@@ -71,7 +71,7 @@ def test_published_defaults():
 
 
 def test_unknown_method_lists_the_available_ones(tiny_cnn):
-    with pytest.raises(ValueError, match=r"unknown method 'tentt'; available: adabn, bn, .*, tent, ttac_nq$"):
+    with pytest.raises(ValueError, match=r"unknown method 'tentt'; available: adabn, asr, bn, .*, tent, ttac_nq$"):
         create("tentt", tiny_cnn)
 
 

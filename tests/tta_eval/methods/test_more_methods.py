@@ -18,7 +18,7 @@ from torch import nn
 
 from tests.tta_eval.method_helpers import batch_statistics_copy, build, make_staged_cnn, statistics_file
 from tests.tta_eval.tta_helpers import ConstructedLogits, make_batches, states_equal
-from tta_eval.methods import PeriodicReset, compute_source_statistics, create, get_method, list_methods
+from tta_eval.methods import ResetPolicyWrapper, compute_source_statistics, create, get_method, list_methods
 from tta_eval.methods.lame import knn_affinity, laplacian_optimization, rbf_affinity
 from tta_eval.methods.layers import (
     NormalizationGradientMethod,
@@ -250,7 +250,7 @@ def test_short_synthetic_stream_run_adapts_without_nans(name, synthetic_setup):
     message = f"accuracy {correct / samples:.2f} (source {source_correct / samples:.2f})"
     assert not any(step.nonfinite_loss for step in steps)
     assert changed_predictions or name == "source", "the method should change the source model's outputs"
-    if getattr(method.method if isinstance(method, PeriodicReset) else method, "optimizer", None) is not None:
+    if getattr(method.method if isinstance(method, ResetPolicyWrapper) else method, "optimizer", None) is not None:
         assert any(step.updated for step in steps), "a method with an optimiser should take a step"
     assert correct / samples > 0.35, message
     if name not in NOT_BETTER_THAN_SOURCE_ON_SYNTHETIC:
