@@ -2,8 +2,8 @@
 
 >>> from tta_eval.methods import create, list_methods
 >>> list_methods()  # doctest: +SKIP
-['adabn', 'bn', 'cmf', 'cotta', 'cpl', 'deyo', 'eata', 'eta', 'lame', 'memo', 'neo', 'pl', 'rdumb',
- 'roid', 'rotta', 'rpl', 'sar', 'shot', 'shot_im', 'slr', 'source', 'tent', 'ttac_nq']
+['adabn', 'asr', 'bn', 'cmf', 'cotta', 'cpl', 'deyo', 'eata', 'eta', 'lame', 'memo', 'neo', 'petta', 'pl',
+ 'rdumb', 'rdumbpp', 'roid', 'rotta', 'rpl', 'sar', 'shot', 'shot_im', 'slr', 'source', 'tent', 'ttac_nq']
 >>> method = create("rdumb", model)  # doctest: +SKIP
 >>> logits = method(images)  # predicts, then adapts  # doctest: +SKIP
 
@@ -11,7 +11,7 @@ Each method lives in its own module, ``tta_eval/methods/<name>.py``: its frozen 
 with the published defaults, its class and its ``register_method`` call. Importing this package
 imports every module in it, so a new method is one new file (and its entry in docs/methods.md).
 Shared pieces: ``base`` (interface, exact reset, SGD options, BatchNorm helpers), ``layers``
-(classifier head, normalisation layers), ``losses``, ``augmentation``, ``reset`` (periodic reset)
+(classifier head, normalisation layers), ``losses``, ``augmentation``, ``reset`` (the reset policies: periodic, drift-triggered, ASR's)
 and ``registry``.
 """
 

@@ -37,6 +37,6 @@ register_method(
         needs_batchnorm=False,
         reset="asr",
         sources="Lim, Hwang, Lee ICLR 2026 (arXiv 2603.03796); YonseiML/asr methods/base.py, methods/eata.py, conf.py, cfgs/ccc",
-        colour="tab:olive",
+        colour="#e7ba52",
     )
 )

@@ -26,6 +26,6 @@ register_method(
         needs_batchnorm=False,
         reset="rdumbpp",
         sources="Mishra, arXiv 2601.15544 (RDumb++; no public code found); Press et al. NeurIPS 2023 (RDumb)",
-        colour="tab:pink",
+        colour="#54278f",
     )
 )
