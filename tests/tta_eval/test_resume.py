@@ -7,7 +7,9 @@ tests/tta_eval/test_resume_kill.py kills the console script with real SIGKILLs.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,7 @@ FACTORY = "tests.tta_eval.tta_helpers:make_tiny_cnn"
 STREAM = "synthetic:num_batches=12,domain_length=4,image_size=8"
 METHODS = ("cotta", "rotta", "eata:fisher_samples=64", "rdumb:reset_every=5")
 """EATA's stream head (4 batches) holds the first checkpoint (48 samples)."""
-COSTS = {"cotta": "3", "rotta": "1+1", "eata": "2", "rdumb": "2"}
+COSTS = {"cotta": "3", "rotta": "1+1", "eata": "2", "rdumb": "2", "asr": "2", "rdumbpp": "2", "roid": "2"}
 PROTOCOLS = {
     "offline": OfflineProtocol(domain_key="domain"),
     "alfarra": AlfarraProtocol(domain_key="domain"),
@@ -108,6 +110,32 @@ def test_an_interrupted_run_resumes_to_identical_records(tmp_path, monkeypatch, 
     assert records(run_dir) == reference
     assert notes == [f"resuming run run from sample {saves[-1]:,}"]
     assert not (run_dir / CHECKPOINT_FILE).exists()
+
+
+@pytest.mark.parametrize("method", ["asr:reset=asr:a0=0.97", "rdumbpp:reset=rdumbpp:threshold=0.5:warmup=2"])
+def test_reset_policy_state_resumes_to_identical_records(tmp_path, monkeypatch, method) -> None:
+    """The policies' state (ASR's threshold average, Fisher and episode means; RDumb++'s drift
+    statistics) is in the checkpoint: with thresholds at which both reset on this stream, before and
+    after the interruption, the resumed records equal the uninterrupted run's."""
+    chosen = {"methods": (MethodSpec.parse(method),)}
+    reference = records(run_experiment(settings(tmp_path / "reference", "offline", **chosen)))
+    (adapting,) = [content for file_name, content in reference.items() if file_name != "source.csv"]
+    assert sum(int(row["reset"]) for row in csv.DictReader(io.StringIO(adapting.decode()))) >= 2
+    rows = []
+    original_write = tta_eval.records.CsvRecordWriter.write
+
+    def write_then_stop(self, record):  # type: ignore[no-untyped-def]
+        original_write(self, record)
+        rows.append(record)
+        if len(rows) == 2 * 7:
+            raise Interrupted
+
+    monkeypatch.setattr(tta_eval.records.CsvRecordWriter, "write", write_then_stop)
+    with pytest.raises(Interrupted):
+        run_experiment(settings(tmp_path / "resumed", "offline", **chosen))
+    monkeypatch.undo()
+    run_dir = run_experiment(settings(tmp_path / "resumed", "offline", **chosen))
+    assert records(run_dir) == reference
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path) -> None:
