@@ -36,6 +36,8 @@ from tta_eval.protocols import (
     protocol_entries,
     run_protocol,
 )
+from tta_eval.protocols._base import PRECISIONS
+from tta_eval.protocols.execution import precision_autocast
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import (
@@ -83,7 +85,7 @@ from tta_eval.streams import (
     parse_options,
     stream_length,
 )
-from ccc.validation import MAX_SAMPLES, check_positive, check_positive_int
+from ccc.validation import MAX_SAMPLES, check_choice, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +129,8 @@ class ExperimentSettings:
     timing (None: calibrated on the first batch when the protocol needs it, with
     ``calibration_calls`` timed calls after 5 warm-up calls); with a cost model λ is the model's.
     warmup_calls: untimed method calls before measuring (see ``Timing``).
+    precision, channels_last: the methods' arithmetic and memory format (``RunContext``; λ is
+    calibrated in the same precision).
     """
 
     stream: str
@@ -148,6 +152,8 @@ class ExperimentSettings:
     overwrite: bool = False
     progress: bool = True
     world_defaults: bool = True
+    precision: str = "fp32"
+    channels_last: bool = False
 
     def __post_init__(self) -> None:
         labels = [method.label for method in self.methods]
@@ -173,6 +179,7 @@ class ExperimentSettings:
                     "give the baseline latency λ either in the cost model or as baseline_latency, not both "
                     f"(got {self.cost_model.baseline_latency!r} and {self.baseline_latency!r})"
                 )
+        check_choice("precision", self.precision, PRECISIONS)
         check_positive_int("calibration_calls", self.calibration_calls)
         if self.calibration_calls < 2:
             raise ValueError(f"calibration_calls must be >= 2, got {self.calibration_calls}")
@@ -333,6 +340,8 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
         "max_samples": settings.max_samples,
         "model": dataclasses.asdict(settings.model),
         "device": settings.device,
+        "precision": settings.precision,
+        "channels_last": settings.channels_last,
         "methods": method_configs,
         "protocol": settings.protocol.to_json(),
         "timing": settings.timing(settings.device).to_json(),
@@ -388,9 +397,10 @@ def _baseline_latency(
     if not settings.protocol.needs_baseline_latency:
         return BaselineLatency(None, "not needed"), stream
     first, stream = _peek(stream)
-    calibration = calibrate_baseline_latency(
-        model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
-    )
+    with precision_autocast(settings.precision, device):
+        calibration = calibrate_baseline_latency(
+            model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
+        )
     return BaselineLatency(calibration.baseline_latency, "calibrated", calibration), stream
 
 
@@ -477,7 +487,7 @@ def run_experiment(settings: ExperimentSettings, model: torch.nn.Module | None =
     handles = {label: open_records(run_dir, label) for label in modules}
     finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
     try:
-        context = RunContext(device, settings.progress, timing, latency.seconds)
+        context = RunContext(device, settings.progress, timing, latency.seconds, settings.precision, settings.channels_last)
         records = run_protocol(modules, stream, settings.protocol, context)
         writers = {label: CsvRecordWriter(handle) for label, handle in handles.items()}
         for record in records:
@@ -604,9 +614,10 @@ def _sweep_baseline_latency(settings: ExperimentSettings, model: torch.nn.Module
     device = resolve_device(settings.device)
     stream = open_stream_source(settings.stream, settings.stream_options)
     first, _ = _peek(stream)
-    calibration = calibrate_baseline_latency(
-        model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
-    )
+    with precision_autocast(settings.precision, device):
+        calibration = calibrate_baseline_latency(
+            model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
+        )
     return BaselineLatency(calibration.baseline_latency, "calibrated", calibration)
 
 

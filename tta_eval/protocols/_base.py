@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from tta_eval.records import RecordTable
 
 RESET_MODES = ("never", "domain", "batches")
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""Arithmetic of the methods' forward passes: float32, or autocast to bfloat16 / float16."""
 NONFINITE_POLICIES = ("continue", "stop")
 
 
@@ -97,12 +99,21 @@ class RunContext:
     bar on stderr; timing: the run's clock (None: wall time measured on ``device``);
     baseline_latency: λ in seconds (> 0), the plain model's latency per batch, for the protocols
     whose settings need it (``EpisodeSettings.needs_baseline_latency``), else None.
+    precision: "fp32" (default), or "bf16" / "fp16": every method call (forward passes and losses)
+    runs under ``torch.autocast`` to that type, and under "fp16" gradient steps scale the loss
+    (``torch.amp.GradScaler``, one per method); channels_last: methods' networks and stream images
+    in channels-last memory format (faster convolutions on recent GPUs).
     """
 
     device: str | torch.device = "cpu"
     progress: bool = False
     timing: Timing | None = None
     baseline_latency: float | None = None
+    precision: str = "fp32"
+    channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        check_choice("precision", self.precision, PRECISIONS)
 
 
 @dataclass(frozen=True)
