@@ -11,7 +11,7 @@ Two parts (both by default):
   input adapts on every batch, as a trained model on real images mostly does.
 - ``render``: images/s of a ``ccc-render:`` stream (``ccc.render_stream`` → float tensors in [0, 1]
   through ``stream_loader``) at 224 px, with 0 DataLoader workers (in this process: the rate of one
-  worker) and with ``--workers`` workers, for the demo world (procedural 320×240 images, its table)
+  worker; stretches spread over the whole stream) and with ``--workers`` workers, for the demo world (procedural 320×240 images, its table)
   and an ImageNet-layout folder of 500×375 photographs (synthetic 15-corruption table, the ResNet-50
   "medium" preset). The first batch (worker start-up) is excluded.
 
@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate import make_source_folder, synthetic_table  # noqa: E402
 
+from ccc.demo import DEMO_NUM_IMAGES  # noqa: E402
 from ccc.models import ModelSpec, load_model, resolve_device  # noqa: E402
 from tta_eval.methods import create  # noqa: E402
 from tta_eval.protocols import OfflineProtocol, RunContext, evaluate_protocol  # noqa: E402
@@ -98,30 +99,55 @@ def method_rates(
     return rates
 
 
-def render_rate(stream_text: str, workers: int, samples: int, batch_size: int, clock: str) -> float:
-    """Images/s of a ``ccc-render:`` stream read through ``workers`` DataLoader workers (first batch
-    excluded); CPU time of this process with 0 workers and clock "cpu" (the rate of one core), else wall time."""
-    stream = open_stream_source(stream_text, StreamOptions(batch_size=batch_size, num_workers=workers))
-    timer = time.process_time if clock == "cpu" and workers == 0 else time.perf_counter
+RENDER_SEGMENTS = 8
+"""The per-worker render rate is measured on this many stretches spread evenly over the stream (the
+corruption pairs and severities, and so the cost per image, change along a stream)."""
+
+
+def _segment_rate(stream_text: str, start: int, workers: int, samples: int, batch_size: int, timer: object) -> tuple[int, float]:
+    """(samples, seconds) of reading ``samples`` from sample ``start`` on (first batch excluded with workers)."""
+    stream = open_stream_source(f"{stream_text},start={start}", StreamOptions(batch_size=batch_size, num_workers=workers))
     iterator = iter(stream)
-    next(iterator)
-    started = timer()
+    if workers:
+        next(iterator)
+    started = timer()  # type: ignore[operator]
     seen = 0
     for images, _, _ in iterator:
         seen += images.shape[0]
         if seen >= samples:
             break
-    return seen / (timer() - started)
+    return seen, timer() - started  # type: ignore[operator]
 
 
-def render_streams(folder: Path) -> dict[str, str]:
-    """``ccc-render:`` texts of the demo world and of an ImageNet-layout folder of photographs."""
+def render_rate(stream_text: str, length: int, workers: int, samples: int, batch_size: int, clock: str) -> float:
+    """Images/s of a ``ccc-render:`` stream of ``length`` samples through ``workers`` DataLoader workers.
+
+    0 workers: ``RENDER_SEGMENTS`` stretches spread over the stream, CPU time of this process with
+    clock "cpu" (the rate of one core). Otherwise: one stretch from the middle of the stream, wall
+    time, the first batch (worker start-up) excluded."""
+    if workers:
+        seen, seconds = _segment_rate(stream_text, length // 2, workers, samples, batch_size, time.perf_counter)
+        return seen / seconds
+    timer = time.process_time if clock == "cpu" else time.perf_counter
+    parts = [
+        _segment_rate(stream_text, index * length // RENDER_SEGMENTS, 0, max(batch_size, samples // RENDER_SEGMENTS), batch_size, timer)
+        for index in range(RENDER_SEGMENTS)
+    ]
+    return sum(seen for seen, _ in parts) / sum(seconds for _, seconds in parts)
+
+
+def render_streams(folder: Path) -> dict[str, tuple[str, int]]:
+    """``ccc-render:`` texts and lengths of the demo world's stream and of a paper-length stream over
+    an ImageNet-layout folder of photographs."""
     table = folder / "table.npz"
     synthetic_table().save(table)
     images = make_source_folder(folder / "val", 200)
     return {
-        "demo world (320×240 sources)": "ccc-render:demo,difficulty=medium,seed=43",
-        "ImageNet layout (500×375 sources)": f"ccc-render:difficulty=medium,speed=200,seed=43,imagenet={images},calibration={table}",
+        "demo world (320×240 sources)": ("ccc-render:demo,difficulty=medium,seed=43", DEMO_NUM_IMAGES),
+        "ImageNet layout (500×375 sources)": (
+            f"ccc-render:difficulty=medium,speed=200,seed=43,num_images=7500000,imagenet={images},calibration={table}",
+            7_500_000,
+        ),
     }
 
 
@@ -167,8 +193,8 @@ def main() -> None:
                     )
     if arguments.part in ("all", "render"):
         with tempfile.TemporaryDirectory() as folder:
-            for label, text in render_streams(Path(folder)).items():
-                rates = {workers: render_rate(text, workers, arguments.render_samples, arguments.batch_size, clock) for workers in (0, arguments.workers)}
+            for label, (text, length) in render_streams(Path(folder)).items():
+                rates = {workers: render_rate(text, length, workers, arguments.render_samples, arguments.batch_size, clock) for workers in (0, arguments.workers)}
                 result["render"][label] = rates
                 print(f"  render {label}: {', '.join(f'{workers} workers {rate:.1f} images/s' for workers, rate in rates.items())}", file=sys.stderr, flush=True)
     print(f"device: {result['device']}, torch {result['torch']}, {arguments.threads} thread(s), batch {arguments.batch_size}, clock: {clock}")
