@@ -29,6 +29,7 @@ from tta_eval.protocols import (
     protocol_entries,
     seconds_from_ms,
 )
+from tta_eval.protocols._base import PRECISIONS
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
 from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_domain_key, stream_schemes
 
@@ -42,6 +43,32 @@ if TYPE_CHECKING:
     from ccc.models import ModelSpec
 
 PROGRAM = "tta-eval"
+
+
+def _add_precision_arguments(parser: argparse.ArgumentParser) -> None:
+    """--precision and --channels-last (GPU runs; docs/tta_eval.md, "Precision")."""
+    group = parser.add_argument_group("precision (GPU runs)")
+    group.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="arithmetic of the methods' forward passes: fp32, or autocast to bf16 / fp16 (fp16 with loss scaling); needs a CUDA device",
+    )
+    group.add_argument("--channels-last", action="store_true", help="models and images in channels-last memory format (faster convolutions on recent GPUs); needs a CUDA device")
+
+
+def _check_precision(arguments: argparse.Namespace) -> None:
+    """Refuse --precision bf16/fp16 and --channels-last on the CPU, and bf16 on a GPU without bfloat16."""
+    on_cpu = not arguments.device.startswith("cuda")
+    if on_cpu and arguments.precision != "fp32":
+        raise ValueError(f"--precision {arguments.precision} needs a CUDA device; CPU runs use fp32")
+    if on_cpu and arguments.channels_last:
+        raise ValueError("--channels-last needs a CUDA device; CPU runs use the default memory format")
+    if arguments.precision == "bf16":
+        import torch
+
+        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+            raise ValueError(f"--precision bf16: {torch.cuda.get_device_name()} does not support bfloat16; use --precision fp16")
 
 
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +172,7 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 100,000)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_precision_arguments(parser)
     timing = parser.add_argument_group("timing (measured wall time unless costs are given)")
     timing.add_argument(
         "--cost",
@@ -411,6 +439,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
     from tta_eval.experiment import ExperimentSettings, MethodSpec
 
     cost_model = _cost_model(arguments)
+    _check_precision(arguments)
     return ExperimentSettings(
         stream=arguments.stream,
         methods=tuple(MethodSpec.parse(text) for text in arguments.method),
@@ -438,6 +467,8 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
         overwrite=arguments.overwrite,
         progress=not arguments.no_progress,
         checkpoint_every=arguments.checkpoint_every,
+        precision=arguments.precision,
+        channels_last=arguments.channels_last,
     )
 
 

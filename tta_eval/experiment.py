@@ -38,6 +38,8 @@ from tta_eval.protocols import (
     protocol_entries,
     run_protocol,
 )
+from tta_eval.protocols._base import PRECISIONS
+from tta_eval.protocols.execution import precision_autocast
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import (
@@ -88,7 +90,7 @@ from tta_eval.streams import (
     parse_options,
     stream_length,
 )
-from ccc.validation import MAX_SAMPLES, check_integer, check_positive, check_positive_int
+from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +135,8 @@ class ExperimentSettings:
     ``calibration_calls`` timed calls after 5 warm-up calls); with a cost model λ is the model's.
     warmup_calls: untimed method calls before measuring (see ``Timing``). checkpoint_every: samples
     between checkpoints (0: none; None: ``tta_eval.checkpoint.DEFAULT_CHECKPOINT_EVERY``).
+    precision, channels_last: the methods' arithmetic and memory format (``RunContext``; λ is
+    calibrated in the same precision).
     """
 
     stream: str
@@ -155,6 +159,8 @@ class ExperimentSettings:
     progress: bool = True
     world_defaults: bool = True
     checkpoint_every: int | None = None
+    precision: str = "fp32"
+    channels_last: bool = False
 
     def __post_init__(self) -> None:
         labels = [method.label for method in self.methods]
@@ -180,6 +186,7 @@ class ExperimentSettings:
                     "give the baseline latency λ either in the cost model or as baseline_latency, not both "
                     f"(got {self.cost_model.baseline_latency!r} and {self.baseline_latency!r})"
                 )
+        check_choice("precision", self.precision, PRECISIONS)
         check_positive_int("calibration_calls", self.calibration_calls)
         if self.checkpoint_every is not None:
             check_integer("checkpoint_every", self.checkpoint_every, 0, MAX_SAMPLES)
@@ -354,6 +361,8 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
         "max_samples": settings.max_samples,
         "model": dataclasses.asdict(settings.model),
         "device": settings.device,
+        "precision": settings.precision,
+        "channels_last": settings.channels_last,
         "methods": method_configs,
         "protocol": settings.protocol.to_json(),
         "timing": settings.timing(settings.device).to_json(),
@@ -409,9 +418,10 @@ def _baseline_latency(
     if not settings.protocol.needs_baseline_latency:
         return BaselineLatency(None, "not needed"), stream
     first, stream = _peek(stream)
-    calibration = calibrate_baseline_latency(
-        model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
-    )
+    with precision_autocast(settings.precision, device):
+        calibration = calibrate_baseline_latency(
+            model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
+        )
     return BaselineLatency(calibration.baseline_latency, "calibrated", calibration), stream
 
 
@@ -574,7 +584,16 @@ def _record_run(
     start = 0 if resume is None else int(resume["position"]["samples"])
     checkpointer = Checkpointer(run_dir, every, handles, {"baseline_latency": latency}, start) if every else None
     try:
-        context = RunContext(device, settings.progress, timing, latency.seconds, checkpointer, resume)
+        context = RunContext(
+            device,
+            settings.progress,
+            timing,
+            latency.seconds,
+            checkpointer,
+            resume,
+            settings.precision,
+            settings.channels_last,
+        )
         records = run_protocol(modules, stream, settings.protocol, context)
         writers = {label: CsvRecordWriter(handle, header=resume is None) for label, handle in handles.items()}
         for record in records:
@@ -702,9 +721,10 @@ def _sweep_baseline_latency(settings: ExperimentSettings, model: torch.nn.Module
     device = resolve_device(settings.device)
     stream = open_stream_source(settings.stream, settings.stream_options)
     first, _ = _peek(stream)
-    calibration = calibrate_baseline_latency(
-        model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
-    )
+    with precision_autocast(settings.precision, device):
+        calibration = calibrate_baseline_latency(
+            model, as_batch(first, 0).images, device, DEFAULT_WARMUP_CALLS, settings.calibration_calls
+        )
     return BaselineLatency(calibration.baseline_latency, "calibrated", calibration)
 
 

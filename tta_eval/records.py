@@ -86,7 +86,12 @@ class BatchRecord:
 
 
 class RecordTable:
-    """Column store of one method's BatchRecords (append, then read columns as numpy arrays)."""
+    """Column store of one method's BatchRecords (append, then read columns as numpy arrays).
+
+    Memory: 108 bytes per record (six 8-byte integers, six 8-byte floats, four flags, one reference
+    to the domain name; each distinct domain name is stored once), about 13 MB for a 7.5M-image
+    stream at batch size 64 (plus the lists' over-allocation; 114 bytes measured).
+    """
 
     def __init__(self) -> None:
         self._integers = {
@@ -99,6 +104,7 @@ class RecordTable:
             for name in ("loss", "seconds", "pickup_to_prediction", "prediction_to_ready", "pickup_time", "baseline_seconds")
         }
         self._domains: list[str] = []
+        self._domain_names: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._domains)
@@ -111,7 +117,7 @@ class RecordTable:
             column.append(1 if getattr(record, name) else 0)
         for name, column in self._floats.items():
             column.append(getattr(record, name))
-        self._domains.append(record.domain)
+        self._domains.append(self._domain_names.setdefault(record.domain, record.domain))
 
     def column(self, name: str) -> NDArray:
         """Column ``name`` (one of RECORD_COLUMNS) as a numpy array (bool for flags, str objects for domain)."""

@@ -7,7 +7,8 @@ per-sample dicts. A torch DataLoader over a Dataset or IterableDataset is such a
 
 Stream *sources* turn a string given on the command line into a stream. Built in: ``synthetic[:k=v,…]``
 (see ``tta_eval.synthetic``), ``ccc:<run folder or shard pattern>`` (CCC shards read with
-``ccc.open_stream``, in stream order) and a folder in ImageFolder layout. Other loaders plug in with
+``ccc.open_stream``, in stream order), ``ccc-render:<definition>`` (a CCC stream rendered on the fly
+by ``ccc.render_stream`` in DataLoader workers, no shards stored) and a folder in ImageFolder layout. Other loaders plug in with
 ``register_stream_source(scheme, opener)``; ``--stream scheme:location`` then calls
 ``opener(location, options)``.
 """
@@ -254,7 +255,7 @@ def register_stream_source(
     domain_key: str | Callable[[str], str | None] | None = None,
     seekable: bool = False,
 ) -> None:
-    """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_]+.
+    """Make ``--stream scheme:location`` call ``opener(location, options)``; scheme: [a-z0-9_-]+.
 
     describe: optional ``describe(location, options) -> StreamDescription`` that reads what is known
     of the stream (length, world) without reading its samples; without it only the name is known.
@@ -265,8 +266,8 @@ def register_stream_source(
     reading what comes before (a resumed run); otherwise the first batches are read and dropped
     (``skip_samples``).
     """
-    if not scheme.replace("_", "").isalnum() or scheme != scheme.lower():
-        raise ValueError(f"stream scheme must be lower-case letters, digits or '_', got {scheme!r}")
+    if not scheme.replace("_", "").replace("-", "").isalnum() or scheme != scheme.lower():
+        raise ValueError(f"stream scheme must be lower-case letters, digits, '_' or '-', got {scheme!r}")
     if scheme in _SOURCES:
         raise ValueError(f"stream scheme {scheme!r} is already registered")
     _SOURCES[scheme] = opener
@@ -482,3 +483,131 @@ def _with_pairs(loader: Iterable[Any]) -> Iterator[Any]:
 
 
 register_stream_source("ccc", _open_ccc, _describe_ccc, domain_key=_ccc_domain_key, seekable=True)
+
+
+RENDER_OPTIONS = ("imagenet", "calibration", "start")
+"""Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """A parsed ``ccc-render:`` location: what ``ccc.render_stream`` is given.
+
+    definition: a run folder (its manifest's stream) or a mapping of stream definition keys
+    (``ccc.stream.spec.DEFINITION_KEYS``); imagenet: the source image folder (None: ``$CCC_IMAGENET``);
+    calibration: the table's path; start: first stream index rendered (>= 0); demo: the demo world
+    (its images and table; speed and length default to ``ccc-generate --demo``'s).
+    """
+
+    definition: str | dict[str, Any]
+    imagenet: str | None
+    calibration: str
+    start: int = 0
+    demo: bool = False
+
+    @property
+    def num_images(self) -> int | None:
+        """The stream's length in images when the definition gives it (a mapping's ``num_images``),
+        None for an unbounded mapping or a run folder (its manifest knows)."""
+        return self.definition.get("num_images") if isinstance(self.definition, dict) else None
+
+
+RENDER_EXAMPLE = "ccc-render:demo,difficulty=medium,seed=43 or ccc-render:difficulty=medium,speed=2000,calibration=calibration/resnet50.npz,imagenet=/data/imagenet/val"
+
+
+def parse_render_location(location: str) -> RenderRequest:
+    """Parse ``[demo|RUN_FOLDER,]key=value,…``: stream definition keys (``difficulty``, ``speed``,
+    ``seed``, ``baseline_accuracy``, ``corruptions`` joined by '+', ``num_images``, ``schedule``,
+    ``path_objective``) or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required
+    outside the demo world) and ``start=INDEX``. Raises ValueError naming what is wrong."""
+    from ccc.demo import DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path
+    from ccc.stream.spec import DEFINITION_KEYS
+
+    parts = [part.strip() for part in location.split(",") if part.strip()]
+    bare = [part for part in parts if "=" not in part]
+    values = parse_options(",".join(part for part in parts if "=" in part), "stream 'ccc-render:'")
+    demo = "demo" in bare
+    folders = [part for part in bare if part != "demo"]
+    if not parts or len(folders) > 1:
+        raise ValueError(f"stream 'ccc-render:' needs a stream definition or one run folder, e.g. {RENDER_EXAMPLE}; got {location!r}")
+    unknown = sorted(set(values) - set(DEFINITION_KEYS) - set(RENDER_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown ccc-render option(s) {', '.join(unknown)}; valid: {', '.join(sorted({*DEFINITION_KEYS, *RENDER_OPTIONS}))}")
+    start = values.pop("start", 0)
+    check_non_negative_int("start", start)
+    imagenet = values.pop("imagenet", None)
+    calibration = values.pop("calibration", None)
+    if demo:
+        if imagenet is not None or calibration is not None:
+            raise ValueError("stream 'ccc-render:demo' renders the demo world's images with its table: do not give imagenet= or calibration=")
+        calibration = str(demo_calibration_path())
+    elif calibration is None:
+        raise ValueError(f"stream 'ccc-render:' needs calibration=PATH (a calibration table, .npz) outside the demo world, e.g. {RENDER_EXAMPLE}")
+    if folders:
+        if values:
+            raise ValueError(f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; do not add {', '.join(values)}")
+        return RenderRequest(folders[0], None if imagenet is None else str(imagenet), str(calibration), start, demo)
+    if isinstance(values.get("corruptions"), str):
+        values["corruptions"] = tuple(values["corruptions"].split("+"))
+    if demo:
+        values.setdefault("speed", DEMO_SPEED)
+        values.setdefault("num_images", DEMO_NUM_IMAGES)
+    return RenderRequest(values, None if imagenet is None else str(imagenet), str(calibration), start, demo)
+
+
+def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> SizedStream:
+    """``ccc-render:<definition>``: a CCC stream rendered on the fly (``ccc.render_stream``) in
+    ``options.num_workers`` DataLoader workers, float batches in [0, 1] in stream order, samples as
+    the shards of ``ccc-generate`` would hold them; metadata as ``ccc:``'s (with ``PAIR_KEY``).
+    start: samples after the location's own ``start=`` that are not rendered (a resumed run)."""
+    from ccc.demo import demo_image_folder
+    from ccc.load import render_stream, stream_loader
+    from ccc.stream.spec import UNBOUNDED_IMAGES
+
+    request = parse_render_location(location)
+    imagenet = str(demo_image_folder()) if request.demo else request.imagenet
+    stream = render_stream(request.definition, imagenet=imagenet, calibration=request.calibration, start=request.start + start, image_format="float")
+    loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
+    unbounded = stream.spec.num_images >= UNBOUNDED_IMAGES  # type: ignore[attr-defined]
+    return SizedStream(_with_pairs(loader), None if unbounded else stream.length)
+
+
+def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescription:
+    """A rendered stream's name (that of ``ccc-generate``'s run folder for the same definition), length
+    and world, from its definition and the calibration table (no image is read)."""
+    from ccc.calibration import CalibrationError, CalibrationTable
+    from ccc.demo import DEMO_CLASSES, is_demo_stream
+    from ccc.demo.folder import default_demo_folder
+    from ccc.shards.manifest import ManifestError, load_manifest
+    from ccc.stream.spec import DEFAULT_SEED, PlanError, resolve_difficulty, run_name
+
+    request = parse_render_location(location)
+    if isinstance(request.definition, str):
+        folder = Path(request.definition)
+        try:
+            spec = load_manifest(folder.parent if folder.name == "manifest.json" else folder).stream
+        except (FileNotFoundError, NotADirectoryError):
+            raise ValueError(f"stream 'ccc-render:{request.definition}': no run folder with a manifest.json there; pass a run folder written by ccc-generate or a definition, e.g. {RENDER_EXAMPLE}") from None
+        except ManifestError as error:
+            raise ValueError(str(error)) from None
+        name, samples, demo = folder.resolve().name, spec.num_images, is_demo_stream(spec)
+    else:
+        definition = request.definition
+        try:
+            table = CalibrationTable.load(request.calibration)
+            target, _, _ = resolve_difficulty(table, definition.get("difficulty"), definition.get("baseline_accuracy"), definition.get("corruptions"))
+        except (CalibrationError, PlanError, OSError) as error:
+            raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
+        if definition.get("speed") is None:
+            raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
+        demo = request.demo or (request.imagenet is not None and Path(request.imagenet).resolve() == default_demo_folder().resolve())
+        name = ("demo_" if demo else "") + run_name(target, definition["speed"], definition.get("seed", DEFAULT_SEED))
+        samples = request.num_images
+    if samples is not None:
+        samples = max(samples - request.start, 0)
+    return StreamDescription(
+        name=name, samples=samples, world=DEMO_WORLD if demo else "imagenet", num_classes=len(DEMO_CLASSES) if demo else None
+    )
+
+
+register_stream_source("ccc-render", _open_ccc_render, _describe_ccc_render, domain_key=PAIR_KEY, seekable=True)

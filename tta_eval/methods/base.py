@@ -10,6 +10,8 @@ generator state).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import math
 from collections.abc import Iterator
@@ -72,6 +74,44 @@ class NeedsStreamPreparation(Protocol):
     preparation_samples: int
 
     def prepare(self, image_batches: Iterator[torch.Tensor]) -> None: ...
+
+
+_LOSS_SCALER: contextvars.ContextVar[torch.amp.GradScaler | None] = contextvars.ContextVar("loss_scaler", default=None)
+
+
+@contextlib.contextmanager
+def loss_scaling(scaler: torch.amp.GradScaler | None) -> Iterator[None]:
+    """Within the block, gradient steps (``backward``, ``optimizer_step``) scale the loss with ``scaler``
+    (float16 mixed precision, where small gradients would underflow); None: no scaling (the default).
+    The run machinery enters it around each method call; methods never see the scaler."""
+    token = _LOSS_SCALER.set(scaler)
+    try:
+        yield
+    finally:
+        _LOSS_SCALER.reset(token)
+
+
+def backward(loss: torch.Tensor) -> None:
+    """Back-propagate ``loss`` (multiplied by the active loss scale, if any) outside autocast."""
+    scaler = _LOSS_SCALER.get()
+    with torch.autocast(loss.device.type, enabled=False):
+        (loss if scaler is None else scaler.scale(loss)).backward()
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> bool:
+    """Step ``optimizer`` on the gradients of ``backward``; returns whether it stepped.
+
+    Under a loss scaler the gradients are unscaled first, and a step whose gradients hold inf or NaN
+    (the scale was too large) is skipped and the scale lowered, as ``torch.amp.GradScaler`` does.
+    """
+    scaler = _LOSS_SCALER.get()
+    if scaler is None:
+        optimizer.step()
+        return True
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= scale
 
 
 def batchnorm_layers(model: nn.Module) -> list[nn.Module]:
@@ -171,7 +211,8 @@ class AdaptationMethod(nn.Module):
         self.last_step = StepInfo(reset=True)
 
     def _take_step(self, loss: torch.Tensor, samples_adapted: int) -> StepInfo:
-        """Back-propagate ``loss`` and step the optimiser unless no sample was used or it is not finite."""
+        """Back-propagate ``loss`` and step the optimiser unless no sample was used or it is not finite
+        (``backward`` and ``optimizer_step``: loss scaling under float16 mixed precision)."""
         if self.optimizer is None:
             raise RuntimeError(f"{type(self).__name__} has no optimiser")
         if samples_adapted == 0:
@@ -180,10 +221,10 @@ class AdaptationMethod(nn.Module):
         if not math.isfinite(loss_value):
             self.optimizer.zero_grad(set_to_none=True)
             return StepInfo(samples_adapted=samples_adapted, loss=loss_value, nonfinite_loss=True)
-        loss.backward()
-        self.optimizer.step()
+        backward(loss)
+        updated = optimizer_step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
-        return StepInfo(samples_adapted=samples_adapted, loss=loss_value, updated=True)
+        return StepInfo(samples_adapted=samples_adapted, loss=loss_value, updated=updated)
 
 
 def make_sgd(

@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo, backward, optimizer_step
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
@@ -123,11 +123,11 @@ class SAR(NormalizationGradientMethod):
         self.loss_average = (
             second_value if self.loss_average is None else momentum * self.loss_average + (1.0 - momentum) * second_value
         )
-        second_loss.backward()
+        backward(second_loss)
         self._restore(originals)
-        self.optimizer.step()
+        updated = optimizer_step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
-        return StepInfo(samples_adapted=int(kept.numel()), loss=second_value, updated=True)
+        return StepInfo(samples_adapted=int(kept.numel()), loss=second_value, updated=updated)
 
     def _recover(self) -> None:
         """Model recovery: ``reset()``; with ``recovery="public"`` the SGD momentum buffers and the loss

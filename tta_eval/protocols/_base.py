@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from tta_eval.records import RecordTable
 
 RESET_MODES = ("never", "domain", "batches")
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""Arithmetic of the methods' forward passes: float32, or autocast to bfloat16 / float16."""
 NONFINITE_POLICIES = ("continue", "stop")
 
 
@@ -102,6 +104,10 @@ class RunContext:
     none). resume: a checkpoint's contents (``tta_eval.checkpoint.read_checkpoint``) to continue
     from: the methods given to the run must then be the checkpoint's ``methods`` and the batches the
     stream after its ``position`` (the run's records start there).
+    precision: "fp32" (default), or "bf16" / "fp16": every method call (forward passes and losses)
+    runs under ``torch.autocast`` to that type, and under "fp16" gradient steps scale the loss
+    (``torch.amp.GradScaler``, one per method); channels_last: methods' networks and stream images
+    in channels-last memory format (faster convolutions on recent GPUs).
     """
 
     device: str | torch.device = "cpu"
@@ -110,6 +116,11 @@ class RunContext:
     baseline_latency: float | None = None
     checkpoint: Checkpointer | None = None
     resume: Mapping[str, Any] | None = None
+    precision: str = "fp32"
+    channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        check_choice("precision", self.precision, PRECISIONS)
 
 
 class ProtocolState:

@@ -6,6 +6,11 @@ method's own call: predict, then adapt), ``predict`` (a prediction without adapt
 batch's record. Methods are used through their public interface only: calling them, ``reset()``,
 ``last_step``, and the network they predict with (``prediction_network``). ``lockstep`` sets up a
 run: the runners of the methods and the stream's batches, each with whether it starts an episode.
+
+Precision and memory format (``RunContext.precision``, ``channels_last``) are applied here and only
+here: a runner calls its method under ``precision_autocast`` and, for float16, with its own loss
+scaler (``tta_eval.methods.base.loss_scaling``); the methods' networks and the stream's images are
+put in channels-last format when asked.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from tqdm import tqdm
 
 from tta_eval.checkpoint import restore_rng_states
 from tta_eval.methods import NeedsStreamPreparation, TTAMethod
-from tta_eval.methods.base import batchnorm_layers
+from tta_eval.methods.base import batchnorm_layers, loss_scaling
 from tta_eval.protocols._base import EpisodeSettings, NonFiniteLossError, ProtocolState, RunContext
 from tta_eval.protocols.timing import Timing
 from tta_eval.records import BatchRecord
@@ -39,6 +44,17 @@ logger = logging.getLogger(__name__)
 
 NON_TTY_PROGRESS_INTERVAL_SECONDS = 30.0
 MAX_WRAPPER_DEPTH = 8
+AUTOCAST_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""The autocast type of each reduced precision (``RunContext.precision``; "fp32" has none)."""
+
+
+def precision_autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast`` to the type of ``precision`` ("bf16", "fp16") for ``device``'s kind; a no-op
+    for "fp32" (everything then runs exactly as without it)."""
+    dtype = AUTOCAST_TYPES.get(precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def prediction_network(method: nn.Module) -> nn.Module:
@@ -152,10 +168,13 @@ def stream_batches(
     progress: bool = False,
     start: tuple[int, int] | None = None,
     before_first: Callable[[], None] | None = None,
+    memory_format: torch.memory_format = torch.preserve_format,
 ) -> Iterator[StreamBatch]:
     """Validated batches of ``batches`` on ``device``, with domains; methods needing the stream head
     (EATA) are prepared first. progress: a bar on stderr, with total and ETA when the stream's length
-    is known (``tta_eval.streams.SizedStream``). Raises ValueError for malformed batches or an empty stream.
+    is known (``tta_eval.streams.SizedStream``); memory_format: of the images on ``device``
+    (``torch.channels_last`` for channels-last runs). Raises ValueError for malformed batches or an
+    empty stream.
 
     start: (batches, samples) already consumed by a resumed run: ``batches`` is the rest of the
     stream, its batches are numbered from there, the methods are not prepared again and an empty
@@ -191,7 +210,7 @@ def stream_batches(
             yield StreamBatch(
                 batch_index,
                 samples_seen,
-                batch.images.to(device, non_blocking=True),
+                batch.images.to(device, non_blocking=True, memory_format=memory_format),
                 labels.to(device, non_blocking=True),
                 (int(low), int(high)),
                 domain,
@@ -245,13 +264,20 @@ def check_nonfinite(record: BatchRecord, settings: EpisodeSettings) -> None:
 class MethodRunner:
     """Runs one method's steps on stream batches and returns their records.
 
-    label: the method's name in the run; timing: the run's clock settings. Call ``close()`` at the
-    end of the run (it removes the timing hook from the method's network).
+    label: the method's name in the run; timing: the run's clock settings; precision and device:
+    every call of the method (and of its network) runs under ``precision_autocast(precision,
+    device)``; under "fp16" with ``grad_scaler``, this method's loss scaler (None otherwise). Call
+    ``close()`` at the end of the run (it removes the timing hook from the method's network).
     """
 
-    def __init__(self, label: str, method: TTAMethod, timing: Timing) -> None:
+    def __init__(
+        self, label: str, method: TTAMethod, timing: Timing, precision: str = "fp32", device: torch.device = torch.device("cpu")
+    ) -> None:
         self.label = label
         self.method = method
+        self.precision = precision
+        self.device = device
+        self.grad_scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
         self.network = prediction_network(method)
         self.clock = timing.clock_for(label, self.network)
         self._warmup_calls = timing.method_warmup_calls
@@ -277,8 +303,10 @@ class MethodRunner:
 
     def state_dict(self) -> dict[str, Any]:
         """What the runner keeps besides its method: a pending reset mark, whether the method was
-        called (warmed up) and the frozen copy of its network (None when not frozen)."""
-        return {"reset_pending": self._reset_pending, "called": self._called, "frozen_network": self.frozen_network}
+        called (warmed up), the frozen copy of its network (None when not frozen) and, under fp16, its
+        loss scaler's state (scale and growth tracker)."""
+        scaler = None if self.grad_scaler is None else self.grad_scaler.state_dict()
+        return {"reset_pending": self._reset_pending, "called": self._called, "frozen_network": self.frozen_network, "grad_scaler": scaler}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned (the method itself is the checkpoint's)."""
@@ -287,6 +315,8 @@ class MethodRunner:
         self.frozen_network = state["frozen_network"]
         if self.frozen_network is not None:
             self.clock.detach()
+        if self.grad_scaler is not None and state.get("grad_scaler"):
+            self.grad_scaler.load_state_dict(state["grad_scaler"])
 
     def _warm_up(self, batch: StreamBatch) -> None:
         for _ in range(self._warmup_calls):
@@ -294,11 +324,17 @@ class MethodRunner:
         if self._warmup_calls:
             self.method.reset()
 
+    @contextlib.contextmanager
+    def _precision(self) -> Iterator[None]:
+        with precision_autocast(self.precision, self.device), loss_scaling(self.grad_scaler):
+            yield
+
     def _call(self, call: Any, batch: StreamBatch) -> Any:
         try:
-            if not self._called:
-                self._warm_up(batch)
-            result = call()
+            with self._precision():
+                if not self._called:
+                    self._warm_up(batch)
+                result = call()
         except RuntimeError as error:
             if self._called:
                 raise
@@ -389,20 +425,27 @@ class MethodRunner:
 
     def reference_seconds(self, batch: StreamBatch) -> float:
         """λ_t: seconds of a non-adapting forward pass of the current network on ``batch``."""
-        return self.clock.time_reference(lambda: predict_without_adapting(self.network, batch.images))
+        with self._precision():
+            return self.clock.time_reference(lambda: predict_without_adapting(self.network, batch.images))
 
 
 @contextlib.contextmanager
-def method_runners(methods: Mapping[str, TTAMethod], timing: Timing, device: torch.device) -> Iterator[list[MethodRunner]]:
-    """Runners for ``methods`` (moved to ``device``), closed when the block ends."""
+def method_runners(
+    methods: Mapping[str, TTAMethod], timing: Timing, device: torch.device, precision: str = "fp32", channels_last: bool = False
+) -> Iterator[list[MethodRunner]]:
+    """Runners for ``methods`` (moved to ``device``, in channels-last format if ``channels_last``),
+    calling them in ``precision`` (see ``MethodRunner``), closed when the block ends."""
     if not methods:
         raise ValueError("methods must name at least one method, got none")
     timing.check_methods(list(methods))
     runners = []
     try:
         for label, method in methods.items():
-            method.to(device)
-            runners.append(MethodRunner(label, method, timing))
+            if channels_last:
+                method.to(device, memory_format=torch.channels_last)
+            else:
+                method.to(device)
+            runners.append(MethodRunner(label, method, timing, precision, device))
         yield runners
     finally:
         for runner in runners:
@@ -430,13 +473,14 @@ def lockstep(
     caller), and nothing of the next has been read. They hold the methods, the runners', episode
     tracker's and protocol state's ``state_dict``s and the stream position. ``context.resume``
     restores all of them (the methods given must be the checkpoint's) and, just before the first
-    batch is read, the global random states.
+    batch is read, the global random states. Methods run in the context's precision and memory format.
     """
     device = torch.device(context.device)
     timing = context.timing or Timing(str(device))
     episodes = EpisodeTracker(settings)
     resume = context.resume
-    with method_runners(methods, timing, device) as runners:
+    memory_format = torch.channels_last if context.channels_last else torch.preserve_format
+    with method_runners(methods, timing, device, context.precision, context.channels_last) as runners:
         state = new_state(runners)
         start = None
         restore_random = None
@@ -450,7 +494,7 @@ def lockstep(
             state.load_state_dict(resume["protocol"])
             start = (int(resume["position"]["batches"]), int(resume["position"]["samples"]))
             restore_random = functools.partial(restore_rng_states, resume["rng"])
-        stream = stream_batches(methods, batches, device, settings.domain_key, context.progress, start, restore_random)
+        stream = stream_batches(methods, batches, device, settings.domain_key, context.progress, start, restore_random, memory_format)
         yield state, _with_checkpoints(stream, episodes, state, context.checkpoint)
 
 
