@@ -138,6 +138,28 @@ def test_reset_policy_state_resumes_to_identical_records(tmp_path, monkeypatch, 
     assert records(run_dir) == reference
 
 
+def test_an_fp16_run_resumes_with_its_loss_scaler(tmp_path, monkeypatch) -> None:
+    """Under fp16 (CPU autocast here) each method's loss scaler is part of the checkpoint."""
+    chosen = {"methods": (MethodSpec.parse("eata:fisher_samples=64"),), "precision": "fp16"}
+    reference = records(run_experiment(settings(tmp_path / "reference", "offline", **chosen)))
+    saved = []
+    original_save = Checkpointer.save
+
+    def save_then_stop(self, state, samples):  # type: ignore[no-untyped-def]
+        original_save(self, state, samples)
+        saved.append(state["runners"])
+        if len(saved) == 2:
+            raise Interrupted
+
+    monkeypatch.setattr(Checkpointer, "save", save_then_stop)
+    with pytest.raises(Interrupted):
+        run_experiment(settings(tmp_path / "resumed", "offline", **chosen))
+    monkeypatch.undo()
+    assert "scale" in saved[-1]["eata:fisher_samples=64"]["grad_scaler"]
+    run_dir = run_experiment(settings(tmp_path / "resumed", "offline", **chosen))
+    assert records(run_dir) == reference
+
+
 def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path) -> None:
     reference = records(run_experiment(settings(tmp_path / "reference", "offline")))
     run_dir = run_experiment(settings(tmp_path / "resumed", "offline", checkpoint_every=0))
