@@ -33,7 +33,7 @@ from ccc.shards.record import shard_name
 from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.plan import StreamPlan, plan_stream
 from ccc.stream.report import describe_schedule, plot_schedule
-from ccc.stream.schedule import SCHEDULES, ScheduleError, build_schedule
+from ccc.stream.schedule import SCHEDULES, ScheduleError, StreamSchedule, build_schedule
 from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
 from ccc.stream.domains import CROPS
 from ccc.stream.report import describe_domains
@@ -247,14 +247,7 @@ def _run_domains(arguments: argparse.Namespace) -> int:
     if arguments.dry_run:
         spec = resolve_stream_spec(definition, None, _NO_IMAGES_CHECKSUM)
     else:
-        plan = plan_stream(
-            definition,
-            None,
-            arguments.imagenet,
-            classes=None if arguments.classes is None else read_class_list(arguments.classes),
-            skip_bad_images=arguments.skip_bad_images,
-            progress=not arguments.no_progress,
-        )
+        plan = _plan(arguments, definition, None)
         spec = plan.spec
     name = ("demo_" if arguments.demo else "") + domain_run_name(spec.kind, spec.severity, spec.speed, spec.crop, spec.seed)
     run_dir = Path(arguments.out) / (arguments.name or name)
@@ -263,6 +256,20 @@ def _run_domains(arguments: argparse.Namespace) -> int:
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)")
         return 0
     return _render(arguments, plan, run_dir)
+
+
+def _plan(arguments: argparse.Namespace, definition: dict, table: CalibrationTable | None, schedule: StreamSchedule | None = None) -> StreamPlan:
+    """The plan of the stream ``definition`` over the command's image folder (table: None for the
+    kinds that need none; schedule: the one already built for a ccc stream)."""
+    return plan_stream(
+        definition,
+        table,
+        arguments.imagenet,
+        classes=None if arguments.classes is None else read_class_list(arguments.classes),
+        skip_bad_images=arguments.skip_bad_images,
+        progress=not arguments.no_progress,
+        schedule=schedule,
+    )
 
 
 def _render(arguments: argparse.Namespace, plan: StreamPlan, run_dir: Path) -> int:
@@ -324,15 +331,7 @@ def _run(arguments: argparse.Namespace) -> int:
         plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png")
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
-    plan = plan_stream(
-        definition,
-        table,
-        arguments.imagenet,
-        classes=None if arguments.classes is None else read_class_list(arguments.classes),
-        skip_bad_images=arguments.skip_bad_images,
-        progress=not arguments.no_progress,
-        schedule=schedule,
-    )
+    plan = _plan(arguments, definition, table, schedule)
     return _render(arguments, plan, run_dir)
 
 
