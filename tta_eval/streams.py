@@ -31,6 +31,7 @@ from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_no
 if TYPE_CHECKING:
     import torch
 
+    from ccc.stream.spec import StreamSpec
     from tta_eval.synthetic import SyntheticStream
 
 
@@ -463,18 +464,29 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     )
 
 
-def _ccc_domain_key(location: str) -> str:
-    """The default domain key of ``ccc:<location>``: :data:`DOMAIN_KEY` for a run folder holding a
-    ``cin-c`` or ``gradual`` stream, :data:`PAIR_KEY` otherwise (CCC streams, shard patterns)."""
+def _run_folder_stream(location: str) -> StreamSpec | None:
+    """The stream of the run folder (or its manifest.json) at ``location``; None for anything else
+    (shard patterns, URLs, folders without a readable manifest)."""
     from ccc.shards.manifest import ManifestError, load_manifest
 
     folder = Path(location)
     folder = folder.parent if folder.name == "manifest.json" else folder
     try:
-        kind = load_manifest(folder).stream.kind if folder.is_dir() else "ccc"
+        return load_manifest(folder).stream if folder.is_dir() else None
     except (FileNotFoundError, ManifestError):
-        kind = "ccc"
-    return PAIR_KEY if kind == "ccc" else DOMAIN_KEY
+        return None
+
+
+def _run_folder_kind(location: str) -> str:
+    """The stream kind of the run folder at ``location``; "ccc" for anything else."""
+    spec = _run_folder_stream(location)
+    return "ccc" if spec is None else spec.kind
+
+
+def _ccc_domain_key(location: str) -> str:
+    """The default domain key of ``ccc:<location>``: :data:`DOMAIN_KEY` for a run folder holding a
+    ``cin-c`` or ``gradual`` stream, :data:`PAIR_KEY` otherwise (CCC streams, shard patterns)."""
+    return PAIR_KEY if _run_folder_kind(location) == "ccc" else DOMAIN_KEY
 
 
 def _with_pairs(loader: Iterable[Any]) -> Iterator[Any]:
@@ -495,13 +507,14 @@ class RenderRequest:
 
     definition: a run folder (its manifest's stream) or a mapping of stream definition keys
     (``ccc.stream.spec.DEFINITION_KEYS``); imagenet: the source image folder (None: ``$CCC_IMAGENET``);
-    calibration: the table's path; start: first stream index rendered (>= 0); demo: the demo world
-    (its images and table; speed and length default to ``ccc-generate --demo``'s).
+    calibration: the table's path (None for the kinds without calibration); start: first stream
+    index rendered (>= 0); demo: the demo world (its images and table; speed and length default to
+    ``ccc-generate --demo``'s).
     """
 
     definition: str | dict[str, Any]
     imagenet: str | None
-    calibration: str
+    calibration: str | None
     start: int = 0
     demo: bool = False
 
@@ -516,12 +529,14 @@ RENDER_EXAMPLE = "ccc-render:demo,difficulty=medium,seed=43 or ccc-render:diffic
 
 
 def parse_render_location(location: str) -> RenderRequest:
-    """Parse ``[demo|RUN_FOLDER,]key=value,…``: stream definition keys (``difficulty``, ``speed``,
-    ``seed``, ``baseline_accuracy``, ``corruptions`` joined by '+', ``num_images``, ``schedule``,
-    ``path_objective``) or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required
-    outside the demo world) and ``start=INDEX``. Raises ValueError naming what is wrong."""
-    from ccc.demo import DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path
-    from ccc.stream.spec import DEFINITION_KEYS
+    """Parse ``[demo|RUN_FOLDER,]key=value,…``: stream definition keys (``kind``, ``difficulty``,
+    ``speed``, ``seed``, ``baseline_accuracy``, ``corruptions`` joined by '+', ``num_images``,
+    ``schedule``, ``path_objective``, ``severity``, ``crop``; ``ccc.stream.spec.resolve_stream_spec``)
+    or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
+    for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none) and ``start=INDEX``. Raises
+    ValueError naming what is wrong."""
+    from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
+    from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
     parts = [part.strip() for part in location.split(",") if part.strip()]
     bare = [part for part in parts if "=" not in part]
@@ -537,22 +552,32 @@ def parse_render_location(location: str) -> RenderRequest:
     check_non_negative_int("start", start)
     imagenet = values.pop("imagenet", None)
     calibration = values.pop("calibration", None)
+    if folders and not demo and imagenet is None and calibration is None:
+        folder_stream = _run_folder_stream(folders[0])
+        demo = folder_stream is not None and is_demo_stream(folder_stream)
+    calibrated = (_run_folder_kind(folders[0]) if folders else values.get("kind", CCC_KIND)) == CCC_KIND
     if demo:
         if imagenet is not None or calibration is not None:
             raise ValueError("stream 'ccc-render:demo' renders the demo world's images with its table: do not give imagenet= or calibration=")
-        calibration = str(demo_calibration_path())
-    elif calibration is None:
+        calibration = str(demo_calibration_path()) if calibrated else None
+    elif calibration is None and calibrated:
         raise ValueError(f"stream 'ccc-render:' needs calibration=PATH (a calibration table, .npz) outside the demo world, e.g. {RENDER_EXAMPLE}")
     if folders:
         if values:
             raise ValueError(f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; do not add {', '.join(values)}")
-        return RenderRequest(folders[0], None if imagenet is None else str(imagenet), str(calibration), start, demo)
+        return RenderRequest(folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
     if isinstance(values.get("corruptions"), str):
         values["corruptions"] = tuple(values["corruptions"].split("+"))
-    if demo:
+    if demo and calibrated:
         values.setdefault("speed", DEMO_SPEED)
         values.setdefault("num_images", DEMO_NUM_IMAGES)
-    return RenderRequest(values, None if imagenet is None else str(imagenet), str(calibration), start, demo)
+    elif demo:
+        values.setdefault("speed", DEMO_DOMAIN_IMAGES)
+    return RenderRequest(values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
+
+
+def _optional_path(path: Any) -> str | None:
+    return None if path is None else str(path)
 
 
 def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> SizedStream:
@@ -577,9 +602,8 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     and world, from its definition and the calibration table (no image is read)."""
     from ccc.calibration import CalibrationError, CalibrationTable
     from ccc.demo import DEMO_CLASSES, is_demo_stream
-    from ccc.demo.folder import default_demo_folder
     from ccc.shards.manifest import ManifestError, load_manifest
-    from ccc.stream.spec import DEFAULT_SEED, PlanError, resolve_difficulty, run_name
+    from ccc.stream.spec import CCC_KIND, DEFAULT_SEED, PlanError, domain_run_name, resolve_difficulty, resolve_stream_spec, run_name
 
     request = parse_render_location(location)
     if isinstance(request.definition, str):
@@ -591,6 +615,15 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         except ManifestError as error:
             raise ValueError(str(error)) from None
         name, samples, demo = folder.resolve().name, spec.num_images, is_demo_stream(spec)
+    elif _definition_kind(request.definition) != CCC_KIND:
+        try:
+            spec = resolve_stream_spec(request.definition, None, "0" * 64)
+        except PlanError as error:
+            raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
+        demo = _renders_demo_images(request)
+        severity = spec.severity if spec.kind == "cin-c" else None
+        name = ("demo_" if demo else "") + domain_run_name(spec.kind, severity, spec.speed, spec.crop, spec.seed)
+        samples = spec.num_images
     else:
         definition = request.definition
         try:
@@ -600,7 +633,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         if definition.get("speed") is None:
             raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
-        demo = request.demo or (request.imagenet is not None and Path(request.imagenet).resolve() == default_demo_folder().resolve())
+        demo = _renders_demo_images(request)
         name = ("demo_" if demo else "") + run_name(target, definition["speed"], definition.get("seed", DEFAULT_SEED))
         samples = request.num_images
     if samples is not None:
@@ -610,4 +643,26 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     )
 
 
-register_stream_source("ccc-render", _open_ccc_render, _describe_ccc_render, domain_key=PAIR_KEY, seekable=True)
+def _renders_demo_images(request: RenderRequest) -> bool:
+    from ccc.demo.folder import default_demo_folder
+
+    return request.demo or (request.imagenet is not None and Path(request.imagenet).resolve() == default_demo_folder().resolve())
+
+
+def _definition_kind(definition: str | Mapping[str, Any]) -> str:
+    """The stream kind of a ``ccc-render:`` definition: its ``kind`` key (default "ccc") or, for a
+    run folder, its manifest's."""
+    return _run_folder_kind(definition) if isinstance(definition, str) else definition.get("kind", "ccc")
+
+
+def _ccc_render_domain_key(location: str) -> str | None:
+    """The default domain key of ``ccc-render:<location>``, as ``ccc:``'s for the same kind (None
+    when the location cannot be parsed: the opener then names the mistake)."""
+    try:
+        request = parse_render_location(location)
+    except ValueError:
+        return None
+    return PAIR_KEY if _definition_kind(request.definition) == "ccc" else DOMAIN_KEY
+
+
+register_stream_source("ccc-render", _open_ccc_render, _describe_ccc_render, domain_key=_ccc_render_domain_key, seekable=True)

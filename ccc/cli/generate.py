@@ -24,7 +24,7 @@ from typing import NoReturn
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
-from ccc.demo.demonstration import DEMO_NUM_IMAGES, DEMO_SPEED
+from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
 from ccc.render import SourceImageMismatchError
@@ -55,8 +55,6 @@ PROGRAM = "ccc-generate"
 DEFAULT_NUM_IMAGES = 7_500_000
 DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
-DEMO_DOMAIN_IMAGES = 200
-"""Images per domain of a cin-c or gradual demo stream (the demo folder holds 2,400 images)."""
 _NO_IMAGES_CHECKSUM = "0" * 64
 """Stands for the image folder's checksum in a dry run of a cin-c or gradual stream (no folder is read)."""
 SHARD_BYTES_PER_IMAGE = 32_300

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path
-from ccc.demo.demonstration import DEMO_METHOD_OPTIONS, DEMO_METHODS, DEMO_NUM_IMAGES, DEMO_SPEED
+from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_METHOD_OPTIONS, DEMO_METHODS, DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.demo.folder import DEMO_IMAGES_PER_CLASS, EXPECTED_INDEX_SHA256, ensure_demo_folder
 from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 
@@ -36,6 +36,7 @@ __all__ = [
     "CLASS_NAMES",
     "DEMO_CLASSES",
     "DEMO_DIFFICULTY_PRESETS",
+    "DEMO_DOMAIN_IMAGES",
     "DEMO_IMAGES_PER_CLASS",
     "DEMO_METHODS",
     "DEMO_METHOD_OPTIONS",

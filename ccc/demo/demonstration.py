@@ -24,6 +24,9 @@ pair lasts 2,000–4,100 images and a 30,000-image stream crosses about ten pair
 DEMO_NUM_IMAGES = 30_000
 """Length of a demo stream: a few minutes to render and to evaluate five methods on two CPU cores."""
 
+DEMO_DOMAIN_IMAGES = 200
+"""Images per domain of a demo ``cin-c`` or ``gradual`` stream (15 × 200 = 3,000 images for cin-c)."""
+
 DEMO_METHODS: tuple[str, ...] = ("source", "bn", "tent", "eta", "rdumb")
 """Methods ``tta-eval run`` evaluates on a demo stream when no ``--method`` is given: the source
 model, BN adaptation, one method that drifts (Tent), its filtered variant (ETA) and the same with

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ccc.cli.generate import main as generate
 from tests.builders import make_ccc_run, make_image_folder
@@ -54,3 +55,23 @@ def test_domain_key_severity_gives_accuracy_per_severity_of_a_gradual_stream(run
     assert [segment["domain"] for segment in result["domain_segments"]] == ["1", "2", "3", "4", "5", "4", "3", "2", "1"]
     per_domain = result["methods"]["source"]["per_domain_accuracy"]
     assert {name: entry["samples"] for name, entry in per_domain.items()} == {str(level): 16 if level < 5 else 8 for level in range(1, 6)}
+
+
+def test_a_cin_c_stream_rendered_on_the_fly_equals_its_shards(runs) -> None:
+    """``ccc-render:`` takes a cin-c run folder or definition (no calibration table), names and sizes
+    it as ccc-generate does, gives it the domain key "domain" and renders the stored samples."""
+    from tta_eval.streams import StreamOptions, describe_stream_source, open_stream_source
+
+    images = runs["cinc"].parent / "val"
+    definition = f"ccc-render:kind=cin-c,corruptions=fog+contrast+snow,speed=8,imagenet={images}"
+    description = describe_stream_source(definition, StreamOptions())
+    assert (description.name, description.samples) == ("cin-c_severity_5_images_8_crop_random_seed_43", 24)
+    assert default_domain_key(definition) == default_domain_key(f"ccc-render:{runs['cinc']},imagenet={images}") == "domain"
+    options = StreamOptions(batch_size=8)
+    stored = list(open_stream_source(f"ccc:{runs['cinc']}", options))
+    for location in (definition, f"ccc-render:{runs['cinc']},imagenet={images}"):
+        rendered = list(open_stream_source(location, options))
+        assert len(rendered) == len(stored) == 3
+        for (images_batch, labels, metadata), (stored_images, stored_labels, stored_metadata) in zip(rendered, stored):
+            assert torch.equal(images_batch, stored_images) and torch.equal(labels, stored_labels)
+            assert [entry["domain"] for entry in metadata] == [entry["domain"] for entry in stored_metadata]
