@@ -4,20 +4,14 @@ a full disk mid-run; Ray task retries; and a real two-node local Ray cluster (sl
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import hashlib
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tarfile
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +26,7 @@ from ccc.stream.plan import build_stream_plan, plan_sample
 from ccc.stream.sources import index_image_folder, load_source_images
 from ccc.stream.spec import StreamSpec
 from tests.builders import make_calibration_table, make_image_folder
+from tests.ray_cluster import two_node_ray_cluster
 
 NUM_IMAGES = 40
 SHARD_SIZE = 16
@@ -231,73 +226,11 @@ def test_ray_executor_validates_its_arguments(ray_module) -> None:
         RayExecutor(ray_module, max_retries=-1)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _node_arguments() -> list[str]:
-    """Ports of one Ray node, chosen free so that two nodes (and other clusters) can share this machine."""
-    return [
-        "--num-cpus=1",
-        "--object-store-memory=80000000",
-        "--block",
-        "--disable-usage-stats",
-        f"--node-manager-port={_free_port()}",
-        f"--object-manager-port={_free_port()}",
-        f"--dashboard-agent-listen-port={_free_port()}",
-        f"--dashboard-agent-grpc-port={_free_port()}",
-        f"--metrics-export-port={_free_port()}",
-        f"--runtime-env-agent-port={_free_port()}",
-    ]
-
-
-def _stop_node(process: subprocess.Popen) -> None:
-    """Stop a ``ray start --block`` node this test started: SIGTERM its process group, then SIGKILL what is left.
-
-    (A head node whose last worker node is gone can wait up to 30 s "draining"; 5 s of grace is plenty
-    for a node with no tasks.)
-    """
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=5)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=20)
-
-
 @pytest.mark.slow
 def test_a_two_node_ray_cluster_gives_the_serial_bytes(stream, reference, tmp_path: Path) -> None:
     """`ray start --head` plus `ray start --address` on this machine; ccc-generate --ray-address renders on both."""
     environment = dict(os.environ, RAY_AUTH_MODE="disabled")
-    # A private, short temporary folder: `ray start` records the cluster address there instead of in
-    # /tmp/ray/ray_current_cluster, where a plain ray.init() elsewhere on this machine would find it.
-    temporary = Path(tempfile.mkdtemp(prefix="ccc-ray-", dir="/tmp"))
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    nodes: list[subprocess.Popen] = []
-    logs = contextlib.ExitStack()
-    head_log = logs.enter_context(open(tmp_path / "head.log", "w"))
-    node_log = logs.enter_context(open(tmp_path / "node.log", "w"))
-    try:
-        head_command = [
-            "ray", "start", "--head", f"--port={port}", "--include-dashboard=false",
-            f"--ray-client-server-port={_free_port()}", f"--temp-dir={temporary}",
-        ]  # fmt: skip
-        nodes.append(subprocess.Popen([*head_command, *_node_arguments()], env=environment, start_new_session=True,
-                                      stdout=head_log, stderr=subprocess.STDOUT))  # fmt: skip
-        nodes.append(subprocess.Popen(["ray", "start", f"--address={address}", f"--temp-dir={temporary}", *_node_arguments()], env=environment, start_new_session=True,
-                                      stdout=node_log, stderr=subprocess.STDOUT))  # fmt: skip
-        count_nodes = f"import ray; ray.init(address='{address}', logging_level='ERROR'); print(sum(node['Alive'] for node in ray.nodes()))"
-        deadline = time.monotonic() + 150
-        alive = ""
-        while time.monotonic() < deadline and alive != "2":
-            time.sleep(3)
-            probe = subprocess.run([sys.executable, "-c", count_nodes], env=environment, capture_output=True, text=True, timeout=60)
-            alive = probe.stdout.strip().splitlines()[-1] if probe.returncode == 0 and probe.stdout.strip() else ""
-        assert alive == "2", f"the two-node cluster did not come up; head log: {(tmp_path / 'head.log').read_text()[-2000:]}"
+    with two_node_ray_cluster(tmp_path, environment) as address:
         out = tmp_path / "shards"
         command = [
             sys.executable, "-m", "ccc.cli.generate", "--calibration", str(stream["table_path"]), "--difficulty", "medium",
@@ -307,8 +240,3 @@ def test_a_two_node_ray_cluster_gives_the_serial_bytes(stream, reference, tmp_pa
         result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert shard_hashes(out / "run") == reference
-    finally:
-        for node in reversed(nodes):
-            _stop_node(node)
-        logs.close()
-        shutil.rmtree(temporary, ignore_errors=True)

@@ -3,14 +3,10 @@ the same run folders and records as a serial run, retries of dead workers, one l
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +14,7 @@ import torch
 
 from ccc.execution import RayExecutor, SerialExecutor
 from tests.builders import REPOSITORY
-from tests.ccc.test_generate import _free_port, _node_arguments, _stop_node
+from tests.ray_cluster import two_node_ray_cluster
 from tests.tta_eval.tta_helpers import run_cli
 from tta_eval.cluster import run_experiments, task_options
 from tta_eval.experiment import ExperimentSettings, MethodSpec, SweepSettings, resolve_experiment, run_sweep
@@ -269,30 +265,9 @@ def test_a_two_node_ray_cluster_writes_the_serial_records(serial_records: dict[s
     the driver's; `tta-eval run --ray-address` with relative paths runs the two streams there."""
     pytest.importorskip("ray")
     environment = dict(os.environ, RAY_AUTH_MODE="disabled", PYTHONPATH=str(REPOSITORY))
-    temporary = Path(tempfile.mkdtemp(prefix="ccc-ray-", dir="/tmp"))  # see tests/ccc/test_generate.py
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    nodes: list[subprocess.Popen] = []
-    logs = contextlib.ExitStack()
-    head_log = logs.enter_context(open(tmp_path / "head.log", "w"))
-    node_log = logs.enter_context(open(tmp_path / "node.log", "w"))
     driver = tmp_path / "driver"
     driver.mkdir()
-    try:
-        head_command = [
-            "ray", "start", "--head", f"--port={port}", "--include-dashboard=false",
-            f"--ray-client-server-port={_free_port()}", f"--temp-dir={temporary}",
-        ]  # fmt: skip
-        for command, log in ((head_command, head_log), (["ray", "start", f"--address={address}", f"--temp-dir={temporary}"], node_log)):
-            nodes.append(subprocess.Popen([*command, *_node_arguments()], env=environment, cwd=temporary, start_new_session=True, stdout=log, stderr=subprocess.STDOUT))
-        count_nodes = f"import ray; ray.init(address='{address}', logging_level='ERROR'); print(sum(node['Alive'] for node in ray.nodes()))"
-        deadline = time.monotonic() + 150
-        alive = ""
-        while time.monotonic() < deadline and alive != "2":
-            time.sleep(3)
-            probe = subprocess.run([sys.executable, "-c", count_nodes], env=environment, capture_output=True, text=True, timeout=60)
-            alive = probe.stdout.strip().splitlines()[-1] if probe.returncode == 0 and probe.stdout.strip() else ""
-        assert alive == "2", f"the two-node cluster did not come up; head log: {(tmp_path / 'head.log').read_text()[-2000:]}"
+    with two_node_ray_cluster(tmp_path, environment) as address:
         command = [
             sys.executable, "-m", "tta_eval.cli", "run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL,
             "--method", "bn", "--method", "tent", "--cost", "source=1", "--cost", "bn=1", "--cost", "tent=1+1",
@@ -301,8 +276,3 @@ def test_a_two_node_ray_cluster_writes_the_serial_records(serial_records: dict[s
         result = subprocess.run(command, env=environment, cwd=driver, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert records_digests(driver / "results") == serial_records
-    finally:
-        for node in reversed(nodes):
-            _stop_node(node)
-        logs.close()
-        shutil.rmtree(temporary, ignore_errors=True)
