@@ -26,11 +26,12 @@ from tta_eval.methods.roid import ensemble_with_source
 from tta_eval.methods.rotta import (
     UNCERTAINTY_LOG_FLOOR,
     CategoryBalancedMemory,
+    check_robust_memory_options,
     robust_batchnorm_parameters,
     set_robust_training,
 )
 from tta_eval.methods.ttac_nq import SourceFeatureStatistics, matching_source_statistics
-from ccc.validation import check_choice, check_in_range, check_non_negative, check_non_negative_int, check_positive, check_positive_int
+from ccc.validation import check_choice, check_in_range, check_non_negative
 
 DIVERGENCE_VARIANCE_FLOOR = 1e-6
 REGULARIZERS = ("cosine", "l2", "none")
@@ -75,22 +76,13 @@ class PeTTAConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_positive("learning_rate", self.learning_rate)
-        check_in_range("adam_beta1", self.adam_beta1, 0.0, 1.0, include_high=False)
-        check_in_range("adam_beta2", self.adam_beta2, 0.0, 1.0, include_high=False)
-        check_non_negative("weight_decay", self.weight_decay)
-        check_in_range("robust_bn_momentum", self.robust_bn_momentum, 0.0, 1.0, include_low=False)
-        check_positive_int("memory_capacity", self.memory_capacity)
-        check_non_negative("timeliness_weight", self.timeliness_weight)
-        check_non_negative("uncertainty_weight", self.uncertainty_weight)
-        check_non_negative("noise_std", self.noise_std)
+        check_robust_memory_options(self)
         check_in_range("teacher_update_rate", self.teacher_update_rate, 0.0, 1.0)
         check_non_negative("regularization_weight", self.regularization_weight)
         check_choice("regularizer", self.regularizer, REGULARIZERS)
         check_non_negative("anchor_weight", self.anchor_weight)
         check_in_range("prototype_rate", self.prototype_rate, 0.0, 1.0)
         check_choice("classification_loss", self.classification_loss, CLASSIFICATION_LOSSES)
-        check_non_negative_int("seed", self.seed)
 
 
 def collapse_score(prototypes: torch.Tensor, source_means: torch.Tensor, source_variances: torch.Tensor) -> torch.Tensor:

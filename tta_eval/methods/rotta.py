@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,18 +47,26 @@ class RoTTAConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_positive("learning_rate", self.learning_rate)
-        check_in_range("adam_beta1", self.adam_beta1, 0.0, 1.0, include_high=False)
-        check_in_range("adam_beta2", self.adam_beta2, 0.0, 1.0, include_high=False)
-        check_non_negative("weight_decay", self.weight_decay)
-        check_in_range("robust_bn_momentum", self.robust_bn_momentum, 0.0, 1.0, include_low=False)
-        check_positive_int("memory_capacity", self.memory_capacity)
+        check_robust_memory_options(self)
         check_positive_int("update_every", self.update_every)
         check_in_range("teacher_momentum", self.teacher_momentum, 0.0, 1.0)
-        check_non_negative("timeliness_weight", self.timeliness_weight)
-        check_non_negative("uncertainty_weight", self.uncertainty_weight)
-        check_non_negative("noise_std", self.noise_std)
-        check_non_negative_int("seed", self.seed)
+
+
+def check_robust_memory_options(config: Any) -> None:
+    """Check the options RoTTA shares with the methods built on it (PeTTA): Adam's learning_rate > 0,
+    adam_beta1/adam_beta2 in [0, 1) and weight_decay >= 0, robust_bn_momentum in (0, 1],
+    memory_capacity >= 1, timeliness_weight, uncertainty_weight and noise_std >= 0, seed >= 0;
+    ValueError naming the first bad one."""
+    check_positive("learning_rate", config.learning_rate)
+    check_in_range("adam_beta1", config.adam_beta1, 0.0, 1.0, include_high=False)
+    check_in_range("adam_beta2", config.adam_beta2, 0.0, 1.0, include_high=False)
+    check_non_negative("weight_decay", config.weight_decay)
+    check_in_range("robust_bn_momentum", config.robust_bn_momentum, 0.0, 1.0, include_low=False)
+    check_positive_int("memory_capacity", config.memory_capacity)
+    check_non_negative("timeliness_weight", config.timeliness_weight)
+    check_non_negative("uncertainty_weight", config.uncertainty_weight)
+    check_non_negative("noise_std", config.noise_std)
+    check_non_negative_int("seed", config.seed)
 
 
 class RobustBatchNorm(nn.Module):
