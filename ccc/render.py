@@ -5,7 +5,10 @@ pipeline is the public generator's, with every random choice taken from the spec
 
 1. decode with PIL and convert to RGB (as the public ``pil_loader``);
 2. crop ``spec.crop_box`` and resize to 224×224 with PIL's bilinear filter (exactly what torchvision's
-   ``RandomResizedCrop`` does to a PIL image), then mirror if ``spec.flip``;
+   ``RandomResizedCrop`` does to a PIL image), then mirror if ``spec.flip``; with ``spec.resize``
+   (the ``center`` crop) the whole image is first resized to that size with the same filter, and the
+   224×224 box is then cut from it unresized (exactly torchvision's ``Resize(256)`` then
+   ``CenterCrop(224)`` on a PIL image, ImageNet-C's preprocessing);
 3. :func:`ccc.corruptions.corrupt_pair` with ``n1, s1, n2, s2`` and
    ``numpy.random.default_rng(spec.seed)``;
 4. encode JPEG quality 85 with ``optimize=True`` (Pillow, as the public code).
@@ -69,7 +72,7 @@ class RenderedSample:
 def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], flip: bool) -> NDArray[np.uint8]:
     """Crop ``crop_box`` (left, top, right, bottom; pixels) from an RGB PIL image, resize to 224×224, mirror if ``flip``.
 
-    Returns a uint8 array 224×224×3.
+    A 224×224 box is not resampled (PIL's resize to the same size is a copy). Returns a uint8 array 224×224×3.
     """
     resized = image.crop(crop_box).resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
     if flip:
@@ -91,6 +94,8 @@ def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
                 f"as when the stream was planned, got {opened.size[0]}x{opened.size[1]}"
             )
         image = opened.convert("RGB")
+    if spec.resize is not None:
+        image = image.resize(tuple(spec.resize), Image.Resampling.BILINEAR)
     cropped = crop_resize_flip(image, spec.crop_box, spec.flip)
     return corrupt_pair(cropped, spec.n1, spec.s1, spec.n2, spec.s2, rng=np.random.default_rng(spec.seed))
 

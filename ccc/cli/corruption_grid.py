@@ -21,6 +21,7 @@ from tqdm import tqdm
 from ccc.cli._common import HelpFormatter, examples, run_command
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
 from ccc.corruptions._severity import validate_severity
+from ccc.stream.domains import center_crop
 from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
 
 logger = logging.getLogger(__name__)
@@ -31,13 +32,9 @@ SIDE = 224
 
 
 def center_crop_224(image: Image.Image) -> NDArray[np.uint8]:
-    """Resize the shorter side to 256 (bilinear) and centre-crop 224×224, as ImageNet-C does."""
-    image = image.convert("RGB")
-    scale = 256 / min(image.size)
-    resized = image.resize((max(SIDE, round(image.width * scale)), max(SIDE, round(image.height * scale))), Image.Resampling.BILINEAR)
-    left = (resized.width - SIDE) // 2
-    top = (resized.height - SIDE) // 2
-    return np.asarray(resized.crop((left, top, left + SIDE, top + SIDE)))
+    """ImageNet-C's preprocessing, torchvision's ``Resize(256)`` + ``CenterCrop(224)`` (:func:`ccc.stream.domains.center_crop`); 224×224×3 uint8."""
+    resized, box = center_crop(*image.size)
+    return np.asarray(image.convert("RGB").resize(resized, Image.Resampling.BILINEAR).crop(box))
 
 
 def default_image() -> NDArray[np.uint8]:

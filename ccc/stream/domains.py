@@ -30,7 +30,7 @@ __all__ = [
     "DOMAIN_KINDS",
     "GRADUAL_SEVERITIES",
     "DomainSchedule",
-    "center_crop_box",
+    "center_crop",
     "domain_levels",
 ]
 
@@ -39,13 +39,16 @@ DOMAIN_KINDS: tuple[str, ...] = ("cin-c", "gradual")
 
 CROPS: tuple[str, ...] = ("random", "center")
 """How a domain stream crops its source images: ``random`` — the CCC stream's random-resized crop and
-horizontal flip; ``center`` — ImageNet-C's ``Resize(256)`` + ``CenterCrop(224)`` region, no flip."""
+horizontal flip; ``center`` — ImageNet-C's ``Resize(256)`` + ``CenterCrop(224)`` (:func:`center_crop`), no flip."""
 
 GRADUAL_SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5, 4, 3, 2, 1)
 """Severities of one corruption in the ``gradual`` kind (mariodoebler/test-time-adaptation)."""
 
-CENTER_CROP_FRACTION = 224 / 256
-"""Side of ImageNet-C's centre crop relative to the short side: ``Resize(256)`` then ``CenterCrop(224)``."""
+CENTER_RESIZE = 256
+"""Short side, in pixels, that ImageNet-C's ``Resize(256)`` gives the whole source image before the centre crop."""
+
+CENTER_CROP = 224
+"""Side, in pixels, of ImageNet-C's ``CenterCrop(224)`` of the resized image (the rendered size)."""
 
 
 def domain_levels(kind: str, corruptions: Sequence[str], severity: int | None) -> tuple[tuple[str, int], ...]:
@@ -64,18 +67,37 @@ def domain_levels(kind: str, corruptions: Sequence[str], severity: int | None) -
     raise ValueError(f"kind must be one of {', '.join(DOMAIN_KINDS)}, got {kind!r}")
 
 
-def center_crop_box(width: int, height: int) -> tuple[int, int, int, int]:
-    """The source region of ImageNet-C's ``Resize(256)`` + ``CenterCrop(224)``: the centred square of side
-    ``round(short side · 224/256)`` (pixels; left, top, right, bottom, right and bottom exclusive).
+def center_crop(
+    width: int, height: int, resize: int = CENTER_RESIZE, crop: int = CENTER_CROP
+) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
+    """torchvision's ``Resize(resize)`` then ``CenterCrop(crop)`` on a PIL image (ImageNet-C's preprocessing
+    with the defaults 256 and 224), as a resize of the whole image and a box cut from the resized image.
 
-    Resized to 224×224 it is the same region up to half a source pixel (the box is integral).
+    The short side becomes ``resize`` and the long side ``int(resize · long / short)`` (truncated,
+    as torchvision); the box is the ``crop``-pixel square whose left and top offsets are
+    ``int(round(margin / 2))`` (Python's round: half to even, as torchvision). Resizing with PIL's
+    bilinear filter and cropping the box gives torchvision's pixels exactly.
+
+    Args:
+        width, height: source image size in pixels, >= 1.
+        resize: short side after resizing in pixels, >= ``crop``.
+        crop: side of the square crop in pixels, >= 1.
+
+    Returns:
+        ``((resized width, resized height), (left, top, right, bottom))``, all in pixels; the box is in
+        the resized image, right and bottom exclusive.
     """
     check_integer("width", width, 1)
     check_integer("height", height, 1)
-    side = max(1, round(min(width, height) * CENTER_CROP_FRACTION))
-    left = (width - side) // 2
-    top = (height - side) // 2
-    return (left, top, left + side, top + side)
+    check_integer("crop", crop, 1)
+    check_integer("resize", resize, crop)
+    if width <= height:
+        resized = (resize, int(resize * height / width))
+    else:
+        resized = (int(resize * width / height), resize)
+    left = int(round((resized[0] - crop) / 2.0))
+    top = int(round((resized[1] - crop) / 2.0))
+    return resized, (left, top, left + crop, top + crop)
 
 
 class DomainSchedule:

@@ -14,8 +14,9 @@ Randomness comes only from ``numpy.random.SeedSequence(spec.seed, spawn_key=(pur
 - purpose :data:`SAMPLE_PURPOSE`, ``n`` = sample index: the sample's own generator draws, in this
   order, the random-resized-crop box (:func:`sample_resized_crop`), the horizontal flip
   (``random() < 0.5``) and the 63-bit seed that rendering gives to ``numpy.random.default_rng``
-  for the corruptions; with ``crop="center"`` (``cin-c``, ``gradual``) the box is ImageNet-C's
-  centre crop, there is no flip, and the render seed is the generator's first draw.
+  for the corruptions; with ``crop="center"`` (``cin-c``, ``gradual``) the sample is ImageNet-C's
+  ``Resize(256)`` + ``CenterCrop(224)`` (``SampleSpec.resize`` and a box in the resized image), there
+  is no flip, and the render seed is the generator's first draw.
 
 A step is a severity-path cell of a ``ccc`` stream (:mod:`ccc.stream.schedule`) or one
 ``(corruption, severity)`` domain of a ``cin-c`` or ``gradual`` stream (:mod:`ccc.stream.domains`).
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ccc.stream.domains import DomainSchedule, center_crop_box
+from ccc.stream.domains import DomainSchedule, center_crop
 from ccc.stream.schedule import StreamSchedule, build_schedule
 from ccc.stream.sources import SourceImages, index_image_folder, load_source_images, resolve_imagenet_folder
 from ccc.stream.spec import CCC_KIND, PlanError, SampleSpec, StreamSpec, resolve_stream_spec
@@ -263,8 +264,9 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
     source_position = int(plan.step_images(step_number)[position_in_step])
     width, height = plan.sources.sizes[source_position]
     generator = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(SAMPLE_PURPOSE, index)))
+    resize = None
     if spec.crop == "center":
-        crop_box, flip = center_crop_box(width, height), False
+        (resize, crop_box), flip = center_crop(width, height), False
     else:
         crop_box = sample_resized_crop(generator, width, height)
         flip = bool(generator.random() < FLIP_PROBABILITY)
@@ -288,6 +290,7 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
         flip=flip,
         seed=render_seed,
         domain=None if spec.kind == CCC_KIND else step.n1,
+        resize=resize,
     )
 
 

@@ -63,6 +63,9 @@ DEFAULT_DOMAIN_IMAGES = 5000
 given: the 5,000 images per corruption of RobustBench's ImageNet-C list used by CoTTA and
 mariodoebler/test-time-adaptation."""
 
+_OPTIONAL_SAMPLE_FIELDS = ("domain", "resize")
+"""Sample fields left out of the JSON when None (so a ``ccc`` sample's JSON and plan hash stay what they were)."""
+
 _KIND_FIELDS = ("kind", "severity", "crop")
 """Fields a ``ccc`` stream leaves out of its JSON (so its manifest and plan hash stay what they were)."""
 
@@ -263,12 +266,17 @@ class SampleSpec:
         source_path: ``<wnid>/<file>`` of the source image.
         class_index: label, 0..K-1 (ImageNet: 0..999 in sorted-WordNet-id order).
         source_size: ``(width, height)`` of the source image in pixels.
-        crop_box: ``(left, top, right, bottom)`` in source pixels (PIL box convention, right and
-            bottom exclusive); resized to 224×224 after cropping.
+        crop_box: ``(left, top, right, bottom)`` in source pixels, or in the pixels of the resized
+            image when ``resize`` is set (PIL box convention, right and bottom exclusive); resized to
+            224×224 after cropping.
         flip: whether the 224×224 crop is mirrored left-right.
         seed: render seed in [0, 2**63): ``numpy.random.default_rng(seed)`` drives the corruptions.
         domain: the domain of a ``cin-c`` or ``gradual`` sample (its corruption); None for ``ccc``
             samples, whose JSON then has no ``domain`` key (as before the other kinds existed).
+        resize: ``(width, height)`` in pixels that the whole source image is resized to (PIL
+            bilinear) before ``crop_box`` is cut from it: ImageNet-C's ``Resize(256)`` of the
+            ``center`` crop (:func:`ccc.stream.domains.center_crop`); None (the random crops): the
+            box is cut from the source image itself, and the JSON has no ``resize`` key.
     """
 
     index: int
@@ -289,6 +297,7 @@ class SampleSpec:
     flip: bool
     seed: int
     domain: str | None = None
+    resize: tuple[int, int] | None = None
 
     @property
     def wnid(self) -> str:
@@ -301,12 +310,12 @@ class SampleSpec:
         return self.source_path.rsplit("/", 1)[-1]
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The spec as a JSON-serialisable dict (tuples as lists; no ``domain`` key when it is None)."""
+        """The spec as a JSON-serialisable dict (tuples as lists; no ``domain`` or ``resize`` key when it is None)."""
         return {
             field.name: list(value) if isinstance(value, tuple) else value
             for field in fields(self)
             for value in (getattr(self, field.name),)
-            if not (field.name == "domain" and value is None)
+            if not (field.name in _OPTIONAL_SAMPLE_FIELDS and value is None)
         }
 
 

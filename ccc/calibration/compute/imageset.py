@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.corruptions import MIN_IMAGE_SIDE
+from ccc.stream.domains import center_crop
 from ccc.stream.sources import ImageFolderError, ImageIndex
 from ccc.validation import check_non_negative_int
 
@@ -78,16 +79,8 @@ class Preprocessing:
     def apply(self, image: Image.Image) -> NDArray[np.uint8]:
         """Preprocess one PIL image; returns uint8 ``crop × crop × 3`` (RGB)."""
         rgb = image.convert("RGB")
-        width, height = rgb.size
-        if width <= height:
-            new_width, new_height = self.resize, int(self.resize * height / width)
-        else:
-            new_width, new_height = int(self.resize * width / height), self.resize
-        if (new_width, new_height) != (width, height):
-            rgb = rgb.resize((new_width, new_height), Image.Resampling.BILINEAR)
-        top = int(round((new_height - self.crop) / 2.0))
-        left = int(round((new_width - self.crop) / 2.0))
-        cropped = rgb.crop((left, top, left + self.crop, top + self.crop))
+        resized, box = center_crop(*rgb.size, self.resize, self.crop)
+        cropped = rgb.resize(resized, Image.Resampling.BILINEAR).crop(box)
         return np.asarray(cropped, dtype=np.uint8).copy()
 
 

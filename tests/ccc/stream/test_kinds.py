@@ -4,8 +4,8 @@ errors, and rendering one corruption at an integer severity exactly as ``ccc.cor
 
 from __future__ import annotations
 
+import dataclasses
 import io
-import math
 from pathlib import Path
 
 import numpy as np
@@ -90,16 +90,40 @@ def test_random_crops_are_the_ccc_streams_draws(images: Path) -> None:
         assert sample.seed == int(generator.integers(0, 2**63))
 
 
-def test_center_crops_are_imagenet_c_resize_256_center_crop_224(images: Path) -> None:
-    plan = plan_stream({"kind": "gradual", "speed": 13, "crop": "center", "corruptions": "fog"}, None, images)
-    samples = [plan_sample(plan, index) for index in range(plan.spec.num_images)]
-    assert {s.source_size for s in samples} == {(500, 375), (240, 331)}
+# ImageNet's common sizes (landscape and portrait), odd sizes, squares and near-squares
+CENTER_CROP_SIZES = (
+    (500, 375), (640, 480), (1024, 768), (2048, 1536), (375, 500), (480, 640), (333, 257), (257, 333),
+    (999, 701), (701, 999), (256, 256), (300, 300), (227, 231), (231, 227), (1001, 3),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def center_crop_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One image of each of CENTER_CROP_SIZES, per-pixel noise (every interpolation error shows)."""
+    folder = tmp_path_factory.mktemp("center") / "val" / "n00000000"
+    folder.mkdir(parents=True)
+    generator = np.random.default_rng(3)
+    for number, (width, height) in enumerate(CENTER_CROP_SIZES):
+        pixels = generator.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"ILSVRC2012_val_{number:08d}.JPEG", quality=95)
+    return folder.parent
+
+
+def test_center_crops_are_torchvision_resize_256_then_center_crop_224_pixel_for_pixel(center_crop_sources: Path) -> None:
+    """ImageNet-C's preprocessing (hendrycks/robustness make_imagenet_c.py): Resize(256), CenterCrop(224) on a PIL image."""
+    from torchvision import transforms
+
+    imagenet_c = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])
+    count = len(CENTER_CROP_SIZES)
+    plan = plan_stream({"kind": "cin-c", "corruptions": "fog", "speed": count, "crop": "center"}, None, center_crop_sources)
+    samples = [plan_sample(plan, index) for index in range(count)]
+    assert sorted(s.source_size for s in samples) == sorted(CENTER_CROP_SIZES)
     for sample in samples:
-        width, height = sample.source_size
-        left, top, right, bottom = sample.crop_box
-        side = min(width, height) * 224 / 256  # Resize(256) then CenterCrop(224), in source pixels
-        assert right - left == bottom - top and abs((right - left) - side) <= 0.5
-        assert abs((left + right) / 2 - width / 2) <= 0.5 and abs((top + bottom) / 2 - height / 2) <= 0.5
+        source = (center_crop_sources / sample.source_path).read_bytes()
+        with Image.open(io.BytesIO(source)) as opened:
+            expected = np.asarray(imagenet_c(opened.convert("RGB")))
+        uncorrupted = dataclasses.replace(sample, s1=0.0)  # both stages at severity 0: the crop alone
+        assert np.array_equal(render_pixels(uncorrupted, source), expected), sample.source_size
         assert sample.flip is False
         generator = np.random.default_rng(np.random.SeedSequence(plan.spec.seed, spawn_key=(SAMPLE_PURPOSE, sample.index)))
         assert sample.seed == int(generator.integers(0, 2**63))
@@ -180,12 +204,14 @@ def test_more_images_per_domain_than_the_folder_holds_is_refused(images: Path) -
         plan_stream({"kind": "cin-c", "speed": 14}, None, images)
 
 
-def test_the_center_crop_box_of_an_imagenet_sized_image() -> None:
-    from ccc.stream.domains import center_crop_box
+def test_the_center_crop_of_an_imagenet_sized_image() -> None:
+    from ccc.stream.domains import center_crop
 
-    # 500×375: Resize(256) gives 341×256, the 224 centre is 224·375/256 = 328.1 source pixels wide
-    assert center_crop_box(500, 375) == (86, 23, 414, 351)
-    assert math.isclose((414 - 86), 375 * 224 / 256, abs_tol=0.5)
+    # 500×375: Resize(256) gives int(256·500/375) = 341×256; the margin 117 is halved and rounded to even
+    assert center_crop(500, 375) == ((341, 256), (58, 16, 282, 240))
+    assert center_crop(375, 500) == ((256, 341), (16, 58, 240, 282))
+    with pytest.raises(ValueError, match="width must be"):
+        center_crop(0, 5)
 
 
 def test_a_domain_spec_built_directly_checks_its_fields() -> None:
