@@ -571,7 +571,7 @@ def parse_render_location(location: str) -> RenderRequest:
     if demo and calibrated:
         values.setdefault("speed", DEMO_SPEED)
         values.setdefault("num_images", DEMO_NUM_IMAGES)
-    elif demo:
+    elif demo and values.get("kind") == "gradual":
         values.setdefault("speed", DEMO_DOMAIN_IMAGES)
     return RenderRequest(values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
 
@@ -597,12 +597,26 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
     return SizedStream(_with_pairs(loader), None if unbounded else stream.length)
 
 
+def _count_source_images(request: RenderRequest) -> int | None:
+    """The image count that names a cin-c definition without ``speed`` (every image per corruption):
+    the demo world's, or the folder's, listed without reading an image; None for other definitions."""
+    from ccc.demo import DEMO_SOURCE_IMAGES
+    from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
+
+    if request.definition.get("kind") != "cin-c" or request.definition.get("speed") is not None:
+        return None
+    if request.demo:
+        return DEMO_SOURCE_IMAGES
+    return len(index_image_folder(resolve_imagenet_folder(request.imagenet), check_images=False, progress=False))
+
+
 def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescription:
     """A rendered stream's name (that of ``ccc-generate``'s run folder for the same definition), length
     and world, from its definition and the calibration table (no image is read)."""
     from ccc.calibration import CalibrationError, CalibrationTable
     from ccc.demo import DEMO_CLASSES, is_demo_stream
     from ccc.shards.manifest import ManifestError, load_manifest
+    from ccc.stream.sources import ImageFolderError
     from ccc.stream.spec import CCC_KIND, DEFAULT_SEED, PlanError, domain_run_name, resolve_difficulty, resolve_stream_spec, run_name
 
     request = parse_render_location(location)
@@ -617,8 +631,8 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         name, samples, demo = folder.resolve().name, spec.num_images, is_demo_stream(spec)
     elif _definition_kind(request.definition) != CCC_KIND:
         try:
-            spec = resolve_stream_spec(request.definition, None, "0" * 64)
-        except PlanError as error:
+            spec = resolve_stream_spec(request.definition, None, "0" * 64, _count_source_images(request))
+        except (PlanError, ImageFolderError) as error:
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         demo = _renders_demo_images(request)
         severity = spec.severity if spec.kind == "cin-c" else None

@@ -25,6 +25,7 @@ from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
+from ccc.demo.folder import DEMO_SOURCE_IMAGES
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
 from ccc.render import SourceImageMismatchError
@@ -34,12 +35,12 @@ from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.plan import StreamPlan, plan_stream
 from ccc.stream.report import describe_schedule, plot_schedule
 from ccc.stream.schedule import SCHEDULES, ScheduleError, StreamSchedule, build_schedule
-from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
+from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
 from ccc.stream.domains import CROPS
 from ccc.stream.report import describe_domains
 from ccc.stream.spec import (
     CCC_KIND,
-    DEFAULT_DOMAIN_IMAGES,
+    DEFAULT_GRADUAL_IMAGES,
     DEFAULT_SEED,
     DEFAULT_SEVERITY,
     DEFAULT_SHARD_SIZE,
@@ -92,14 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                 "the paper's medium stream at speed 2000 (7.5M images)",
             ),
             ("ccc-generate --difficulty hard --speed 1000 --dry-run --plot hard.png", "show the schedule only, render nothing"),
-            ("ccc-generate --kind cin-c --severity 5 --images-per-domain 5000 --imagenet /data/imagenet/val", "concatenated ImageNet-C (15 corruptions × 5,000 images), no calibration table needed"),
+            ("ccc-generate --kind cin-c --severity 5 --imagenet /data/imagenet/val", "concatenated ImageNet-C (15 corruptions × every image: 750,000 for ImageNet's 50,000), no calibration table needed"),
             ("ccc-generate --demo --kind gradual --crop center", "the gradual setting on the demo world"),
         ),
     )
     kinds = parser.add_argument_group("kind (docs/generator.md, \"Stream kinds\")")
     kinds.add_argument("--kind", choices=KINDS, default=CCC_KIND, help="ccc: continuously changing corruption pairs (the calibrated CCC stream); cin-c: concatenated ImageNet-C, each corruption once at one severity; gradual: each corruption at severities 1 2 3 4 5 4 3 2 1")
     kinds.add_argument("--severity", type=integer_at_least(1), choices=range(1, 6), metavar="S", help=f"--kind cin-c: the severity of every corruption, 1–5 (default {DEFAULT_SEVERITY})")
-    kinds.add_argument("--images-per-domain", type=integer_at_least(1), metavar="N", help=f"--kind cin-c: images per corruption; gradual: per severity level (default {DEFAULT_DOMAIN_IMAGES:,}, as RobustBench's ImageNet-C list; with --demo {DEMO_DOMAIN_IMAGES}); distinct images within a domain, at most the folder's image count")
+    kinds.add_argument("--images-per-domain", type=integer_at_least(1), metavar="N", help=f"--kind cin-c: images per corruption (default: every source image, as the CCC paper's CIN-C and ASR's scripts); gradual: per severity level (default {DEFAULT_GRADUAL_IMAGES:,}, as mariodoebler/test-time-adaptation's gradual setting; with --demo {DEMO_DOMAIN_IMAGES}); every domain shows the same images in the same order, at most the folder's image count")
     kinds.add_argument("--crop", choices=CROPS, help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center (ImageNet-C's Resize(256) + CenterCrop(224), no flip)")
     stream = parser.add_argument_group("stream")
     stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)")
@@ -172,7 +173,7 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
     if arguments.imagenet is not None:
         raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet")
     if arguments.kind != CCC_KIND:
-        if arguments.images_per_domain is None:
+        if arguments.images_per_domain is None and arguments.kind == "gradual":
             arguments.images_per_domain = DEMO_DOMAIN_IMAGES
             print(f"{PROGRAM}: demo world settings (docs/demo.md): --images-per-domain {DEMO_DOMAIN_IMAGES}", file=sys.stderr)
         if not arguments.dry_run:
@@ -243,7 +244,7 @@ def _run_domains(arguments: argparse.Namespace) -> int:
         "shard_size": arguments.shard_size,
     }
     if arguments.dry_run:
-        spec = resolve_stream_spec(definition, None, _NO_IMAGES_CHECKSUM)
+        spec = resolve_stream_spec(definition, None, _NO_IMAGES_CHECKSUM, _count_source_images(arguments))
     else:
         plan = _plan(arguments, definition, None)
         spec = plan.spec
@@ -254,6 +255,17 @@ def _run_domains(arguments: argparse.Namespace) -> int:
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)")
         return 0
     return _render(arguments, plan, run_dir)
+
+
+def _count_source_images(arguments: argparse.Namespace) -> int | None:
+    """The image count a dry run of a cin-c stream without --images-per-domain needs (every image per
+    corruption): the demo world's, or the folder's, listed without reading an image; else None."""
+    if arguments.kind != "cin-c" or arguments.images_per_domain is not None:
+        return None
+    if arguments.demo:
+        return DEMO_SOURCE_IMAGES
+    classes = None if arguments.classes is None else read_class_list(arguments.classes)
+    return len(index_image_folder(resolve_imagenet_folder(arguments.imagenet), classes=classes, check_images=False, progress=False))
 
 
 def _plan(arguments: argparse.Namespace, definition: dict, table: CalibrationTable | None, schedule: StreamSchedule | None = None) -> StreamPlan:

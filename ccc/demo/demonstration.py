@@ -25,7 +25,8 @@ DEMO_NUM_IMAGES = 30_000
 """Length of a demo stream: a few minutes to render and to evaluate five methods on two CPU cores."""
 
 DEMO_DOMAIN_IMAGES = 200
-"""Images per domain of a demo ``cin-c`` or ``gradual`` stream (15 × 200 = 3,000 images for cin-c)."""
+"""Images per severity level of a demo ``gradual`` stream (15 × 9 × 200 = 27,000 images); a demo ``cin-c``
+stream shows every demo image per corruption (``ccc.demo.folder.DEMO_SOURCE_IMAGES``)."""
 
 DEMO_METHODS: tuple[str, ...] = ("source", "bn", "tent", "eta", "rdumb")
 """Methods ``tta-eval run`` evaluates on a demo stream when no ``--method`` is given: the source

@@ -39,6 +39,9 @@ DEMO_IMAGE_SEED = 20231
 DEMO_IMAGES_PER_CLASS = 150
 """Images per class in the demo folder (16 classes → 2,400 images)."""
 
+DEMO_SOURCE_IMAGES = len(CLASS_NAMES) * DEMO_IMAGES_PER_CLASS
+"""Images in the demo folder (16 classes × 150 = 2,400): a demo ``cin-c`` stream's images per corruption by default."""
+
 RECORD_NAME = "demo-images.json"
 """The completion record written at the folder's root (not an image, ignored by the index)."""
 

@@ -10,7 +10,10 @@ Randomness comes only from ``numpy.random.SeedSequence(spec.seed, spawn_key=(pur
 - purpose :data:`STEP_IMAGES_PURPOSE`, ``n`` = path step: ``choice(len(sources), speed,
   replace=False)`` draws the step's ``speed`` distinct source images (sample ``index`` takes entry
   ``index % speed``). The last few steps' draws are cached, so planning consecutive samples costs
-  amortised O(1); a random single index costs one draw of ``speed`` integers.
+  amortised O(1); a random single index costs one draw of ``speed`` integers. A ``cin-c`` or
+  ``gradual`` stream makes this draw once, with the spawn key ``(DOMAIN_IMAGES_PURPOSE,)``, and
+  every domain shows those images in that order (the public loaders reseed Python's ``random``
+  before each domain, so each domain shuffles one list identically).
 - purpose :data:`SAMPLE_PURPOSE`, ``n`` = sample index: the sample's own generator draws, in this
   order, the random-resized-crop box (:func:`sample_resized_crop`), the horizontal flip
   (``random() < 0.5``) and the 63-bit seed that rendering gives to ``numpy.random.default_rng``
@@ -49,6 +52,7 @@ __all__ = [
     "CROP_ATTEMPTS",
     "CROP_RATIO",
     "CROP_SCALE",
+    "DOMAIN_IMAGES_PURPOSE",
     "FLIP_PROBABILITY",
     "PLAN_FORMAT_VERSION",
     "SAMPLE_PURPOSE",
@@ -84,6 +88,12 @@ SAMPLE_PURPOSE = 0
 
 STEP_IMAGES_PURPOSE = 1
 """First spawn-key entry of a path step's source-image draw."""
+
+DOMAIN_IMAGES_PURPOSE = 2
+"""Spawn key entry of the one source-image draw of a ``cin-c`` or ``gradual`` stream (every domain's images)."""
+
+DOMAIN_IMAGES_KEY = (DOMAIN_IMAGES_PURPOSE,)
+"""The whole spawn key of that draw (also its key in the step cache, where ``ccc`` steps are integers)."""
 
 _RENDER_SEED_BOUND = 2**63
 _STEP_CACHE_SIZE = 4
@@ -143,21 +153,27 @@ class StreamPlan:
         self.spec = spec
         self.schedule = schedule
         self.sources = sources
-        self._step_images: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._step_images: OrderedDict[int | tuple[int], np.ndarray] = OrderedDict()
 
     def __reduce__(self) -> tuple[type, tuple]:
         return (StreamPlan, (self.spec, self.schedule, self.sources))
 
     def step_images(self, step: int) -> np.ndarray:
-        """Positions (into :attr:`sources`) of the ``speed`` distinct images of path step ``step``."""
-        cached = self._step_images.get(step)
+        """Positions (into :attr:`sources`) of the ``speed`` distinct images of path step ``step``.
+
+        A ``ccc`` step draws its own; every domain of a ``cin-c`` or ``gradual`` stream shows the same
+        images in the same order (one draw for the stream), as the public loaders do.
+        """
+        domains = self.spec.kind != CCC_KIND
+        key = DOMAIN_IMAGES_KEY if domains else step
+        cached = self._step_images.get(key)
         if cached is not None:
-            self._step_images.move_to_end(step)
+            self._step_images.move_to_end(key)
             return cached
-        sequence = np.random.SeedSequence(self.spec.seed, spawn_key=(STEP_IMAGES_PURPOSE, step))
+        sequence = np.random.SeedSequence(self.spec.seed, spawn_key=DOMAIN_IMAGES_KEY if domains else (STEP_IMAGES_PURPOSE, step))
         positions = np.random.default_rng(sequence).choice(len(self.sources), size=self.spec.speed, replace=False)
         positions.setflags(write=False)
-        self._step_images[step] = positions
+        self._step_images[key] = positions
         if len(self._step_images) > _STEP_CACHE_SIZE:
             self._step_images.popitem(last=False)
         return positions
@@ -246,7 +262,7 @@ def plan_stream(
     if index.excluded:
         logger.warning("excluded %d unreadable images: %s", len(index.excluded), ", ".join(index.excluded[:10]))
     sources = load_source_images(index)
-    return build_stream_plan(resolve_stream_spec(definition, table, sources.index_checksum), table, sources, schedule)
+    return build_stream_plan(resolve_stream_spec(definition, table, sources.index_checksum, len(sources)), table, sources, schedule)
 
 
 def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:

@@ -21,7 +21,7 @@ from ccc.validation import check_integer
 
 __all__ = [
     "CCC_KIND",
-    "DEFAULT_DOMAIN_IMAGES",
+    "DEFAULT_GRADUAL_IMAGES",
     "DEFAULT_SEED",
     "DEFAULT_SEVERITY",
     "DEFAULT_SHARD_SIZE",
@@ -58,10 +58,11 @@ per corruption); see :mod:`ccc.stream.domains` and ``docs/generator.md``."""
 DEFAULT_SEVERITY = 5
 """Severity of a ``cin-c`` stream when none is given (the continual TTA benchmarks')."""
 
-DEFAULT_DOMAIN_IMAGES = 5000
-"""Images per domain (per corruption for ``cin-c``, per severity level for ``gradual``) when none is
-given: the 5,000 images per corruption of RobustBench's ImageNet-C list used by CoTTA and
-mariodoebler/test-time-adaptation."""
+DEFAULT_GRADUAL_IMAGES = 5000
+"""Images per severity level of a ``gradual`` stream when none is given: mariodoebler/test-time-adaptation's
+``gradual`` setting evaluates RobustBench's 5,000-image ImageNet-C list (``CORRUPTION.NUM_EX = -1``)
+at every level. A ``cin-c`` stream shows every source image per corruption by default (the CCC
+paper's CIN-C; YonseiML/asr's CIN-C scripts, ``CORRUPTION.NUM_EX 50000``)."""
 
 _OPTIONAL_SAMPLE_FIELDS = ("domain", "resize")
 """Sample fields left out of the JSON when None (so a ``ccc`` sample's JSON and plan hash stay what they were)."""
@@ -244,8 +245,8 @@ def run_name(target_accuracy: float, speed: int, seed: int) -> str:
 
 
 def domain_run_name(kind: str, severity: int | None, images_per_domain: int, crop: str, seed: int) -> str:
-    """Run name of a ``cin-c`` or ``gradual`` stream: ``cin-c_severity_5_images_5000_crop_random_seed_43``,
-    ``gradual_images_5000_crop_center_seed_43``."""
+    """Run name of a ``cin-c`` or ``gradual`` stream: ``cin-c_severity_5_images_50000_crop_random_seed_43``,
+    ``gradual_images_5000_crop_center_seed_43`` (``images_per_domain``: images per corruption or level, >= 1)."""
     level = f"_severity_{severity}" if severity is not None else ""
     return f"{kind}{level}_images_{images_per_domain}_crop_{crop}_seed_{seed}"
 
@@ -371,7 +372,9 @@ def resolve_difficulty(
     return float(target), resolved, None if overridden else difficulty
 
 
-def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Presets | None, source_index_checksum: str) -> StreamSpec:
+def resolve_stream_spec(
+    definition: StreamSpec | Mapping[str, Any], table: _Presets | None, source_index_checksum: str, source_count: int | None = None
+) -> StreamSpec:
     """The :class:`StreamSpec` of a stream definition, bound to ``table`` and the source images.
 
     Args:
@@ -381,7 +384,8 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
             :data:`KINDS`); for ``ccc``: ``speed`` (required), ``difficulty`` and/or
             ``baseline_accuracy`` + ``corruptions`` (see :func:`resolve_difficulty`),
             ``schedule`` and ``path_objective`` (default ``"reference"``); for ``cin-c`` and
-            ``gradual``: ``speed`` (images per domain, default :data:`DEFAULT_DOMAIN_IMAGES`),
+            ``gradual``: ``speed`` (images per domain; default ``cin-c``: ``source_count``, every
+            source image once per corruption, ``gradual``: :data:`DEFAULT_GRADUAL_IMAGES`),
             ``corruptions`` (default the 15 ImageNet-C corruptions in their order),
             ``severity`` (``cin-c`` only, 1..5, default :data:`DEFAULT_SEVERITY`), ``crop``
             (``random`` or ``center``, default ``random``); for every kind ``seed`` (default
@@ -391,6 +395,8 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
         table: the calibration table (:class:`ccc.calibration.CalibrationTable`); None for the
             kinds without calibration.
         source_index_checksum: :meth:`ccc.stream.sources.ImageIndex.checksum` of the image folder.
+        source_count: the number of source images, >= 1 (needed only for a ``cin-c`` definition
+            without ``speed``).
 
     Raises:
         PlanError: an unknown key, a key the kind does not use, a missing speed or table, or a bad
@@ -407,7 +413,7 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
     if kind not in KINDS:
         raise PlanError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind != CCC_KIND:
-        return _resolve_domain_spec(kind, definition, source_index_checksum)
+        return _resolve_domain_spec(kind, definition, source_index_checksum, source_count)
     unused = [key for key in ("severity", "crop") if definition.get(key) is not None]
     if unused:
         raise PlanError(f"{' and '.join(unused)}: only for the cin-c and gradual kinds, not a ccc stream (its severities are calibrated, its crops random)")
@@ -433,7 +439,7 @@ def resolve_stream_spec(definition: StreamSpec | Mapping[str, Any], table: _Pres
     )
 
 
-def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_checksum: str) -> StreamSpec:
+def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_checksum: str, source_count: int | None) -> StreamSpec:
     """The spec of a ``cin-c`` or ``gradual`` definition (see :func:`resolve_stream_spec`)."""
     from ccc.corruptions import CORRUPTIONS, get_corruption
 
@@ -453,7 +459,14 @@ def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_
     except ValueError as error:
         raise PlanError(str(error)) from None
     severity = None if kind != "cin-c" else DEFAULT_SEVERITY if definition.get("severity") is None else definition["severity"]
-    speed = check_integer("speed", DEFAULT_DOMAIN_IMAGES if definition.get("speed") is None else definition["speed"], 1, error=PlanError)
+    speed = definition.get("speed")
+    if speed is None and kind == "gradual":
+        speed = DEFAULT_GRADUAL_IMAGES
+    elif speed is None:
+        if source_count is None:
+            raise PlanError("a cin-c stream without speed shows every source image per corruption: give speed (images per domain) or the number of source images")
+        speed = source_count
+    speed = check_integer("speed", speed, 1, error=PlanError)
     return StreamSpec(
         target_accuracy=None,
         corruptions=corruptions,

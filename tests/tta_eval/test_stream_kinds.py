@@ -75,3 +75,18 @@ def test_a_cin_c_stream_rendered_on_the_fly_equals_its_shards(runs) -> None:
         for (images_batch, labels, metadata), (stored_images, stored_labels, stored_metadata) in zip(rendered, stored):
             assert torch.equal(images_batch, stored_images) and torch.equal(labels, stored_labels)
             assert [entry["domain"] for entry in metadata] == [entry["domain"] for entry in stored_metadata]
+
+
+def test_a_cin_c_definition_without_speed_is_named_by_every_image_of_its_folder(runs) -> None:
+    """cin-c shows every source image per corruption by default (the CCC paper's CIN-C, ASR's scripts):
+    the name and length count the folder's images (listed, not read); the demo world's are 2,400."""
+    from tta_eval.streams import StreamOptions, describe_stream_source
+
+    images = runs["cinc"].parent / "val"
+    count = sum(1 for path in images.glob("*/*") if path.is_file())
+    description = describe_stream_source(f"ccc-render:kind=cin-c,corruptions=fog+snow,imagenet={images}", StreamOptions())
+    assert (description.name, description.samples) == (f"cin-c_severity_5_images_{count}_crop_random_seed_43", 2 * count)
+    demo = describe_stream_source("ccc-render:demo,kind=cin-c", StreamOptions())
+    assert (demo.name, demo.samples) == ("demo_cin-c_severity_5_images_2400_crop_random_seed_43", 15 * 2400)
+    gradual = describe_stream_source("ccc-render:demo,kind=gradual", StreamOptions())
+    assert gradual.name == "demo_gradual_images_200_crop_random_seed_43"

@@ -102,6 +102,19 @@ def test_gradual_shards_carry_domain_and_severity_and_render_stream_gives_the_sa
     assert shard_digests(run) == before
 
 
+def test_a_cin_c_dry_run_without_images_per_domain_counts_every_image_of_the_folder(images, tmp_path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["--kind", "cin-c", "--corruptions", "fog,contrast", "--imagenet", str(images), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cin-c stream: 2 domains × 12 images = 24 images per pass")
+    assert "run folder: shards/cin-c_severity_5_images_12_crop_random_seed_43" in out
+    assert main(["--demo", "--kind", "cin-c", "--dry-run"]) == 0
+    assert "run folder: shards/demo_cin-c_severity_5_images_2400_crop_random_seed_43" in capsys.readouterr().out
+    assert main(["--demo", "--kind", "gradual", "--dry-run"]) == 0
+    assert "run folder: shards/demo_gradual_images_200_crop_random_seed_43" in capsys.readouterr().out
+    assert not (tmp_path / "shards").exists()
+
+
 def test_render_stream_needs_a_table_only_for_the_ccc_kind(images) -> None:
     stream = render_stream({"kind": "cin-c", "speed": 2, "corruptions": "fog"}, imagenet=images, limit=2)
     assert [sample.metadata["domain"] for sample in stream] == ["fog", "fog"]

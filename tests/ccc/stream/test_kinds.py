@@ -57,11 +57,31 @@ def test_cin_c_plan_is_the_fifteen_corruptions_in_order_at_one_severity(images: 
     assert [s.domain for s in samples] == [name for name in IMAGENET_C_ORDER for _ in range(4)]
     assert [s.pair_index for s in samples] == [k // 4 for k in range(60)]
     assert all(s.calibrated_accuracy is None for s in samples)
-    for domain in range(15):
-        chosen = [s.source_path for s in samples[4 * domain : 4 * domain + 4]]
-        assert len(set(chosen)) == 4  # distinct images inside a domain
+    first = [s.source_path for s in samples[:4]]
+    assert len(set(first)) == 4  # distinct images inside a domain
+    for domain in range(15):  # every domain the same images in the same order, as the public loaders
+        assert [s.source_path for s in samples[4 * domain : 4 * domain + 4]] == first
     with pytest.raises(PlanError, match="index"):
         plan_sample(plan, spec.num_images)
+
+
+def test_cin_c_shows_every_source_image_once_per_corruption_by_default(images: Path) -> None:
+    """The CCC paper's CIN-C and YonseiML/asr's CIN-C scripts (CORRUPTION.NUM_EX 50000): the whole validation set per corruption."""
+    plan = plan_stream({"kind": "cin-c", "corruptions": "fog,snow,jpeg_compression"}, None, images)
+    assert (plan.spec.speed, plan.spec.num_images) == (13, 3 * 13)
+    samples = [plan_sample(plan, index) for index in range(plan.spec.num_images)]
+    first = [s.source_path for s in samples[:13]]
+    assert sorted(first) == sorted(plan.sources.relative_paths)  # each image once
+    assert [s.source_path for s in samples[13:26]] == first and [s.source_path for s in samples[26:]] == first
+    assert first != sorted(first)  # a seeded order, not the folder's
+    assert [s.source_path for s in (plan_sample(plan_stream({"kind": "cin-c", "corruptions": "fog", "seed": 44}, None, images), i) for i in range(13))] != first
+
+
+def test_the_default_images_per_domain_need_the_image_count_for_cin_c_only() -> None:
+    assert resolve_stream_spec({"kind": "cin-c"}, None, CHECKSUM, 50_000).speed == 50_000
+    assert resolve_stream_spec({"kind": "gradual"}, None, CHECKSUM).speed == 5000  # mariodoebler's gradual: RobustBench's 5,000
+    with pytest.raises(PlanError, match="a cin-c stream without speed shows every source image per corruption"):
+        resolve_stream_spec({"kind": "cin-c"}, None, CHECKSUM)
 
 
 def test_gradual_plan_goes_1_to_5_to_1_for_every_corruption(images: Path) -> None:
@@ -195,7 +215,7 @@ def test_domain_specs_round_trip_and_their_hash_depends_on_the_definition(images
 def test_bad_definitions_name_the_parameter(definition: dict, message: str) -> None:
     table = make_calibration_table() if definition.get("kind") == "ccc" else None
     with pytest.raises(PlanError) as error:
-        resolve_stream_spec(definition, table, CHECKSUM)
+        resolve_stream_spec(definition, table, CHECKSUM, 13)
     assert message in str(error.value)
 
 
