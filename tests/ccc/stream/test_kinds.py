@@ -144,7 +144,7 @@ def test_center_crops_are_torchvision_resize_256_then_center_crop_224_pixel_for_
             expected = np.asarray(imagenet_c(opened.convert("RGB")))
         uncorrupted = dataclasses.replace(sample, s1=0.0)  # both stages at severity 0: the crop alone
         assert np.array_equal(render_pixels(uncorrupted, source), expected), sample.source_size
-        assert sample.flip is False
+        assert sample.flip is False and sample.to_json_dict()["resize"] == list(sample.resize)
         generator = np.random.default_rng(np.random.SeedSequence(plan.spec.seed, spawn_key=(SAMPLE_PURPOSE, sample.index)))
         assert sample.seed == int(generator.integers(0, 2**63))
 
@@ -175,7 +175,7 @@ def test_the_ccc_kind_serialises_as_before() -> None:
 def test_the_ccc_kind_samples_have_no_domain_key(images: Path) -> None:
     table = make_calibration_table()
     plan = plan_stream({"difficulty": "medium", "speed": 4, "num_images": 8}, table, images)
-    assert "domain" not in plan_sample(plan, 3).to_json_dict()
+    assert not {"domain", "resize"} & set(plan_sample(plan, 3).to_json_dict())
 
 
 def test_domain_specs_round_trip_and_their_hash_depends_on_the_definition(images: Path) -> None:
