@@ -193,8 +193,10 @@ class ResetPolicyWrapper(nn.Module):
         return getattr(self.method, "preparation_samples", 0)
 
     def prepare(self, image_batches: Iterator[torch.Tensor]) -> None:
-        """Forward the stream head to the wrapped method's ``prepare``."""
-        self.method.prepare(image_batches)
+        """Forward the stream head to the wrapped method's ``prepare`` (nothing for a method without one)."""
+        prepare = getattr(self.method, "prepare", None)
+        if prepare is not None:
+            prepare(image_batches)
 
 
 class PeriodicReset(ResetPolicyWrapper):
@@ -344,8 +346,9 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
     the initial model (same layer modes, BatchNorm statistics of the batch): entropy e = H(softmax(mean_n
     z_n)); flip = mean_n [argmax z_n ≠ ŷ_src,n]; m = m0 · flip + 1 − m0; the regulariser weight for the
     next batch is p0 · flip². When e < τ (τ starts at ln(a0 · C)) the method is reset selectively:
-    the Fisher estimate F and parameter mean θ̄ are updated from this episode (F_ep = mean over its
-    optimiser steps of grad², θ̄_ep = mean over its batches of θ before the batch; F ← 0.9 F + 0.1 F_ep,
+    the Fisher estimate F and parameter mean θ̄ are updated from this episode (F_ep = grad² summed over
+    its optimiser steps and divided by its number of batches, as the public code's ``1 / step``;
+    θ̄_ep = mean over its batches of θ before the batch; F ← 0.9 F + 0.1 F_ep,
     first episode: F = F_ep, likewise θ̄), then with scope = max(r0 − r1 (τ − e), 0) the first
     ⌈scope · P⌉ of the P adapted parameters (optimiser order: shallow layers first) keep their values and
     everything else returns to its initial state (``reset()`` of the method: weights, buffers,
@@ -474,7 +477,7 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
         if self.threshold is None:
             self.threshold = math.log(classes * self.policy.a0)
         with torch.no_grad():
-            entropy = float(softmax_entropy(logits.float().mean(0, keepdim=True))[0])
+            entropy = float(softmax_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)).mean(0, keepdim=True))[0])
             flip = float((source != logits.argmax(1)).float().mean())
         momentum = self.policy.m0 * flip + 1.0 - self.policy.m0
         self.regulariser_weight = self.policy.p0 * flip**2

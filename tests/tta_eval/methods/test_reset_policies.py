@@ -19,6 +19,7 @@ from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, make_batches,
 from tta_eval.experiment import MethodSpec
 from tta_eval.methods import ETA, ResetPolicyWrapper, create, get_method
 from tta_eval.methods.base import StepInfo
+from tta_eval.methods.losses import softmax_entropy
 from tta_eval.methods.registry import parse_reset_policy, reset_policy_names
 from tta_eval.methods.reset import (
     AdaptiveSelectiveReset,
@@ -307,6 +308,20 @@ def test_asr_regulariser_adds_the_gradient_of_its_penalty(tiny_cnn):
             (0.7 * (fisher * (copy_ - mean) ** 2).sum()).backward()
         torch.testing.assert_close(parameter.grad, gradient + copy_.grad, rtol=1e-6, atol=1e-7)
         assert torch.equal(total, gradient.square())
+
+
+def test_asr_computes_the_entropy_in_the_models_float64(tiny_cnn):
+    wrapped = create("eta", tiny_cnn.double(), reset="asr", **ETA_OPTIONS)
+    logits = wrapped(make_batches(1)[0][0].double())
+    assert logits.dtype == torch.float64
+    assert wrapped.last_entropy == float(softmax_entropy(logits.mean(0, keepdim=True))[0])
+
+
+@pytest.mark.parametrize("reset", ["asr", "rdumbpp", "periodic:every=2"])
+def test_a_policy_prepares_a_method_that_needs_no_preparation(reset, tiny_cnn):
+    wrapped = create("tent", tiny_cnn, reset=reset)
+    assert wrapped.preparation_samples == 0
+    wrapped.prepare(iter([make_batches(1)[0][0]]))
 
 
 @pytest.mark.parametrize("reset", ["asr:a0=100", "rdumbpp:warmup=1:threshold=0.5", "periodic:every=2"])
