@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo, observe_prediction
 from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
@@ -82,6 +82,8 @@ class ETA(NormalizationGradientMethod):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Logits (N×C) for images (N×C×H×W), then one SGD step on the filtered, weighted entropy."""
         logits = self.model(images)
+        if observe_prediction(logits):
+            logits = self.model(images)
         config: ETAConfig = self.config
         margin = config.entropy_margin(logits.shape[1])
         entropies = softmax_entropy(logits)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from tta_eval.methods.base import StepInfo
+from tta_eval.methods.base import StepInfo, observing_predictions
 from tta_eval.methods.layers import batchnorm_statistics_frozen
 from tta_eval.methods.losses import softmax_entropy
 from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
@@ -342,7 +342,9 @@ class DriftReset(ResetPolicyWrapper):
 class AdaptiveSelectiveReset(ResetPolicyWrapper):
     """ASR (``ASRPolicy``) around any method: when to reset, where, and an importance-aware regulariser.
 
-    Per batch, with z the logits the method returned (N×C) and ŷ_src the predictions of a frozen copy of
+    Per batch, with z the logits of the method's prediction pass (N×C; before ROID's prior correction,
+    as the public code decides: ``observe_prediction``; the returned logits for a method that does not
+    show its prediction pass) and ŷ_src the predictions of a frozen copy of
     the initial model (same layer modes, BatchNorm statistics of the batch): entropy e = H(softmax(mean_n
     z_n)); flip = mean_n [argmax z_n ≠ ŷ_src,n]; m = m0 · flip + 1 − m0; the regulariser weight for the
     next batch is p0 · flip². When e < τ (τ starts at ln(a0 · C)) the method is reset selectively:
@@ -469,16 +471,25 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
             else:
                 for total, value in zip(self.parameter_sum, current):
                     total.add_(value)
-        logits = self.method(images)
+        predictions: list[torch.Tensor] = []
+
+        def record(prediction: torch.Tensor) -> bool:
+            predictions.append(prediction)
+            return False
+
+        with observing_predictions(record):
+            logits = self.method(images)
+        decided_on = predictions[-1] if predictions else logits
         step = self.method.last_step
         source = self._source_predictions(images)
         self.steps += 1
-        classes = logits.shape[1]
+        classes = decided_on.shape[1]
         if self.threshold is None:
             self.threshold = math.log(classes * self.policy.a0)
         with torch.no_grad():
-            entropy = float(softmax_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)).mean(0, keepdim=True))[0])
-            flip = float((source != logits.argmax(1)).float().mean())
+            mean_logits = decided_on.to(torch.promote_types(decided_on.dtype, torch.float32)).mean(0, keepdim=True)
+            entropy = float(softmax_entropy(mean_logits)[0])
+            flip = float((source != decided_on.argmax(1)).float().mean())
         momentum = self.policy.m0 * flip + 1.0 - self.policy.m0
         self.regulariser_weight = self.policy.p0 * flip**2
         self.last_entropy = entropy

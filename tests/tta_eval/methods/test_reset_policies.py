@@ -310,6 +310,44 @@ def test_asr_regulariser_adds_the_gradient_of_its_penalty(tiny_cnn):
         assert torch.equal(total, gradient.square())
 
 
+class PrototypeClassifier(nn.Module):
+    """1,000 classes, each an 8×8 prototype image; logits = LayerNorm of the correlations with the centred
+    prototypes (ROID adapts the LayerNorm), so a batch of few classes has confident, peaked mean logits."""
+
+    def __init__(self, prototypes: torch.Tensor) -> None:
+        super().__init__()
+        flat = prototypes.flatten(1)
+        self.linear = nn.Linear(flat.shape[1], len(prototypes))
+        with torch.no_grad():
+            self.linear.weight.copy_(flat - flat.mean(0))
+            self.linear.bias.zero_()
+        self.norm = nn.LayerNorm(len(prototypes))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.linear(images.flatten(1)))
+
+
+def test_asr_on_roid_fires_on_a_switch_with_the_default_prior_correction():
+    """8 batches of all 1,000 classes, then batches of 2 classes. ASR decides on ROID's logits before
+    the prior correction (YonseiML/asr methods/base.py): it resets on the first batch after the switch.
+    On the corrected logits (≈ logits / C) the batch-mean entropy stays at ln C and it never fired."""
+    generator = torch.Generator().manual_seed(0)
+    prototypes = torch.rand(1000, 3, 8, 8, generator=generator)
+
+    def batch(classes: torch.Tensor) -> torch.Tensor:
+        labels = classes[torch.randint(0, len(classes), (32,), generator=generator)]
+        return (prototypes[labels] + 0.05 * torch.randn(32, 3, 8, 8, generator=generator)).clamp(0, 1)
+
+    wrapped = create("roid", PrototypeClassifier(prototypes), reset="asr")
+    assert wrapped.method.config.prior_correction == "logits"
+    for _ in range(8):
+        wrapped(batch(torch.arange(1000)))
+    assert wrapped.resets == 0
+    corrected = wrapped(batch(torch.tensor([3, 7])))
+    assert wrapped.resets == 1 and wrapped.last_entropy < math.log(1000) - 0.5
+    assert float(softmax_entropy(corrected.mean(0, keepdim=True))[0]) > math.log(1000) - 1e-3
+
+
 def test_asr_computes_the_entropy_in_the_models_float64(tiny_cnn):
     wrapped = create("eta", tiny_cnn.double(), reset="asr", **ETA_OPTIONS)
     logits = wrapped(make_batches(1)[0][0].double())
