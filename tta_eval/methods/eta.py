@@ -74,6 +74,10 @@ class ETA(NormalizationGradientMethod):
     def _reset_method_buffers(self) -> None:
         self.mean_prediction = None
 
+    def _reliable(self, entropies: torch.Tensor, margin: float) -> torch.Tensor:
+        """Indices of the reliable samples: entropy (nats, N) below ``margin`` (ETA's first filter)."""
+        return select_reliable(entropies, margin)
+
     def _regularisation(self) -> torch.Tensor | None:
         """Extra loss term added to the entropy loss (none for ETA)."""
         return None
@@ -87,7 +91,7 @@ class ETA(NormalizationGradientMethod):
         config: ETAConfig = self.config
         margin = config.entropy_margin(logits.shape[1])
         entropies = softmax_entropy(logits)
-        reliable = select_reliable(entropies, margin)
+        reliable = self._reliable(entropies.detach(), margin)
         reliable_probabilities = logits[reliable].softmax(1).detach()
         kept_within_reliable = select_non_redundant(reliable_probabilities, self.mean_prediction, config.redundancy_margin)
         kept = reliable[kept_within_reliable]
