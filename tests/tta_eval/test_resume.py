@@ -112,7 +112,7 @@ def test_an_interrupted_run_resumes_to_identical_records(tmp_path, monkeypatch, 
     assert not (run_dir / CHECKPOINT_FILE).exists()
 
 
-@pytest.mark.parametrize("method", ["asr:reset=asr:a0=0.97", "rdumbpp:reset=rdumbpp:threshold=0.5:warmup=2"])
+@pytest.mark.parametrize("method", ["asr:reset=asr:a0=0.97", "rdumbpp:reset=rdumbpp:threshold=0.5:warmup=2:cooldown=1"])
 def test_reset_policy_state_resumes_to_identical_records(tmp_path, monkeypatch, method) -> None:
     """The policies' state (ASR's threshold average, Fisher and episode means; RDumb++'s drift
     statistics) is in the checkpoint: with thresholds at which both reset on this stream, before and

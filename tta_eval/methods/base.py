@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -114,6 +114,32 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> bool:
     return scaler.get_scale() >= scale
 
 
+_PREDICTION_OBSERVER: contextvars.ContextVar[Callable[[torch.Tensor], bool] | None] = contextvars.ContextVar(
+    "prediction_observer", default=None
+)
+
+
+@contextlib.contextmanager
+def observing_predictions(observer: Callable[[torch.Tensor], bool]) -> Iterator[None]:
+    """Within the block, a method that calls ``observe_prediction`` (ETA and the entries built on it,
+    ROID, CMF) shows ``observer`` the logits (N×C, detached) of its prediction pass on each batch,
+    before it adapts and before any output correction (ROID's prior). ``observer`` returns True when
+    it reset the method's weights; the method then predicts the batch again and adapts on that pass.
+    The reset policies enter it around each call of the method they wrap; methods never see them."""
+    token = _PREDICTION_OBSERVER.set(observer)
+    try:
+        yield
+    finally:
+        _PREDICTION_OBSERVER.reset(token)
+
+
+def observe_prediction(logits: torch.Tensor) -> bool:
+    """Show the logits (N×C) of this batch's prediction pass to the active observer (see
+    ``observing_predictions``); True when it reset the method, which must then predict the batch again."""
+    observer = _PREDICTION_OBSERVER.get()
+    return observer is not None and observer(logits.detach())
+
+
 def batchnorm_layers(model: nn.Module) -> list[nn.Module]:
     """All BatchNorm layers (1d, 2d, 3d, sync) of ``model`` in module order."""
     return [module for module in model.modules() if isinstance(module, BATCHNORM_TYPES)]
@@ -202,11 +228,16 @@ class AdaptationMethod(nn.Module):
     def _reset_method_buffers(self) -> None:
         """Restore method-specific state that is not in ``state_dict`` (override when there is some)."""
 
-    def reset(self) -> None:
-        """Restore weights, buffers, optimiser state and method buffers to their initial values."""
+    def restore_initial_weights(self) -> None:
+        """Restore weights, buffers and optimiser state to their initial values and keep the method's own
+        state (prediction averages, generator state): RDumb++'s full reset."""
         self.load_state_dict(self._initial_state)
         if self.optimizer is not None and self._initial_optimizer_state is not None:
             self.optimizer.load_state_dict(copy.deepcopy(self._initial_optimizer_state))
+
+    def reset(self) -> None:
+        """Restore weights, buffers, optimiser state and method buffers to their initial values."""
+        self.restore_initial_weights()
         self._reset_method_buffers()
         self.last_step = StepInfo(reset=True)
 

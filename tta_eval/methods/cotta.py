@@ -34,7 +34,8 @@ class CoTTAConfig(SGDConfig):
     batch is below it; noise_std >= 0: std of the Gaussian noise of the augmentation (images in
     [0, 1]); adapted_parameters: "batchnorm" (CCC code: the affine parameters of the normalisation
     layers, BatchNorm and also LayerNorm/GroupNorm on models that have them) or "all" (CoTTA code, and
-    mariodoebler/test-time-adaptation's CoTTA on every backbone); loss: "symmetric"
+    mariodoebler/test-time-adaptation's CoTTA on every backbone: every parameter named ``weight`` or
+    ``bias``, see ``weight_and_bias_parameters``); loss: "symmetric"
     (both public codes for ImageNet) or "cross_entropy"; seed: of the method's own generator.
     """
 
@@ -61,6 +62,14 @@ class CoTTAConfig(SGDConfig):
         check_non_negative_int("seed", self.seed)
 
 
+def weight_and_bias_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) of every parameter of ``model`` whose own name is ``weight`` or ``bias``, in
+    ``named_parameters`` order: CoTTA's "all" (the public ``collect_params`` of qinenergy/cotta and
+    mariodoebler/test-time-adaptation), which leaves out e.g. a ViT's class token, position embedding
+    and the attention's ``in_proj_weight``/``in_proj_bias``."""
+    return [(name, parameter) for name, parameter in model.named_parameters() if name.rsplit(".", 1)[-1] in ("weight", "bias")]
+
+
 class CoTTA(AdaptationMethod):
     """Continual test-time adaptation with a mean teacher.
 
@@ -80,7 +89,7 @@ class CoTTA(AdaptationMethod):
             named = normalization_affine_parameters(model)
             require_normalization_parameters(named, model, self.method_name)
         else:
-            named = [(name, parameter) for name, parameter in model.named_parameters()]
+            named = weight_and_bias_parameters(model)
             require_trainable([parameter for _, parameter in named], self.method_name)
         self.optimizer = make_sgd(
             self._adapt_only(named),

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo, observe_prediction
 from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
@@ -74,6 +74,10 @@ class ETA(NormalizationGradientMethod):
     def _reset_method_buffers(self) -> None:
         self.mean_prediction = None
 
+    def _reliable(self, entropies: torch.Tensor, margin: float) -> torch.Tensor:
+        """Indices of the reliable samples: entropy (nats, N) below ``margin`` (ETA's first filter)."""
+        return select_reliable(entropies, margin)
+
     def _regularisation(self) -> torch.Tensor | None:
         """Extra loss term added to the entropy loss (none for ETA)."""
         return None
@@ -82,10 +86,12 @@ class ETA(NormalizationGradientMethod):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Logits (N×C) for images (N×C×H×W), then one SGD step on the filtered, weighted entropy."""
         logits = self.model(images)
+        if observe_prediction(logits):
+            logits = self.model(images)
         config: ETAConfig = self.config
         margin = config.entropy_margin(logits.shape[1])
         entropies = softmax_entropy(logits)
-        reliable = select_reliable(entropies, margin)
+        reliable = self._reliable(entropies.detach(), margin)
         reliable_probabilities = logits[reliable].softmax(1).detach()
         kept_within_reliable = select_non_redundant(reliable_probabilities, self.mean_prediction, config.redundancy_margin)
         kept = reliable[kept_within_reliable]

@@ -22,20 +22,28 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from tta_eval.methods.base import StepInfo
+from tta_eval.methods.base import StepInfo, observing_predictions
 from tta_eval.methods.layers import batchnorm_statistics_frozen
 from tta_eval.methods.losses import softmax_entropy
-from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive, check_positive_int
+from ccc.validation import (
+    check_choice,
+    check_in_range,
+    check_non_negative,
+    check_non_negative_int,
+    check_positive,
+    check_positive_int,
+)
 
 POLICY_SEPARATOR = ":"
 """Separates a policy's name and its parameters in ``reset=NAME:param=value:param=value``."""
 
 DRIFT_SIGNALS = ("entropy", "kl")
 DRIFT_MODES = ("full", "soft")
-STANDARD_DEVIATION_FLOOR = 1e-8
-"""Added to the running standard deviation of the drift signal before dividing by it."""
-KL_PROBABILITY_FLOOR = 1e-8
-"""Probabilities are clamped to at least this value inside the KL divergence."""
+DRIFT_EPSILON = 1e-6
+"""RDumb++'s constant: the variance's start, added to the variance and to its square root in the score,
+and the floor of the probabilities inside the KL divergence."""
+KL_REFERENCE_MOMENTUM = 0.9
+"""Weight of the old reference in RDumb++'s KL signal (r ← 0.9 r + 0.1 p̄)."""
 ASR_ESTIMATE_MOMENTUM = 0.9
 """Weight of the old Fisher / parameter-mean estimate when a finished episode's estimate is merged (ASR code)."""
 
@@ -84,22 +92,28 @@ class PeriodicPolicy:
 
 @dataclass(frozen=True)
 class DriftPolicy:
-    """A drift-triggered reset in the spirit of RDumb++ (Mishra, arXiv 2601.15544).
+    """RDumb++'s drift-triggered reset (Mishra, arXiv 2601.15544; himans-iitk/Rdumbpp
+    ``CCC/models/rdumbpp.py``, defaults of its ``CCC/eval.py``).
 
-    signal: "entropy" (batch mean of the per-sample softmax entropy, nats) or "kl" (KL divergence, nats,
-    of the batch-mean softmax from a running reference of it); threshold > 0: reset when
-    |signal − mean| / std exceeds it, mean and std being exponential moving averages of the signal;
-    momentum in [0, 1): weight of the old value in those averages (and in the KL reference);
-    warmup >= 1: batches after a reset before the detector may fire; mode: "full" (``reset()``) or
-    "soft" (every floating-point weight and buffer s of the method ← (1 − strength) s + strength s0, s0
-    its initial value; optimiser and method buffers kept); strength in (0, 1].
+    signal: "entropy" (batch mean of the per-sample softmax entropy, nats) or "kl" (KL divergence of a
+    running reference of the batch-mean softmax from this batch's, divided by the class count C);
+    threshold > 0: reset when the score |s − μ| / (√(v + 1e-6) + 1e-6) exceeds it (the score is below
+    1 / √(1 − variance_momentum), 1.58 with the defaults); momentum in [0, 1): weight of the old mean μ;
+    variance_momentum in [0, 1): weight of the old variance v (v is updated with this batch's squared
+    deviation before the score); warmup >= 0: batches from the start, and cooldown >= 0: batches after
+    a reset, during which the detector neither scores nor updates; mode: "full" (weights, buffers and
+    optimiser state restored, the method's own state such as ETA's class average kept) or "soft"
+    (every floating-point weight and buffer s ← (1 − strength) s + strength s0, s0 its initial value;
+    optimiser and method state kept); strength in (0, 1]. After a reset the batch is predicted again.
     """
 
     name: ClassVar[str] = "rdumbpp"
     signal: Literal["entropy", "kl"] = "entropy"
-    threshold: float = 4.0
-    momentum: float = 0.98
-    warmup: int = 20
+    threshold: float = 3.0
+    momentum: float = 0.99
+    variance_momentum: float = 0.6
+    warmup: int = 50
+    cooldown: int = 200
     mode: Literal["full", "soft"] = "full"
     strength: float = 0.5
 
@@ -107,7 +121,9 @@ class DriftPolicy:
         check_choice("signal", self.signal, DRIFT_SIGNALS)
         check_positive("threshold", self.threshold)
         check_in_range("momentum", self.momentum, 0.0, 1.0, include_high=False)
-        check_positive_int("warmup", self.warmup)
+        check_in_range("variance_momentum", self.variance_momentum, 0.0, 1.0, include_high=False)
+        check_non_negative_int("warmup", self.warmup)
+        check_non_negative_int("cooldown", self.cooldown)
         check_choice("mode", self.mode, DRIFT_MODES)
         check_in_range("strength", self.strength, 0.0, 1.0, include_low=False)
 
@@ -193,8 +209,10 @@ class ResetPolicyWrapper(nn.Module):
         return getattr(self.method, "preparation_samples", 0)
 
     def prepare(self, image_batches: Iterator[torch.Tensor]) -> None:
-        """Forward the stream head to the wrapped method's ``prepare``."""
-        self.method.prepare(image_batches)
+        """Forward the stream head to the wrapped method's ``prepare`` (nothing for a method without one)."""
+        prepare = getattr(self.method, "prepare", None)
+        if prepare is not None:
+            prepare(image_batches)
 
 
 class PeriodicReset(ResetPolicyWrapper):
@@ -232,24 +250,31 @@ class PeriodicReset(ResetPolicyWrapper):
 
 
 def kl_divergence(probabilities: torch.Tensor, reference: torch.Tensor) -> float:
-    """KL(p ‖ q) in nats of two probability vectors (C,), each clamped to >= ``KL_PROBABILITY_FLOOR``."""
-    p = probabilities.clamp_min(KL_PROBABILITY_FLOOR)
-    q = reference.clamp_min(KL_PROBABILITY_FLOOR)
+    """KL(p ‖ q) in nats of two probability vectors (C,), each clamped to >= ``DRIFT_EPSILON``."""
+    p = probabilities.clamp_min(DRIFT_EPSILON)
+    q = reference.clamp_min(DRIFT_EPSILON)
     return float((p * (p.log() - q.log())).sum())
 
 
-class DriftReset(ResetPolicyWrapper):
-    """Reset the wrapped method when its predictions drift (``DriftPolicy``).
+def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` in float32, or in their own dtype when that is wider (float64)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
-    After each batch the drift signal s (from the logits the method returned) is compared with the
-    running mean μ and variance v of the signal: once ``warmup`` values were seen, a standardised
-    deviation |s − μ| / (√v + 1e-8) above the threshold triggers a reset before the next batch, and the
-    statistics (μ, v, the count n of values seen and the KL reference) start afresh. Otherwise, with
-    w = max(1 − m, 1 / (n + 1)): μ ← μ + w (s − μ) and v ← (1 − w)(v + w (s − μ_old)²) (the first value
-    sets μ = s, v = 0), i.e. the exact mean and variance of the first 1 / (1 − m) values, exponential
-    moving averages after them. For "kl", the reference r
-    (the running batch-mean softmax, r ← m r + (1 − m) p̄) is set by the first batch after a reset,
-    which gives no signal.
+
+class DriftReset(ResetPolicyWrapper):
+    """RDumb++ (``DriftPolicy``) around any method: reset when the prediction drifts, then predict the
+    batch again.
+
+    Per batch, the logits of the method's prediction pass (before it adapts: ``observe_prediction``) give
+    the signal s, unless the batch is within the first ``warmup`` batches or within ``cooldown`` batches
+    after the last reset. The first signal sets μ = s, v = 1e-6 (for "kl": the reference r = p̄, μ = 0,
+    v = 1e-6) and scores 0; later ones: d = s − μ, v ← b v + (1 − b) d², score = |d| / (√(v + 1e-6) +
+    1e-6), μ ← m μ + (1 − m) s (for "kl" also r ← 0.9 r + 0.1 p̄). A score above the threshold resets the
+    method ("full": ``restore_initial_weights``; "soft": towards the initial weights) and the method
+    predicts and adapts on the batch again; μ, v and r are kept. A method that does not show its
+    prediction pass is judged on the logits it returns and, after a reset, called again on the batch
+    (its own state then keeps the first call's update). ``last_step.reset`` is True on the batches
+    predicted after a reset.
     """
 
     def __init__(self, method: nn.Module, policy: DriftPolicy) -> None:
@@ -259,49 +284,44 @@ class DriftReset(ResetPolicyWrapper):
         self.anchor_names = [name for name, value in initial.items() if value.is_floating_point()]
         for index, name in enumerate(self.anchor_names):
             self.register_buffer(f"anchor_{index}", initial[name].detach().clone())
-        self._clear_statistics()
-        self.reset_pending = False
-        self.resets = 0
+        self._clear_state()
 
-    def _clear_statistics(self) -> None:
-        self.signal_count = 0
+    def _clear_state(self) -> None:
+        self.batches_seen = 0
+        self.batches_since_reset = 0
         self.signal_mean: float | None = None
-        self.signal_variance = 0.0
+        self.signal_variance = DRIFT_EPSILON
         self.reference: torch.Tensor | None = None
         self.last_score: float | None = None
+        self.resets = 0
 
-    def _signal(self, logits: torch.Tensor) -> float | None:
-        """The drift signal of one batch (None for the batch that sets the KL reference)."""
+    def _signal(self, logits: torch.Tensor) -> float:
+        """The drift signal of one batch; for "kl" the first batch sets the reference and gives 0 (μ = 0)."""
         if self.policy.signal == "entropy":
             return float(softmax_entropy(logits).mean())
         batch_mean = logits.softmax(1).mean(0)
         if self.reference is None:
             self.reference = batch_mean
-            return None
-        value = kl_divergence(batch_mean, self.reference)
-        momentum = self.policy.momentum
-        self.reference = momentum * self.reference + (1.0 - momentum) * batch_mean
+            return 0.0
+        value = kl_divergence(self.reference, batch_mean) / logits.shape[1]
+        self.reference = KL_REFERENCE_MOMENTUM * self.reference + (1.0 - KL_REFERENCE_MOMENTUM) * batch_mean
         return value
 
     @torch.no_grad()
-    def _observe(self, logits: torch.Tensor) -> bool:
-        """Update the statistics with this batch's signal; True if the detector fires."""
-        value = self._signal(logits.float())
-        if value is None:
-            return False
-        if self.signal_count >= self.policy.warmup and self.signal_mean is not None:
-            self.last_score = abs(value - self.signal_mean) / (math.sqrt(self.signal_variance) + STANDARD_DEVIATION_FLOOR)
-            if self.last_score > self.policy.threshold:
-                return True
-        if self.signal_mean is None:
+    def _score(self, logits: torch.Tensor) -> float:
+        """Update μ and v with this batch's signal; the standardised deviation (0 for the first signal)."""
+        first = self.signal_mean is None
+        value = self._signal(at_least_float32(logits))
+        if first:
             self.signal_mean = value
-        else:
-            weight = max(1.0 - self.policy.momentum, 1.0 / (self.signal_count + 1))
-            deviation = value - self.signal_mean
-            self.signal_mean = self.signal_mean + weight * deviation
-            self.signal_variance = (1.0 - weight) * (self.signal_variance + weight * deviation * deviation)
-        self.signal_count += 1
-        return False
+            self.signal_variance = DRIFT_EPSILON
+            return 0.0
+        deviation = value - self.signal_mean
+        variance_momentum = self.policy.variance_momentum
+        self.signal_variance = variance_momentum * self.signal_variance + (1.0 - variance_momentum) * deviation**2
+        score = abs(deviation) / (math.sqrt(self.signal_variance + DRIFT_EPSILON) + DRIFT_EPSILON)
+        self.signal_mean = self.policy.momentum * self.signal_mean + (1.0 - self.policy.momentum) * value
+        return score
 
     @torch.no_grad()
     def _soft_reset(self) -> None:
@@ -311,41 +331,65 @@ class DriftReset(ResetPolicyWrapper):
         for index, name in enumerate(self.anchor_names):
             state[name].mul_(1.0 - strength).add_(getattr(self, f"anchor_{index}"), alpha=strength)
 
+    def _reset_on_drift(self, logits: torch.Tensor, buffers_before: list[torch.Tensor]) -> bool:
+        """Score the batch (outside warm-up and cool-down) and reset the method if it drifted; a soft
+        reset starts from ``buffers_before``, the method's buffers before this batch (so that running
+        statistics absorb the batch once, in the pass after the reset)."""
+        if self.batches_seen < self.policy.warmup or self.batches_since_reset < self.policy.cooldown:
+            return False
+        self.last_score = self._score(logits)
+        if self.last_score <= self.policy.threshold:
+            return False
+        if self.policy.mode == "full":
+            self.method.restore_initial_weights()
+        else:
+            with torch.no_grad():
+                for buffer, value in zip(self.method.buffers(), buffers_before):
+                    buffer.copy_(value)
+            self._soft_reset()
+        self.batches_since_reset = 0
+        self.resets += 1
+        return True
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Predict and adapt; reset before the next batch when the signal drifts."""
-        reset_before = self.reset_pending
-        self.reset_pending = False
-        logits = self.method(images)
+        """Decide on the method's prediction pass, reset and predict again when it drifted, adapt."""
+        resets_before = self.resets
+        buffers_before = [buffer.detach().clone() for buffer in self.method.buffers()] if self.policy.mode == "soft" else []
+        shown: list[bool] = []
+
+        def observe(prediction: torch.Tensor) -> bool:
+            shown.append(True)
+            return self._reset_on_drift(prediction, buffers_before)
+
+        with observing_predictions(observe):
+            logits = self.method(images)
+        if not shown and self._reset_on_drift(logits, buffers_before):
+            logits = self.method(images)
+        self.batches_seen += 1
+        self.batches_since_reset += 1
         step = self.method.last_step
-        if self._observe(logits):
-            if self.policy.mode == "full":
-                self.method.reset()
-            else:
-                self._soft_reset()
-            self._clear_statistics()
-            self.reset_pending = True
-            self.resets += 1
-        self.last_step = dataclasses.replace(step, reset=reset_before or step.reset)
+        self.last_step = dataclasses.replace(step, reset=self.resets > resets_before or step.reset)
         return logits
 
     def reset(self) -> None:
         """Restore the wrapped method and the detector's initial state."""
         self.method.reset()
-        self._clear_statistics()
-        self.reset_pending = False
-        self.resets = 0
+        self._clear_state()
         self.last_step = StepInfo(reset=True)
 
 
 class AdaptiveSelectiveReset(ResetPolicyWrapper):
     """ASR (``ASRPolicy``) around any method: when to reset, where, and an importance-aware regulariser.
 
-    Per batch, with z the logits the method returned (N×C) and ŷ_src the predictions of a frozen copy of
+    Per batch, with z the logits of the method's prediction pass (N×C; before ROID's prior correction,
+    as the public code decides: ``observe_prediction``; the returned logits for a method that does not
+    show its prediction pass) and ŷ_src the predictions of a frozen copy of
     the initial model (same layer modes, BatchNorm statistics of the batch): entropy e = H(softmax(mean_n
     z_n)); flip = mean_n [argmax z_n ≠ ŷ_src,n]; m = m0 · flip + 1 − m0; the regulariser weight for the
     next batch is p0 · flip². When e < τ (τ starts at ln(a0 · C)) the method is reset selectively:
-    the Fisher estimate F and parameter mean θ̄ are updated from this episode (F_ep = mean over its
-    optimiser steps of grad², θ̄_ep = mean over its batches of θ before the batch; F ← 0.9 F + 0.1 F_ep,
+    the Fisher estimate F and parameter mean θ̄ are updated from this episode (F_ep = grad² summed over
+    its optimiser steps and divided by its number of batches, as the public code's ``1 / step``;
+    θ̄_ep = mean over its batches of θ before the batch; F ← 0.9 F + 0.1 F_ep,
     first episode: F = F_ep, likewise θ̄), then with scope = max(r0 − r1 (τ − e), 0) the first
     ⌈scope · P⌉ of the P adapted parameters (optimiser order: shallow layers first) keep their values and
     everything else returns to its initial state (``reset()`` of the method: weights, buffers,
@@ -466,16 +510,25 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
             else:
                 for total, value in zip(self.parameter_sum, current):
                     total.add_(value)
-        logits = self.method(images)
+        predictions: list[torch.Tensor] = []
+
+        def record(prediction: torch.Tensor) -> bool:
+            predictions.append(prediction)
+            return False
+
+        with observing_predictions(record):
+            logits = self.method(images)
+        decided_on = predictions[-1] if predictions else logits
         step = self.method.last_step
         source = self._source_predictions(images)
         self.steps += 1
-        classes = logits.shape[1]
+        classes = decided_on.shape[1]
         if self.threshold is None:
             self.threshold = math.log(classes * self.policy.a0)
         with torch.no_grad():
-            entropy = float(softmax_entropy(logits.float().mean(0, keepdim=True))[0])
-            flip = float((source != logits.argmax(1)).float().mean())
+            mean_logits = at_least_float32(decided_on).mean(0, keepdim=True)
+            entropy = float(softmax_entropy(mean_logits)[0])
+            flip = float((source != decided_on.argmax(1)).float().mean())
         momentum = self.policy.m0 * flip + 1.0 - self.policy.m0
         self.regulariser_weight = self.policy.p0 * flip**2
         self.last_entropy = entropy

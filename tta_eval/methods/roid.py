@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tta_eval.methods.augmentation import augment_batch
-from tta_eval.methods.base import SGDConfig, StepInfo
+from tta_eval.methods.base import SGDConfig, StepInfo, observe_prediction
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import softmax_entropy, symmetric_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
@@ -185,6 +185,8 @@ class ROID(NormalizationGradientMethod):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Prior-corrected logits (N×C) for images in [0, 1] (N×3×H×W), then one update."""
         logits = self.model(images)
+        if observe_prediction(logits):
+            logits = self.model(images)
         loss, kept = self._loss(images, logits)
         step: StepInfo = self._take_step(loss, kept)
         if step.updated:

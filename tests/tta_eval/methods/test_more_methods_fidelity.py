@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
@@ -602,3 +603,118 @@ def test_adabn_refuses_a_single_value_per_channel():
     method = create("adabn", model)
     with pytest.raises(ValueError, match=r"BatchNorm batch statistics need more than 1 value per channel, got input shape \(1, 12\)"):
         method(torch.rand(1, 3, 2, 2))
+
+
+# --- RDumb++ ----------------------------------------------------------------------------------------
+
+
+class AuthorsRDumbPP:
+    """RDumb++ as himans-iitk/Rdumbpp ``CCC/models/rdumbpp.py`` (commit 409ba05) runs it, re-derived from
+    a reading of that code for this test: BatchNorm with batch statistics only, SGD on the BN affine
+    parameters; per batch the outputs of the current model are scored (after the warm-up and cool-down
+    counts), a score above the threshold restores the initial weights and optimiser state (full) or
+    pulls the weights towards them (soft) and the batch is predicted again; then ETA with the 20 %
+    lowest-entropy fallback adapts on that prediction. Statistics are tensors, as in the author's code."""
+
+    def __init__(self, model, *, signal, mode, margin, redundancy, learning_rate, threshold, mean_weight, warmup, cooldown, strength):
+        self.model = copy.deepcopy(model).train().requires_grad_(False)
+        parameters = []
+        for module in self.model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.requires_grad_(True)
+                module.track_running_stats, module.running_mean, module.running_var = False, None, None
+                parameters += [module.weight, module.bias]
+        self.optimizer = torch.optim.SGD(parameters, lr=learning_rate, momentum=0.9)
+        self.initial_model = copy.deepcopy(self.model.state_dict())
+        self.initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
+        self.signal, self.mode, self.margin, self.redundancy = signal, mode, margin, redundancy
+        self.threshold, self.mean_weight, self.warmup, self.cooldown, self.strength = threshold, mean_weight, warmup, cooldown, strength
+        self.mean = self.variance = self.reference = self.class_average = None
+        self.batches = self.since_reset = 0
+        self.reset_batches: list[int] = []
+
+    def score(self, outputs):
+        if self.signal == "entropy":
+            value = softmax_entropy(outputs).mean().detach()
+            if self.mean is None:
+                self.mean, self.variance = value, torch.tensor(1e-6)
+                return 0.0
+        else:
+            average = outputs.softmax(1).detach().mean(0)
+            if self.reference is None:
+                self.reference, self.mean, self.variance = average, torch.tensor(0.0), torch.tensor(1e-6)
+                return 0.0
+            reference, current = self.reference.clamp(min=1e-6), average.clamp(min=1e-6)
+            value = (reference * (reference.log() - current.log())).sum() / len(current)
+        deviation = value - self.mean
+        self.variance = 0.6 * self.variance + 0.4 * deviation**2
+        score = float(deviation.abs() / (torch.sqrt(self.variance + 1e-6) + 1e-6))
+        self.mean = self.mean_weight * self.mean + (1 - self.mean_weight) * value
+        if self.signal == "kl":
+            self.reference = 0.9 * self.reference + 0.1 * average
+        return score
+
+    def __call__(self, images):
+        with torch.enable_grad():
+            outputs = self.model(images)
+            if self.batches >= self.warmup and self.since_reset >= self.cooldown and self.score(outputs) > self.threshold:
+                if self.mode == "full":
+                    self.model.load_state_dict(self.initial_model)
+                    self.optimizer.load_state_dict(copy.deepcopy(self.initial_optimizer))
+                else:
+                    with torch.no_grad():
+                        for name, value in self.model.state_dict().items():
+                            if value.is_floating_point():
+                                value.copy_(self.strength * self.initial_model[name] + (1 - self.strength) * value)
+                self.since_reset = 0
+                self.reset_batches.append(self.batches)
+                outputs = self.model(images)
+            entropies = softmax_entropy(outputs)
+            reliable = entropies < self.margin
+            if not reliable.any():
+                reliable = torch.zeros_like(reliable)
+                reliable[entropies.topk(max(1, int(0.2 * len(entropies))), largest=False).indices] = True
+            selected = entropies[reliable]
+            probabilities = outputs.softmax(1)[reliable].detach()
+            if self.class_average is not None:
+                similar = F.cosine_similarity(self.class_average.unsqueeze(0), probabilities, dim=1).abs() < self.redundancy
+                selected, probabilities = selected[similar], probabilities[similar]
+            if len(probabilities):
+                average = probabilities.mean(0)
+                self.class_average = average if self.class_average is None else 0.9 * self.class_average + 0.1 * average
+            if selected.numel():
+                (selected * torch.exp(-(selected.detach() - self.margin))).mean().backward()
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.batches += 1
+        self.since_reset += 1
+        return outputs.detach()
+
+
+@pytest.mark.parametrize(
+    ("signal", "mode", "threshold", "resets"),
+    [("entropy", "full", 1.3, 4), ("entropy", "soft", 1.25, 7), ("kl", "full", 1.1, 2), ("kl", "soft", 1.0, 5)],
+)
+def test_rdumbpp_replays_the_authors_code_batch_by_batch(tiny_cnn, signal, mode, threshold, resets):
+    """Predictions, BN affine parameters and reset batches of ``rdumbpp`` against ``AuthorsRDumbPP`` on
+    the tiny CNN over 24 batches (10 classes: E0 = 0.608 · ln 10 = 1.40 nats, below every entropy here,
+    so the fallback selects the samples). A reachable threshold (the score stays below 1/√0.4 = 1.58;
+    each one at least 0.04 from every score of the run), a large learning rate and short warm-up and
+    cool-down make the detector fire."""
+    options = {"signal": signal, "mode": mode, "threshold": threshold, "momentum": 0.75, "warmup": 2, "cooldown": 3, "strength": 0.4}
+    policy = ":".join(["rdumbpp"] + [f"{key}={value}" for key, value in options.items()])
+    ours = create("rdumbpp", tiny_cnn, redundancy_margin=0.999, learning_rate=2.0, reset=policy)
+    margin = ours.method.config.entropy_margin(10)
+    authors = AuthorsRDumbPP(
+        tiny_cnn, signal=signal, mode=mode, margin=margin, redundancy=0.999, learning_rate=2.0, threshold=threshold,
+        mean_weight=0.75, warmup=2, cooldown=3, strength=0.4,
+    )
+    reset_batches = []
+    for index, (images, _) in enumerate(make_batches(24)):
+        torch.testing.assert_close(ours(images), authors(images), rtol=1e-4, atol=1e-5)
+        if ours.last_step.reset:
+            reset_batches.append(index)
+        expected = dict(authors.model.named_parameters())
+        for name in ours.method.adapted_parameter_names:
+            torch.testing.assert_close(ours.method.model.get_parameter(name), expected[name], rtol=1e-4, atol=1e-6)
+    assert reset_batches == authors.reset_batches and ours.resets == len(reset_batches) == resets

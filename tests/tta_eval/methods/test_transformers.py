@@ -206,3 +206,60 @@ def test_tent_and_eata_adapt_the_layernorm_parameters_of_a_timm_vit():
         source = dict(model.named_parameters())
         moved = {key for key, value in method.model.named_parameters() if not torch.equal(value, source[key])}
         assert moved and moved <= layernorm
+
+
+class TimmStyleViT(nn.Module):
+    """The parameter layout of a timm ``VisionTransformer`` (``cls_token``, ``pos_embed``, a fused
+    ``attn.qkv`` Linear), tiny: 3×32×32 inputs, patch 8, one block, hidden size 16."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, 16, kernel_size=8, stride=8)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, 16))
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, 16) * 0.02)
+        self.norm1 = nn.LayerNorm(16)
+        self.qkv = nn.Linear(16, 48)
+        self.proj = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        tokens = self.patch_embed(images).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls_token.expand(len(tokens), -1, -1), tokens], 1) + self.pos_embed
+        query, key, value = self.qkv(self.norm1(tokens)).chunk(3, dim=-1)
+        attention = (query @ key.transpose(1, 2) / 4.0).softmax(-1)
+        tokens = tokens + self.proj(attention @ value)
+        return self.head(self.norm(tokens)[:, 0])
+
+
+@pytest.mark.parametrize(
+    ("make_model", "left_out"),
+    [
+        (
+            make_tiny_vit,
+            {
+                "class_token",
+                "encoder.pos_embedding",
+                "encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
+                "encoder.layers.encoder_layer_0.self_attention.in_proj_bias",
+                "encoder.layers.encoder_layer_1.self_attention.in_proj_weight",
+                "encoder.layers.encoder_layer_1.self_attention.in_proj_bias",
+            },
+        ),
+        (TimmStyleViT, {"cls_token", "pos_embed"}),
+    ],
+)
+def test_cotta_all_adapts_the_parameters_named_weight_or_bias_as_the_public_collect_params(make_model, left_out):
+    """qinenergy/cotta and mariodoebler/test-time-adaptation collect the parameters whose own name is
+    ``weight`` or ``bias``: 26 of the tiny torchvision ViT's 32 tensors."""
+    model = make_model()
+    method = create("cotta", model, adapted_parameters="all", augmentation_count=2)
+    every = {name for name, _ in model.named_parameters()}
+    assert set(method.adapted_parameter_names) == every - left_out
+    assert [name for name, parameter in method.model.named_parameters() if parameter.requires_grad] == method.adapted_parameter_names
+    if make_model is make_tiny_vit:
+        assert (len(every), len(method.adapted_parameter_names)) == (32, 26)
+    source = dict(model.named_parameters())
+    method(torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0)))
+    moved = {name for name, value in method.model.named_parameters() if not torch.equal(value, source[name])}
+    assert moved and moved <= set(method.adapted_parameter_names)
