@@ -15,7 +15,6 @@ by ``ccc.render_stream`` in DataLoader workers, no shards stored) and a folder i
 
 from __future__ import annotations
 
-import ast
 import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ccc.options import OPTION_SEPARATOR, parse_list, parse_options
 from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_non_negative_int, check_positive_int
 
 
@@ -293,41 +293,14 @@ def stream_schemes() -> list[str]:
     return list(_SOURCES)
 
 
-def parse_options(text: str, context: str) -> dict[str, Any]:
-    """Parse "key=value,key=value" into a dict; values as Python literals (numbers, bools, tuples) or strings."""
-    options: dict[str, Any] = {}
-    if not text:
-        return options
-    for part in text.split(","):
-        key, separator, raw = part.partition("=")
-        key = key.strip()
-        if not separator or not key:
-            raise ValueError(f"{context}: options must look like key=value, got {part!r}")
-        options[key] = parse_value(raw.strip())
-    return options
-
-
-def parse_value(raw: str) -> Any:
-    """A Python literal if ``raw`` is one (1, 0.5, 2e-4, True, None, ('a', 'b')), ``raw`` itself otherwise."""
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return raw
-
-
 def _open_synthetic(location: str, options: StreamOptions) -> SyntheticStream:
     from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
 
-    values = parse_options(location, "synthetic stream")
+    owner = "stream 'synthetic:'"
+    values = parse_options(location, owner)
     values.setdefault("batch_size", options.batch_size)
     if "corruptions" in values:
-        corruptions = values["corruptions"]
-        values["corruptions"] = tuple(corruptions.split("+")) if isinstance(corruptions, str) else tuple(corruptions)
+        values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
     valid = [field.name for field in dataclasses.fields(SyntheticStreamSpec)]
     unknown = sorted(set(values) - set(valid))
     if unknown:
@@ -538,9 +511,10 @@ def parse_render_location(location: str) -> RenderRequest:
     from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
-    parts = [part.strip() for part in location.split(",") if part.strip()]
+    owner = "stream 'ccc-render:'"
+    parts = [part.strip() for part in location.split(OPTION_SEPARATOR) if part.strip()]
     bare = [part for part in parts if "=" not in part]
-    values = parse_options(",".join(part for part in parts if "=" in part), "stream 'ccc-render:'")
+    values = parse_options(OPTION_SEPARATOR.join(part for part in parts if "=" in part), owner)
     demo = "demo" in bare
     folders = [part for part in bare if part != "demo"]
     if not parts or len(folders) > 1:
@@ -566,8 +540,8 @@ def parse_render_location(location: str) -> RenderRequest:
         if values:
             raise ValueError(f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; do not add {', '.join(values)}")
         return RenderRequest(folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
-    if isinstance(values.get("corruptions"), str):
-        values["corruptions"] = tuple(values["corruptions"].split("+"))
+    if "corruptions" in values:
+        values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
     if demo and calibrated:
         values.setdefault("speed", DEMO_SPEED)
         values.setdefault("num_images", DEMO_NUM_IMAGES)
