@@ -175,10 +175,15 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
 
 
 def _adaptive_settings(overrides: list[tuple[str, object]], targets: list[float] | None) -> AdaptiveSettings:
-    """``--targets`` and ``--adaptive-setting`` overrides over the defaults (ValueError if out of range)."""
+    """``--targets`` and ``--adaptive-setting`` overrides over the defaults (ValueError if a setting is
+    given twice or out of range)."""
     from ccc.calibration.adaptive import AdaptiveSettings
 
-    settings = dict(overrides)
+    settings: dict[str, object] = {}
+    for name, value in overrides:
+        if name in settings:
+            raise ValueError(f"--adaptive-setting {name} is given twice ({name}={settings[name]} and {name}={value}); give it once")
+        settings[name] = value
     if targets:
         settings["targets"] = tuple(targets)
     return AdaptiveSettings(**settings)
