@@ -491,12 +491,6 @@ class RenderRequest:
     start: int = 0
     demo: bool = False
 
-    @property
-    def num_images(self) -> int | None:
-        """The stream's length in images when the definition gives it (a mapping's ``num_images``),
-        None for an unbounded mapping or a run folder (its manifest knows)."""
-        return self.definition.get("num_images") if isinstance(self.definition, dict) else None
-
 
 RENDER_EXAMPLE = "ccc-render:demo,difficulty=medium,seed=43 or ccc-render:difficulty=medium,speed=2000,calibration=calibration/resnet50.npz,imagenet=/data/imagenet/val"
 
@@ -577,7 +571,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     from ccc.calibration import CalibrationError, CalibrationTable
     from ccc.demo import DEMO_CLASSES, is_demo_stream
     from ccc.shards.manifest import ManifestError, load_manifest
-    from ccc.stream.spec import CCC_KIND, DEFAULT_SEED, PlanError, domain_run_name, resolve_difficulty, resolve_stream_spec, run_name
+    from ccc.stream.spec import CCC_KIND, UNBOUNDED_IMAGES, PlanError, domain_run_name, resolve_stream_spec, run_name
 
     request = parse_render_location(location)
     if isinstance(request.definition, str):
@@ -599,17 +593,15 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         name = ("demo_" if demo else "") + domain_run_name(spec.kind, severity, spec.speed, spec.crop, spec.seed)
         samples = spec.num_images
     else:
-        definition = request.definition
+        if request.definition.get("speed") is None:
+            raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
         try:
-            table = CalibrationTable.load(request.calibration)
-            target, _, _ = resolve_difficulty(table, definition.get("difficulty"), definition.get("baseline_accuracy"), definition.get("corruptions"))
+            spec = resolve_stream_spec(request.definition, CalibrationTable.load(request.calibration), "0" * 64)
         except (CalibrationError, PlanError, OSError) as error:
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
-        if definition.get("speed") is None:
-            raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
         demo = _renders_demo_images(request)
-        name = ("demo_" if demo else "") + run_name(target, definition["speed"], definition.get("seed", DEFAULT_SEED))
-        samples = request.num_images
+        name = ("demo_" if demo else "") + run_name(spec.target_accuracy, spec.speed, spec.seed)
+        samples = None if spec.num_images >= UNBOUNDED_IMAGES else spec.num_images
     if samples is not None:
         samples = max(samples - request.start, 0)
     return StreamDescription(

@@ -1,7 +1,7 @@
 """Every key=value option string is read by the one strict parser (ccc.options, issue 27 item 10):
 stream definitions (synthetic:, ccc-render:), method options and reset-policy parameters refuse
 duplicates, empty values and non-decimal numbers in one line
-naming the key."""
+naming the key; sizes of 0 are refused, not read as "unbounded"."""
 
 from __future__ import annotations
 
@@ -67,11 +67,20 @@ def test_the_word_none_is_a_text_option_s_value() -> None:
     assert resolve_config("roid", prior_correction=None)[0].prior_correction == "none"
 
 
+@pytest.mark.parametrize("kind", ["ccc", "cin-c", "gradual"])
+@pytest.mark.parametrize("num_images", [0, -5])
+def test_no_images_is_refused_not_read_as_an_endless_stream(kind: str, num_images: int) -> None:
+    location = f"ccc-render:demo,kind={kind},num_images={num_images}" + (",difficulty=easy" if kind == "ccc" else "")
+    with pytest.raises(ValueError, match=rf"num_images must be an integer >= 1, got {num_images}$"):
+        describe_stream_source(location, StreamOptions())
+
+
 @pytest.mark.parametrize(
     ("stream", "message"),
     [
         ("ccc-render:demo,num_images=", "option 'num_images' of stream 'ccc-render:' has no value (num_images=)"),
         ("ccc-render:demo,difficulty=easy,num_images=", "option 'num_images' of stream 'ccc-render:' has no value (num_images=)"),
+        ("ccc-render:demo,difficulty=easy,num_images=0", "num_images must be an integer >= 1, got 0"),
         ("ccc-render:demo,difficulty=easy,speed=1,speed=2", "option 'speed' of stream 'ccc-render:' is given twice (speed=1 and speed=2)"),
         ("synthetic:seed=0x10", "option 'seed' of stream 'synthetic:' must be a finite decimal number"),
     ],
