@@ -1,7 +1,7 @@
 """Every key=value option string is read by the one strict parser (ccc.options, issue 27 item 10):
 stream definitions (synthetic:, ccc-render:), method options and reset-policy parameters refuse
-duplicates, empty values and non-decimal numbers in one line
-naming the key; sizes of 0 are refused, not read as "unbounded"."""
+duplicates, empty values and non-decimal numbers in one line naming the key; sizes of 0 are
+refused, not read as "unbounded"; the word none is what the text options document."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from tests.tta_eval.method_helpers import make_staged_cnn
 from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
 from tta_eval.experiment import MethodSpec
+from tta_eval.methods import create, resolve_config
+from tta_eval.methods.layers import normalization_affine_parameters
 from tta_eval.methods.registry import parse_reset_policy
 from tta_eval.streams import StreamOptions, describe_stream_source, open_stream_source, parse_render_location
 
@@ -60,11 +63,13 @@ def test_every_caller_refuses_a_badly_written_option_in_one_line(caller: str, te
     assert str(error.value) == message.format(key=key, owner=owner)
 
 
-def test_the_word_none_is_a_text_option_s_value() -> None:
+def test_the_word_none_is_what_text_options_document() -> None:
     assert dict(MethodSpec.parse("roid:reset=asr,prior_correction=none").options)["prior_correction"] is None
-    from tta_eval.methods import resolve_config
-
     assert resolve_config("roid", prior_correction=None)[0].prior_correction == "none"
+    every_layer = len(normalization_affine_parameters(make_staged_cnn()))
+    assert len(create("sar", make_staged_cnn()).adapted_parameters) < every_layer
+    sar = create("sar", make_staged_cnn(), **dict(MethodSpec.parse("sar:excluded_modules=none").options))
+    assert len(sar.adapted_parameters) == every_layer
 
 
 @pytest.mark.parametrize("kind", ["ccc", "cin-c", "gradual"])
