@@ -1,5 +1,6 @@
 """The one parser of ``key=value`` option strings, shared by stream definitions, method options and
-reset-policy parameters (``tta_eval``) and ``ccc-calibrate --adaptive-setting`` (``ccc``).
+reset-policy parameters (``tta_eval``); ``ccc-calibrate --adaptive-setting`` and ``tta-eval --cost``
+read their numbers with its :func:`parse_value`.
 
 An option string is ``key=value`` pairs joined by a separator: ``,`` for streams and method options
 (``ccc-render:demo,difficulty=medium,seed=43``, ``tent:learning_rate=0.001,steps=2``), ``:`` for
