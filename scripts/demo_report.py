@@ -272,6 +272,8 @@ def _named_paths(entries: Sequence[str], option: str) -> dict[str, list[Path]]:
         name, separator, paths = entry.partition("=")
         if not separator or name not in DIFFICULTIES or not paths:
             raise ValueError(f"{option} must be DIFFICULTY=PATH[,PATH…] with DIFFICULTY one of {', '.join(DIFFICULTIES)}, got {entry!r}")
+        if name in named:
+            raise ValueError(f"{option} {name} is given twice ({name}={','.join(map(str, named[name]))} and {entry}); give it once")
         named[name] = [Path(path) for path in paths.split(",")]
     return named
 

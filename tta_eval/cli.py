@@ -408,10 +408,14 @@ def _cost_model(arguments: argparse.Namespace) -> CostModel | None:
     latency = seconds_from_ms("--baseline-latency-ms", arguments.baseline_latency_ms)
     base = CostModel.load(arguments.costs) if arguments.costs is not None else None
     costs = dict(base.costs) if base is not None else {}
+    given: dict[str, str] = {}
     for text in arguments.cost:
         label, separator, value = text.rpartition("=")
         if not separator or not label:
             raise ValueError(f"--cost must look like LABEL=COST (units of λ), e.g. tent=2.5; got {text!r}")
+        if label in given:
+            raise ValueError(f"--cost {label} is given twice ({label}={given[label]} and {label}={value}); give it once")
+        given[label] = value
         costs[label] = MethodCost.parse(value)
     if latency is None:
         if base is None:

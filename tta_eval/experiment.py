@@ -87,9 +87,9 @@ from tta_eval.streams import (
     describe_stream_source,
     limit_samples,
     open_stream_source,
-    parse_options,
     stream_length,
 )
+from ccc.options import parse_options
 from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ by ``ccc.render_stream`` in DataLoader workers, no shards stored) and a folder i
 
 from __future__ import annotations
 
-import ast
 import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ccc.options import OPTION_SEPARATOR, parse_list, parse_options
 from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, MAX_SAMPLES, check_non_negative_int, check_positive_int
 
 
@@ -293,41 +293,14 @@ def stream_schemes() -> list[str]:
     return list(_SOURCES)
 
 
-def parse_options(text: str, context: str) -> dict[str, Any]:
-    """Parse "key=value,key=value" into a dict; values as Python literals (numbers, bools, tuples) or strings."""
-    options: dict[str, Any] = {}
-    if not text:
-        return options
-    for part in text.split(","):
-        key, separator, raw = part.partition("=")
-        key = key.strip()
-        if not separator or not key:
-            raise ValueError(f"{context}: options must look like key=value, got {part!r}")
-        options[key] = parse_value(raw.strip())
-    return options
-
-
-def parse_value(raw: str) -> Any:
-    """A Python literal if ``raw`` is one (1, 0.5, 2e-4, True, None, ('a', 'b')), ``raw`` itself otherwise."""
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return raw
-
-
 def _open_synthetic(location: str, options: StreamOptions) -> SyntheticStream:
     from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec
 
-    values = parse_options(location, "synthetic stream")
+    owner = "stream 'synthetic:'"
+    values = parse_options(location, owner)
     values.setdefault("batch_size", options.batch_size)
     if "corruptions" in values:
-        corruptions = values["corruptions"]
-        values["corruptions"] = tuple(corruptions.split("+")) if isinstance(corruptions, str) else tuple(corruptions)
+        values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
     valid = [field.name for field in dataclasses.fields(SyntheticStreamSpec)]
     unknown = sorted(set(values) - set(valid))
     if unknown:
@@ -518,12 +491,6 @@ class RenderRequest:
     start: int = 0
     demo: bool = False
 
-    @property
-    def num_images(self) -> int | None:
-        """The stream's length in images when the definition gives it (a mapping's ``num_images``),
-        None for an unbounded mapping or a run folder (its manifest knows)."""
-        return self.definition.get("num_images") if isinstance(self.definition, dict) else None
-
 
 RENDER_EXAMPLE = "ccc-render:demo,difficulty=medium,seed=43 or ccc-render:difficulty=medium,speed=2000,calibration=calibration/resnet50.npz,imagenet=/data/imagenet/val"
 
@@ -538,9 +505,12 @@ def parse_render_location(location: str) -> RenderRequest:
     from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
-    parts = [part.strip() for part in location.split(",") if part.strip()]
+    owner = "stream 'ccc-render:'"
+    parts = [part.strip() for part in location.split(OPTION_SEPARATOR)] if location.strip() else []
+    if "" in parts:
+        raise ValueError(f"options of {owner} must be key=value pairs separated by {OPTION_SEPARATOR!r}, got an empty one in {location!r}")
     bare = [part for part in parts if "=" not in part]
-    values = parse_options(",".join(part for part in parts if "=" in part), "stream 'ccc-render:'")
+    values = parse_options(OPTION_SEPARATOR.join(part for part in parts if "=" in part), owner)
     demo = "demo" in bare
     folders = [part for part in bare if part != "demo"]
     if not parts or len(folders) > 1:
@@ -566,8 +536,8 @@ def parse_render_location(location: str) -> RenderRequest:
         if values:
             raise ValueError(f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; do not add {', '.join(values)}")
         return RenderRequest(folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
-    if isinstance(values.get("corruptions"), str):
-        values["corruptions"] = tuple(values["corruptions"].split("+"))
+    if "corruptions" in values:
+        values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
     if demo and calibrated:
         values.setdefault("speed", DEMO_SPEED)
         values.setdefault("num_images", DEMO_NUM_IMAGES)
@@ -617,7 +587,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     from ccc.demo import DEMO_CLASSES, is_demo_stream
     from ccc.shards.manifest import ManifestError, load_manifest
     from ccc.stream.sources import ImageFolderError
-    from ccc.stream.spec import CCC_KIND, DEFAULT_SEED, PlanError, domain_run_name, resolve_difficulty, resolve_stream_spec, run_name
+    from ccc.stream.spec import CCC_KIND, UNBOUNDED_IMAGES, PlanError, domain_run_name, resolve_stream_spec, run_name
 
     request = parse_render_location(location)
     if isinstance(request.definition, str):
@@ -639,17 +609,15 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         name = ("demo_" if demo else "") + domain_run_name(spec.kind, severity, spec.speed, spec.crop, spec.seed)
         samples = spec.num_images
     else:
-        definition = request.definition
+        if request.definition.get("speed") is None:
+            raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
         try:
-            table = CalibrationTable.load(request.calibration)
-            target, _, _ = resolve_difficulty(table, definition.get("difficulty"), definition.get("baseline_accuracy"), definition.get("corruptions"))
+            spec = resolve_stream_spec(request.definition, CalibrationTable.load(request.calibration), "0" * 64)
         except (CalibrationError, PlanError, OSError) as error:
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
-        if definition.get("speed") is None:
-            raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
         demo = _renders_demo_images(request)
-        name = ("demo_" if demo else "") + run_name(target, definition["speed"], definition.get("seed", DEFAULT_SEED))
-        samples = request.num_images
+        name = ("demo_" if demo else "") + run_name(spec.target_accuracy, spec.speed, spec.seed)
+        samples = None if spec.num_images >= UNBOUNDED_IMAGES else spec.num_images
     if samples is not None:
         samples = max(samples - request.start, 0)
     return StreamDescription(

@@ -67,6 +67,7 @@ from numpy.typing import NDArray
 from ccc.calibration.compute.job import Measurements, Requests, measured_grids, ordered_pairs, single_cells
 from ccc.calibration.compute.engine import Cell, grid_cell
 from ccc.calibration.table import GRID_SIZE
+from ccc.options import parse_value, split_option
 from ccc.stream.paths import PATH_OBJECTIVES, find_path
 from ccc.validation import check_positive_int
 
@@ -156,6 +157,10 @@ class AdaptiveSettings:
             raise ValueError(f"path_objective must be one of {', '.join(PATH_OBJECTIVES)}, got {self.path_objective!r}")
 
 
+_SETTINGS_OWNER = "the adaptive settings"
+"""Names the settings in the errors of :func:`parse_adaptive_setting`."""
+
+
 def _setting_defaults() -> dict[str, Any]:
     """Default value of every :class:`AdaptiveSettings` field but ``targets`` (name → value)."""
     return {field.name: field.default for field in dataclasses.fields(AdaptiveSettings) if field.name != "targets"}
@@ -164,28 +169,31 @@ def _setting_defaults() -> dict[str, Any]:
 def parse_adaptive_setting(text: str) -> tuple[str, Any]:
     """Parse ``NAME=VALUE`` into (field name, value) of :class:`AdaptiveSettings` (any field but ``targets``).
 
-    The value takes the type of the field's default: numbers may be written as fractions
-    (``explore_fraction=3/32``), booleans as ``true`` or ``false``, the path objective by its name.
-    Ranges are checked when the settings are built (:class:`AdaptiveSettings` raises ValueError).
+    The pair and its numbers are read by :mod:`ccc.options` (decimal numbers only); the value takes
+    the type of the field's default: numbers may also be written as a fraction of two decimal
+    numbers (``explore_fraction=3/32``), booleans as ``true`` or ``false``, the path objective by
+    its name. Ranges are checked when the settings are built (:class:`AdaptiveSettings` raises
+    ValueError).
 
     Raises:
-        ValueError: unknown name, missing ``=``, or a value of the wrong type (the message names
-            the settings, or the expected type).
+        ValueError: unknown name, missing ``=`` or value, or a value of the wrong type (the message
+            names the settings, or the expected type).
     """
-    name, separator, value = text.partition("=")
     defaults = _setting_defaults()
-    if not separator or name not in defaults:
+    name, separator, _ = text.partition("=")
+    if not separator or name.strip() not in defaults:
         raise ValueError(f"expected NAME=VALUE with NAME one of {', '.join(defaults)}, got {text!r}")
+    name, value = split_option(text, _SETTINGS_OWNER)
     default = defaults[name]
     if isinstance(default, bool):
         if value.lower() not in ("true", "false"):
             raise ValueError(f"{name} needs true or false, got {value!r}")
         return name, value.lower() == "true"
     if isinstance(default, (int, float)):
-        try:
-            number = Fraction(value)
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"{name} needs a {type(default).__name__}, got {value!r}") from None
+        terms = [parse_value(name, term, _SETTINGS_OWNER) for term in value.split("/", 1)]
+        if not all(isinstance(term, (int, float)) and not isinstance(term, bool) for term in terms) or terms[1:] == [0]:
+            raise ValueError(f"{name} needs a {type(default).__name__}, got {value!r}")
+        number = Fraction(terms[0]) / Fraction(terms[-1]) if len(terms) == 2 else Fraction(terms[0])
         if isinstance(default, int):
             if number.denominator != 1:
                 raise ValueError(f"{name} needs an int, got {value!r}")

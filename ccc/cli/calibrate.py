@@ -155,7 +155,7 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         all_images=arguments.demo,
         image_seed=arguments.image_seed,
         seed=arguments.seed,
-        adaptive=_adaptive_settings(arguments.adaptive_setting, targets) if arguments.adaptive else None,
+        adaptive=adaptive_settings(arguments.adaptive_setting, targets) if arguments.adaptive else None,
         presets=presets,
         serial=arguments.workers == 0 and arguments.ray_address is None,
         workers=arguments.workers,
@@ -174,11 +174,16 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
     )
 
 
-def _adaptive_settings(overrides: list[tuple[str, object]], targets: list[float] | None) -> AdaptiveSettings:
-    """``--targets`` and ``--adaptive-setting`` overrides over the defaults (ValueError if out of range)."""
+def adaptive_settings(overrides: list[tuple[str, object]], targets: list[float] | None) -> AdaptiveSettings:
+    """``--targets`` and ``--adaptive-setting`` overrides over the defaults (ValueError if a setting is
+    given twice or out of range)."""
     from ccc.calibration.adaptive import AdaptiveSettings
 
-    settings = dict(overrides)
+    settings: dict[str, object] = {}
+    for name, value in overrides:
+        if name in settings:
+            raise ValueError(f"--adaptive-setting {name} is given twice ({name}={settings[name]} and {name}={value}); give it once")
+        settings[name] = value
     if targets:
         settings["targets"] = tuple(targets)
     return AdaptiveSettings(**settings)

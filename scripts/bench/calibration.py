@@ -53,7 +53,7 @@ from torch import nn  # noqa: E402
 import ccc.calibration.compute.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
 from ccc.calibration.compute.backends import ModelBackend  # noqa: E402
-from ccc.cli.calibrate import adaptive_setting_argument  # noqa: E402
+from ccc.cli.calibrate import adaptive_setting_argument, adaptive_settings  # noqa: E402
 from ccc.calibration.compute.job import (  # noqa: E402
     BruteForcePlanner,
     CalibrationJob,
@@ -672,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: unknown part(s) {unknown}; available: {', '.join(PARTS)}", file=sys.stderr)
         return 2
     try:
-        AdaptiveSettings(**dict(arguments.adaptive_setting))
+        adaptive_settings(arguments.adaptive_setting, None)
     except ValueError as error:
         print(f"error: --adaptive-setting: {error}", file=sys.stderr)
         return 2

@@ -214,7 +214,7 @@ def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
     [
         (["--method", "tentt"], "unknown method 'tentt'; available: adabn, asr, bn, "),
         (["--method", "tent:lr=1"], "unknown option 'lr' for method 'tent'; valid options: learning_rate"),
-        (["--method", "tent:learning_rate"], "options must look like key=value, got 'learning_rate'"),
+        (["--method", "tent:learning_rate"], "options of method 'tent' must be key=value pairs separated by ',', got 'learning_rate'"),
         (["--method", "tent", "--stream", "no/such/folder"], "stream 'no/such/folder' is neither an existing folder"),
         (["--method", "tent", "--model", "tta_eval.synthetic:missing"], "has no callable 'missing'"),
         (["--method", "tent", "--collapse-reference", "2"], "--collapse-reference accuracy must be in [0, 1], got 2.0"),

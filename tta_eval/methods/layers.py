@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ccc.options import LIST_SEPARATOR
 from tta_eval.methods.base import (
     BATCHNORM_TYPES,
     AdaptationMethod,
@@ -25,7 +26,9 @@ from tta_eval.methods.base import (
 )
 
 NORMALIZATION_TYPES: tuple[type[nn.Module], ...] = (*BATCHNORM_TYPES, nn.LayerNorm, nn.GroupNorm)
-MODULE_LIST_SEPARATOR = "+"
+MODULE_LIST_SEPARATOR = LIST_SEPARATOR
+NO_MODULES = "none"
+"""``excluded_modules=none``: exclude no layer (an option's value cannot be empty)."""
 
 
 def find_classifier_head(model: nn.Module, method_name: str) -> str:
@@ -89,7 +92,10 @@ def forward_with_features(
 
 
 def parse_module_list(text: str) -> tuple[str, ...]:
-    """Module name patterns from a "+"-separated list ("layer4+blocks.9"); empty entries are dropped."""
+    """Module name patterns from a "+"-separated list ("layer4+blocks.9"); empty entries are dropped;
+    "none" (or an empty text) is no pattern."""
+    if text.strip().lower() == NO_MODULES:
+        return ()
     return tuple(part.strip() for part in text.split(MODULE_LIST_SEPARATOR) if part.strip())
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from torch import nn
 
+from ccc.options import parse_options
 from tta_eval.methods.base import require_batchnorm
-from tta_eval.streams import parse_value
 from tta_eval.methods.reset import POLICY_SEPARATOR, RESET_POLICIES, NeverReset, PeriodicPolicy, ResetPolicy
 from ccc.validation import check_positive_int
 
@@ -111,6 +111,10 @@ def _coerce_option(owner: str, option: str, value: Any, default: Any, annotation
     elif isinstance(default, str):
         if isinstance(value, str):
             return value
+        if value is None:
+            # The option parser reads the word "none" as None; a text option takes it as written
+            # (ROID's prior_correction=none).
+            return "none"
         choices = typing.get_args(annotation)
         expected = f"one of {', '.join(map(repr, choices))}" if choices else "a string"
     else:
@@ -131,9 +135,11 @@ def reset_policy_defaults() -> list[str]:
 def parse_reset_policy(value: Any) -> ResetPolicy:
     """The reset policy written as ``NAME`` or ``NAME:param=value:param=value`` (None: never).
 
-    NAME is one of ``reset_policy_names()``; parameters are the fields of the policy's class (values
-    as in ``--method`` options: numbers, true/false, words). Raises ValueError in one line naming the
-    valid policies or parameters for an unknown name or parameter, a malformed part or a bad value.
+    NAME is one of ``reset_policy_names()``; parameters are the fields of the policy's class, parsed
+    by ``ccc.options.parse_options`` with ':' between them (values as in ``--method`` options:
+    decimal numbers, true/false, none, words). Raises ValueError in one line naming the valid
+    policies or parameters for an unknown name or parameter, a malformed or repeated part or a bad
+    value.
     """
     if value is None:
         return NeverReset()
@@ -142,7 +148,8 @@ def parse_reset_policy(value: Any) -> ResetPolicy:
             f"option {RESET_POLICY_OPTION!r} must be a reset policy such as 'periodic:every=1000' "
             f"(policies: {', '.join(RESET_POLICIES)}), got {value!r}"
         )
-    name, *parts = [part.strip() for part in value.split(POLICY_SEPARATOR)]
+    name, _, parameter_text = value.partition(POLICY_SEPARATOR)
+    name = name.strip()
     policy_class = RESET_POLICIES.get(name)
     if policy_class is None:
         raise ValueError(f"unknown reset policy {name!r}; valid policies: {', '.join(RESET_POLICIES)} (e.g. reset=periodic:every=1000)")
@@ -150,16 +157,12 @@ def parse_reset_policy(value: Any) -> ResetPolicy:
     owner = f"reset policy {name!r}"
     default_policy = policy_class()
     hints = typing.get_type_hints(policy_class)
-    parameters: dict[str, Any] = {}
-    for part in parts:
-        key, separator, raw = part.partition("=")
-        key = key.strip()
-        if not separator or not key:
-            raise ValueError(f"{owner}: parameters must look like {name}:key=value:key=value, got {part!r}")
+    parameters = parse_options(parameter_text, owner, POLICY_SEPARATOR)
+    for key, parameter in parameters.items():
         if key not in fields:
             valid = ", ".join(fields) if fields else "none"
             raise ValueError(f"unknown parameter {key!r} of {owner}; valid parameters: {valid}")
-        parameters[key] = _coerce_option(owner, key, parse_value(raw.strip()), getattr(default_policy, key), hints.get(key))
+        parameters[key] = _coerce_option(owner, key, parameter, getattr(default_policy, key), hints.get(key))
     try:
         return policy_class(**parameters)
     except ValueError as error:

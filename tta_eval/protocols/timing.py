@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ccc.options import parse_value
 from tta_eval.run_folder import COSTS_FILE
 from ccc.validation import check_non_negative, check_non_negative_int, check_positive, check_positive_int
 
@@ -80,12 +81,12 @@ class MethodCost:
 
     @classmethod
     def parse(cls, text: str) -> MethodCost:
-        """Parse "TOTAL" (δ/λ; e/λ = min(1, TOTAL), the rest after the prediction) or "E+L" (e/λ + ℓ/λ)."""
-        parts = text.split("+")
-        try:
-            values = [float(part) for part in parts]
-        except ValueError:
-            raise ValueError(f"a cost must be 'TOTAL' or 'PREDICTION+READY' in units of λ, e.g. 2.5 or 1+1.5; got {text!r}") from None
+        """Parse "TOTAL" (δ/λ; e/λ = min(1, TOTAL), the rest after the prediction) or "E+L" (e/λ + ℓ/λ),
+        each a decimal number as in every option string (``ccc.options.parse_value``)."""
+        values = [parse_value("cost", part, "--cost") if part.strip() else part for part in text.split("+")]
+        if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
+            raise ValueError(f"a cost must be 'TOTAL' or 'PREDICTION+READY' in units of λ, e.g. 2.5 or 1+1.5; got {text!r}")
+        values = [float(value) for value in values]
         if len(values) == 1:
             total = values[0]
             check_non_negative("cost", total)

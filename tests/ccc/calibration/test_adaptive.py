@@ -496,6 +496,14 @@ def test_bad_setting_text_is_refused_with_a_reason(text: str, message: str) -> N
         parse_adaptive_setting(text)
 
 
+def test_settings_are_read_by_the_strict_option_parser() -> None:
+    with pytest.raises(ValueError, match=r"^option 'optimism' of the adaptive settings must be a finite decimal number, got '1e-400' \(underflows to 0 as a float\)$"):
+        parse_adaptive_setting("optimism=1e-400")
+    with pytest.raises(ValueError, match=r"^option 'growth' of the adaptive settings has no value \(growth=\)"):
+        parse_adaptive_setting("growth=")
+    assert parse_adaptive_setting("path_fraction=5/32") == ("path_fraction", 5 / 32)
+
+
 def test_rounds_start_with_exact_singles_and_then_only_grow() -> None:
     planner = AdaptivePlanner(AdaptiveSettings(targets=(40.0,), path_fraction=1 / 4), 2, 16, 25, 400)
     assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (1, 1, 3, 4)

@@ -42,6 +42,13 @@ def assert_one_line_error(capsys, expected_fragment: str) -> None:
     assert "Traceback" not in captured.err + captured.out
 
 
+def test_an_adaptive_setting_given_twice_is_refused(texture_folder: Path, tmp_path: Path, capsys) -> None:
+    extra = ("--workers", "0", "--adaptive", "--adaptive-setting", "growth=2", "--adaptive-setting", "growth=3")
+    assert main(arguments(texture_folder, tmp_path / "t.npz", *extra)) == 2
+    assert_one_line_error(capsys, "--adaptive-setting growth is given twice (growth=2.0 and growth=3.0); give it once")
+    assert not default_work_folder(tmp_path / "t.npz").exists()
+
+
 @pytest.fixture(scope="module")
 def serial_table(texture_folder: Path, tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("serial") / "tiny.npz"

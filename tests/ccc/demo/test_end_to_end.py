@@ -31,6 +31,17 @@ CROP_ALLOWANCE = 10.0
 (centre-crop) numbers: the demo classes lose accuracy on small crops, as ImageNet models do."""
 
 
+def test_the_report_refuses_a_difficulty_given_twice(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    specification = importlib.util.spec_from_file_location("demo_report", REPOSITORY / "scripts" / "demo_report.py")
+    demo_report = importlib.util.module_from_spec(specification)
+    monkeypatch.setitem(sys.modules, "demo_report", demo_report)
+    specification.loader.exec_module(demo_report)
+    with pytest.raises(SystemExit) as exit_info:
+        demo_report.main(["--stream", "easy=a", "--stream", "easy=b", "--results", "easy=r"])
+    assert exit_info.value.code == 2
+    assert "--stream easy is given twice (easy=a and easy=b); give it once" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")

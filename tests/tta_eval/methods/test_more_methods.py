@@ -172,6 +172,7 @@ def test_ttac_without_statistics_explains_how_to_compute_them(tiny_cnn, tmp_path
 def test_excluded_modules_match_whole_name_components():
     patterns = parse_module_list("layer4+ blocks.9 +")
     assert patterns == ("layer4", "blocks.9")
+    assert parse_module_list("none") == parse_module_list("") == ()
     assert is_excluded("layer4.0.bn1", patterns) and is_excluded("classifier.layer4.2.bn3", patterns)
     assert is_excluded("blocks.9.norm1", patterns)
     assert not is_excluded("layer40.1", patterns) and not is_excluded("blocks.90.norm1", patterns)

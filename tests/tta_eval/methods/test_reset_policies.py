@@ -66,7 +66,7 @@ def test_policies_parse_with_their_parameters_and_print_back():
     [
         ("sometimes", ("unknown reset policy 'sometimes'", "valid policies: never, periodic, rdumbpp, asr")),
         ("periodic:often=3", ("unknown parameter 'often' of reset policy 'periodic'", "valid parameters: every")),
-        ("asr:tau", ("reset policy 'asr': parameters must look like asr:key=value", "'tau'")),
+        ("asr:tau", ("options of reset policy 'asr' must be key=value pairs separated by ':'", "'tau'")),
         ("never:every=3", ("unknown parameter 'every' of reset policy 'never'", "valid parameters: none")),
         ("periodic:every=fast", ("option 'every' of reset policy 'periodic' must be an integer, got 'fast'",)),
         ("periodic:every=0", ("reset policy 'periodic': every must be an integer >= 1, got 0",)),
