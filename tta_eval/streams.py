@@ -568,16 +568,13 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
 
 
 def _count_source_images(request: RenderRequest) -> int | None:
-    """The image count that names a cin-c definition without ``speed`` (every image per corruption):
-    the demo world's, or the folder's, listed without reading an image; None for other definitions."""
-    from ccc.demo import DEMO_SOURCE_IMAGES
-    from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
+    """The image count that names a cin-c definition without ``speed`` (every image per corruption),
+    listed without reading an image; None for other definitions."""
+    from ccc.demo import count_source_images
 
     if request.definition.get("kind") != "cin-c" or request.definition.get("speed") is not None:
         return None
-    if request.demo:
-        return DEMO_SOURCE_IMAGES
-    return len(index_image_folder(resolve_imagenet_folder(request.imagenet), check_images=False, progress=False))
+    return count_source_images(request.imagenet, request.demo)
 
 
 def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescription:

@@ -25,7 +25,7 @@ from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.demo.folder import DEMO_SOURCE_IMAGES
+from ccc.demo import count_source_images
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
 from ccc.render import SourceImageMismatchError
@@ -35,7 +35,7 @@ from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.plan import StreamPlan, plan_stream
 from ccc.stream.report import describe_schedule, plot_schedule
 from ccc.stream.schedule import SCHEDULES, ScheduleError, StreamSchedule, build_schedule
-from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, index_image_folder, read_class_list, resolve_imagenet_folder
+from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
 from ccc.stream.domains import CROPS
 from ccc.stream.report import describe_domains
 from ccc.stream.spec import (
@@ -262,10 +262,8 @@ def _count_source_images(arguments: argparse.Namespace) -> int | None:
     corruption): the demo world's, or the folder's, listed without reading an image; else None."""
     if arguments.kind != "cin-c" or arguments.images_per_domain is not None:
         return None
-    if arguments.demo:
-        return DEMO_SOURCE_IMAGES
     classes = None if arguments.classes is None else read_class_list(arguments.classes)
-    return len(index_image_folder(resolve_imagenet_folder(arguments.imagenet), classes=classes, check_images=False, progress=False))
+    return count_source_images(arguments.imagenet, arguments.demo, classes)
 
 
 def _plan(arguments: argparse.Namespace, definition: dict, table: CalibrationTable | None, schedule: StreamSchedule | None = None) -> StreamPlan:

@@ -19,6 +19,7 @@ Importing this package does not import torch; :func:`demo_model` does.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ __all__ = [
     "DEMO_NUM_IMAGES",
     "DEMO_SOURCE_IMAGES",
     "DEMO_SPEED",
+    "count_source_images",
     "demo_calibration_path",
     "demo_image_folder",
     "demo_model",
@@ -62,6 +64,17 @@ def demo_image_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     calls only check the folder's completion record.
     """
     return ensure_demo_folder(cache_dir)
+
+
+def count_source_images(imagenet: str | os.PathLike[str] | None, demo: bool, classes: Sequence[str] | None = None) -> int:
+    """Source images a stream draws from, listed without reading one: the demo world's 2,400 when
+    ``demo``, else those of the ImageNet-layout folder ``imagenet`` (None: ``$CCC_IMAGENET``), only of
+    ``classes`` when given. Raises ``ccc.stream.sources.ImageFolderError`` for a missing folder."""
+    if demo:
+        return DEMO_SOURCE_IMAGES
+    from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
+
+    return len(index_image_folder(resolve_imagenet_folder(imagenet), classes=classes, check_images=False, progress=False))
 
 
 def demo_model() -> nn.Module:
