@@ -15,14 +15,19 @@ import pickle
 import pickletools
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 MAX_PICKLE_OPCODES = 500_000
 """Most opcodes a pickle from a user file may hold. Each builds at most one object, so this bounds what
 unpickling can build from small opcodes; the published calibration matrices take about 5,000 (arrays)
 to 111,500 (nested lists of floats), a checkpoint about 20 per tensor and 2 per number."""
+
+
+_UNREADABLE = (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError, IndexError, MemoryError, RecursionError)
+"""What reading a damaged torch file raises (besides pickle.UnpicklingError for a refused global)."""
 
 
 def count_pickle_opcodes(data: bytes, stop_after: int = MAX_PICKLE_OPCODES) -> int:
@@ -56,6 +61,8 @@ def load_torch_file(path: Path, what: str, map_location: str | torch.device = "c
     nothing named by the file is executed. what: how the file is named to the user, e.g.
     "checkpoint", "source_statistics file".
     """
+    import torch  # here: the calibration importer, which uses the bound alone, must not load torch
+
     path = Path(path)
     try:
         data = _pickle_of_torch_file(path)
@@ -64,6 +71,6 @@ def load_torch_file(path: Path, what: str, map_location: str | torch.device = "c
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
         reason = "it holds objects other than tensors and plain values (nothing of it was run)"
-    except (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError, IndexError, MemoryError, RecursionError) as error:
+    except _UNREADABLE as error:
         reason = " ".join(str(error).split()) or type(error).__name__
     raise ValueError(f"{what} {str(path)!r} cannot be read: {reason}")

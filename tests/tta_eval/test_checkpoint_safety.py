@@ -29,7 +29,10 @@ from tta_eval.streams import StreamOptions
 
 FACTORY = "tests.tta_eval.tta_helpers:make_tiny_cnn"
 STREAM = "synthetic:num_batches=6,domain_length=3,image_size=8"
-COMMAND = ("run", "--stream", STREAM, "--model", FACTORY, "--method", "tent", "--batch-size", "16", "--checkpoint-every", "32", "--no-progress")
+COMMAND = (
+    *("run", "--stream", STREAM, "--model", FACTORY, "--method", "tent"),
+    *("--batch-size", "16", "--checkpoint-every", "32", "--no-progress"),
+)
 
 
 class SystemCall:

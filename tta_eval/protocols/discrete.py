@@ -115,6 +115,11 @@ class _MethodPipeline:
         return records
 
 
+def _fields_of(batch: StreamBatch) -> dict[str, Any]:
+    """A waiting batch as tensors and plain values (``StreamBatch(**fields)`` rebuilds it)."""
+    return {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}
+
+
 class _DiscreteState(ProtocolState):
     """Every method's pipeline: its queue, clock and the first arrival of the current episode."""
 
@@ -128,7 +133,7 @@ class _DiscreteState(ProtocolState):
         pipelines = []
         for state in self.pipelines:
             saved = state.pipeline.state_dict()
-            saved["queue"] = [(position, {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}) for position, batch in saved["queue"]]
+            saved["queue"] = [(position, _fields_of(batch)) for position, batch in saved["queue"]]
             pipelines.append({"first_index": state.first_index, "pipeline": saved})
         return {"pipelines": pipelines}
 
