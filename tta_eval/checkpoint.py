@@ -102,10 +102,14 @@ class Checkpoint:
         if missing:
             raise ValueError(f"checkpoint {str(path)!r} lacks {', '.join(missing)}; pass --overwrite to start over")
         checkpoint = cls(**{name: payload[name] for name in names})
+        expected = {field.name: {"str": str, "int": int}.get(str(field.type), dict) for field in fields(cls)}
+        wrong = [name for name, kind in expected.items() if not isinstance(payload[name], kind) or (kind is int and payload[name] < 0)]
         try:
             checkpoint.config_dict()
         except (TypeError, json.JSONDecodeError):
-            raise ValueError(f"checkpoint {str(path)!r} does not hold the run's config; pass --overwrite to start over") from None
+            wrong.append("config")
+        if wrong:
+            raise ValueError(f"checkpoint {str(path)!r} has malformed entries ({', '.join(sorted(set(wrong)))}); pass --overwrite to start over")
         return checkpoint
 
 

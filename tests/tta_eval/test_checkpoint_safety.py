@@ -20,7 +20,7 @@ import torch
 import tta_eval.checkpoint
 from tests.tta_eval.method_helpers import statistics_file
 from tests.tta_eval.tta_helpers import run_cli
-from tta_eval.checkpoint import Checkpointer, read_checkpoint
+from tta_eval.checkpoint import Checkpoint, Checkpointer, read_checkpoint
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
@@ -125,6 +125,13 @@ def test_a_checkpoint_of_format_1_is_refused_without_unpickling_its_modules(tmp_
     with pytest.raises(ValueError, match="objects other than tensors and plain values") as error:
         read_checkpoint(tmp_path)
     assert "\n" not in str(error.value) and not marker.exists()
+
+
+def test_a_checkpoint_with_malformed_entries_is_refused_in_one_line(tmp_path) -> None:
+    payload = Checkpoint("{}", 0, 0, {}, {}, {}, {}, {}, {}, {}).to_payload()
+    torch.save({**payload, "records": [1], "samples": -5, "config": "not json"}, tmp_path / CHECKPOINT_FILE)
+    with pytest.raises(ValueError, match=r"has malformed entries \(config, records, samples\); pass --overwrite"):
+        read_checkpoint(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["petta", "ttac_nq"])
