@@ -5,7 +5,8 @@ A method is an ``nn.Module`` whose ``forward(images)`` returns logits for the ba
 taken from the forward pass that computes the adaptation loss) and then adapts. ``reset()`` restores
 the state the method had right after construction: every parameter and buffer of every sub-model, the
 optimiser state (momentum / Adam moments) and the method's own buffers (prediction averages, random
-generator state).
+generator state). ``method_state_dict`` gives a used method's state as tensors and plain values (what
+a run's checkpoint holds) and ``load_method_state_dict`` puts it into a method built the same way.
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ _MODULE_INTERNALS = frozenset(vars(nn.Module())) - {"training"}
 """Attributes every ``nn.Module`` has (parameters, buffers, submodules, hooks): not a method's own state."""
 
 
+_CLASS, _STATE = "__class__", "__state_dict__"
+"""Keys of the saved form of an object with ``state_dict``/``load_state_dict``: its class name, its state."""
+
+
 class _Constant(Exception):
     """An attribute fixed at construction (a reference to parameters, a frozen dataclass, a callable)."""
 
@@ -188,7 +193,7 @@ def _plain(value: Any, where: str) -> Any:
     if isinstance(value, torch.Generator):
         return {"generator_state": value.get_state()}
     if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
-        return {"object": type(value).__name__, "state": _plain(value.state_dict(), where)}
+        return {_CLASS: type(value).__name__, _STATE: _plain(value.state_dict(), where)}
     raise TypeError(
         f"{where} is a {type(value).__name__}, which a checkpoint cannot hold: keep method state in buffers, "
         "parameters, plain values, torch.Generators or objects with state_dict/load_state_dict"
@@ -232,16 +237,16 @@ def _restored(current: Any, saved: Any, module: nn.Module) -> Any:
     if isinstance(current, torch.Generator):
         current.set_state(saved["generator_state"].cpu())
         return current
-    if not (isinstance(saved, dict) and set(saved) == {"object", "state"}):
+    if not (isinstance(saved, dict) and set(saved) == {_CLASS, _STATE}):
         return saved
-    if callable(getattr(current, "load_state_dict", None)) and type(current).__name__ == saved["object"]:
-        current.load_state_dict(saved["state"])
+    if callable(getattr(current, "load_state_dict", None)) and type(current).__name__ == saved[_CLASS]:
+        current.load_state_dict(saved[_STATE])
         return current
     # Created lazily (RoTTA's memory): the class must be one of the method's own module's.
-    cls = getattr(sys.modules[type(module).__module__], saved["object"], None)
+    cls = getattr(sys.modules[type(module).__module__], saved[_CLASS], None)
     if current is not None or not callable(getattr(cls, "from_state_dict", None)):
-        raise ValueError(f"{type(module).__name__} cannot restore a saved {saved['object']} over {type(current).__name__}")
-    return cls.from_state_dict(saved["state"])
+        raise ValueError(f"{type(module).__name__} cannot restore a saved {saved[_CLASS]} over {type(current).__name__}")
+    return cls.from_state_dict(saved[_STATE])
 
 
 def load_method_state_dict(method: nn.Module, state: Mapping[str, Any]) -> None:
