@@ -307,8 +307,12 @@ class Checkpointer:
         started = time.perf_counter()
         sizes = {}
         for label, handle in self._records.items():
-            handle.flush()
-            os.fsync(handle.fileno())
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as error:
+                message = f"{error.strerror or error}; the checkpoint was not written (the previous one, if any, is kept)"
+                raise OSError(error.errno, message, handle.name) from None
             sizes[label] = os.fstat(handle.fileno()).st_size
         checkpoint = Checkpoint(
             config=self._config,
