@@ -11,11 +11,12 @@ weights_only=True)``, which builds tensors and plain values only: no code named 
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import pickletools
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     import torch
@@ -30,9 +31,10 @@ _UNREADABLE = (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile, 
 """What reading a damaged torch file raises (besides pickle.UnpicklingError for a refused global)."""
 
 
-def count_pickle_opcodes(data: bytes, stop_after: int = MAX_PICKLE_OPCODES) -> int:
-    """Opcodes of the pickle ``data``, counted up to ``stop_after + 1`` (>= 0; a larger count is
-    not needed to refuse it). ValueError for bytes that are not a pickle."""
+def count_pickle_opcodes(data: bytes | BinaryIO, stop_after: int = MAX_PICKLE_OPCODES) -> int:
+    """Opcodes of the pickle ``data`` (bytes, or a binary file read up to the pickle's end), counted
+    up to ``stop_after + 1`` (>= 0; a larger count is not needed to refuse it). ValueError for bytes
+    that are not a pickle."""
     count = 0
     for count, _ in enumerate(pickletools.genops(data), 1):
         if count > stop_after:
@@ -40,34 +42,52 @@ def count_pickle_opcodes(data: bytes, stop_after: int = MAX_PICKLE_OPCODES) -> i
     return count
 
 
-def _pickle_of_torch_file(path: Path) -> bytes:
-    """The pickle (``<archive>/data.pkl``) of a file written by ``torch.save``; ValueError otherwise."""
-    if not zipfile.is_zipfile(path):
-        raise ValueError("it is not a file written by torch.save (a zip archive)")
-    with zipfile.ZipFile(path) as archive:
-        names = [name for name in archive.namelist() if name.count("/") == 1 and name.endswith("/data.pkl")]
-        if len(names) != 1:
-            raise ValueError("it is not a file written by torch.save (no data.pkl)")
-        return archive.read(names[0])
+LEGACY_PICKLES = 5
+"""Pickles at the head of a torch file of the legacy (pre-zip) format: magic number, protocol version,
+system information, the object, its storages' keys; the storages' bytes follow."""
+
+
+def _torch_file_opcodes(path: Path, magic_number: int) -> int:
+    """Opcodes of the pickles of a file written by ``torch.save`` (zip, or legacy when it starts with
+    torch's ``magic_number``), counted up to one past the bound; ValueError for any other file."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            names = [name for name in archive.namelist() if name.count("/") == 1 and name.endswith("/data.pkl")]
+            if len(names) != 1:
+                raise ValueError("it is not a file written by torch.save (a zip archive without data.pkl)")
+            return count_pickle_opcodes(archive.read(names[0]))
+    with open(path, "rb") as handle:
+        try:
+            # The magic number's pickle is PROTO, LONG1, STOP: a few opcodes decide, whatever follows.
+            head = [(operation.name, argument) for operation, argument, _ in itertools.islice(pickletools.genops(handle), 4)]
+        except ValueError:
+            head = []
+        if ("LONG1", magic_number) not in head or head[-1][0] != "STOP":
+            raise ValueError("it is not a file written by torch.save") from None
+        total = len(head)
+        for _ in range(LEGACY_PICKLES - 1):
+            if total > MAX_PICKLE_OPCODES:
+                break
+            total += count_pickle_opcodes(handle, MAX_PICKLE_OPCODES - total)
+        return total
 
 
 def load_torch_file(path: Path, what: str, map_location: str | torch.device = "cpu") -> Any:
     """The object ``torch.save`` wrote to ``path``, its tensors on ``map_location``.
 
-    The file must be a zip archive of ``torch.save`` whose pickle holds at most
-    :data:`MAX_PICKLE_OPCODES` opcodes; it is then read with ``torch.load(weights_only=True)``
-    (tensors, numbers, strings, None and lists, tuples and dicts of them). Anything else is refused
-    with a ValueError of one line, "WHAT 'PATH' cannot be read: REASON", before any of it is built;
-    nothing named by the file is executed. what: how the file is named to the user, e.g.
-    "checkpoint", "source_statistics file".
+    The file must be written by ``torch.save`` (a zip archive, or the legacy format) with at most
+    :data:`MAX_PICKLE_OPCODES` opcodes in its pickles; it is then read with
+    ``torch.load(weights_only=True)`` (tensors, numbers, strings, None and lists, tuples and dicts
+    of them). Anything else is refused with a ValueError of one line, "WHAT 'PATH' cannot be read:
+    REASON", before any of it is built; nothing named by the file is executed. what: how the file is
+    named to the user, e.g. "checkpoint", "source_statistics file", "weights file".
     """
     import torch  # here: the calibration importer, which uses the bound alone, must not load torch
 
     path = Path(path)
     try:
-        data = _pickle_of_torch_file(path)
-        if count_pickle_opcodes(data) > MAX_PICKLE_OPCODES:
-            raise ValueError(f"its pickle holds more than {MAX_PICKLE_OPCODES:,} opcodes; refusing to unpickle it")
+        if _torch_file_opcodes(path, torch.serialization.MAGIC_NUMBER) > MAX_PICKLE_OPCODES:
+            raise ValueError(f"its pickles hold more than {MAX_PICKLE_OPCODES:,} opcodes; refusing to unpickle them")
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
         reason = "it holds objects other than tensors and plain values (nothing of it was run)"
