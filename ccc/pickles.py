@@ -27,6 +27,10 @@ unpickling can build from small opcodes; the published calibration matrices take
 to 111,500 (nested lists of floats), a checkpoint about 20 per tensor and 2 per number."""
 
 
+class NotPlainDataError(ValueError):
+    """A torch file names objects other than tensors and plain values (refused; nothing of it ran)."""
+
+
 _UNREADABLE = (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError, IndexError, MemoryError, RecursionError)
 """What reading a damaged torch file raises (besides pickle.UnpicklingError for a refused global)."""
 
@@ -79,7 +83,8 @@ def load_torch_file(path: Path, what: str, map_location: str | torch.device = "c
     :data:`MAX_PICKLE_OPCODES` opcodes in its pickles; it is then read with
     ``torch.load(weights_only=True)`` (tensors, numbers, strings, None and lists, tuples and dicts
     of them). Anything else is refused with a ValueError of one line, "WHAT 'PATH' cannot be read:
-    REASON", before any of it is built; nothing named by the file is executed. what: how the file is
+    REASON" (``NotPlainDataError`` when the file names other objects), before any of it is built;
+    nothing named by the file is executed. what: how the file is
     named to the user, e.g. "checkpoint", "source_statistics file", "weights file".
     """
     import torch  # here: the calibration importer, which uses the bound alone, must not load torch
@@ -90,7 +95,9 @@ def load_torch_file(path: Path, what: str, map_location: str | torch.device = "c
             raise ValueError(f"its pickles hold more than {MAX_PICKLE_OPCODES:,} opcodes; refusing to unpickle them")
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
-        reason = "it holds objects other than tensors and plain values (nothing of it was run)"
+        raise NotPlainDataError(
+            f"{what} {str(path)!r} cannot be read: it holds objects other than tensors and plain values (nothing of it was run)"
+        ) from None
     except _UNREADABLE as error:
         reason = " ".join(str(error).split()) or type(error).__name__
     raise ValueError(f"{what} {str(path)!r} cannot be read: {reason}")

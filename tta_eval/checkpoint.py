@@ -42,7 +42,7 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from ccc.pickles import load_torch_file
+from ccc.pickles import NotPlainDataError, load_torch_file
 from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -207,6 +207,8 @@ def read_checkpoint(run_dir: Path, device: str | torch.device = "cpu") -> Checkp
         return None
     try:
         payload = load_torch_file(path, "checkpoint", map_location=device)
+    except NotPlainDataError as error:
+        raise ValueError(f"{error}, as checkpoints of format 1 (older tta-eval) do; pass --overwrite to start over") from None
     except ValueError as error:
         raise ValueError(f"{error}; pass --overwrite to start over") from None
     return Checkpoint.from_payload(payload, path)
