@@ -17,6 +17,7 @@ import torch
 import torchvision
 from torch import nn
 
+from ccc.pickles import load_torch_file
 from ccc.validation import check_choice
 
 logger = logging.getLogger(__name__)
@@ -146,10 +147,8 @@ def _torchvision_weights(name: str, weights: str) -> object | None:
 
 
 def _load_state_dict_file(model: nn.Module, path: Path) -> None:
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises several types for unreadable or unsafe files
-        raise ValueError(f"weights file {str(path)!r} cannot be read as a state_dict: {error}") from None
+    # Bounded and code-free (ccc.pickles): a weights file may come from anywhere.
+    loaded = load_torch_file(path, "weights file")
     if isinstance(loaded, dict):
         for key in ("state_dict", "model"):
             if key in loaded and isinstance(loaded[key], dict):

@@ -2,43 +2,54 @@
 
 A checkpoint is one file in the run folder (``tta_eval.run_folder.CHECKPOINT_FILE``), written at a
 batch boundary by the protocol machinery (``tta_eval.protocols.execution.lockstep``) every
-``every`` samples. It holds, as one ``torch.save`` pickle:
+``every`` samples. It is a ``Checkpoint``: a typed record of tensors and plain values (numbers,
+strings, None, lists, tuples and dicts), written with ``torch.save`` and read back with
+``torch.load(weights_only=True)`` after the opcode bound of ``ccc.pickles``, so reading a checkpoint
+never runs code named by the file (a replaced file is refused in one line):
 
-- ``methods``: every method module itself (model, optimiser, EMA teachers, memory banks, filter
-  counters, reset-policy state and ``torch.Generator``s: they are attributes of the modules);
-- ``runners``, ``episodes``, ``protocol``: the state of each method's runner (pending reset,
-  warm-up done, frozen copy), of the episode tracker and of the protocol (Alfarra's pending skips,
-  Tempora's queues, clocks and budgets);
-- ``position``: batches and samples of the stream consumed;
+- ``config``: the text of the run's config.json: the checkpoint is bound to the command that wrote
+  it (another command is refused naming what differs), and config.json is restored from it when
+  it was deleted;
+- ``batches``, ``samples``: the position in the stream;
+- ``methods``: each method's ``tta_eval.methods.base.method_state_dict`` (networks, optimiser,
+  EMA teachers, memory banks, filter counters, reset-policy state, ``torch.Generator`` states);
+  a resumed run builds its methods from the model and settings and loads these into them;
+- ``runners``, ``episodes``, ``protocol``: the ``state_dict`` of each method's runner (pending
+  reset, warm-up done, frozen copy, loss scaler), of the episode tracker and of the protocol
+  (Alfarra's pending skips, Tempora's queues, clocks and budgets);
 - ``rng``: the global random states (torch, CUDA when present, numpy, python);
 - ``records``: the size in bytes of each records CSV at the checkpoint (flushed and fsynced first);
 - ``extra``: what the caller adds (``tta_eval.experiment``: λ and its calibration).
 
 The file is written to a temporary name next to it, fsynced and renamed over the previous one, then
 the folder is fsynced: a kill at any moment leaves the previous checkpoint or the new one, never a
-partial file. Checkpoints are pickles: load only your own.
+partial file; a write that fails (a full disk) is an OSError naming the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import random
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import torch
 
-from tta_eval.run_folder import CHECKPOINT_FILE
+from ccc.pickles import NotPlainDataError, load_torch_file
+from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = 1
-"""Version of the checkpoint's layout; a file of another version is refused."""
+CHECKPOINT_FORMAT = 2
+"""Version of the checkpoint's layout; a file of another version is refused (format 1, a pickle of the
+method modules, is never unpickled)."""
 
 DEFAULT_CHECKPOINT_EVERY = 100_000
 """Samples between checkpoints when ``--checkpoint-every`` is not given (75 per 7.5M-image CCC stream)."""
@@ -47,9 +58,70 @@ UNCOMPARED_CONFIG_KEYS = ("choices", "baseline_latency_source", "calibration")
 """config.json entries that may differ between the run and its resumption (notes; how λ was obtained)."""
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a run saves to be resumed (see the module's docstring for each field).
+
+    config: the text of the run's config.json; batches, samples: batches and samples of the stream
+    consumed (>= 0); methods, runners: per method label, its method's and its runner's state;
+    episodes, protocol: the episode tracker's and the protocol's state; rng: ``rng_states()``;
+    records: per method label, the size of its records CSV in bytes; extra: the caller's entries.
+    Every value is a tensor or a plain value.
+    """
+
+    config: str
+    batches: int
+    samples: int
+    methods: dict[str, Any]
+    runners: dict[str, Any]
+    episodes: dict[str, Any]
+    protocol: dict[str, Any]
+    rng: dict[str, Any]
+    records: dict[str, int]
+    extra: dict[str, Any]
+
+    def config_dict(self) -> dict[str, Any]:
+        """The run's config the checkpoint is bound to."""
+        return json.loads(self.config)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The dict ``torch.save`` writes: the fields and the format."""
+        return {"format": CHECKPOINT_FORMAT, **{field.name: getattr(self, field.name) for field in fields(self)}}
+
+    @classmethod
+    def from_payload(cls, payload: Any, path: Path) -> Checkpoint:
+        """The checkpoint ``to_payload`` wrote to ``path``; ValueError (one line) for anything else."""
+        names = {field.name for field in fields(cls)}
+        found = payload.get("format") if isinstance(payload, dict) else None
+        if found != CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"checkpoint {str(path)!r} is not a tta-eval checkpoint of format {CHECKPOINT_FORMAT} (format: {found!r}; "
+                "format 1 was written by tta-eval before checkpoints held state dicts); pass --overwrite to start over"
+            )
+        missing = sorted(names - set(payload))
+        if missing:
+            raise ValueError(f"checkpoint {str(path)!r} lacks {', '.join(missing)}; pass --overwrite to start over")
+        checkpoint = cls(**{name: payload[name] for name in names})
+        expected = {field.name: {"str": str, "int": int}.get(str(field.type), dict) for field in fields(cls)}
+        wrong = [name for name, kind in expected.items() if not isinstance(payload[name], kind) or (kind is int and payload[name] < 0)]
+        try:
+            checkpoint.config_dict()
+        except (TypeError, json.JSONDecodeError):
+            wrong.append("config")
+        if wrong:
+            raise ValueError(f"checkpoint {str(path)!r} has malformed entries ({', '.join(sorted(set(wrong)))}); pass --overwrite to start over")
+        return checkpoint
+
+
 def rng_states() -> dict[str, Any]:
-    """The global random states: torch (CPU and, when available, every CUDA device), numpy, python."""
-    states: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """The global random states as tensors and plain values: torch (CPU and, when available, every
+    CUDA device), numpy (its key as an int64 tensor) and python."""
+    kind, key, position, has_gauss, cached = np.random.get_state()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (kind, torch.from_numpy(key.astype(np.int64)), position, has_gauss, cached),
+        "python": random.getstate(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -58,7 +130,8 @@ def rng_states() -> dict[str, Any]:
 def restore_rng_states(states: Mapping[str, Any]) -> None:
     """Set the global random states saved by ``rng_states``."""
     torch.set_rng_state(states["torch"].cpu())
-    np.random.set_state(states["numpy"])
+    kind, key, position, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, key.cpu().numpy().astype(np.uint32), position, has_gauss, cached))
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
@@ -73,18 +146,50 @@ def _fsync_folder(folder: Path) -> None:
             os.close(descriptor)
 
 
+class _WriteErrors:
+    """A binary file whose first write error is kept: ``torch.save`` reports a failed write (a full disk)
+    as a RuntimeError of its zip writer, losing the OSError."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+
 def write_checkpoint(path: Path, payload: Mapping[str, Any]) -> int:
     """Write ``payload`` with ``torch.save`` to ``path`` atomically (temporary file, fsync, rename,
-    fsync of the folder); returns the file's size in bytes. The temporary is removed on error."""
+    fsync of the folder); returns the file's size in bytes. A failed write (a full disk) is an
+    OSError naming ``path`` (the previous checkpoint stays); the temporary is removed on error."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
     try:
         with open(temporary, "wb") as handle:
-            torch.save(dict(payload), handle)
+            writer = _WriteErrors(handle)
+            try:
+                torch.save(dict(payload), writer)
+            except RuntimeError:
+                if writer.error is None:
+                    raise
+            if writer.error is not None:
+                raise writer.error
             handle.flush()
             os.fsync(handle.fileno())
             size = handle.tell()
         os.replace(temporary, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        reason = error.strerror or str(error)
+        raise OSError(error.errno, f"{reason}; the checkpoint was not written (the previous one, if any, is kept)", str(path)) from None
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
@@ -93,19 +198,20 @@ def write_checkpoint(path: Path, payload: Mapping[str, Any]) -> int:
     return size
 
 
-def read_checkpoint(run_dir: Path, device: str | torch.device = "cpu") -> dict[str, Any] | None:
-    """The checkpoint of ``run_dir`` (tensors on ``device``), or None when it has none; ValueError for an
-    unreadable file or one of another format."""
+def read_checkpoint(run_dir: Path, device: str | torch.device = "cpu") -> Checkpoint | None:
+    """The checkpoint of ``run_dir`` (tensors on ``device``), or None when it has none; ValueError of
+    one line for a file that is not a checkpoint of this format. Nothing named by the file runs
+    (``ccc.pickles.load_torch_file``)."""
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
         return None
     try:
-        payload = torch.load(path, map_location=device, weights_only=False)
-    except Exception as error:  # noqa: BLE001 - any unpickling failure means the same to the user
-        raise ValueError(f"checkpoint {str(path)!r} cannot be read ({type(error).__name__}: {error}); pass --overwrite to start over") from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint {str(path)!r} is not a tta-eval checkpoint of format {CHECKPOINT_FORMAT}; pass --overwrite to start over")
-    return payload
+        payload = load_torch_file(path, "checkpoint", map_location=device)
+    except NotPlainDataError as error:
+        raise ValueError(f"{error}, as checkpoints of format 1 (older tta-eval) do; pass --overwrite to start over") from None
+    except ValueError as error:
+        raise ValueError(f"{error}; pass --overwrite to start over") from None
+    return Checkpoint.from_payload(payload, path)
 
 
 def remove_checkpoint(run_dir: Path) -> None:
@@ -137,33 +243,55 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any], pre
     return differences
 
 
+def _shown(differences: list[str]) -> str:
+    return ", ".join(differences[:5]) + (f" and {len(differences) - 5} more" if len(differences) > 5 else "")
+
+
+def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    given = saved.get("baseline_latency_source") == "given"
+    return config_differences(comparable_config(saved, given), comparable_config(current, given))
+
+
 def check_same_run(run_dir: Path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """ValueError (one line naming what differs) unless ``current`` (a fresh config without λ) is the
     config of the unfinished run in ``run_dir``."""
-    given = saved.get("baseline_latency_source") == "given"
-    differences = config_differences(comparable_config(saved, given), comparable_config(current, given))
+    differences = _differences(saved, current)
     if differences:
-        shown = ", ".join(differences[:5]) + (f" and {len(differences) - 5} more" if len(differences) > 5 else "")
         raise ValueError(
-            f"run folder {str(run_dir)!r} holds an unfinished run of another command ({shown} differ); "
+            f"run folder {str(run_dir)!r} holds an unfinished run of another command ({_shown(differences)} differ); "
             "repeat its command to resume it, pass --overwrite to start over, or choose another --name"
+        )
+
+
+def check_checkpoint_config(run_dir: Path, checkpoint: Checkpoint, current: Mapping[str, Any]) -> None:
+    """ValueError (one line naming what differs) unless ``checkpoint`` was written by the command of
+    ``current`` (a fresh config without λ), e.g. when a checkpoint of another run was copied there."""
+    differences = _differences(checkpoint.config_dict(), current)
+    if differences:
+        raise ValueError(
+            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written by another command ({_shown(differences)} differ); "
+            "repeat that command to resume it, or pass --overwrite to start over"
         )
 
 
 class Checkpointer:
     """Writes a run's checkpoints every ``every`` samples (> 0).
 
-    run_dir: the run folder; records: label → the open records file of each method (flushed and
-    fsynced before each checkpoint, their sizes saved); extra: what every checkpoint also carries;
-    start: samples already consumed (a resumed run). The protocol machinery calls ``due`` at each
-    batch boundary and ``save`` when it returns True.
+    run_dir: the run folder; config: the text of the run's config.json (the checkpoints are bound to
+    it); records: label → the open records file of each method (flushed and fsynced before each
+    checkpoint, their sizes saved); extra: what every checkpoint also carries (tensors and plain
+    values); start: samples already consumed (a resumed run). The protocol machinery calls ``due``
+    at each batch boundary and ``save`` when it returns True.
     """
 
-    def __init__(self, run_dir: Path, every: int, records: Mapping[str, TextIO], extra: Mapping[str, Any] | None = None, start: int = 0) -> None:
+    def __init__(
+        self, run_dir: Path, every: int, config: str, records: Mapping[str, TextIO], extra: Mapping[str, Any] | None = None, start: int = 0
+    ) -> None:
         if every <= 0:
             raise ValueError(f"checkpoint interval must be a positive number of samples, got {every!r}")
         self.path = Path(run_dir) / CHECKPOINT_FILE
         self.every = every
+        self._config = config
         self._records = records
         self._extra = dict(extra or {})
         self._next = (start // every + 1) * every
@@ -175,16 +303,51 @@ class Checkpointer:
         return samples >= self._next
 
     def save(self, state: Mapping[str, Any], samples: int) -> None:
-        """Flush and fsync the records, then write ``state`` (methods, runners, protocol, position)
-        with the records' sizes, the global random states and the extra entries."""
+        """Flush and fsync the records, then write a ``Checkpoint`` of ``state`` (methods, runners,
+        episodes, protocol: state dicts; position: batches and samples consumed) with the records'
+        sizes, the global random states and the extra entries."""
         started = time.perf_counter()
         sizes = {}
         for label, handle in self._records.items():
-            handle.flush()
-            os.fsync(handle.fileno())
+            try:
+                handle.flush()
+                os.fsync(handle.fileno())
+            except OSError as error:
+                message = f"{error.strerror or error}; the checkpoint was not written (the previous one, if any, is kept)"
+                raise OSError(error.errno, message, handle.name) from None
             sizes[label] = os.fstat(handle.fileno()).st_size
-        payload = {"format": CHECKPOINT_FORMAT, **state, "rng": rng_states(), "records": sizes, "extra": self._extra}
-        size = write_checkpoint(self.path, payload)
+        checkpoint = Checkpoint(
+            config=self._config,
+            batches=int(state["position"]["batches"]),
+            samples=int(state["position"]["samples"]),
+            methods=dict(state["methods"]),
+            runners=dict(state["runners"]),
+            episodes=dict(state["episodes"]),
+            protocol=dict(state["protocol"]),
+            rng=rng_states(),
+            records=sizes,
+            extra=self._extra,
+        )
+        size = write_checkpoint(self.path, checkpoint.to_payload())
         self._next = (samples // self.every + 1) * self.every
         self.writes.append((size, time.perf_counter() - started))
         logger.info("checkpoint at sample %d: %.1f MB in %.2f s", samples, size / 1e6, self.writes[-1][1])
+
+
+def restore_config(run_dir: Path, current: Mapping[str, Any]) -> bool:
+    """Write config.json back from the checkpoint when ``run_dir`` holds a checkpoint but no config.json
+    (deleted), after checking the checkpoint was written by the command of ``current`` (a fresh config
+    without λ); True when it did. ValueError (one line saying what is wrong and how to go on) when
+    the checkpoint cannot be used."""
+    run_dir = Path(run_dir)
+    if (run_dir / CONFIG_FILE).exists() or not (run_dir / CHECKPOINT_FILE).is_file():
+        return False
+    try:
+        checkpoint = read_checkpoint(run_dir)
+    except ValueError as error:
+        raise ValueError(f"run folder {str(run_dir)!r} has no {CONFIG_FILE} to resume from, and {error}") from None
+    if checkpoint is None:
+        return False
+    check_checkpoint_config(run_dir, checkpoint, current)
+    write_text_atomic(run_dir / CONFIG_FILE, checkpoint.config)
+    return True

@@ -21,7 +21,16 @@ import torchvision
 
 import tta_eval
 from ccc.execution import DEFAULT_TASK_OPTIONS, Executor, SerialExecutor, TaskOptions
-from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY, Checkpointer, check_same_run, read_checkpoint, remove_checkpoint
+from tta_eval.checkpoint import (
+    DEFAULT_CHECKPOINT_EVERY,
+    Checkpoint,
+    Checkpointer,
+    check_checkpoint_config,
+    check_same_run,
+    read_checkpoint,
+    remove_checkpoint,
+    restore_config,
+)
 from tta_eval.methods import create, get_method, resolve_config
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from ccc.models import ModelSpec, load_model, resolve_device
@@ -56,6 +65,7 @@ from tta_eval.reports import (
 )
 from tta_eval.run_folder import (
     BEST_METHOD_STEM,
+    CONFIG_FILE,
     COSTS_FILE,
     SUMMARY_FILE,
     SWEEP_FILE,
@@ -491,7 +501,9 @@ def run_experiment(
     Resumption: every ``checkpoint_every`` samples a checkpoint is written (``tta_eval.checkpoint``).
     Without ``overwrite``, an unfinished run of the same config (config.json without a complete
     summary) continues from its last checkpoint (from the start when it has none); an unfinished
-    run of another config is refused with one line naming what differs; a complete run is refused.
+    run of another config, or a checkpoint written by another command, is refused with one line
+    naming what differs; a complete run is refused. A deleted config.json is restored from the
+    checkpoint (which carries it) when the command is the checkpoint's.
     """
     resolved = resolve_experiment(settings)
     settings = resolved.settings
@@ -499,17 +511,22 @@ def run_experiment(
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
     timing.check_methods([method.label for method in methods])
-    run_dir = check_run_folder(settings.output_root / settings.resolved_run_name(), settings.overwrite, resume=not settings.overwrite)
+    run_dir = settings.output_root / settings.resolved_run_name()
     config = resolved_config(settings, methods, resolved.stream.name)
     config["choices"] = [*choices, *resolved.notes]
+    if not settings.overwrite and restore_config(run_dir, config):
+        notify(f"run {run_dir.name}: {CONFIG_FILE} restored from its checkpoint")
+    run_dir = check_run_folder(run_dir, settings.overwrite, resume=not settings.overwrite)
     checkpoint = None
     if not settings.overwrite and is_unfinished_run(run_dir):
         check_same_run(run_dir, read_config(run_dir), config)
         checkpoint = read_checkpoint(run_dir, device)
         if checkpoint is None:
             notify(f"run {run_dir.name} has no checkpoint: starting it over")
+        else:
+            check_checkpoint_config(run_dir, checkpoint, config)
     if checkpoint is not None:
-        return _resume_run(settings, run_dir, methods, timing, device, checkpoint, resolved.stream.samples, notify)
+        return _resume_run(settings, run_dir, methods, timing, device, checkpoint, resolved.stream.samples, model, notify)
     stream = open_stream_source(settings.stream, settings.stream_options)
     if settings.max_samples is not None:
         stream = limit_samples(stream, settings.max_samples)
@@ -534,35 +551,45 @@ def _resume_run(
     methods: tuple[MethodSpec, ...],
     timing: Timing,
     device: torch.device,
-    checkpoint: dict[str, Any],
+    checkpoint: Checkpoint,
     stream_samples: int | None,
+    model: torch.nn.Module | None,
     notify: Callable[[str], None],
 ) -> Path:
     """Continue the run in ``run_dir`` from ``checkpoint``: its records cut to the rows it covers,
-    its methods, protocol state and random states restored, the stream opened at its position
-    (stream_samples: the stream's length when known; a checkpoint at its end leaves nothing to read)."""
-    position = checkpoint["position"]
-    consumed = int(position["samples"])
+    its methods built from the model (``model``, or loaded when None) and given their saved state,
+    protocol state and random states restored, the stream opened at its position (stream_samples:
+    the stream's length when known; a checkpoint at its end leaves nothing to read)."""
+    consumed = checkpoint.samples
     ends = [limit for limit in (stream_samples, settings.max_samples) if limit is not None]
     stream: Iterable[Any] = []
     if not ends or consumed < min(ends):
         stream = open_stream_source(settings.stream, settings.stream_options, start=consumed)
         if settings.max_samples is not None:
             stream = limit_samples(stream, settings.max_samples - consumed)
-    notify(f"resuming run {run_dir.name} from sample {position['samples']:,}")
+    if model is None:
+        model = load_model(settings.model, device)
+    modules = {method.label: create(method.name, model, **dict(method.options)) for method in methods}
+    notify(f"resuming run {run_dir.name} from sample {consumed:,}")
     (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
-    latency = checkpoint["extra"]["baseline_latency"]
+    latency = _saved_latency(checkpoint.extra["baseline_latency"])
     tables = {}
     handles: dict[str, TextIO] = {}
     try:
-        for label, size in checkpoint["records"].items():
+        for label, size in checkpoint.records.items():
             handles[label] = open_records(run_dir, label, keep_bytes=size)
             tables[label] = RecordTable.read_csv(records_path(run_dir, label))
     except BaseException:
         for handle in handles.values():
             handle.close()
         raise
-    return _record_run(settings, run_dir, methods, timing, device, latency, checkpoint["methods"], stream, tables, handles, checkpoint)
+    return _record_run(settings, run_dir, methods, timing, device, latency, modules, stream, tables, handles, checkpoint)
+
+
+def _saved_latency(saved: dict[str, Any]) -> BaselineLatency:
+    """The ``BaselineLatency`` a checkpoint holds as ``dataclasses.asdict``."""
+    calibration = saved["calibration"]
+    return BaselineLatency(saved["seconds"], saved["source"], None if calibration is None else LatencyCalibration(**calibration))
 
 
 def _record_run(
@@ -576,13 +603,16 @@ def _record_run(
     stream: Iterable[Any],
     tables: dict[str, RecordTable],
     handles: dict[str, TextIO],
-    resume: dict[str, Any] | None,
+    resume: Checkpoint | None,
 ) -> Path:
     """Run the protocol, write each record as it comes, checkpoint, then finish the run folder."""
     finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
     every = settings.resolved_checkpoint_every()
-    start = 0 if resume is None else int(resume["position"]["samples"])
-    checkpointer = Checkpointer(run_dir, every, handles, {"baseline_latency": latency}, start) if every else None
+    start = 0 if resume is None else resume.samples
+    checkpointer = None
+    if every:
+        config_text = (run_dir / CONFIG_FILE).read_text()
+        checkpointer = Checkpointer(run_dir, every, config_text, handles, {"baseline_latency": dataclasses.asdict(latency)}, start)
     try:
         context = RunContext(
             device,

@@ -22,7 +22,6 @@ import logging
 import os
 import math
 import pickle
-import pickletools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from numpy.typing import NDArray
 from ccc.cache import cache_path_for_url, default_cache_dir, download_to_cache, is_url
 from ccc.calibration.presets import CCC_CORRUPTIONS, RESNET50_DIFFICULTY_PRESETS
 from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
+from ccc.pickles import MAX_PICKLE_OPCODES, count_pickle_opcodes
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +44,6 @@ PUBLISHED_MATRIX_URL = (
 
 PUBLISHED_IMAGE_COUNT = 5000
 MAX_PICKLE_BYTES = 64 * 2**20
-
-MAX_PICKLE_OPCODES = 500_000
-"""Most opcodes an imported pickle may hold. Each builds at most one object, so this bounds what
-unpickling can build from small opcodes (an empty set is 1 byte in the file, 216 in memory); the
-published matrices take about 5,000 (arrays) to 111,500 (nested lists of floats)."""
 
 MAX_PICKLE_ARRAY_ELEMENTS = 2**20
 """Most elements of one numpy array in an imported pickle (a matrix has 441)."""
@@ -299,12 +294,11 @@ def safe_unpickle(data: bytes) -> object:
     (:data:`MAX_PICKLE_ARRAY_ELEMENTS`), so a small file cannot make the import build gigabytes.
     """
     try:
-        for count, _ in enumerate(pickletools.genops(data), 1):
-            if count > MAX_PICKLE_OPCODES:
-                raise CalibrationError(
-                    f"the pickle holds more than {MAX_PICKLE_OPCODES:,} opcodes (the published matrices need at most about "
-                    "112,000); refusing to unpickle it"
-                )
+        if count_pickle_opcodes(data) > MAX_PICKLE_OPCODES:
+            raise CalibrationError(
+                f"the pickle holds more than {MAX_PICKLE_OPCODES:,} opcodes (the published matrices need at most about "
+                "112,000); refusing to unpickle it"
+            )
         return RestrictedUnpickler(io.BytesIO(data)).load()
     except (UnsafePickleError, CalibrationError):
         raise

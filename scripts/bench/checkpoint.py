@@ -3,8 +3,9 @@
 Size and write time: for each model (the demo model, ``ccc.demo:demo_model``, and torchvision's
 ResNet-50 with random weights; ``--models`` to choose) the methods of ``--methods`` are created on
 it, each adapts once on a batch of random images (so optimisers hold their state), and the
-checkpoint a run of these methods would write (``tta_eval.checkpoint.write_checkpoint``: one pickle
-of the method modules, atomically written and fsynced) is written ``--repeats`` times to
+checkpoint a run of these methods would write (``tta_eval.checkpoint.write_checkpoint`` of a
+``Checkpoint`` holding each method's ``method_state_dict``: tensors and plain values, atomically
+written and fsynced) is written ``--repeats`` times to
 ``--folder``; the size and the median write time are reported.
 
 Overhead: ``tta_eval.experiment.run_experiment`` runs the demo model's methods (source, bn, tent,
@@ -29,14 +30,10 @@ from pathlib import Path
 import torch
 
 from ccc.models import ModelSpec, load_model
-from tta_eval.checkpoint import (
-    CHECKPOINT_FORMAT,
-    DEFAULT_CHECKPOINT_EVERY,
-    Checkpointer,
-    write_checkpoint,
-)
+from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY, Checkpoint, Checkpointer, write_checkpoint
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create
+from tta_eval.methods.base import method_state_dict
 from tta_eval.run_folder import CHECKPOINT_FILE
 from tta_eval.streams import StreamOptions
 
@@ -45,7 +42,8 @@ RUN_METHODS = ("source", "bn", "tent", "eta", "rdumb")
 
 
 def checkpoint_cost(model_name: str, methods: list[str], folder: Path, repeats: int, image_size: int) -> tuple[int, float]:
-    """(bytes, median seconds) of writing the checkpoint of ``methods`` on model ``model_name``."""
+    """(bytes, median seconds) of collecting the state of ``methods`` on model ``model_name`` and
+    writing their checkpoint."""
     model = load_model(MODELS[model_name], torch.device("cpu"))
     images = torch.rand(4, 3, image_size, image_size)
     modules = {}
@@ -53,12 +51,12 @@ def checkpoint_cost(model_name: str, methods: list[str], folder: Path, repeats: 
         method = create(name, model)
         method(images)
         modules[name] = method
-    payload = {"format": CHECKPOINT_FORMAT, "methods": modules}
     seconds = []
     size = 0
     for _ in range(repeats):
         started = time.perf_counter()
-        size = write_checkpoint(folder / CHECKPOINT_FILE, payload)
+        states = {name: method_state_dict(method) for name, method in modules.items()}
+        size = write_checkpoint(folder / CHECKPOINT_FILE, Checkpoint("{}", 0, 0, states, {}, {}, {}, {}, {}, {}).to_payload())
         seconds.append(time.perf_counter() - started)
     return size, statistics.median(seconds)
 

@@ -18,6 +18,7 @@ import tta_eval.checkpoint
 import tta_eval.records
 from tests.tta_eval.tta_helpers import run_cli
 from tta_eval.checkpoint import (
+    Checkpoint,
     Checkpointer,
     config_differences,
     read_checkpoint,
@@ -241,17 +242,22 @@ def test_the_default_interval_is_a_recorded_choice_and_zero_writes_none(tmp_path
         settings(tmp_path, "offline", checkpoint_every=-1)
 
 
+def small_checkpoint(**extra: object) -> Checkpoint:
+    """A checkpoint of nothing but ``extra`` (and an empty config)."""
+    return Checkpoint("{}", 0, 0, {}, {}, {}, {}, {}, {}, dict(extra))
+
+
 def test_a_checkpoint_write_is_atomic(tmp_path) -> None:
     path = tmp_path / CHECKPOINT_FILE
-    write_checkpoint(path, {"format": tta_eval.checkpoint.CHECKPOINT_FORMAT, "value": 1})
+    write_checkpoint(path, small_checkpoint(value=1).to_payload())
 
     class Unpicklable:
         def __reduce__(self):  # type: ignore[no-untyped-def]
             raise RuntimeError("cannot pickle")
 
     with pytest.raises(RuntimeError):
-        write_checkpoint(path, {"format": tta_eval.checkpoint.CHECKPOINT_FORMAT, "value": Unpicklable()})
-    assert read_checkpoint(tmp_path)["value"] == 1
+        write_checkpoint(path, small_checkpoint(value=Unpicklable()).to_payload())
+    assert read_checkpoint(tmp_path).extra["value"] == 1
     assert sorted(item.name for item in tmp_path.iterdir()) == [CHECKPOINT_FILE]
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):

@@ -5,7 +5,8 @@ A method is an ``nn.Module`` whose ``forward(images)`` returns logits for the ba
 taken from the forward pass that computes the adaptation loss) and then adapts. ``reset()`` restores
 the state the method had right after construction: every parameter and buffer of every sub-model, the
 optimiser state (momentum / Adam moments) and the method's own buffers (prediction averages, random
-generator state).
+generator state). ``method_state_dict`` gives a used method's state as tensors and plain values (what
+a run's checkpoint holds) and ``load_method_state_dict`` puts it into a method built the same way.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import dataclasses
 import math
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -181,6 +184,114 @@ def freeze_all_but(model: nn.Module, trainable: list[nn.Parameter]) -> None:
     model.requires_grad_(False)
     for parameter in trainable:
         parameter.requires_grad_(True)
+
+
+_MODULE_INTERNALS = frozenset(vars(nn.Module())) - {"training"}
+"""Attributes every ``nn.Module`` has (parameters, buffers, submodules, hooks): not a method's own state."""
+
+
+_CLASS, _STATE = "__class__", "__state_dict__"
+"""Keys of the saved form of an object with ``state_dict``/``load_state_dict``: its class name, its state."""
+
+
+class _Constant(Exception):
+    """An attribute fixed at construction (a reference to parameters, a frozen dataclass, a callable)."""
+
+
+def _is_constant(value: Any) -> bool:
+    frozen_dataclass = dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen
+    return frozen_dataclass or isinstance(value, (type, nn.Parameter)) or (callable(value) and not isinstance(value, nn.Module))
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as tensors, numbers, strings, None, lists, tuples and dicts; _Constant for what
+    construction fixes; TypeError naming ``where`` for anything else."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if _is_constant(value):
+        raise _Constant
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item, where) for item in value)
+    if isinstance(value, dict) and all(isinstance(key, (str, int)) for key in value):
+        return {key: _plain(item, where) for key, item in value.items()}
+    if isinstance(value, torch.Generator):
+        return {"generator_state": value.get_state()}
+    if callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None)):
+        return {_CLASS: type(value).__name__, _STATE: _plain(value.state_dict(), where)}
+    raise TypeError(
+        f"{where} is a {type(value).__name__}, which a checkpoint cannot hold: keep method state in buffers, "
+        "parameters, plain values, torch.Generators or objects with state_dict/load_state_dict"
+    )
+
+
+def _owns_attributes(module: nn.Module) -> bool:
+    """Modules of this package keep state in attributes; others' attributes are set at construction."""
+    return type(module).__module__.startswith("tta_eval.")
+
+
+def method_state_dict(method: nn.Module) -> dict[str, Any]:
+    """Everything a used method holds, as tensors and plain values (readable with
+    ``torch.load(weights_only=True)``): ``tensors``, the method's ``state_dict()`` (parameters and
+    buffers of every network, teacher and anchor); ``attributes``, per submodule name ("" the method
+    itself) its layer mode and, for modules of this package (methods, reset wrappers, their helper
+    networks), every other attribute: numbers, strings, tensors, lists/tuples/dicts of them,
+    ``torch.Generator`` states, and the ``state_dict()`` of objects that have ``load_state_dict``
+    (optimisers, memory banks).
+
+    Not saved, because construction restores them: references to the method's parameters, frozen
+    dataclasses (configurations), callables, and ``_initial_*`` attributes (the state ``reset()``
+    returns to). ``load_method_state_dict`` restores the state into a method built the same way.
+    Raises TypeError naming an attribute of any other type.
+    """
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, module in method.named_modules(remove_duplicate=False):
+        saved: dict[str, Any] = {"training": module.training}
+        if _owns_attributes(module):
+            for key, value in vars(module).items():
+                if key in _MODULE_INTERNALS or key == "training" or key.startswith("_initial"):
+                    continue
+                with contextlib.suppress(_Constant):
+                    saved[key] = _plain(value, f"{type(module).__name__}.{key}")
+        attributes[name] = saved
+    return {"tensors": method.state_dict(), "attributes": attributes}
+
+
+def _restored(current: Any, saved: Any, module: nn.Module) -> Any:
+    """The value of an attribute that was ``current`` after construction, given its saved form."""
+    if isinstance(current, torch.Generator):
+        current.set_state(saved["generator_state"].cpu())
+        return current
+    if not (isinstance(saved, dict) and set(saved) == {_CLASS, _STATE}):
+        return saved
+    if callable(getattr(current, "load_state_dict", None)) and type(current).__name__ == saved[_CLASS]:
+        current.load_state_dict(saved[_STATE])
+        return current
+    # Created lazily (RoTTA's memory): the class must be one of the method's own module's.
+    cls = getattr(sys.modules[type(module).__module__], saved[_CLASS], None)
+    if current is not None or not callable(getattr(cls, "from_state_dict", None)):
+        raise ValueError(f"{type(module).__name__} cannot restore a saved {saved[_CLASS]} over {type(current).__name__}")
+    return cls.from_state_dict(saved[_STATE])
+
+
+def load_method_state_dict(method: nn.Module, state: Mapping[str, Any]) -> None:
+    """Restore into ``method`` (built like the one saved, on its device) what ``method_state_dict``
+    returned; ValueError of one line when the state does not fit the method."""
+    modules = dict(method.named_modules(remove_duplicate=False))
+    if set(state["attributes"]) != set(modules):
+        raise ValueError(f"the saved state of {type(method).__name__} has other submodules than the method built now")
+    try:
+        method.load_state_dict(state["tensors"])
+    except RuntimeError as error:
+        raise ValueError(f"the saved state of {type(method).__name__} does not fit it: {' '.join(str(error).split())}") from None
+    for name, saved in state["attributes"].items():
+        module = modules[name]
+        for key, value in saved.items():
+            if key == "training":
+                module.training = bool(value)
+            else:
+                object.__setattr__(module, key, _restored(getattr(module, key, None), value, module))
 
 
 class AdaptationMethod(nn.Module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,6 +224,30 @@ class CategoryBalancedMemory:
         images = [item.image for class_items in self.items for item in class_items]
         ages = [item.age for class_items in self.items for item in class_items]
         return images, ages
+
+    def state_dict(self) -> dict[str, Any]:
+        """The settings and the stored items as plain values: per class, lists of images (C×H×W),
+        uncertainties (nats) and ages."""
+        return {
+            "settings": (self.capacity, self.num_classes, self.timeliness_weight, self.uncertainty_weight),
+            "images": [[item.image for item in class_items] for class_items in self.items],
+            "uncertainties": [[item.uncertainty for item in class_items] for class_items in self.items],
+            "ages": [[item.age for item in class_items] for class_items in self.items],
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> CategoryBalancedMemory:
+        """The memory ``state_dict`` described."""
+        memory = cls(*state["settings"])
+        memory.load_state_dict(state)
+        return memory
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the items ``state_dict`` returned (a memory of the same number of classes)."""
+        self.items = [
+            [MemoryItem(image, uncertainty, age) for image, uncertainty, age in zip(images, uncertainties, ages, strict=True)]
+            for images, uncertainties, ages in zip(state["images"], state["uncertainties"], state["ages"], strict=True)
+        ]
 
 
 class RoTTA(AdaptationMethod):

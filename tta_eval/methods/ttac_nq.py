@@ -31,6 +31,7 @@ from tta_eval.methods.layers import (
 )
 from tta_eval.methods.registry import MethodEntry, register_method
 from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int
+from ccc.pickles import load_torch_file
 
 STATISTICS_FORMAT = "tta_eval.ttac.source_statistics/1"
 
@@ -115,14 +116,12 @@ class SourceFeatureStatistics:
 
     @classmethod
     def load(cls, path: str | Path) -> SourceFeatureStatistics:
-        """Read statistics written by ``save``; ValueError if the file is missing or not such a file."""
+        """Read statistics written by ``save`` (``ccc.pickles.load_torch_file``: bounded, nothing in the file
+        runs); ValueError of one line if the file is missing or not such a file."""
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"source_statistics file {str(path)!r} does not exist")
-        try:
-            stored: Any = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # torch raises several types for unreadable files
-            raise ValueError(f"source_statistics file {str(path)!r} cannot be read: {error}") from None
+        stored: Any = load_torch_file(path, "source_statistics file")
         if not isinstance(stored, dict) or stored.get("format") != STATISTICS_FORMAT:
             raise ValueError(
                 f"source_statistics file {str(path)!r} is not a statistics file written by SourceFeatureStatistics.save"

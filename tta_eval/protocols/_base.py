@@ -29,7 +29,7 @@ from ccc.validation import check_choice, check_positive_int
 if TYPE_CHECKING:
     import torch
 
-    from tta_eval.checkpoint import Checkpointer
+    from tta_eval.checkpoint import Checkpoint, Checkpointer
     from tta_eval.protocols.timing import Timing
     from tta_eval.records import RecordTable
 
@@ -101,9 +101,10 @@ class RunContext:
     baseline_latency: λ in seconds (> 0), the plain model's latency per batch, for the protocols
     whose settings need it (``EpisodeSettings.needs_baseline_latency``), else None.
     checkpoint: writes checkpoints at batch boundaries (``tta_eval.checkpoint.Checkpointer``; None:
-    none). resume: a checkpoint's contents (``tta_eval.checkpoint.read_checkpoint``) to continue
-    from: the methods given to the run must then be the checkpoint's ``methods`` and the batches the
-    stream after its ``position`` (the run's records start there).
+    none). resume: a checkpoint (``tta_eval.checkpoint.read_checkpoint``) to continue from: the
+    methods given to the run must then be built as the checkpoint's were (same model and options;
+    their saved state is loaded into them) and the batches the stream after its position (the run's
+    records start there).
     precision: "fp32" (default), or "bf16" / "fp16": every method call (forward passes and losses)
     runs under ``torch.autocast`` to that type, and under "fp16" gradient steps scale the loss
     (``torch.amp.GradScaler``, one per method); channels_last: methods' networks and stream images
@@ -115,7 +116,7 @@ class RunContext:
     timing: Timing | None = None
     baseline_latency: float | None = None
     checkpoint: Checkpointer | None = None
-    resume: Mapping[str, Any] | None = None
+    resume: Checkpoint | None = None
     precision: str = "fp32"
     channels_last: bool = False
 
@@ -129,7 +130,8 @@ class ProtocolState:
 
     runners: the run's method runners (``tta_eval.protocols.execution.MethodRunner``), whose own
     state the machinery saves. Subclasses hold their fields as attributes and return them from
-    ``state_dict`` as plain data, tensors or modules (pickled with ``torch.save``).
+    ``state_dict`` as tensors and plain values (numbers, strings, None, lists, tuples, dicts): a
+    checkpoint is read back with ``torch.load(weights_only=True)``.
     """
 
     def __init__(self, runners: list[Any]) -> None:

@@ -115,6 +115,11 @@ class _MethodPipeline:
         return records
 
 
+def _fields_of(batch: StreamBatch) -> dict[str, Any]:
+    """A waiting batch as tensors and plain values (``StreamBatch(**fields)`` rebuilds it)."""
+    return {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}
+
+
 class _DiscreteState(ProtocolState):
     """Every method's pipeline: its queue, clock and the first arrival of the current episode."""
 
@@ -123,15 +128,23 @@ class _DiscreteState(ProtocolState):
         self.pipelines = [_MethodPipeline(runner, interval, buffer) for runner in runners]
 
     def state_dict(self) -> dict[str, Any]:
-        """Per pipeline: its episode's first stream batch and its simulation state (records are handed
-        out at every batch boundary, so none is waiting)."""
-        return {"pipelines": [{"first_index": state.first_index, "pipeline": state.pipeline.state_dict()} for state in self.pipelines]}
+        """Per pipeline: its episode's first stream batch and its simulation state, the waiting batches
+        as dicts of their fields (records are handed out at every batch boundary, so none is waiting)."""
+        pipelines = []
+        for state in self.pipelines:
+            saved = state.pipeline.state_dict()
+            saved["queue"] = [(position, _fields_of(batch)) for position, batch in saved["queue"]]
+            pipelines.append({"first_index": state.first_index, "pipeline": saved})
+        return {"pipelines": pipelines}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+        from tta_eval.protocols.execution import StreamBatch
+
         for pipeline, saved in zip(self.pipelines, state["pipelines"], strict=True):
             pipeline.first_index = int(saved["first_index"])
-            pipeline.pipeline.load_state_dict(saved["pipeline"])
+            queue = [(position, StreamBatch(**fields)) for position, fields in saved["pipeline"]["queue"]]
+            pipeline.pipeline.load_state_dict({**saved["pipeline"], "queue": queue})
 
 
 def run_discrete(

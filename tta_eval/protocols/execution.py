@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from tta_eval.checkpoint import restore_rng_states
 from tta_eval.methods import NeedsStreamPreparation, TTAMethod
-from tta_eval.methods.base import batchnorm_layers, loss_scaling
+from tta_eval.methods.base import batchnorm_layers, load_method_state_dict, loss_scaling, method_state_dict
 from tta_eval.protocols._base import EpisodeSettings, NonFiniteLossError, ProtocolState, RunContext
 from tta_eval.protocols.timing import Timing
 from tta_eval.records import BatchRecord
@@ -302,19 +302,22 @@ class MethodRunner:
         self.clock.detach()
 
     def state_dict(self) -> dict[str, Any]:
-        """What the runner keeps besides its method: a pending reset mark, whether the method was
-        called (warmed up), the frozen copy of its network (None when not frozen) and, under fp16, its
-        loss scaler's state (scale and growth tracker)."""
+        """What the runner keeps besides its method, as tensors and plain values: a pending reset mark,
+        whether the method was called (warmed up), the ``state_dict`` of the frozen copy of its network
+        (None when not frozen) and, under fp16, its loss scaler's state (scale and growth tracker)."""
         scaler = None if self.grad_scaler is None else self.grad_scaler.state_dict()
-        return {"reset_pending": self._reset_pending, "called": self._called, "frozen_network": self.frozen_network, "grad_scaler": scaler}
+        frozen = None if self.frozen_network is None else self.frozen_network.state_dict()
+        return {"reset_pending": self._reset_pending, "called": self._called, "frozen_network": frozen, "grad_scaler": scaler}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what ``state_dict`` returned (the method itself is the checkpoint's)."""
+        """Restore what ``state_dict`` returned (after the method's own state: the frozen copy is
+        made from its network, then given the saved weights)."""
         self._reset_pending = bool(state["reset_pending"])
         self._called = bool(state["called"])
-        self.frozen_network = state["frozen_network"]
-        if self.frozen_network is not None:
-            self.clock.detach()
+        self.frozen_network = None
+        if state["frozen_network"] is not None:
+            self.freeze()
+            self.frozen_network.load_state_dict(state["frozen_network"])
         if self.grad_scaler is not None and state.get("grad_scaler"):
             self.grad_scaler.load_state_dict(state["grad_scaler"])
 
@@ -470,10 +473,12 @@ def lockstep(
 
     Checkpoints (``context.checkpoint``) are written at batch boundaries: when the protocol asks for
     the next batch, every record of the previous ones has been handed out (and written by the
-    caller), and nothing of the next has been read. They hold the methods, the runners', episode
-    tracker's and protocol state's ``state_dict``s and the stream position. ``context.resume``
-    restores all of them (the methods given must be the checkpoint's) and, just before the first
-    batch is read, the global random states. Methods run in the context's precision and memory format.
+    caller), and nothing of the next has been read. They hold the methods' state
+    (``method_state_dict``), the runners', episode tracker's and protocol state's ``state_dict``s and
+    the stream position. ``context.resume`` (a ``tta_eval.checkpoint.Checkpoint``) restores all of
+    them into the methods given (built as the checkpoint's were: same model and options) and, just
+    before the first batch is read, the global random states. Methods run in the context's precision
+    and memory format.
     """
     device = torch.device(context.device)
     timing = context.timing or Timing(str(device))
@@ -485,15 +490,16 @@ def lockstep(
         start = None
         restore_random = None
         if resume is not None:
-            saved = resume["runners"]
-            if list(saved) != [runner.label for runner in runners]:
-                raise ValueError(f"the checkpoint holds methods {', '.join(saved)}, not {', '.join(runner.label for runner in runners)}")
+            labels = [runner.label for runner in runners]
+            if list(resume.methods) != labels or list(resume.runners) != labels:
+                raise ValueError(f"the checkpoint holds methods {', '.join(resume.methods)}, not {', '.join(labels)}")
             for runner in runners:
-                runner.load_state_dict(saved[runner.label])
-            episodes.load_state_dict(resume["episodes"])
-            state.load_state_dict(resume["protocol"])
-            start = (int(resume["position"]["batches"]), int(resume["position"]["samples"]))
-            restore_random = functools.partial(restore_rng_states, resume["rng"])
+                load_method_state_dict(runner.method, resume.methods[runner.label])
+                runner.load_state_dict(resume.runners[runner.label])
+            episodes.load_state_dict(resume.episodes)
+            state.load_state_dict(resume.protocol)
+            start = (resume.batches, resume.samples)
+            restore_random = functools.partial(restore_rng_states, resume.rng)
         stream = stream_batches(methods, batches, device, settings.domain_key, context.progress, start, restore_random, memory_format)
         yield state, _with_checkpoints(stream, episodes, state, context.checkpoint)
 
@@ -510,7 +516,7 @@ def _with_checkpoints(
                     hooks_removed.enter_context(runner.clock.detached())
                 checkpoint.save(
                     {
-                        "methods": {runner.label: runner.method for runner in state.runners},
+                        "methods": {runner.label: method_state_dict(runner.method) for runner in state.runners},
                         "runners": {runner.label: runner.state_dict() for runner in state.runners},
                         "episodes": episodes.state_dict(),
                         "protocol": state.state_dict(),

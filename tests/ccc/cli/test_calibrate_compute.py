@@ -167,7 +167,7 @@ def test_weights_that_do_not_load(texture_folder: Path, tmp_path: Path, capsys) 
     garbage = tmp_path / "weights.pt"
     garbage.write_bytes(b"definitely not a state dict")
     assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--weights", str(garbage))) == 2
-    assert_one_line_error(capsys, "cannot be read as a state_dict")
+    assert_one_line_error(capsys, "cannot be read: it is not a file written by torch.save")
     mismatched = tmp_path / "other.pt"
     torch.save(torch.nn.Linear(3, 2).state_dict(), mismatched)
     assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--weights", str(mismatched))) == 2
