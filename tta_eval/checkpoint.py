@@ -19,7 +19,8 @@ never runs code named by the file (a replaced file is refused in one line):
   (Alfarra's pending skips, Tempora's queues, clocks and budgets);
 - ``rng``: the global random states (torch, CUDA when present, numpy, python);
 - ``records``: the size in bytes of each records CSV at the checkpoint (flushed and fsynced first);
-- ``extra``: what the caller adds (``tta_eval.experiment``: λ and its calibration).
+- ``extra``: what the caller adds (``tta_eval.experiment``: λ and its calibration, and the
+  ``model_sha256`` of the weights the run started from, checked when it resumes).
 
 The file is written to a temporary name next to it, fsynced and renamed over the previous one, then
 the folder is fsynced: a kill at any moment leaves the previous checkpoint or the new one, never a
@@ -29,6 +30,7 @@ partial file; a write that fails (a full disk) is an OSError naming the file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -260,6 +262,31 @@ def check_same_run(run_dir: Path, saved: Mapping[str, Any], current: Mapping[str
         raise ValueError(
             f"run folder {str(run_dir)!r} holds an unfinished run of another command ({_shown(differences)} differ); "
             "repeat its command to resume it, pass --overwrite to start over, or choose another --name"
+        )
+
+
+def model_sha256(model: torch.nn.Module) -> str:
+    """The sha256 of ``model``'s weights: the name, dtype, shape and bytes of every entry of its
+    ``state_dict`` (parameters and buffers), in name order. A resumed run rebuilds each method's reset
+    state from the model, so it must load the weights the run started from."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_checkpoint_model(run_dir: Path, checkpoint: Checkpoint, digest: str) -> None:
+    """ValueError (one line) when the model loaded to resume the run in ``run_dir`` (its
+    ``model_sha256``: ``digest``) is not the one ``checkpoint``'s run started from."""
+    saved = checkpoint.extra.get("model_sha256")
+    if saved != digest:
+        raise ValueError(
+            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written with other model weights (sha256 {str(saved)[:12]}…, "
+            f"now {digest[:12]}…); resume with the weights the run started from, or pass --overwrite to start over"
         )
 
 

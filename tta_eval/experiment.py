@@ -26,7 +26,9 @@ from tta_eval.checkpoint import (
     Checkpoint,
     Checkpointer,
     check_checkpoint_config,
+    check_checkpoint_model,
     check_same_run,
+    model_sha256,
     read_checkpoint,
     remove_checkpoint,
     restore_config,
@@ -542,7 +544,7 @@ def run_experiment(
     write_config(run_dir, config)
     tables = {label: RecordTable() for label in modules}
     handles = {label: open_records(run_dir, label) for label in modules}
-    return _record_run(settings, run_dir, methods, timing, device, latency, modules, stream, tables, handles, None)
+    return _record_run(settings, run_dir, methods, timing, device, latency, model_sha256(model), modules, stream, tables, handles, None)
 
 
 def _resume_run(
@@ -569,6 +571,8 @@ def _resume_run(
             stream = limit_samples(stream, settings.max_samples - consumed)
     if model is None:
         model = load_model(settings.model, device)
+    digest = model_sha256(model)
+    check_checkpoint_model(run_dir, checkpoint, digest)
     modules = {method.label: create(method.name, model, **dict(method.options)) for method in methods}
     notify(f"resuming run {run_dir.name} from sample {consumed:,}")
     (run_dir / SUMMARY_FILE).unlink(missing_ok=True)
@@ -583,7 +587,7 @@ def _resume_run(
         for handle in handles.values():
             handle.close()
         raise
-    return _record_run(settings, run_dir, methods, timing, device, latency, modules, stream, tables, handles, checkpoint)
+    return _record_run(settings, run_dir, methods, timing, device, latency, digest, modules, stream, tables, handles, checkpoint)
 
 
 def _saved_latency(saved: dict[str, Any]) -> BaselineLatency:
@@ -599,20 +603,22 @@ def _record_run(
     timing: Timing,
     device: torch.device,
     latency: BaselineLatency,
+    model_digest: str,
     modules: dict[str, torch.nn.Module],
     stream: Iterable[Any],
     tables: dict[str, RecordTable],
     handles: dict[str, TextIO],
     resume: Checkpoint | None,
 ) -> Path:
-    """Run the protocol, write each record as it comes, checkpoint, then finish the run folder."""
+    """Run the protocol, write each record as it comes, checkpoint (bound to ``model_digest``, the
+    ``model_sha256`` of the weights the run started from), then finish the run folder."""
     finish = functools.partial(_finish_run, settings, run_dir, tables, methods, timing.mode, latency)
     every = settings.resolved_checkpoint_every()
     start = 0 if resume is None else resume.samples
     checkpointer = None
     if every:
         config_text = (run_dir / CONFIG_FILE).read_text()
-        checkpointer = Checkpointer(run_dir, every, config_text, handles, {"baseline_latency": dataclasses.asdict(latency)}, start)
+        checkpointer = Checkpointer(run_dir, every, config_text, handles, {"baseline_latency": dataclasses.asdict(latency), "model_sha256": model_digest}, start)
     try:
         context = RunContext(
             device,

@@ -254,3 +254,17 @@ def test_a_full_disk_while_a_checkpoint_is_written_is_one_line_and_keeps_the_pre
     assert err.strip().splitlines()[-1].startswith(f"tta-eval: error: {run_dir / CHECKPOINT_FILE}: No space left on device"), err
     assert (run_dir / CHECKPOINT_FILE).read_bytes() == previous
     assert not (run_dir / f".{CHECKPOINT_FILE}.tmp").exists()
+
+
+def test_a_run_resumed_with_other_model_weights_is_refused_in_one_line(tmp_path, monkeypatch) -> None:
+    from ccc.models import ModelSpec, load_model
+
+    run_dir = stopped_after_first_checkpoint(settings(tmp_path), monkeypatch)
+    model = load_model(ModelSpec(FACTORY), "cpu")
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    with pytest.raises(ValueError, match=r"was written with other model weights \(sha256 [0-9a-f]{12}…, now [0-9a-f]{12}…\); .*--overwrite") as error:
+        run_experiment(settings(tmp_path), model=model)
+    assert "\n" not in str(error.value)
+    assert (run_dir / CHECKPOINT_FILE).is_file()
+    run_experiment(settings(tmp_path), model=load_model(ModelSpec(FACTORY), "cpu"))
