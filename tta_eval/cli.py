@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli._common import HelpFormatter, examples, integer_at_least, run_command
+from ccc.cli._common import HelpFormatter, count, examples, integer_at_least, run_command
 from ccc.execution import RayUnavailableError, TaskFailedError
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from ccc.execution import Executor, TaskOptions
     from tta_eval.experiment import ExperimentSettings, ResolvedExperiment
+    from tta_eval.run_folder import RunResult
     from ccc.models import ModelSpec
 
 PROGRAM = "tta-eval"
@@ -516,8 +518,37 @@ def _run(arguments: argparse.Namespace) -> int:
         print(_timing_line(run.summary))
         print(f"run folder: {run.path}")
     next_plot = run_dirs[0] / (PLOT_STEM + ".png")
-    print(f"next: open {next_plot}\n      tta-eval compare {run_dirs[0].parent}      # with the other runs there")
+    print(f"next: open {next_plot}\n      {_compare_hint(runs)}")
     return 0
+
+
+def _compare_hint(runs: list[RunResult]) -> str:
+    """The ``tta-eval compare`` command for ``runs`` (just written) and the runs beside them: their
+    folder, or, when compare would refuse it (another run of one of their methods on the same stream,
+    an unfinished run), the run folders it takes together, the new ones first."""
+    from tta_eval.reports import comparison_cells
+    from tta_eval.run_folder import find_run_folders, load_run
+
+    parent = runs[0].path.parent
+    picked = list(runs)
+    left_out = 0
+    for path in find_run_folders([parent]):
+        if any(path == run.path for run in runs):
+            continue
+        try:
+            candidate = [*picked, load_run(path)]
+            comparison_cells(candidate)
+        except ValueError:
+            left_out += 1
+            continue
+        picked = candidate
+    if not left_out:
+        return f"tta-eval compare {parent}      # with the other runs there"
+    folders = " ".join(shlex.quote(str(run.path)) for run in picked)
+    return (
+        f"tta-eval compare {folders}      # {parent} also holds {count(left_out, 'run')} that compare cannot put beside these "
+        "(the same method on the same stream, or unfinished): name the run folders to compare"
+    )
 
 
 def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
