@@ -237,28 +237,30 @@ def _per_stream(arguments: argparse.Namespace) -> list[argparse.Namespace]:
     return [argparse.Namespace(**{**vars(arguments), "stream": stream}) for stream in arguments.stream]
 
 
-EXAMPLE_STREAM = "ccc:shards/demo_baseline_30_transition+speed_2000_seed_43"
+DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
+"""README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 RUN_EXAMPLES = (
     (
-        f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method source --method bn --method tent --method rdumb",
-        "a demo stream (ccc-generate --demo) with the demo model",
+        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 --method source --method bn --method tent --method rdumb",
+        "a demo stream (ccc-generate --help) with methods of your choice; its manifest selects the demo model",
     ),
     (
-        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 --method source --method eta --method rdumb --device cuda",
-        "a paper stream with ResNet-50",
+        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 --method source --method eata --method rdumb --device cuda",
+        "a paper stream with ResNet-50, on a GPU",
     ),
     (
-        f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method tent --protocol discrete --utilisation 0.5",
-        "Tempora's discrete scenario: a batch arrives every 2λ",
+        f"tta-eval run --stream {DEMO_STREAM} --method tent --protocol discrete --utilisation 0.5 --out results/discrete",
+        "Tempora's discrete scenario: a batch arrives every 2λ (a folder of its own beside README command 1's offline run)",
     ),
     (
-        "tta-eval run --stream ccc:shards/A --stream ccc:shards/B --method tent --method eta --workers 2",
+        f"tta-eval run --stream {DEMO_STREAM} --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 --method tent --method eta --workers 2 --out results/two_streams",
         "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
     ),
 )
 COMPARE_EXAMPLES = (
-    ("tta-eval compare results/*/*", "every run below results/"),
-    ("tta-eval compare results/a results/b --out comparison_ab", "two runs, table and plot in comparison_ab/"),
+    ("tta-eval compare results", "every run folder below results/ (at any depth; name run folders or a glob when two hold the same method on one stream)"),
+    ("tta-eval compare results/demo_* --out comparison_demo", "the run folders a glob names, table and plot in comparison_demo/"),
+    ("tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43 results/discrete", "two run folders"),
 )
 """Example commands ending the help of ``run`` and ``compare``."""
 
@@ -301,9 +303,9 @@ def _build_parser() -> argparse.ArgumentParser:
         description="A grid of protocol runs over one stream: results table, best-method map, utility plots.",
         formatter_class=HelpFormatter,
         epilog=examples(
-            (f"tta-eval sweep --stream {EXAMPLE_STREAM} --demo --method bn --method tent --speeds 1,0.5,0.25", "Alfarra et al.'s stream speeds"),
+            (f"tta-eval sweep --stream {DEMO_STREAM} --method bn --method tent --speeds 1,0.5,0.25 --name sweep_speeds", "Alfarra et al.'s stream speeds"),
             (
-                f"tta-eval sweep --stream {EXAMPLE_STREAM} --demo --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200",
+                f"tta-eval sweep --stream {DEMO_STREAM} --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200 --name sweep_tempora",
                 "Tempora's discrete and continuous scenarios",
             ),
         ),
@@ -325,8 +327,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Tempora's continuous utility of saved runs for other thresholds T (from their timing traces).",
         formatter_class=HelpFormatter,
         epilog=examples(
-            ("tta-eval rescore results/RUN --threshold-ms 50 --threshold-ms 400", "λ stored with the run"),
-            ("tta-eval rescore results/RUN --threshold-ms 100 --baseline-latency-ms 20 --json scores.json", "another λ, scores also as JSON"),
+            ("tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 50 --threshold-ms 400", "README command 1's run, λ stored with it"),
+            ("tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 100 --baseline-latency-ms 20 --json scores.json", "another λ, scores also as JSON"),
         ),
     )
     rescore.add_argument("runs", nargs="+", type=Path, help="run folders of protocol offline or continuous")
