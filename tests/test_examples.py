@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import functools
 import io
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,7 +60,9 @@ class Example:
 
 @dataclass
 class Produced:
-    """What an earlier example made: path → (kind, whether only with the reader's own data, extra)."""
+    """What earlier examples made: path → (kind: file, stream, run or sweep; whether only with the
+    reader's own data; for runs and sweeps their (stream name, method labels)), and path → the
+    definitions that wrote it."""
 
     paths: dict[str, tuple[str, bool, object]] = field(default_factory=dict)
     writers: dict[str, list[str]] = field(default_factory=dict)
@@ -76,6 +78,7 @@ def markdown_examples(path: Path) -> list[Example]:
     return [Example(f"{path.relative_to(REPOSITORY)}:{text[: block.start()].count(chr(10)) + 1}", block.group(1)) for block in blocks]
 
 
+@functools.cache
 def _parsers() -> dict[str, argparse.ArgumentParser]:
     from ccc.cli import calibrate, corruption_grid, generate, verify
     from tta_eval import cli
@@ -172,7 +175,7 @@ def _parse(parser: argparse.ArgumentParser, arguments: list[str], where: str) ->
 
 
 class Checker:
-    """Checks one document's (or one program's) examples in order against what exists and what earlier examples made."""
+    """Checks examples in order against what exists and what earlier examples made (``produced``, updated)."""
 
     def __init__(self, produced: Produced, folder: Path) -> None:
         self.produced = produced
@@ -236,7 +239,7 @@ class Checker:
         folder = re.search(r"^run folder: (.+) \(nothing written there by --dry-run\)$", out.getvalue(), re.MULTILINE)
         assert folder, f"{where}: no run folder in its --dry-run"
         if not namespace.dry_run:
-            self._make(folder.group(1), "stream", external, where, namespace.demo, _definition(namespace))
+            self._make(folder.group(1), "stream", external, where, definition=_definition(namespace))
 
     def _ccc_verify(self, namespace: argparse.Namespace, arguments: list[str], external: bool, where: str) -> None:
         self._use(namespace.folder, where, "run folder")
@@ -359,3 +362,39 @@ def test_help_examples_parse_and_name_what_exists(readme_products: Produced, tmp
     checker = Checker(readme_products.copy(), tmp_path)
     for example in epilog_examples():
         checker.check(example)
+
+
+CHEAP_HELP_EXAMPLES = (
+    "ccc-calibrate info calibration/demo.npz",
+    "ccc-generate --demo --difficulty hard --dry-run --plot hard.png",
+    "ccc-corruption-grid",
+    "ccc-corruption-grid --holdout --seed 1",
+    "tta-eval methods",
+    "tta-eval methods 'e*a'",
+)
+"""The help examples that take seconds; the others render or evaluate streams of minutes."""
+
+
+def _run_as_written(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(["bash", "--noprofile", "--norc", "-euc", script], cwd=folder, env=environment, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.mark.slow
+def test_affordable_examples_run_as_written(tmp_path: Path) -> None:
+    """The cheap help examples, and docs/generator.md's CCC-next-to-CIN-C sequence (3,000 images of
+    each, two runs, their comparison), run as a reader pastes them; about two minutes on two cores."""
+    for shipped in ("calibration", "scripts"):  # the reader works in the repository's root
+        (tmp_path / shipped).symlink_to(REPOSITORY / shipped)
+    written = "\n".join(example.script for example in epilog_examples())
+    for command in CHEAP_HELP_EXAMPLES:
+        assert command in written.splitlines(), f"{command!r} is no longer a help example"
+        result = _run_as_written(command, tmp_path)
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+    assert (tmp_path / "hard.png").is_file() and (tmp_path / "corruption_grid.png").is_file()
+
+    (sequence,) = [example for example in markdown_examples(REPOSITORY / "docs" / "generator.md") if "--name demo_medium_3000" in example.script]
+    result = _run_as_written(sequence.script, tmp_path)
+    assert result.returncode == 0, f"{sequence.where}: {result.stderr}"
+    table = (tmp_path / "comparison" / "comparison.md").read_text()
+    assert "demo_medium_3000" in table and "demo_cin-c_severity_5_images_200_crop_random_seed_43" in table
