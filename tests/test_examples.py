@@ -155,6 +155,12 @@ def _weights_file(value: str | None) -> str | None:
     return value if value is not None and ("/" in value or "." in value) else None
 
 
+def _link_shipped(folder: Path) -> None:
+    """The reader works in the repository's root: its shipped folders the examples name, in ``folder``."""
+    for shipped in ("calibration", "scripts"):
+        (folder / shipped).symlink_to(REPOSITORY / shipped)
+
+
 @contextlib.contextmanager
 def _working_folder(folder: Path) -> Iterator[None]:
     previous = Path.cwd()
@@ -181,6 +187,7 @@ class Checker:
         self.produced = produced
         self.folder = folder
         self.parsers = _parsers()
+        _link_shipped(folder)
 
     def check(self, example: Example) -> None:
         for command in recorded_commands(example, self.folder):
@@ -226,7 +233,7 @@ class Checker:
         uses_table = namespace.kind == "ccc" and not namespace.demo
         table = namespace.calibration or (str(generate.DEFAULT_CALIBRATION) if uses_table else None)
         external |= self._use(table, where, "calibration table") | self._use(namespace.imagenet, where) | self._use(namespace.classes, where)
-        if uses_table and not (REPOSITORY / table).exists() and not Path(table).exists():
+        if uses_table and not (self.folder / table).is_file():
             # the ResNet-50 table, imported by an earlier example: named as ccc-generate names it
             name = namespace.name or run_name(RESNET50_DIFFICULTY_PRESETS[namespace.difficulty].target_accuracy, namespace.speed, namespace.seed)
             if not namespace.dry_run:
@@ -385,8 +392,7 @@ def test_affordable_examples_run_as_written(tmp_path: Path) -> None:
     """The cheap help examples, and docs/generator.md's CCC-next-to-CIN-C sequence (3,000 images of
     each, two runs of three methods, their comparison), run as a reader pastes them: 9 min on the
     shared 2-core test machine under a load average of 8–13 from other jobs."""
-    for shipped in ("calibration", "scripts"):  # the reader works in the repository's root
-        (tmp_path / shipped).symlink_to(REPOSITORY / shipped)
+    _link_shipped(tmp_path)
     written = "\n".join(example.script for example in epilog_examples())
     for command in CHEAP_HELP_EXAMPLES:
         assert command in written.splitlines(), f"{command!r} is no longer a help example"
