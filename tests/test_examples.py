@@ -100,9 +100,9 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 def epilog_examples() -> list[Example]:
     """The examples of every ``--help`` (a program's and its subcommands'), one block per program."""
     found = []
-    for program, parser in _parsers().items():
+    for program in PROGRAMS:
         commands: list[str] = []
-        for each in _subparsers(parser):
+        for each in _subparsers(_parsers()[program]):
             lines = (each.epilog or "").split("\n")
             if "examples:" not in lines:
                 continue
