@@ -5,13 +5,15 @@ Each example runs through bash with the console scripts replaced by functions th
 arguments, so variables, loops and ``$(…)`` expand as they would for the reader. Every recorded
 command must parse with the real parser and name only files and folders that exist where the
 reader is: shipped with the repository, produced by an earlier example (README's examples first,
-then the document's or the command's own, in order; folder names computed by the commands' own
-code: ``ccc-generate --dry-run`` and ``tta-eval``'s run naming), or the reader's own data. Examples
+then a document's own in order, or the help of the commands a reader uses before, ``PROGRAMS``;
+folder names computed by the commands' own code: ``ccc-generate --dry-run`` and ``tta-eval``'s run
+naming), or the reader's own data. Examples
 that need ImageNet, a GPU or a cluster are recognised by naming them — an absolute path or
 ``~/…`` (``--imagenet /data/imagenet/val``), a URL, ``--device cuda``, ``--ray-address`` — and are
-only parsed and name-checked; so is whatever they produce. A run folder is written by one example
-only (the same command again resumes it), and ``tta-eval compare`` is given runs it can put side by
-side. The slow test runs the affordable demo-world sequences as written.
+only parsed and name-checked; so is whatever they produce. A stream or run folder is written by
+one definition only (the same again, e.g. with other ``--workers``, resumes it), no example
+overwrites a shipped file, and ``tta-eval compare`` is given runs it can put side by side. The slow
+test runs the affordable demo-world examples as written.
 """
 
 from __future__ import annotations
