@@ -392,8 +392,8 @@ def _run_as_written(script: str, folder: Path) -> subprocess.CompletedProcess[st
 @pytest.mark.slow
 def test_affordable_examples_run_as_written(tmp_path: Path) -> None:
     """The cheap help examples, and docs/generator.md's CCC-next-to-CIN-C sequence (3,000 images of
-    each, two runs of three methods, their comparison), run as a reader pastes them: 9 min on the
-    shared 2-core test machine under a load average of 8–13 from other jobs."""
+    each, two runs of three methods, their comparison), run as a reader pastes them: 4 min on the
+    shared 2-core test machine under a load average of 5–6 from other jobs (9 min under 8–13)."""
     _link_shipped(tmp_path)
     written = "\n".join(example.script for example in epilog_examples())
     for command in CHEAP_HELP_EXAMPLES:
