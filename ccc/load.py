@@ -700,6 +700,10 @@ def collate_samples(samples: Sequence[StreamSample]) -> tuple[Any, torch.Tensor,
 def stream_loader(stream: CCCStream, batch_size: int, num_workers: int = 0, **dataloader_options: Any) -> torch.utils.data.DataLoader:
     """A DataLoader yielding ``(images, labels, metadata)`` batches of ``stream`` in stream order.
 
+    ``images``: a tensor N×3×H×W (uint8 or float, as the stream's ``image_format``) or, for PIL
+    images and bytes, a list; ``labels``: int64 (N,); ``metadata``: a list of N dicts, one per sample
+    (``index``, ``n1``, ``s1``, ``n2``, ``s2``, ``path_step``, ``source_path``, … as the stream yields).
+
     The recipe that keeps order: the stream's ``chunk_size`` is set to ``batch_size``, so worker
     ``w`` of ``W`` renders or reads batches ``w, w + W, …`` and the DataLoader, which collects
     batches from its workers round-robin, returns them in order. Only the last batch may be short.

@@ -278,7 +278,8 @@ def _named_paths(entries: Sequence[str], option: str) -> dict[str, list[Path]]:
     return named
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The script's argument parser."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stream", action="append", default=[], help="DIFFICULTY=RUN_FOLDER (repeatable)")
     parser.add_argument("--results", action="append", default=[], help="DIFFICULTY=TTA_RUN[,TTA_RUN…] (repeatable)")
@@ -287,6 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--difference-window", type=int, default=5000, help="samples per window of the difference-to-BN figure")
     parser.add_argument("--edge", type=int, default=10_000, help="samples of the 'first' and 'last' accuracy columns")
     parser.add_argument("--out", type=Path, default=Path("docs/demo"), help="folder of report.json and the figures")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     arguments = parser.parse_args(argv)
     try:
         streams = {name: paths[0] for name, paths in _named_paths(arguments.stream, "--stream").items()}

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli._common import HelpFormatter, examples, integer_at_least, run_command
+from ccc.cli._common import HelpFormatter, count, examples, integer_at_least, run_command
 from ccc.execution import RayUnavailableError, TaskFailedError
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from ccc.execution import Executor, TaskOptions
     from tta_eval.experiment import ExperimentSettings, ResolvedExperiment
+    from tta_eval.run_folder import RunResult
     from ccc.models import ModelSpec
 
 PROGRAM = "tta-eval"
@@ -235,28 +237,30 @@ def _per_stream(arguments: argparse.Namespace) -> list[argparse.Namespace]:
     return [argparse.Namespace(**{**vars(arguments), "stream": stream}) for stream in arguments.stream]
 
 
-EXAMPLE_STREAM = "ccc:shards/demo_baseline_30_transition+speed_2000_seed_43"
+DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
+"""README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 RUN_EXAMPLES = (
     (
-        f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method source --method bn --method tent --method rdumb",
-        "a demo stream (ccc-generate --demo) with the demo model",
+        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 --method source --method bn --method tent --method rdumb",
+        "a demo stream (ccc-generate --help) with methods of your choice; its manifest selects the demo model",
     ),
     (
-        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 --method source --method eta --method rdumb --device cuda",
-        "a paper stream with ResNet-50",
+        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 --method source --method eata --method rdumb --device cuda",
+        "a paper stream with ResNet-50, on a GPU",
     ),
     (
-        f"tta-eval run --stream {EXAMPLE_STREAM} --demo --method tent --protocol discrete --utilisation 0.5",
-        "Tempora's discrete scenario: a batch arrives every 2λ",
+        f"tta-eval run --stream {DEMO_STREAM} --method tent --protocol discrete --utilisation 0.5 --out results/discrete",
+        "Tempora's discrete scenario: a batch arrives every 2λ (a folder of its own beside README command 1's offline run)",
     ),
     (
-        "tta-eval run --stream ccc:shards/A --stream ccc:shards/B --method tent --method eta --workers 2",
+        f"tta-eval run --stream {DEMO_STREAM} --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 --method tent --method eta --workers 2 --out results/two_streams",
         "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
     ),
 )
 COMPARE_EXAMPLES = (
-    ("tta-eval compare results/*/*", "every run below results/"),
-    ("tta-eval compare results/a results/b --out comparison_ab", "two runs, table and plot in comparison_ab/"),
+    ("tta-eval compare results", "every run folder below results/ (at any depth; name run folders or a glob when two hold the same method on one stream)"),
+    ("tta-eval compare results/demo_* --out comparison_demo", "the run folders a glob names, table and plot in comparison_demo/"),
+    ("tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43 results/discrete", "two run folders"),
 )
 """Example commands ending the help of ``run`` and ``compare``."""
 
@@ -299,9 +303,9 @@ def _build_parser() -> argparse.ArgumentParser:
         description="A grid of protocol runs over one stream: results table, best-method map, utility plots.",
         formatter_class=HelpFormatter,
         epilog=examples(
-            (f"tta-eval sweep --stream {EXAMPLE_STREAM} --demo --method bn --method tent --speeds 1,0.5,0.25", "Alfarra et al.'s stream speeds"),
+            (f"tta-eval sweep --stream {DEMO_STREAM} --method bn --method tent --speeds 1,0.5,0.25 --name sweep_speeds", "Alfarra et al.'s stream speeds"),
             (
-                f"tta-eval sweep --stream {EXAMPLE_STREAM} --demo --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200",
+                f"tta-eval sweep --stream {DEMO_STREAM} --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200 --name sweep_tempora",
                 "Tempora's discrete and continuous scenarios",
             ),
         ),
@@ -323,8 +327,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Tempora's continuous utility of saved runs for other thresholds T (from their timing traces).",
         formatter_class=HelpFormatter,
         epilog=examples(
-            ("tta-eval rescore results/RUN --threshold-ms 50 --threshold-ms 400", "λ stored with the run"),
-            ("tta-eval rescore results/RUN --threshold-ms 100 --baseline-latency-ms 20 --json scores.json", "another λ, scores also as JSON"),
+            ("tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 50 --threshold-ms 400", "README command 1's run, λ stored with it"),
+            ("tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 100 --baseline-latency-ms 20 --json scores.json", "another λ, scores also as JSON"),
         ),
     )
     rescore.add_argument("runs", nargs="+", type=Path, help="run folders of protocol offline or continuous")
@@ -520,8 +524,37 @@ def _run(arguments: argparse.Namespace) -> int:
         print(_timing_line(run.summary))
         print(f"run folder: {run.path}")
     next_plot = run_dirs[0] / (PLOT_STEM + ".png")
-    print(f"next: open {next_plot}\n      tta-eval compare {run_dirs[0].parent}      # with the other runs there")
+    print(f"next: open {next_plot}\n      {_compare_hint(runs)}")
     return 0
+
+
+def _compare_hint(runs: list[RunResult]) -> str:
+    """The ``tta-eval compare`` command for ``runs`` (just written) and the runs beside them: their
+    folder, or, when compare would refuse it (another run of one of their methods on the same stream,
+    an unfinished run), the run folders it takes together, the new ones first."""
+    from tta_eval.reports import comparison_cells
+    from tta_eval.run_folder import find_run_folders, load_run
+
+    parent = runs[0].path.parent
+    picked = list(runs)
+    left_out = 0
+    for path in find_run_folders([parent]):
+        if any(path == run.path for run in runs):
+            continue
+        try:
+            candidate = [*picked, load_run(path)]
+            comparison_cells(candidate)
+        except ValueError:
+            left_out += 1
+            continue
+        picked = candidate
+    if not left_out:
+        return f"tta-eval compare {parent}      # with the other runs there"
+    folders = " ".join(shlex.quote(str(run.path)) for run in picked)
+    return (
+        f"tta-eval compare {folders}      # {parent} also holds {count(left_out, 'run')} that compare cannot put beside these "
+        "(the same method on the same stream, or unfinished): name the run folders to compare"
+    )
 
 
 def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:

@@ -222,10 +222,16 @@ class ExperimentSettings:
         return methods
 
     def resolved_run_name(self) -> str:
-        """``run_name`` or a folder-safe name derived from the stream (its run folder's name for CCC shards)."""
+        """``run_name`` or a folder-safe name derived from the stream (its run folder's name for CCC shards,
+        with ``_rendered`` for a ``ccc-render:`` stream)."""
         if self.run_name:
             return self.run_name
-        return safe_file_name(describe_stream_source(self.stream, self.stream_options).name) or "run"
+        return default_run_name(describe_stream_source(self.stream, self.stream_options))
+
+
+def default_run_name(stream: StreamDescription) -> str:
+    """The folder-safe name of a run folder evaluating ``stream`` when ``--name`` is not given."""
+    return safe_file_name(stream.run_name or stream.name) or "run"
 
 
 WINDOWS_PER_STREAM = 20
@@ -348,7 +354,7 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
         notes.append(f"{' and '.join(fitted)} ({basis}; --window, --collapse-span to change)")
     if settings.checkpoint_every is None and (samples is None or samples > DEFAULT_CHECKPOINT_EVERY):
         notes.append(f"checkpoint every {DEFAULT_CHECKPOINT_EVERY:,} samples, to resume the run if it is interrupted (--checkpoint-every to change, 0: none)")
-    run_name = settings.run_name or safe_file_name(stream.name) or "run"
+    run_name = settings.run_name or default_run_name(stream)
     resolved = dataclasses.replace(settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name)
     notes += _reset_notes(resolved.resolved_methods(), settings.stream_options.batch_size, samples)
     return ResolvedExperiment(resolved, stream, tuple(notes))

@@ -221,7 +221,7 @@ def comparison_cells(runs: Sequence[RunResult]) -> list[ComparisonCell]:
                 other = cells[(row, stream)].run.path
                 raise ValueError(
                     f"runs {str(other)!r} and {str(run.path)!r} both hold method {row!r} on stream {stream!r}; "
-                    "compare them separately (their results would be mixed in one cell)"
+                    "name the run folders to compare, one run per method and stream (their results would be mixed in one cell)"
                 )
             cells[(row, stream)] = ComparisonCell(row, stream, run, label)
     return list(cells.values())

@@ -232,13 +232,16 @@ class StreamDescription:
     name: a short name of the stream (e.g. the run folder of CCC shards; not yet folder-safe); samples: its
     length in samples (None: unknown); world: "demo" for a stream of the demo world
     (``ccc.demo``), "imagenet" for one rendered from an ImageNet-layout folder, None when unknown; num_classes: how many classes its labels come
-    from (None: unknown).
+    from (None: unknown); run_name: the default name of a run folder evaluating it when that is not
+    ``name`` (a rendered stream's ``<name>_rendered``, so that it never takes the run folder of its
+    stored shards; ``tta-eval compare`` keys on ``name``).
     """
 
     name: str
     samples: int | None = None
     world: str | None = None
     num_classes: int | None = None
+    run_name: str | None = None
 
 
 StreamOpener = Callable[[str, StreamOptions], Iterable[Any]]
@@ -567,6 +570,10 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
     return SizedStream(_with_pairs(loader), None if unbounded else stream.length)
 
 
+RENDERED_RUN_SUFFIX = "_rendered"
+"""Ends the default run folder name of a ``ccc-render:`` stream (the stream's name stays ``ccc-generate``'s)."""
+
+
 def _count_source_images(request: RenderRequest) -> int | None:
     """The image count that names a cin-c definition without ``speed`` (every image per corruption),
     listed without reading an image; None for other definitions."""
@@ -578,8 +585,8 @@ def _count_source_images(request: RenderRequest) -> int | None:
 
 
 def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescription:
-    """A rendered stream's name (that of ``ccc-generate``'s run folder for the same definition), length
-    and world, from its definition and the calibration table (no image is read)."""
+    """A rendered stream's name (that of ``ccc-generate``'s run folder for the same definition), run
+    folder name, length and world, from its definition and the calibration table (no image is read)."""
     from ccc.calibration import CalibrationError, CalibrationTable
     from ccc.demo import DEMO_CLASSES, is_demo_stream
     from ccc.shards.manifest import ManifestError, load_manifest
@@ -618,7 +625,11 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     if samples is not None:
         samples = max(samples - request.start, 0)
     return StreamDescription(
-        name=name, samples=samples, world=DEMO_WORLD if demo else "imagenet", num_classes=len(DEMO_CLASSES) if demo else None
+        name=name,
+        samples=samples,
+        world=DEMO_WORLD if demo else "imagenet",
+        num_classes=len(DEMO_CLASSES) if demo else None,
+        run_name=name + RENDERED_RUN_SUFFIX,
     )
 
 

@@ -399,12 +399,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         add_compute_arguments,
         run_compute,
         (
-            ("ccc-calibrate compute --demo --adaptive --out calibration/demo.npz", "the demo world's table (no ImageNet, minutes)"),
+            ("ccc-calibrate compute --demo --adaptive --out calibration/my_demo.npz", "the demo world's table (no ImageNet, minutes)"),
             (
                 "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --device cuda --out calibration/resnet50_adaptive.npz",
                 "ResNet-50 on ImageNet, measuring only the cells the severity paths need",
             ),
-            ("ccc-calibrate compute --model mymodels:vit --weights vit.pt --out calibration/vit.npz", "your own model (module:function factory)"),
+            ("ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt --out calibration/vit.npz", "your own model (module:function factory)"),
         ),
     ),
     Subcommand(

@@ -24,8 +24,8 @@ from typing import NoReturn
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
-from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.demo import count_source_images
+from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
 from ccc.render import SourceImageMismatchError
@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("ccc-generate --demo --difficulty medium --speed 200 --num-images 10000", "no ImageNet needed: the embedded demo world (docs/demo.md)"),
             (
                 "ccc-generate --difficulty medium --speed 2000 --imagenet /data/imagenet/val --calibration calibration/resnet50.npz",
-                "the paper's medium stream at speed 2000 (7.5M images)",
+                "the paper's medium stream at speed 2000 (7.5M images; the table: ccc-calibrate import --help)",
             ),
-            ("ccc-generate --difficulty hard --speed 1000 --dry-run --plot hard.png", "show the schedule only, render nothing"),
+            ("ccc-generate --demo --difficulty hard --dry-run --plot hard.png", "show the schedule only, render nothing"),
             ("ccc-generate --kind cin-c --severity 5 --imagenet /data/imagenet/val", "concatenated ImageNet-C (15 corruptions × every image: 750,000 for ImageNet's 50,000), no calibration table needed"),
             ("ccc-generate --demo --kind gradual --crop center", "the gradual setting on the demo world"),
         ),
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--seed", type=integer_at_least(0), default=DEFAULT_SEED, metavar="S", help="stream seed (the paper: 43, 44, 45)")
     stream.add_argument("--num-images", type=integer_at_least(1), metavar="N", help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
         f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at ~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
-        f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:.1f} GB)")
+        f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * DEMO_SHARD_BYTES_PER_IMAGE / 1e9:.2f} GB)")
     stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (default: the preset's)")
     stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions; order matters for the schedule (default: the preset's; cin-c and gradual: the 15 ImageNet-C corruptions in their order, gaussian_noise … jpeg_compression)")
     stream.add_argument("--schedule", choices=SCHEDULES, help="corruption order (reference, the default: the public generator's order for the seed)")

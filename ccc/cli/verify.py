@@ -38,9 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check a CCC run folder (shards) against its manifest.",
         formatter_class=HelpFormatter,
         epilog=examples(
-            "ccc-verify shards/demo_baseline_30_transition+speed_2000_seed_43",
-            ("ccc-verify RUN --no-decode", "sizes and sha256 only (fast)"),
-            ("ccc-verify RUN --calibration calibration/resnet50.npz --imagenet /data/imagenet/val", "also check the plan hash"),
+            ("ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43", "README command 1's stream (a demo stream's plan hash too)"),
+            ("ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43 --no-decode", "sizes and sha256 only (fast)"),
+            (
+                "ccc-verify shards/baseline_20_transition+speed_2000_seed_43 --calibration calibration/resnet50.npz --imagenet /data/imagenet/val",
+                "an ImageNet stream: also check the plan hash",
+            ),
         ),
     )
     parser.add_argument("folder", metavar="DIR", help="run folder written by ccc-generate (holds manifest.json)")

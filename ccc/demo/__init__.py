@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path
-from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_METHOD_OPTIONS, DEMO_METHODS, DEMO_NUM_IMAGES, DEMO_SPEED
+from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_METHOD_OPTIONS, DEMO_METHODS, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.demo.folder import DEMO_IMAGES_PER_CLASS, DEMO_SOURCE_IMAGES, EXPECTED_INDEX_SHA256, ensure_demo_folder
 from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 
@@ -42,6 +42,7 @@ __all__ = [
     "DEMO_METHODS",
     "DEMO_METHOD_OPTIONS",
     "DEMO_NUM_IMAGES",
+    "DEMO_SHARD_BYTES_PER_IMAGE",
     "DEMO_SOURCE_IMAGES",
     "DEMO_SPEED",
     "count_source_images",

@@ -170,6 +170,19 @@ def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_ref
     assert run_cli(capsys, *common, "--method", "tent", "--out", str(tmp_path / "results" / "c"))[0] == 0
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "results"), "--out", str(tmp_path / "cmp"))
     assert code == 2 and "both hold method 'source' on stream" in err and len(err.strip().splitlines()) == 1
+    assert "name the run folders to compare" in err
+
+    # the next-step hint: the folder of the run, or, once it holds a second run of the same stream and
+    # method, the run folders compare takes together
+    folder = tmp_path / "results" / "a"
+    code, out, _ = run_cli(capsys, *common, "--method", "bn", "--collapse-reference", "none", "--name", "bn", "--out", str(folder))
+    assert code == 0 and f"tta-eval compare {folder}      # with the other runs there" in out
+    code, out, _ = run_cli(capsys, *common, "--method", "tent", "--name", "again", "--out", str(folder))
+    assert code == 0
+    picked, comment = out.split("next: ")[1].splitlines()[1].strip().split("      # ")
+    assert picked == f"tta-eval compare {folder / 'again'} {folder / 'bn'}"
+    assert comment.startswith(f"{folder} also holds 1 run that compare cannot put beside these")
+    assert run_cli(capsys, *picked.split()[1:], "--out", str(tmp_path / "cmp"))[0] == 0
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "results" / "zz*"))
     assert code == 2 and "matches no file or folder" in err
 

@@ -133,8 +133,9 @@ def test_tta_eval_runs_on_a_rendered_stream(world: dict, tmp_path: Path, capsys:
         "--method", "tent", "--batch-size", "8", "--out", str(tmp_path), "--no-progress",
     )  # fmt: skip
     assert code == 0, err
-    run = tmp_path / world["run"].name
+    run = tmp_path / (world["run"].name + "_rendered")  # a folder of its own beside the stored shards' run
     summary = json.loads((run / "summary.json").read_text())
+    assert json.loads((run / "config.json").read_text())["stream_name"] == world["run"].name  # compare's column
     assert summary["status"] == "complete" and summary["methods"]["tent"]["samples"] == NUM_IMAGES
     assert all("→" in segment["domain"] for segment in summary["domain_segments"])
     code, _, err = run_cli(capsys, "run", "--stream", "ccc-render:difficulty=medium,speed=4", "--model", TINY_FACTORY, "--method", "tent", "--out", str(tmp_path))
