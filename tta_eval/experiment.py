@@ -67,6 +67,7 @@ from tta_eval.run_folder import (
     clear_run_folder,
     is_unfinished_run,
     load_run,
+    lock_run_folder,
     open_records,
     prepare_sweep_folder,
     read_config,
@@ -492,6 +493,10 @@ def run_experiment(
     Without ``overwrite``, an unfinished run of the same config (config.json without a complete
     summary) continues from its last checkpoint (from the start when it has none); an unfinished
     run of another config is refused with one line naming what differs; a complete run is refused.
+
+    Locking: the run holds the run folder's lock (``tta_eval.run_folder.lock_run_folder``) from
+    before it looks at the folder until it ends; a folder another run is writing is refused with
+    one line naming that run's process.
     """
     resolved = resolve_experiment(settings)
     settings = resolved.settings
@@ -499,7 +504,23 @@ def run_experiment(
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
     timing.check_methods([method.label for method in methods])
-    run_dir = check_run_folder(settings.output_root / settings.resolved_run_name(), settings.overwrite, resume=not settings.overwrite)
+    with lock_run_folder(settings.output_root / settings.resolved_run_name()) as run_dir:
+        return _run_in_folder(resolved, run_dir, methods, timing, device, model, choices, notify)
+
+
+def _run_in_folder(
+    resolved: ResolvedExperiment,
+    run_dir: Path,
+    methods: tuple[MethodSpec, ...],
+    timing: Timing,
+    device: torch.device,
+    model: torch.nn.Module | None,
+    choices: Sequence[str],
+    notify: Callable[[str], None],
+) -> Path:
+    """``run_experiment`` once it holds the lock of ``run_dir``: check the folder, then resume or start the run."""
+    settings = resolved.settings
+    check_run_folder(run_dir, settings.overwrite, resume=not settings.overwrite)
     config = resolved_config(settings, methods, resolved.stream.name)
     config["choices"] = [*choices, *resolved.notes]
     checkpoint = None
@@ -766,12 +787,19 @@ def run_sweep(settings: SweepSettings, executor: Executor | None = None, options
     the scenario runs execute, each as one task with ``options`` (``tta_eval.cluster.task_options``;
     default: one after the other in this process); on a distributed executor the model is loaded
     on the CPU here and sent to every task, which moves it to the run's device. Raises ValueError
-    for user mistakes, as ``run_experiment``.
+    for user mistakes, as ``run_experiment``. The sweep folder is locked while the sweep runs, as a
+    run folder is (``tta_eval.run_folder.lock_run_folder``).
     """
     executor = executor or SerialExecutor()
     resolved = resolve_experiment(settings.experiment)
+    with lock_run_folder(resolved.settings.output_root / resolved.settings.resolved_run_name(), "sweep") as sweep_dir:
+        return _sweep_in_folder(settings, resolved, sweep_dir, executor, options)
+
+
+def _sweep_in_folder(settings: SweepSettings, resolved: ResolvedExperiment, sweep_dir: Path, executor: Executor, options: TaskOptions) -> Path:
+    """``run_sweep`` once it holds the lock of ``sweep_dir``."""
     base = resolved.settings
-    sweep_dir = prepare_sweep_folder(base.output_root / base.resolved_run_name(), base.overwrite)
+    prepare_sweep_folder(sweep_dir, base.overwrite)
     base.timing(base.device).check_methods([method.label for method in base.resolved_methods()])
     executor.check_resources(options)
     model = load_model(base.model, torch.device("cpu") if executor.distributed else resolve_device(base.device))
