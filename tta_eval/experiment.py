@@ -343,8 +343,9 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     return ResolvedExperiment(resolved, stream, tuple(notes))
 
 
-def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream_name: str) -> dict[str, Any]:
-    """JSON-serialisable record of everything that determined the run; stream_name: the stream's name (``StreamDescription.name``)."""
+def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream: StreamDescription) -> dict[str, Any]:
+    """JSON-serialisable record of everything that determined the run; stream: what is known of the
+    stream (``describe_stream_source``): its name, and how its bytes were verified ("sha256" or None)."""
     method_configs = {}
     for method in methods:
         config, reset = resolve_config(method.name, **dict(method.options))
@@ -357,8 +358,9 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
         }
     return {
         "stream": settings.stream,
-        "stream_name": stream_name,
+        "stream_name": stream.name,
         "stream_options": dataclasses.asdict(settings.stream_options),
+        "stream_verification": stream.verification,
         "max_samples": settings.max_samples,
         "model": dataclasses.asdict(settings.model),
         "device": settings.device,
@@ -521,7 +523,7 @@ def _run_in_folder(
     """``run_experiment`` once it holds the lock of ``run_dir``: check the folder, then resume or start the run."""
     settings = resolved.settings
     check_run_folder(run_dir, settings.overwrite, resume=not settings.overwrite)
-    config = resolved_config(settings, methods, resolved.stream.name)
+    config = resolved_config(settings, methods, resolved.stream)
     config["choices"] = [*choices, *resolved.notes]
     checkpoint = None
     if not settings.overwrite and is_unfinished_run(run_dir):
@@ -831,7 +833,7 @@ def _sweep_in_folder(settings: SweepSettings, resolved: ResolvedExperiment, swee
         {
             "scenarios": [name for name, _ in settings.scenarios()],
             "timing": {"mode": base.timing(base.device).mode, **latency.to_json()},
-            "config": resolved_config(base, base.resolved_methods(), resolved.stream.name),
+            "config": resolved_config(base, base.resolved_methods(), resolved.stream),
             "rows": rows,
         },
     )
