@@ -130,7 +130,7 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-verify",
         action="store_true",
         help="ccc: run folders: do not compare each shard's sha256 with the manifest's before reading it (verified by default, "
-        "about 3 %% of the time spent reading shards; sizes, keys and counts are still checked)",
+        "about 3 %% of a run's time; sizes, keys and counts are still checked)",
     )
     parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)")
     parser.add_argument(
