@@ -143,13 +143,16 @@ def ray_session(workers: int | None = None, address: str | None = None, object_s
     """Yield the ``ray`` module connected to a cluster, shut down on exit if this call started it.
 
     Args:
-        workers: CPUs of a local cluster started here (default: all); ignored with ``address``.
+        workers: CPUs of a local cluster started here, in [1, this machine's CPUs] (default: all);
+            ignored with ``address``.
         address: an existing cluster (``"auto"``, ``"host:port"`` or ``"ray://host:port"``); None
             starts a local one. An already initialised Ray is reused as it is.
         object_store_bytes: object store cap of a local cluster started here.
 
     Raises:
-        RayUnavailableError: Ray missing, or the address cannot be reached (message names it).
+        RayUnavailableError: Ray missing, the address cannot be reached (message names it), or
+            ``workers`` outside [1, this machine's CPUs] for a local cluster (Ray would start that
+            many worker slots; checked before Ray starts).
     """
     ray = _import_ray()
     if ray.is_initialized():
@@ -157,6 +160,8 @@ def ray_session(workers: int | None = None, address: str | None = None, object_s
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     watchdog: subprocess.Popen[bytes] | None = None
+    if address is None and workers is not None:
+        _check_local_workers(workers)
     try:
         if address is None:
             # address="local": always start a new cluster, never attach to one a `ray start` left
@@ -185,6 +190,17 @@ def ray_session(workers: int | None = None, address: str | None = None, object_s
         if watchdog is not None:
             watchdog.stdin.close()  # type: ignore[union-attr]
             watchdog.wait()
+
+
+def _check_local_workers(workers: int) -> None:
+    """RayUnavailableError unless ``workers`` is in [1, this machine's CPUs] (the bound of every
+    command's ``--workers`` for a local cluster)."""
+    cpus = os.cpu_count() or 1
+    if not 1 <= workers <= cpus:
+        raise RayUnavailableError(
+            f"--workers must be in [1, {cpus}] for a local Ray cluster (this machine's CPUs), got {workers}; "
+            "use --ray-address for a cluster with more"
+        )
 
 
 def connect_timeout_seconds() -> float:

@@ -32,7 +32,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from ccc.execution import Executor
-from ccc.folder_lock import FolderLock
+from ccc.folder_lock import FolderInUseError, FolderLock
 from ccc.render import RenderedSample, render_sample
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
 from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
@@ -132,8 +132,9 @@ def _folder_lock(run_dir: Path) -> Iterator[None]:
     lock file is removed when the block exits, so a finished run leaves no trace of it."""
     try:
         lock = FolderLock.acquire(run_dir, LOCK_NAME)
-    except BlockingIOError:
-        raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process") from None
+    except FolderInUseError as error:
+        holder = f" ({error.holder})" if error.holder else ""
+        raise OutputFolderError(f"{run_dir} is being written by another ccc-generate process{holder}") from None
     with lock:
         try:
             yield

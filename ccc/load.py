@@ -108,7 +108,18 @@ DEFAULT_SAMPLES_PER_TURN = 64
 
 
 class StreamError(ValueError):
-    """A stream cannot be opened or read; the message names the shard and the sample where known."""
+    """A stream cannot be opened or read; the message names the shard and the sample where known.
+
+    Raised in a DataLoader worker, it reaches the main process with the same message: torch
+    re-raises a worker's exception as ``StreamError("Caught StreamError in DataLoader worker …
+    Original Traceback … ccc.load.StreamError: MESSAGE")``, which keeps MESSAGE only.
+    """
+
+    def __init__(self, message: str) -> None:
+        worker_marker = f"{__name__}.{type(self).__qualname__}: "
+        if message.startswith(f"Caught {type(self).__name__} in DataLoader worker") and worker_marker in message:
+            message = message.rpartition(worker_marker)[2].strip()
+        super().__init__(message)
 
 
 class StreamWarning(UserWarning):

@@ -79,6 +79,7 @@ from tta_eval.run_folder import (
     clear_run_folder,
     is_unfinished_run,
     load_run,
+    lock_run_folder,
     open_records,
     prepare_sweep_folder,
     read_config,
@@ -360,8 +361,9 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     return ResolvedExperiment(resolved, stream, tuple(notes))
 
 
-def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream_name: str) -> dict[str, Any]:
-    """JSON-serialisable record of everything that determined the run; stream_name: the stream's name (``StreamDescription.name``)."""
+def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream: StreamDescription) -> dict[str, Any]:
+    """JSON-serialisable record of everything that determined the run; stream: what is known of the
+    stream (``describe_stream_source``): its name, and how its bytes were verified ("sha256" or None)."""
     method_configs = {}
     for method in methods:
         config, reset = resolve_config(method.name, **dict(method.options))
@@ -374,8 +376,9 @@ def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...
         }
     return {
         "stream": settings.stream,
-        "stream_name": stream_name,
+        "stream_name": stream.name,
         "stream_options": dataclasses.asdict(settings.stream_options),
+        "stream_verification": stream.verification,
         "max_samples": settings.max_samples,
         "model": dataclasses.asdict(settings.model),
         "device": settings.device,
@@ -512,6 +515,10 @@ def run_experiment(
     run of another config, or a checkpoint written by another command, is refused with one line
     naming what differs; a complete run is refused. A deleted config.json is restored from the
     checkpoint (which carries it) when the command is the checkpoint's.
+
+    Locking: the run holds the run folder's lock (``tta_eval.run_folder.lock_run_folder``) from
+    before it looks at the folder until it ends; a folder another run is writing is refused with
+    one line naming that run's process.
     """
     resolved = resolve_experiment(settings)
     settings = resolved.settings
@@ -519,12 +526,27 @@ def run_experiment(
     device = resolve_device(settings.device)
     timing = settings.timing(str(device))
     timing.check_methods([method.label for method in methods])
-    run_dir = settings.output_root / settings.resolved_run_name()
-    config = resolved_config(settings, methods, resolved.stream.name)
+    with lock_run_folder(settings.output_root / settings.resolved_run_name()) as run_dir:
+        return _run_in_folder(resolved, run_dir, methods, timing, device, model, choices, notify)
+
+
+def _run_in_folder(
+    resolved: ResolvedExperiment,
+    run_dir: Path,
+    methods: tuple[MethodSpec, ...],
+    timing: Timing,
+    device: torch.device,
+    model: torch.nn.Module | None,
+    choices: Sequence[str],
+    notify: Callable[[str], None],
+) -> Path:
+    """``run_experiment`` once it holds the lock of ``run_dir``: check the folder, then resume or start the run."""
+    settings = resolved.settings
+    config = resolved_config(settings, methods, resolved.stream)
     config["choices"] = [*choices, *resolved.notes]
     if not settings.overwrite and restore_config(run_dir, config):
         notify(f"run {run_dir.name}: {CONFIG_FILE} restored from its checkpoint")
-    run_dir = check_run_folder(run_dir, settings.overwrite, resume=not settings.overwrite)
+    check_run_folder(run_dir, settings.overwrite, resume=not settings.overwrite)
     checkpoint = None
     if not settings.overwrite and is_unfinished_run(run_dir):
         check_same_run(run_dir, read_config(run_dir), config)
@@ -808,12 +830,19 @@ def run_sweep(settings: SweepSettings, executor: Executor | None = None, options
     the scenario runs execute, each as one task with ``options`` (``tta_eval.cluster.task_options``;
     default: one after the other in this process); on a distributed executor the model is loaded
     on the CPU here and sent to every task, which moves it to the run's device. Raises ValueError
-    for user mistakes, as ``run_experiment``.
+    for user mistakes, as ``run_experiment``. The sweep folder is locked while the sweep runs, as a
+    run folder is (``tta_eval.run_folder.lock_run_folder``).
     """
     executor = executor or SerialExecutor()
     resolved = resolve_experiment(settings.experiment)
+    with lock_run_folder(resolved.settings.output_root / resolved.settings.resolved_run_name(), "sweep") as sweep_dir:
+        return _sweep_in_folder(settings, resolved, sweep_dir, executor, options)
+
+
+def _sweep_in_folder(settings: SweepSettings, resolved: ResolvedExperiment, sweep_dir: Path, executor: Executor, options: TaskOptions) -> Path:
+    """``run_sweep`` once it holds the lock of ``sweep_dir``."""
     base = resolved.settings
-    sweep_dir = prepare_sweep_folder(base.output_root / base.resolved_run_name(), base.overwrite)
+    prepare_sweep_folder(sweep_dir, base.overwrite)
     base.timing(base.device).check_methods([method.label for method in base.resolved_methods()])
     executor.check_resources(options)
     model = load_model(base.model, torch.device("cpu") if executor.distributed else resolve_device(base.device))
@@ -845,7 +874,7 @@ def run_sweep(settings: SweepSettings, executor: Executor | None = None, options
         {
             "scenarios": [name for name, _ in settings.scenarios()],
             "timing": {"mode": base.timing(base.device).mode, **latency.to_json()},
-            "config": resolved_config(base, base.resolved_methods(), resolved.stream.name),
+            "config": resolved_config(base, base.resolved_methods(), resolved.stream),
             "rows": rows,
         },
     )

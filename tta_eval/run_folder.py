@@ -10,10 +10,15 @@ Run folder (``<output_root>/<run_name>/``), written by ``tta_eval.experiment.run
   accuracy.png/.svg  windowed accuracy over samples, the source model dashed
   checkpoint.pt      while the run goes: everything needed to resume it (``tta_eval.checkpoint``);
                      removed when the run completes
+  .tta-eval.lock     while the run goes: the lock (``lock_run_folder``) naming the process writing it
 
 Sweep folder (``<output_root>/<name>/``), written by ``tta_eval.experiment.run_sweep``: ``runs/<scenario>/``
 run folders, ``results.csv`` (one row per scenario, domain and method), ``results.md``,
 ``sweep.json``, ``best_method.png/.svg`` and ``utility_<protocol>.png/.svg``.
+
+Locking: a run (and a sweep) holds an exclusive lock on its folder (``ccc.folder_lock``, as
+``ccc-generate`` does) from before it looks at the folder until it ends, so a second run into the
+same folder stops at once with one line naming the first; the OS releases the lock of a killed run.
 
 Completeness: a folder with config.json and no summary.json did not finish (killed, or its disk
 filled up); a summary with ``status`` "stopped" covers part of the stream; ``load_run`` accepts
@@ -29,16 +34,20 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from ccc.folder_lock import FolderInUseError, FolderLock
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 RECORDS_FOLDER = "records"
 COSTS_FILE = "costs.json"
 CHECKPOINT_FILE = "checkpoint.pt"
+LOCK_FILE = ".tta-eval.lock"
+"""The lock file of a run or sweep folder while a process writes it (removed when it ends)."""
 PLOT_STEM = "accuracy"
 PLOT_SUFFIXES = (".png", ".svg")
 RUN_COMPLETE = "complete"
@@ -115,14 +124,55 @@ def _replace_nan(value: Any) -> Any:
     return value
 
 
+def _check_no_file_on_the_way(folder: Path, kind: str) -> None:
+    """ValueError when ``folder`` or a folder above it is an existing file."""
+    for part in (*reversed(folder.parents), folder):
+        if part.exists() and not part.is_dir():
+            raise ValueError(f"{kind} folder {str(folder)!r}: {str(part)!r} is an existing file, not a folder; choose another --out or --name")
+
+
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` exists and holds anything besides its lock file."""
+    return folder.is_dir() and any(entry.name != LOCK_FILE for entry in folder.iterdir())
+
+
+@contextlib.contextmanager
+def lock_run_folder(folder: Path, kind: str = "run") -> Iterator[Path]:
+    """Hold an exclusive lock on the run (or sweep: ``kind``) folder ``folder``, created if needed,
+    while the block runs; yields it. The lock is ``ccc.folder_lock``'s (the folder itself and
+    :data:`LOCK_FILE`, which names this process; the OS releases it if the process dies). On exit
+    the lock file is removed, and so is the folder if this call created it and it stayed empty.
+
+    Raises ValueError naming the holder when another process (or another lock of this one) writes
+    the folder, and when a path on the way is a file.
+    """
+    _check_no_file_on_the_way(folder, kind)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = FolderLock.acquire(folder, LOCK_FILE)
+    except FolderInUseError as error:
+        holder = error.holder or "another process"
+        raise ValueError(
+            f"{kind} folder {str(folder)!r} is being written by another tta-eval {kind} ({holder}); wait for it to end, "
+            "or choose another --name"
+        ) from None
+    with lock:
+        try:
+            yield folder
+        finally:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            if created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty: a run that stopped before writing anything
+
+
 def check_run_folder(run_dir: Path, overwrite: bool, resume: bool = False) -> Path:
     """``run_dir``, after checking it can become a run folder; ValueError if a path on the way is a
-    file, or if it holds files and ``overwrite`` is not set (nothing is changed). resume: an
-    unfinished run (``is_unfinished_run``) is accepted too (the caller resumes it)."""
-    for folder in (*reversed(run_dir.parents), run_dir):
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"run folder {str(run_dir)!r}: {str(folder)!r} is an existing file, not a folder; choose another --out or --name")
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not overwrite and not (resume and is_unfinished_run(run_dir)):
+    file, or if it holds files (its lock file aside) and ``overwrite`` is not set (nothing is
+    changed). resume: an unfinished run (``is_unfinished_run``) is accepted too (the caller resumes it)."""
+    _check_no_file_on_the_way(run_dir, "run")
+    if _holds_files(run_dir) and not overwrite and not (resume and is_unfinished_run(run_dir)):
         raise ValueError(f"run folder {str(run_dir)!r} already exists; choose another --name or pass --overwrite")
     return run_dir
 
@@ -267,7 +317,7 @@ def prepare_sweep_folder(sweep_dir: Path, overwrite: bool) -> Path:
     non-empty folder without ``overwrite``."""
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise ValueError(f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name")
-    if sweep_dir.is_dir() and any(sweep_dir.iterdir()) and not overwrite:
+    if _holds_files(sweep_dir) and not overwrite:
         raise ValueError(f"sweep folder {str(sweep_dir)!r} already exists; choose another --name or pass --overwrite")
     if sweep_dir.is_dir():
         patterns = (SWEEP_FILE, SWEEP_RESULTS_CSV, SWEEP_RESULTS_MARKDOWN, f"{BEST_METHOD_STEM}.*", f"{UTILITY_STEM}*.*")

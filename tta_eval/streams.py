@@ -202,7 +202,10 @@ class StreamOptions:
     ``ccc-generate --skip-bad-images`` does; without it the first unreadable image stops the run
     with an error naming it; classes: a class list file for image folders (one class folder name
     per line, line k = class k, as ``ccc-generate --classes``), None: the standard ImageNet index
-    for WordNet-id folders, else sorted folder order.
+    for WordNet-id folders, else sorted folder order; verify_shards: ``ccc:`` run folders (a
+    manifest): compare each shard's sha256 with the manifest's before any of its samples is
+    delivered (``ccc.open_stream(verify="sha256")``; a changed byte stops the stream naming the
+    shard); False checks only sizes, keys and counts. Other sources ignore it.
     """
 
     batch_size: int = 64
@@ -211,6 +214,7 @@ class StreamOptions:
     shuffle_seed: int | None = 0
     skip_bad_images: bool = False
     classes: str | None = None
+    verify_shards: bool = True
 
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
@@ -234,7 +238,9 @@ class StreamDescription:
     (``ccc.demo``), "imagenet" for one rendered from an ImageNet-layout folder, None when unknown; num_classes: how many classes its labels come
     from (None: unknown); run_name: the default name of a run folder evaluating it when that is not
     ``name`` (a rendered stream's ``<name>_rendered``, so that it never takes the run folder of its
-    stored shards; ``tta-eval compare`` keys on ``name``).
+    stored shards; ``tta-eval compare`` keys on ``name``); verification: how the stream's stored bytes are checked
+    before its samples are used: "sha256" (each shard's sha256 against its manifest's,
+    ``StreamOptions.verify_shards``), None: not beyond what reading and decoding notice.
     """
 
     name: str
@@ -242,6 +248,7 @@ class StreamDescription:
     world: str | None = None
     num_classes: int | None = None
     run_name: str | None = None
+    verification: str | None = None
 
 
 StreamOpener = Callable[[str, StreamOptions], Iterable[Any]]
@@ -400,22 +407,33 @@ default domain key; ``severity`` holds the severity)."""
 def _open_ccc(location: str, options: StreamOptions, start: int = 0) -> SizedStream:
     """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
     in stream order, from sample ``start`` (whole shards before it are not read; nothing when the
-    stream ends there); each sample's metadata also names its pair (``PAIR_KEY``)."""
+    stream ends there); each sample's metadata also names its pair (``PAIR_KEY``). A run folder's
+    shards are verified against its manifest's sha256 unless ``options.verify_shards`` is off."""
     from ccc.load import open_stream, stream_loader
 
     if not location:
         raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
-    stream = open_stream(location, image_format="float")
+    verify = _ccc_verification(location, options)
+    stream = open_stream(location, image_format="float", verify=verify)
     if start and stream.length is not None and start >= stream.length:
         return SizedStream([], 0)
     if start:
-        stream = open_stream(location, image_format="float", start=start)
+        stream = open_stream(location, image_format="float", start=start, verify=verify)
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     return SizedStream(_with_pairs(loader), stream.length)
 
 
+def _ccc_verification(location: str, options: StreamOptions) -> str | None:
+    """``ccc.open_stream``'s ``verify`` for ``ccc:<location>``: "sha256" for a run folder (or its
+    manifest.json) unless ``options.verify_shards`` is off; None for shard patterns (no manifest)."""
+    folder = Path(location)
+    folder = folder.parent if folder.name == "manifest.json" else folder
+    return "sha256" if options.verify_shards and folder.is_dir() else None
+
+
 def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
-    """A CCC run folder's length and world from its manifest; a shard pattern is described by its name only."""
+    """A CCC run folder's length, world and shard verification from its manifest; a shard pattern is
+    described by its name only."""
     from ccc.demo import DEMO_CLASSES, is_demo_stream
     from ccc.shards.manifest import ManifestError, load_manifest
 
@@ -437,6 +455,7 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
         samples=spec.num_images,
         world=DEMO_WORLD if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
+        verification=_ccc_verification(location, options),
     )
 
 

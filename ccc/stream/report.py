@@ -42,6 +42,10 @@ __all__ = [
 SUMMARY_MAX_STEPS = 100_000
 """Path steps the text summary and the plot cover at most (7.5M images at speed 100 is 75,000 steps)."""
 
+PLOT_MAX_NAMED_PAIRS = 100
+"""The plot names its pairs above the axes when it shows at most this many (more names overlap into
+an unreadable band, and each costs a tick to lay out and draw)."""
+
 
 @dataclass(frozen=True)
 class ScheduleTrace:
@@ -188,9 +192,12 @@ def plot_schedule(schedule: StreamSchedule, speed: int, num_images: int, path: s
 def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Figure:
     """Each corruption's severity (top, legend: the corruption names) and the calibrated accuracy
     against the target (bottom) over images 0 … ``num_images - 1`` (at most its first
-    :func:`summarised_images`), the pairs shaded alternately and named above. matplotlib is
+    :func:`summarised_images`), the pairs shaded alternately and, up to
+    :data:`PLOT_MAX_NAMED_PAIRS` pairs, named above. Its artists do not grow with the number of
+    pairs (the shading is one collection per panel), so any length plots in seconds. matplotlib is
     imported here, not with the module."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import PolyCollection
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter
 
@@ -200,17 +207,21 @@ def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Fi
     figure = Figure(figsize=(10, 5.5), layout="constrained")
     FigureCanvasAgg(figure)
     severity_axis, accuracy_axis = figure.subplots(2, 1, sharex=True)
-    for index, visit in enumerate(trace.visits):
-        first = int(edges[visit.first_step])
-        last = int(edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))])
-        for axis in (severity_axis, accuracy_axis):
-            axis.axvspan(first, last, color="black", alpha=0.06 if index % 2 else 0.0, linewidth=0, zorder=0)
-    top = severity_axis.secondary_xaxis("top")
-    centres = [
-        (edges[visit.first_step] + edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))]) / 2
+    bounds = [
+        (int(edges[visit.first_step]), int(edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))]))
         for visit in trace.visits
     ]
-    top.set_xticks(centres, [f"{visit.path.n1}\n→ {visit.path.n2}" for visit in trace.visits], fontsize="x-small")
+    for axis in (severity_axis, accuracy_axis):
+        # every other pair shaded over the panel's height (x in data units, y in axes units)
+        spans = [[(first, 0), (last, 0), (last, 1), (first, 1)] for first, last in bounds[1::2]]
+        axis.add_collection(PolyCollection(spans, facecolors="black", alpha=0.06, linewidths=0, zorder=0, transform=axis.get_xaxis_transform()), autolim=False)
+    top = severity_axis.secondary_xaxis("top")
+    named = len(trace.visits) <= PLOT_MAX_NAMED_PAIRS
+    if named:
+        centres = [(first + last) / 2 for first, last in bounds]
+        top.set_xticks(centres, [f"{visit.path.n1}\n→ {visit.path.n2}" for visit in trace.visits], fontsize="x-small")
+    else:
+        top.set_xticks([])
     top.tick_params(length=0)
     if len(trace.visits) > 6:
         top.tick_params(labelrotation=60)

@@ -93,6 +93,36 @@ def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> N
     assert "accepts connections but does not answer as a Ray cluster within 2 s (set CCC_RAY_CONNECT_TIMEOUT" in lines[0]
 
 
+def test_more_workers_than_this_machine_has_is_one_line_in_every_command(tmp_path: Path) -> None:
+    """--workers 10^9 once started Ray with 10^9 CPUs (and ignored SIGTERM): one shared bound now,
+    checked before Ray starts."""
+    pytest.importorskip("ray")
+    workers = "1000000000"
+    table = tmp_path / "table.npz"
+    make_calibration_table().save(table)
+    images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
+    generate = run_command(
+        "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium", "--speed", "2",
+        "--num-images", "4", "--out", str(tmp_path / "out"), "--workers", workers, "--no-progress",
+    )  # fmt: skip
+    textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
+    calibrate = run_command(
+        "ccc.cli.calibrate", "compute", "--imagenet", str(textures), "--model", "tests.builders:tiny_texture_classifier",
+        "--out", str(tmp_path / "t.npz"), "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36",
+        "--crop", "32", "--workers", workers, "--no-progress",
+    )  # fmt: skip
+    evaluate = run_command(
+        "tta_eval.cli", "run", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8", "--model", "tta_eval.synthetic:tiny_bn_cnn",
+        "--method", "bn", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8,seed=1", "--out", str(tmp_path / "results"),
+        "--workers", workers, "--no-progress",
+    )  # fmt: skip
+    cpus = os.cpu_count()
+    for result in (generate, calibrate, evaluate):
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"--workers must be in [1, {cpus}] for a local Ray cluster (this machine's CPUs), got {workers}" in lines[0], result.stderr
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 import tta_eval.experiment
 import tta_eval.run_folder
+from tests.builders import REPOSITORY
 from tests.image_fixtures import bomb_png, truncated_jpeg
 from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 from tta_eval.cli import main
 from tta_eval.records import CsvRecordWriter
+from tta_eval.run_folder import LOCK_FILE
 from tta_eval.streams import register_stream_source, stream_schemes
 
 
@@ -154,7 +160,7 @@ def test_outputs_that_cannot_be_written_give_one_line(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(type(tmp_path), "mkdir", read_only_mkdir)
     code, _, err = run_cli(capsys, *run_arguments(tmp_path / "readonly", "x"))
-    assert_one_line(code, err, f"{tmp_path / 'readonly' / 'x' / 'records'}: Permission denied")
+    assert_one_line(code, err, f"{tmp_path / 'readonly' / 'x'}: Permission denied")  # created first, to be locked
     code, _, err = run_cli(capsys, "compare", run_dir, "--out", str(tmp_path / "readonly"))
     assert_one_line(code, err, f"{tmp_path / 'readonly'}: Permission denied")
 
@@ -257,3 +263,43 @@ def test_folder_stream_class_indices_follow_ccc_generate(tmp_path, capsys):
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["samples"] == 6
     code, _, err = run_cli(capsys, *run_arguments(tmp_path, "m", str(root), *common, "--classes", str(tmp_path / "missing.txt")))
     assert_one_line(code, err, f"--classes {tmp_path / 'missing.txt'}: cannot read the class list")
+
+
+def test_a_folder_another_run_is_writing_is_refused_in_one_line_naming_it(tmp_path, capsys):
+    """Two identical `tta-eval run --out X --name Y` once both wrote X/Y; the run (and the sweep)
+    folder is locked as ccc-generate locks its folders, and the lock names its holder."""
+    from ccc.folder_lock import FolderLock
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    with FolderLock.acquire(run_dir, LOCK_FILE):  # what a running `tta-eval run` holds
+        holder = (run_dir / LOCK_FILE).read_text()
+        assert holder.startswith(f"process {os.getpid()} on ")
+        code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r"))
+        assert_one_line(code, err, f"run folder '{run_dir}' is being written by another tta-eval run ({holder}); wait for it to end, or choose another --name")
+        sweep = ["sweep", *run_arguments(tmp_path, "r")[1:], "--speeds", "1"]
+        code, _, err = run_cli(capsys, *sweep)
+        assert_one_line(code, err, f"sweep folder '{run_dir}' is being written by another tta-eval sweep ({holder})")
+    assert [path.name for path in run_dir.iterdir()] == [LOCK_FILE], "the refused runs wrote nothing"
+    assert run_cli(capsys, *run_arguments(tmp_path, "r"))[0] == 0
+    assert not (run_dir / LOCK_FILE).exists(), "a finished run leaves no lock file"
+
+
+@pytest.mark.slow
+def test_a_second_identical_command_stops_at_once_naming_the_first(tmp_path):
+    command = [sys.executable, "-m", "tta_eval.cli", *run_arguments(tmp_path, "r", "synthetic:num_batches=20000,batch_size=4,image_size=8")]
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    first = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not (tmp_path / "r" / "records" / "bn.csv").is_file():  # the first run is recording
+            assert first.poll() is None, "the first run ended before it recorded anything"
+            time.sleep(0.2)
+        second = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"tta-eval: error: run folder '{tmp_path / 'r'}' is being written by another tta-eval run (process {first.pid} on "
+    ), second.stderr

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
 from ccc.calibration.table import GRID_SIZE, CalibrationError
-from ccc.folder_lock import FolderLock
+from ccc.folder_lock import FolderInUseError, FolderLock
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +117,9 @@ class WorkFolder:
         folder.mkdir(parents=True, exist_ok=True)
         try:
             lock = FolderLock.acquire(folder, LOCK_FILE)
-        except BlockingIOError:
-            raise WorkFolderError(f"work folder {folder} is in use by another ccc-calibrate run; wait for it or stop it") from None
+        except FolderInUseError as error:
+            holder = f" ({error.holder})" if error.holder else ""
+            raise WorkFolderError(f"work folder {folder} is in use by another ccc-calibrate run{holder}; wait for it or stop it") from None
         try:
             _check_identity(folder, identity)
             results = _read_results(folder / RESULTS_FILE, identity)

@@ -364,3 +364,20 @@ def test_schedule_figure_names_the_corruptions_and_pairs(table) -> None:
     first = trace.visits[0].path
     assert severities[first.n1][0] == trace.s1[0] and severities[first.n2][0] == trace.s2[0]
     assert np.isnan(severities[names[-1]][0]), "a corruption has no severity before its first pair"
+
+
+def test_schedule_figure_artists_do_not_grow_with_the_pairs(table) -> None:
+    """A dry run of 10^12 images plots the first SUMMARY_MAX_STEPS steps: thousands of pairs, once two
+    shading patches and a name tick each (minutes to draw); now one shading collection per panel,
+    and names only up to PLOT_MAX_NAMED_PAIRS pairs."""
+    from ccc.stream.report import PLOT_MAX_NAMED_PAIRS, SUMMARY_MAX_STEPS, schedule_figure, trace_schedule
+
+    schedule = build_schedule(table, 30.0, table.corruptions, 0)
+    few = schedule_figure(schedule, 4, 400)
+    assert len(trace_schedule(schedule, 1, SUMMARY_MAX_STEPS).visits) > 10 * PLOT_MAX_NAMED_PAIRS
+    many = schedule_figure(schedule, 1, 10**12)
+    for figure in (few, many):
+        for axis in figure.axes[:2]:
+            assert len(axis.patches) <= 1 and len(axis.collections) <= 1  # the accuracy stairs; the shading
+    assert len(many.axes[0].child_axes[0].get_xticks()) == 0, "thousands of pair names are not drawn"
+    assert len(few.axes[0].child_axes[0].get_xticks()) == len(trace_schedule(schedule, 4, 400).visits)
