@@ -50,22 +50,28 @@ def run_command(module: str, *arguments: str) -> subprocess.CompletedProcess[str
     return subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    address = f"127.0.0.1:{closed_port()}"
+def generate_and_calibrate(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """ccc-generate and ccc-calibrate compute on tiny inputs, each given ``options`` (e.g. a Ray address)."""
     table = tmp_path / "table.npz"
     make_calibration_table().save(table)
     images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
     generate = run_command(
         "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium", "--speed", "2",
-        "--num-images", "4", "--out", str(tmp_path / "out"), "--ray-address", address, "--no-progress",
+        "--num-images", "4", "--out", str(tmp_path / "out"), *options, "--no-progress",
     )  # fmt: skip
     textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
     calibrate = run_command(
         "ccc.cli.calibrate", "compute", "--imagenet", str(textures), "--model", "tests.builders:tiny_texture_classifier",
         "--out", str(tmp_path / "t.npz"), "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36",
-        "--crop", "32", "--ray-address", address, "--no-progress",
+        "--crop", "32", *options, "--no-progress",
     )  # fmt: skip
+    return generate, calibrate
+
+
+def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    address = f"127.0.0.1:{closed_port()}"
+    generate, calibrate = generate_and_calibrate(tmp_path, "--ray-address", address)
     for result in (generate, calibrate):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
@@ -98,19 +104,7 @@ def test_more_workers_than_this_machine_has_is_one_line_in_every_command(tmp_pat
     checked before Ray starts."""
     pytest.importorskip("ray")
     workers = "1000000000"
-    table = tmp_path / "table.npz"
-    make_calibration_table().save(table)
-    images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
-    generate = run_command(
-        "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium", "--speed", "2",
-        "--num-images", "4", "--out", str(tmp_path / "out"), "--workers", workers, "--no-progress",
-    )  # fmt: skip
-    textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
-    calibrate = run_command(
-        "ccc.cli.calibrate", "compute", "--imagenet", str(textures), "--model", "tests.builders:tiny_texture_classifier",
-        "--out", str(tmp_path / "t.npz"), "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36",
-        "--crop", "32", "--workers", workers, "--no-progress",
-    )  # fmt: skip
+    generate, calibrate = generate_and_calibrate(tmp_path, "--workers", workers)
     evaluate = run_command(
         "tta_eval.cli", "run", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8", "--model", "tta_eval.synthetic:tiny_bn_cnn",
         "--method", "bn", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8,seed=1", "--out", str(tmp_path / "results"),
