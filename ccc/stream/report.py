@@ -241,7 +241,7 @@ def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Fi
     for axis in (severity_axis, accuracy_axis):
         axis.grid(alpha=0.3)
         axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False, borderaxespad=0)
-    scope = "" if shown == num_images else f", first {shown:,} of {num_images:,} images"
+    scope = "" if shown == num_images else f"\n(the first {shown:,} of {num_images:,} images)"
     figure.suptitle(
         f"CCC schedule: target {schedule.target_accuracy:g} %, speed {speed:,} images per step, seed {schedule.seed}, "
         f"path objective {schedule.path_objective}{scope}"
