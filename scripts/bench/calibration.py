@@ -65,6 +65,7 @@ from ccc.calibration.compute.job import (  # noqa: E402
 )
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images  # noqa: E402
 from ccc.calibration.compute.simulation import CorrelatedImagesBackend  # noqa: E402
+from ccc.pickles import load_torch_file  # noqa: E402
 from ccc.calibration.compute.workfolder import WorkFolder  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402
 from ccc.execution import SerialExecutor, open_executor  # noqa: E402
@@ -179,7 +180,7 @@ def prepare(out: Path, images_per_class: int, training_steps: int) -> Setup:
     weights = out / "tiny_cnn.pt"
     if weights.exists():
         model = TinyCNN()
-        model.load_state_dict(torch.load(weights, weights_only=True))
+        model.load_state_dict(load_torch_file(weights, "weights file"))
         model.eval()
     else:
         start = time.perf_counter()
