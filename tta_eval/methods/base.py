@@ -311,6 +311,7 @@ class AdaptationMethod(nn.Module):
         self.last_step = StepInfo()
         self._initial_state: dict[str, torch.Tensor] = {}
         self._initial_optimizer_state: dict[str, Any] | None = None
+        self._initial_generator_state: torch.Tensor | None = None
 
     def _adapt_only(self, named: list[tuple[str, nn.Parameter]]) -> list[nn.Parameter]:
         """Make exactly the (name, parameter) pairs ``named`` trainable: record their names in
@@ -336,6 +337,13 @@ class AdaptationMethod(nn.Module):
         if self.optimizer is not None:
             self._initial_optimizer_state = copy.deepcopy(self.optimizer.state_dict())
 
+    def _seeded_generator(self, seed: int) -> torch.Generator:
+        """The method's own random generator (CPU ``torch.Generator`` seeded with ``seed``, an int >= 0),
+        kept as ``self.generator``; ``reset()`` returns it to this state."""
+        self.generator = torch.Generator().manual_seed(seed)
+        self._initial_generator_state = self.generator.get_state()
+        return self.generator
+
     def _reset_method_buffers(self) -> None:
         """Restore method-specific state that is not in ``state_dict`` (override when there is some)."""
 
@@ -347,8 +355,11 @@ class AdaptationMethod(nn.Module):
             self.optimizer.load_state_dict(copy.deepcopy(self._initial_optimizer_state))
 
     def reset(self) -> None:
-        """Restore weights, buffers, optimiser state and method buffers to their initial values."""
+        """Restore weights, buffers, optimiser state, the generator of ``_seeded_generator`` and method
+        buffers to their initial values."""
         self.restore_initial_weights()
+        if self._initial_generator_state is not None:
+            self.generator.set_state(self._initial_generator_state)
         self._reset_method_buffers()
         self.last_step = StepInfo(reset=True)
 

@@ -101,16 +101,12 @@ class CoTTA(AdaptationMethod):
         self.teacher = copy.deepcopy(model).requires_grad_(False)
         self.anchor = copy.deepcopy(model).requires_grad_(False)
         self.source_values = {name: parameter.detach().clone() for name, parameter in named}
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self._initial_generator_state = self.generator.get_state()
+        self._seeded_generator(config.seed)
         self._remember_initial_state()
 
     def _apply_layer_modes(self) -> None:
         for network in (self.model, self.teacher, self.anchor):
             set_batchnorm_batch_statistics(network)
-
-    def _reset_method_buffers(self) -> None:
-        self.generator.set_state(self._initial_generator_state)
 
     @torch.no_grad()
     def _teacher_logits(self, images: torch.Tensor) -> torch.Tensor:

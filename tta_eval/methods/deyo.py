@@ -88,12 +88,8 @@ class DeYO(NormalizationGradientMethod):
 
     def __init__(self, model: nn.Module, config: DeYOConfig) -> None:
         super().__init__(model, config, config.excluded_modules)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self._initial_generator_state = self.generator.get_state()
+        self._seeded_generator(config.seed)
         self._remember_initial_state()
-
-    def _reset_method_buffers(self) -> None:
-        self.generator.set_state(self._initial_generator_state)
 
     @torch.enable_grad()
     def forward(self, images: torch.Tensor) -> torch.Tensor:

@@ -217,8 +217,7 @@ class MEMO(AdaptationMethod):
             raise ValueError("method 'memo' found no parameter to adapt")
         model.requires_grad_(True)
         self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self._initial_generator_state = self.generator.get_state()
+        self._seeded_generator(config.seed)
         attach_prediction_network(self, BatchNormPriorNetwork(model, self.prior))
         self._remember_initial_state()
 
@@ -226,9 +225,6 @@ class MEMO(AdaptationMethod):
     def prior(self) -> float:
         """Weight N/(N+1) of the source statistics in BatchNorm (N = prior_strength)."""
         return self.config.prior_strength / (self.config.prior_strength + 1.0)
-
-    def _reset_method_buffers(self) -> None:
-        self.generator.set_state(self._initial_generator_state)
 
     def _restore_weights(self) -> None:
         self.load_state_dict(self._initial_state)

@@ -159,8 +159,7 @@ class PeTTA(AdaptationMethod):
         self.register_buffer("source_class_means", statistics.class_means.float().to(device))
         self.register_buffer("source_class_variances", statistics.class_variances.float().to(device))
         self.register_buffer("prototypes", statistics.class_means.float().clone().to(device))
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self._initial_generator_state = self.generator.get_state()
+        self._seeded_generator(config.seed)
         self.memory: CategoryBalancedMemory | None = None
         self.last_collapse_score: float | None = None
         self._remember_initial_state()
@@ -171,7 +170,6 @@ class PeTTA(AdaptationMethod):
         return self.teacher
 
     def _reset_method_buffers(self) -> None:
-        self.generator.set_state(self._initial_generator_state)
         self.memory = None
         self.last_collapse_score = None
 

@@ -147,13 +147,11 @@ class ROID(NormalizationGradientMethod):
         super().__init__(model, config, excluded_modules="")
         self.source_parameters = TensorStore(self.adapted_parameters)
         self.class_average: torch.Tensor | None = None
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self._initial_generator_state = self.generator.get_state()
+        self._seeded_generator(config.seed)
         self._remember_initial_state()
 
     def _reset_method_buffers(self) -> None:
         self.class_average = None
-        self.generator.set_state(self._initial_generator_state)
 
     def _loss(self, images: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, int]:
         config: ROIDConfig = self.config

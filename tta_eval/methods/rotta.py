@@ -274,8 +274,7 @@ class RoTTA(AdaptationMethod):
             weight_decay=config.weight_decay,
             foreach=True,
         )
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self._initial_generator_state = self.generator.get_state()
+        self._seeded_generator(config.seed)
         self.memory: CategoryBalancedMemory | None = None
         self.samples_seen = 0
         self._remember_initial_state()
@@ -286,7 +285,6 @@ class RoTTA(AdaptationMethod):
         return self.teacher
 
     def _reset_method_buffers(self) -> None:
-        self.generator.set_state(self._initial_generator_state)
         self.memory = None
         self.samples_seen = 0
 
