@@ -1,7 +1,7 @@
 """Command line: ``tta-eval run``, ``sweep``, ``rescore``, ``compare``, ``methods``.
 
 User mistakes end with a one-line "tta-eval: error: …" on stderr and exit code 2, never a traceback
-(:func:`ccc.cli._common.run_command`).
+(:func:`ccc.cli.common.run_command`).
 Times on the command line carry their unit in the option name (``--threshold-ms``, ``--budget-s``).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from ccc.cli._common import HelpFormatter, count, examples, integer_at_least, run_command
+from ccc.cli.common import HelpFormatter, count, examples, integer_at_least, run_command
 from ccc.execution import RayUnavailableError, TaskFailedError
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
@@ -25,12 +25,12 @@ from tta_eval.protocols import (
     MethodCost,
     NonFiniteLossError,
     OfflineProtocol,
+    PRECISIONS,
     get_protocol,
     list_protocols,
     protocol_entries,
     seconds_from_ms,
 )
-from tta_eval.protocols._base import PRECISIONS
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
 from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_domain_key, stream_schemes
 

@@ -42,6 +42,7 @@ from tta_eval.protocols import (
     EpisodeSettings,
     LatencyCalibration,
     OfflineProtocol,
+    PRECISIONS,
     RunContext,
     Timing,
     calibrate_baseline_latency,
@@ -49,7 +50,6 @@ from tta_eval.protocols import (
     protocol_entries,
     run_protocol,
 )
-from tta_eval.protocols._base import PRECISIONS
 from tta_eval.protocols.execution import precision_autocast
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable

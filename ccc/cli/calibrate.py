@@ -10,7 +10,7 @@ arguments, and a function that runs the command and returns the exit code); :fun
 change to add one.
 
 User mistakes (missing file, invalid table, refused pickle, failed download, unreachable Ray
-cluster) end with one line on stderr and exit code 2, never a traceback (:func:`ccc.cli._common.run_command`);
+cluster) end with one line on stderr and exit code 2, never a traceback (:func:`ccc.cli.common.run_command`);
 an interrupted computation keeps everything finished in its work folder and says how to resume
 (exit code 130).
 """
@@ -35,7 +35,7 @@ from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
 from ccc.calibration.compute.workfolder import default_work_folder
-from ccc.cli._common import INTERRUPTED_EXIT_CODE, HelpFormatter, count, examples, float_list, integer_at_least, name_list, run_command
+from ccc.cli.common import INTERRUPTED_EXIT_CODE, HelpFormatter, count, examples, float_list, integer_at_least, name_list, run_command
 from ccc.execution import RayUnavailableError
 from ccc.stream.sources import ImageFolderError, read_class_list
 

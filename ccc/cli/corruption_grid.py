@@ -18,9 +18,8 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 from tqdm import tqdm
 
-from ccc.cli._common import HelpFormatter, examples, run_command
-from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions
-from ccc.corruptions._severity import validate_severity
+from ccc.cli.common import HelpFormatter, examples, run_command
+from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions, validate_severity
 from ccc.stream.domains import center_crop
 from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
 

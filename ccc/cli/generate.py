@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
-from ccc.cli._common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
+from ccc.cli.common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
 from ccc.demo import count_source_images
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor

@@ -22,7 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli._common import HelpFormatter, UsageError, count, examples, run_command
+from ccc.cli.common import HelpFormatter, UsageError, count, examples, run_command
 from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards.manifest import ManifestError, load_manifest
 from ccc.stream.spec import CCC_KIND, PlanError

@@ -48,6 +48,7 @@ __all__ = [
     "corrupt_pair",
     "get_corruption",
     "list_corruptions",
+    "validate_severity",
 ]
 
 CORRUPTION_ALIASES: Mapping[str, str] = MappingProxyType(ALIASES)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tta_eval.protocols._base import (
     NONFINITE_POLICIES,
+    PRECISIONS,
     RESET_MODES,
     CliOption,
     EpisodeSettings,
@@ -106,6 +107,7 @@ def protocol_scores(
 
 __all__ = [
     "NONFINITE_POLICIES",
+    "PRECISIONS",
     "RESET_MODES",
     "TIMING_MODES",
     "AlfarraProtocol",

@@ -1,4 +1,4 @@
-"""ccc.cli._common: the shared argument types and the one user-error wrapper of the console scripts."""
+"""ccc.cli.common: the shared argument types and the one user-error wrapper of the console scripts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ccc.cli._common import (
+from ccc.cli.common import (
     INTERRUPTED_EXIT_CODE,
     STOPPED_EXIT_CODE,
     USER_ERROR_EXIT_CODE,

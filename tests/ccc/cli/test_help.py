@@ -1,6 +1,6 @@
 """``--help`` of every console script: defaults shown, examples at the end, no heavy import (torch, Ray,
 matplotlib), the protocol symbols explained in words, the registered stream schemes named; the shared
-formatter and counted nouns of ``ccc.cli._common``."""
+formatter and counted nouns of ``ccc.cli.common``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ccc.cli._common import HelpFormatter, count, examples
+from ccc.cli.common import HelpFormatter, count, examples
 from tests.builders import REPOSITORY
 
 SCRIPTS = ["ccc.cli.generate", "ccc.cli.verify", "ccc.cli.corruption_grid", "ccc.cli.calibrate", "tta_eval.cli"]
