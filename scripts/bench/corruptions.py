@@ -42,7 +42,8 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from reference_style import ALL_CORRUPTIONS, MAIN_CORRUPTIONS, WAND_CORRUPTIONS, reference_corrupt  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.reference_style
+from tests.reference_style import ALL_CORRUPTIONS, MAIN_CORRUPTIONS, WAND_CORRUPTIONS, reference_corrupt  # noqa: E402
 
 cv2.setNumThreads(1)
 

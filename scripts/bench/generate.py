@@ -64,7 +64,8 @@ from ccc.shards.record import format_info  # noqa: E402
 from ccc.shards.writer import ShardWriter  # noqa: E402
 from ccc.stream.plan import build_stream_plan, plan_sample  # noqa: E402
 from ccc.stream.spec import StreamSpec  # noqa: E402
-from reference_style import MAIN_CORRUPTIONS, WAND_CORRUPTIONS, reference_corrupt  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.reference_style
+from tests.reference_style import MAIN_CORRUPTIONS, WAND_CORRUPTIONS, reference_corrupt  # noqa: E402
 
 cv2.setNumThreads(1)
 torch.set_num_threads(1)

@@ -1,5 +1,5 @@
-"""Checks of the benchmark's reference-style corruptions (scripts/bench/reference_style.py) against
-the golden outputs of the public reference code in tests/golden/ (see /work/shared/reference/golden).
+"""Checks of the benchmark's reference-style corruptions (tests/reference_style.py) against
+the golden outputs of the public reference code in tests/golden/ (tests/golden/README.md).
 
 Deterministic corruptions and motion blur are compared pixel by pixel. Random corruptions are compared
 through the summary statistics of corruption_random_stats.json, computed exactly as the golden run
@@ -11,15 +11,14 @@ scikit-image drew from an OS-seeded Generator; here it continues the RandomState
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
 
+from tests import reference_style
 from tests.builders import REPOSITORY
 
 GOLDEN = REPOSITORY / "tests" / "golden"
@@ -27,19 +26,6 @@ GOLDEN_NAMES = {"elastic_transform": "elastic", "jpeg_compression": "jpeg"}
 SEEDS = range(16)
 
 
-def _load_reference_style():
-    if "reference_style" in sys.modules:
-        return sys.modules["reference_style"]
-    spec = importlib.util.spec_from_file_location(
-        "reference_style", REPOSITORY / "scripts" / "bench" / "reference_style.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reference_style"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-reference_style = _load_reference_style()
 reference_corrupt = reference_style.reference_corrupt
 
 INPUTS = np.load(GOLDEN / "corruption_inputs.npz")["images"]

@@ -30,7 +30,7 @@ Differences from the reference code, all forced by modern libraries or by reprod
     (the golden statistics in ``tests/golden`` match exactly). The loop keeps the reference's tuple
     assignment of two row views, which copies ``x[h', w']`` into ``x[h, w]`` rather than swapping.
 
-- Severity tables are the ones of ``/work/shared/reference/imagenet_c.md`` (with the severity-0
+- Severity tables are the ones of ImageNet-C's ``make_imagenet_c.py`` (with the severity-0
   anchors of the CCC generator), interpolated with ``scipy.interpolate.interp1d`` as the CCC code
   does. The hold-out corruptions (ImageNet-C had integer severities only) use the same scheme with
   identity anchors at severity 0; spatter's water/mud switch is not interpolated but taken from the
