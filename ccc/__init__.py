@@ -14,7 +14,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_STREAM_EXPORTS = ("open_stream", "render_stream", "stream_loader", "CCCStream", "StreamError", "StreamSample", "StreamWarning")
+_STREAM_EXPORTS = (
+    "open_stream",
+    "render_stream",
+    "stream_loader",
+    "CCCStream",
+    "StreamError",
+    "StreamSample",
+    "StreamWarning",
+)
 __all__ = ["__version__", *_STREAM_EXPORTS]
 
 

@@ -160,9 +160,7 @@ def _stream_url(
         length_header = response.headers.get("Content-Length")
         expected = int(length_header) if length_header and length_header.isdigit() else None
         if expected is not None and expected > max_bytes:
-            raise DownloadError(
-                f"download of {url} refused: {expected} bytes is more than max_bytes={max_bytes}"
-            )
+            raise DownloadError(f"download of {url} refused: {expected} bytes is more than max_bytes={max_bytes}")
         received = 0
         with tqdm(
             total=expected,
@@ -191,12 +189,8 @@ def _stream_url(
                     break
                 received += len(chunk)
                 if received > max_bytes:
-                    raise DownloadError(
-                        f"download of {url} refused: more than max_bytes={max_bytes} bytes"
-                    )
+                    raise DownloadError(f"download of {url} refused: more than max_bytes={max_bytes} bytes")
                 handle.write(chunk)
                 bar.update(len(chunk))
     if expected is not None and received != expected:
-        raise DownloadError(
-            f"download of {url} was truncated: received {received} of {expected} bytes"
-        )
+        raise DownloadError(f"download of {url} was truncated: received {received} of {expected} bytes")

@@ -18,7 +18,14 @@ from ccc.shards.manifest import Manifest, load_manifest
 from ccc.shards.verify import ShardCheck, VerificationReport, verify_shards
 from ccc.stream.spec import CCC_KIND, PlanError
 
-__all__ = ["DEFAULT_TABLE_CANDIDATES", "PLAN_HASH_MAX_WORK", "PlanInputs", "locate_plan_inputs", "plan_hash_status", "verify_run"]
+__all__ = [
+    "DEFAULT_TABLE_CANDIDATES",
+    "PLAN_HASH_MAX_WORK",
+    "PlanInputs",
+    "locate_plan_inputs",
+    "plan_hash_status",
+    "verify_run",
+]
 
 PLAN_HASH_MAX_WORK = 10**7
 """Largest path steps + shards for which the plan hash is recomputed (the paper's streams: about 10^4)."""
@@ -87,7 +94,11 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE
 
     spec = manifest.stream
-    candidates = [DEMO_CALIBRATION_PATH, *tables, *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz"))]
+    candidates = [
+        DEMO_CALIBRATION_PATH,
+        *tables,
+        *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz")),
+    ]
     calibration = None
     for candidate in candidates if spec.kind == CCC_KIND else ():
         try:
@@ -103,7 +114,9 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     if calibration is None and spec.kind == CCC_KIND:
         missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")
     if imagenet is None:
-        missing.append(f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; images with index checksum {spec.source_index_checksum[:16]}…)")
+        missing.append(
+            f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; images with index checksum {spec.source_index_checksum[:16]}…)"
+        )
     hint = f"to check the plan hash, pass {' and '.join(missing)}" if missing else ""
     return PlanInputs(calibration, imagenet, hint)
 

@@ -139,7 +139,9 @@ def _import_ray() -> Any:
 
 
 @contextlib.contextmanager
-def ray_session(workers: int | None = None, address: str | None = None, object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES) -> Iterator[Any]:
+def ray_session(
+    workers: int | None = None, address: str | None = None, object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES
+) -> Iterator[Any]:
     """Yield the ``ray`` module connected to a cluster, shut down on exit if this call started it.
 
     Args:
@@ -237,7 +239,9 @@ def _address_endpoint(address: str) -> tuple[str, int] | None:
     try:
         port = parsed.port or default_port
     except ValueError:
-        raise RayUnavailableError(f"--ray-address must look like auto, host:port or ray://host:port, got {address!r}") from None
+        raise RayUnavailableError(
+            f"--ray-address must look like auto, host:port or ray://host:port, got {address!r}"
+        ) from None
     if not parsed.hostname:
         raise RayUnavailableError(f"--ray-address must look like auto, host:port or ray://host:port, got {address!r}")
     return parsed.hostname, port
@@ -264,7 +268,9 @@ def probe_ray_address(address: str, timeout_seconds: float) -> None:
     except OSError as error:
         reason = error.strerror or str(error)
     if reason is None and not _tls_enabled() and not _grpc_answers(endpoint, deadline - time.monotonic()):
-        reason = f"it accepts connections but does not answer as a Ray cluster within {timeout_seconds:g} s ({wait_longer})"
+        reason = (
+            f"it accepts connections but does not answer as a Ray cluster within {timeout_seconds:g} s ({wait_longer})"
+        )
     if reason is not None:
         raise RayUnavailableError(f"cannot reach the Ray cluster at {address} ({endpoint[0]}:{endpoint[1]}): {reason}")
 
@@ -483,7 +489,9 @@ class SerialExecutor(Executor):
         """A handle of ``value``."""
         return _Done(value)
 
-    def submit(self, function: Callable[..., Any], *arguments: Any, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> _Done:
+    def submit(
+        self, function: Callable[..., Any], *arguments: Any, options: TaskOptions = DEFAULT_TASK_OPTIONS
+    ) -> _Done:
         """Call ``function(*arguments)`` now, in this process's folder (``options`` reserve nothing); its
         exception is kept for :meth:`get`."""
         return _serial_call(function, arguments)
@@ -572,7 +580,9 @@ class RayExecutor(Executor):
             remote = self._ray.remote(function)
             self._remote_functions[function] = remote
         retried = list(options.retry_exceptions) or False
-        task = remote.options(num_cpus=options.cpus, num_gpus=options.gpus, max_retries=self.max_retries, retry_exceptions=retried)
+        task = remote.options(
+            num_cpus=options.cpus, num_gpus=options.gpus, max_retries=self.max_retries, retry_exceptions=retried
+        )
         return task.remote(*arguments)
 
     def check_resources(self, options: TaskOptions) -> None:
@@ -581,7 +591,9 @@ class RayExecutor(Executor):
         nodes = [node.get("Resources", {}) for node in self._ray.nodes() if node.get("Alive")]
         if any(node.get("CPU", 0) >= options.cpus and node.get("GPU", 0) >= options.gpus for node in nodes):
             return
-        have = "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no alive node"
+        have = (
+            "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no alive node"
+        )
         raise ValueError(
             f"each task asks for {options.cpus:g} CPUs and {options.gpus:g} GPUs, but no node of the Ray cluster has as much (its nodes: {have})"
         )
@@ -608,9 +620,16 @@ class RayExecutor(Executor):
             if isinstance(cause, Exception):
                 raise cause from error
             raise
-        except (exceptions.WorkerCrashedError, exceptions.NodeDiedError, exceptions.ObjectLostError, exceptions.OutOfMemoryError) as error:
+        except (
+            exceptions.WorkerCrashedError,
+            exceptions.NodeDiedError,
+            exceptions.ObjectLostError,
+            exceptions.OutOfMemoryError,
+        ) as error:
             reason = " ".join(str(error).split())
-            raise TaskFailedError(f"a task failed after {self.max_retries} retries: {type(error).__name__}: {reason}") from error
+            raise TaskFailedError(
+                f"a task failed after {self.max_retries} retries: {type(error).__name__}: {reason}"
+            ) from error
 
     def cancel(self, handles: Iterable[Any]) -> None:
         """``ray.cancel`` each task handle."""

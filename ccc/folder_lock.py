@@ -93,7 +93,9 @@ class FolderLock:
     def __enter__(self) -> FolderLock:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.release()
 
 
@@ -126,4 +128,3 @@ def _lock_directory(folder: Path) -> int | None:
         logger.debug("cannot lock the folder %s itself (%s); its lock file is locked only", folder, error)
         return None
     return descriptor
-

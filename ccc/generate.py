@@ -148,11 +148,7 @@ def _own_files(run_dir: Path) -> list[Path]:
         path
         for path in run_dir.iterdir()
         if path.is_file()
-        and (
-            SHARD_FILE.fullmatch(path.name)
-            or path.name.endswith(TEMPORARY_SUFFIX)
-            or path.name == MANIFEST_NAME
-        )
+        and (SHARD_FILE.fullmatch(path.name) or path.name.endswith(TEMPORARY_SUFFIX) or path.name == MANIFEST_NAME)
     )
 
 
@@ -173,7 +169,9 @@ def _verified_shards(run_dir: Path, manifest: Manifest) -> Manifest:
     return dataclasses.replace(manifest, shards=kept)
 
 
-def _prepare_folder(run_dir: Path, plan: StreamPlan, hash_of_plan: str, versions: dict[str, str], overwrite: bool) -> Manifest:
+def _prepare_folder(
+    run_dir: Path, plan: StreamPlan, hash_of_plan: str, versions: dict[str, str], overwrite: bool
+) -> Manifest:
     """Return the manifest to continue from, after checking that ``run_dir`` holds this stream (or nothing)."""
     fresh = Manifest(stream=plan.spec, plan_hash=hash_of_plan, library_versions=versions)
     manifest_path = run_dir / MANIFEST_NAME
@@ -214,7 +212,9 @@ def _prepare_folder(run_dir: Path, plan: StreamPlan, hash_of_plan: str, versions
     if dict(existing.library_versions) != versions:
         logger.warning(
             "%s was started with other library versions (%s); shards written now may differ in bytes from an "
-            "uninterrupted run", run_dir, existing.library_versions,
+            "uninterrupted run",
+            run_dir,
+            existing.library_versions,
         )
         if existing.shards:
             previous = (*previous, existing.library_versions)
@@ -223,7 +223,10 @@ def _prepare_folder(run_dir: Path, plan: StreamPlan, hash_of_plan: str, versions
 
 
 def _chunks(sample_range: range, chunk_size: int) -> list[tuple[int, int]]:
-    return [(start, min(start + chunk_size, sample_range.stop)) for start in range(sample_range.start, sample_range.stop, chunk_size)]
+    return [
+        (start, min(start + chunk_size, sample_range.stop))
+        for start in range(sample_range.start, sample_range.stop, chunk_size)
+    ]
 
 
 def generate_stream(
@@ -270,7 +273,14 @@ def generate_stream(
         started = time.perf_counter()
         rendered_images = bytes_written = 0
         with (
-            tqdm(total=spec.num_images, initial=done_images, unit="img", desc=folder.name, disable=not progress, mininterval=interval) as bar,
+            tqdm(
+                total=spec.num_images,
+                initial=done_images,
+                unit="img",
+                desc=folder.name,
+                disable=not progress,
+                mininterval=interval,
+            ) as bar,
             contextlib.closing(executor.map_ordered(render_chunk, plan, chunks)) as results,
         ):
             for shard_index in pending:

@@ -292,7 +292,9 @@ class CCCStream(torch.utils.data.IterableDataset):
         self.rank = check_non_negative_int("rank", environment_rank if rank is None else rank)
         self.world_size = check_positive_int("world_size", environment_world if world_size is None else world_size)
         if self.rank >= self.world_size:
-            raise ValueError(f"rank must be in [0, {self.world_size - 1}] for world_size {self.world_size}, got {self.rank}")
+            raise ValueError(
+                f"rank must be in [0, {self.world_size - 1}] for world_size {self.world_size}, got {self.rank}"
+            )
         if total is not None and self.start >= total:
             raise ValueError(f"start must be below the stream's length {total}, got {self.start}")
         self.image_format = image_format
@@ -300,7 +302,9 @@ class CCCStream(torch.utils.data.IterableDataset):
         self.on_error = on_error
         self.total = total
         if rank_split == "contiguous" and self.length is None:
-            raise ValueError("rank_split 'contiguous' needs a stream of known length: pass limit=, or use rank_split='interleaved'")
+            raise ValueError(
+                "rank_split 'contiguous' needs a stream of known length: pass limit=, or use rank_split='interleaved'"
+            )
 
     @property
     def length(self) -> int | None:
@@ -326,7 +330,9 @@ class CCCStream(torch.utils.data.IterableDataset):
             lo = self.rank * length // self.world_size
             hi = (self.rank + 1) * length // self.world_size
             return _Selection(lo, hi, chunk * workers, worker * chunk, chunk)
-        return _Selection(0, self.length, chunk * self.world_size * workers, (self.rank + worker * self.world_size) * chunk, chunk)
+        return _Selection(
+            0, self.length, chunk * self.world_size * workers, (self.rank + worker * self.world_size) * chunk, chunk
+        )
 
     def __iter__(self) -> Iterator[StreamSample]:
         skipped: list[str] = []
@@ -361,7 +367,9 @@ class _Skipped:
     samples: int | None
 
 
-def decode_tar_sample(members: Mapping[str, bytes], index: int, key: str, shard: str, image_format: str) -> StreamSample:
+def decode_tar_sample(
+    members: Mapping[str, bytes], index: int, key: str, shard: str, image_format: str
+) -> StreamSample:
     """Decode the members of one tar sample (extension → bytes) into a :class:`StreamSample`.
 
     Args:
@@ -416,7 +424,14 @@ class _ManifestShards(Sequence[ShardLocation]):
 
 
 class _ShardStream(CCCStream):
-    def __init__(self, shards: Sequence[ShardLocation], total: int | None, spec: StreamSpec | None, verify: str | None, **options: Any) -> None:
+    def __init__(
+        self,
+        shards: Sequence[ShardLocation],
+        total: int | None,
+        spec: StreamSpec | None,
+        verify: str | None,
+        **options: Any,
+    ) -> None:
         self.shards = shards if isinstance(shards, _ManifestShards) else tuple(shards)
         self.spec = spec
         self.verify = verify
@@ -473,10 +488,14 @@ class _ShardStream(CCCStream):
             if failure is None:
                 try:
                     with open_shard(name) as handle:
-                        for sample in read_samples(handle, name, lambda place, first=first: selection.wanted(first + place - self.start)):
+                        for sample in read_samples(
+                            handle, name, lambda place, first=first: selection.wanted(first + place - self.start)
+                        ):
                             index = first + sample.position
                             if count is not None and sample.position >= count:
-                                raise ShardReadError(f"shard {name}: altered (holds more than the {count} samples the manifest records)")
+                                raise ShardReadError(
+                                    f"shard {name}: altered (holds more than the {count} samples the manifest records)"
+                                )
                             if shard.first_sample is not None and sample.key != sample_key(index):
                                 raise ShardReadError(
                                     f"shard {name}: altered (sample {sample.position} of the shard has key {sample.key}, "
@@ -545,7 +564,9 @@ def _expand(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -
     if isinstance(source, (str, os.PathLike)):
         return list(braceexpand(os.fspath(source)))
     if not isinstance(source, Sequence) or not source:
-        raise ValueError(f"source must be a run folder, a shard path or URL pattern, or a non-empty list of them, got {source!r}")
+        raise ValueError(
+            f"source must be a run folder, a shard path or URL pattern, or a non-empty list of them, got {source!r}"
+        )
     return [location for item in source for location in _expand(item)]
 
 
@@ -623,7 +644,9 @@ def _manifest_stream(definition: str | os.PathLike[str]) -> StreamSpec:
     try:
         return load_manifest(folder).stream
     except FileNotFoundError:
-        raise StreamError(f"{folder} has no {MANIFEST_NAME}: pass a run folder written by ccc-generate, a StreamSpec or a mapping") from None
+        raise StreamError(
+            f"{folder} has no {MANIFEST_NAME}: pass a run folder written by ccc-generate, a StreamSpec or a mapping"
+        ) from None
     except ManifestError as error:
         raise StreamError(str(error)) from None
 
@@ -675,7 +698,9 @@ def render_stream(
     if isinstance(definition, (str, os.PathLike)):
         definition = _manifest_stream(definition)
     elif not isinstance(definition, (StreamSpec, Mapping)):
-        raise ValueError(f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}")
+        raise ValueError(
+            f"stream definition must be a StreamSpec, a run folder or a mapping, got {type(definition).__name__}"
+        )
     kind = definition.kind if isinstance(definition, StreamSpec) else definition.get("kind") or CCC_KIND
     if calibration is None and kind == CCC_KIND:
         raise ValueError("calibration must be a CalibrationTable or the path of one (.npz), got None")
@@ -684,7 +709,9 @@ def render_stream(
     else:
         table = calibration if isinstance(calibration, CalibrationTable) else CalibrationTable.load(calibration)
     try:
-        plan = plan_stream(definition, table, None if imagenet is None else os.fspath(imagenet), skip_bad_images=skip_bad_images)
+        plan = plan_stream(
+            definition, table, None if imagenet is None else os.fspath(imagenet), skip_bad_images=skip_bad_images
+        )
     except PlanError as error:
         raise StreamError(f"stream definition does not fit the calibration table and images: {error}") from None
     return _RenderedStream(
@@ -705,10 +732,16 @@ def collate_samples(samples: Sequence[StreamSample]) -> tuple[Any, torch.Tensor,
     """Batch samples: images stacked (tensors) or listed (PIL, bytes), labels int64 (N,), metadata a list of dicts."""
     images = [sample.image for sample in samples]
     stacked = torch.stack(images) if images and isinstance(images[0], torch.Tensor) else images
-    return stacked, torch.tensor([sample.label for sample in samples], dtype=torch.int64), [sample.metadata for sample in samples]
+    return (
+        stacked,
+        torch.tensor([sample.label for sample in samples], dtype=torch.int64),
+        [sample.metadata for sample in samples],
+    )
 
 
-def stream_loader(stream: CCCStream, batch_size: int, num_workers: int = 0, **dataloader_options: Any) -> torch.utils.data.DataLoader:
+def stream_loader(
+    stream: CCCStream, batch_size: int, num_workers: int = 0, **dataloader_options: Any
+) -> torch.utils.data.DataLoader:
     """A DataLoader yielding ``(images, labels, metadata)`` batches of ``stream`` in stream order.
 
     ``images``: a tensor N×3×H×W (uint8 or float, as the stream's ``image_format``) or, for PIL
@@ -728,7 +761,9 @@ def stream_loader(stream: CCCStream, batch_size: int, num_workers: int = 0, **da
     """
     check_positive_int("batch_size", batch_size)
     check_non_negative_int("num_workers", num_workers)
-    reserved = sorted({"batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "in_order"} & set(dataloader_options))
+    reserved = sorted(
+        {"batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "in_order"} & set(dataloader_options)
+    )
     if reserved:
         raise ValueError(f"stream_loader sets {', '.join(reserved)} itself to keep stream order")
     return torch.utils.data.DataLoader(

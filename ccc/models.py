@@ -83,7 +83,7 @@ class ModelSpec:
 
     @property
     def kind(self) -> str:
-        """"timm", "factory" or "torchvision"."""
+        """ "timm", "factory" or "torchvision"."""
         return "timm" if self.is_timm else "factory" if self.is_factory else "torchvision"
 
 
@@ -172,12 +172,18 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
     """
     weights = spec.weights
     weights_path = Path(weights) if weights is not None and Path(weights).is_file() else None
-    if weights is not None and weights_path is None and (Path(weights).suffix in WEIGHT_FILE_SUFFIXES or "/" in weights):
+    if (
+        weights is not None
+        and weights_path is None
+        and (Path(weights).suffix in WEIGHT_FILE_SUFFIXES or "/" in weights)
+    ):
         raise ValueError(f"weights file {weights!r} does not exist")
     mean, std = IMAGENET_MEAN, IMAGENET_STD
     if spec.is_timm:
         if weights is not None and weights_path is None and weights.lower() != "none":
-            raise ValueError(f"weights for timm model {spec.name!r} must be an existing file or 'none', got {weights!r}")
+            raise ValueError(
+                f"weights for timm model {spec.name!r} must be an existing file or 'none', got {weights!r}"
+            )
         model, model_mean, model_std = _build_timm(spec.name[len(TIMM_PREFIX) :], weights)
         normalization = "imagenet" if spec.normalization == "auto" else spec.normalization
         if spec.normalization == "auto":

@@ -50,7 +50,9 @@ def parse_options(text: str, owner: str, separator: str = OPTION_SEPARATOR) -> d
     for part in text.split(separator):
         key, raw = split_option(part, owner, separator)
         if key in options:
-            raise ValueError(f"option {key!r} of {owner} is given twice ({key}={written[key]} and {key}={raw}); give it once")
+            raise ValueError(
+                f"option {key!r} of {owner} is given twice ({key}={written[key]} and {key}={raw}); give it once"
+            )
         options[key] = parse_value(key, raw, owner)
         written[key] = raw
     return options
@@ -87,10 +89,14 @@ def parse_value(key: str, raw: str, owner: str) -> Any:
         value = float(text)
         mantissa = re.split("[eE]", text)[0]
         if math.isinf(value) or (value == 0.0 and any(digit in "123456789" for digit in mantissa)):
-            raise ValueError(f"option {key!r} of {owner} must be a finite decimal number, got {text!r} ({'overflows' if value else 'underflows to 0'} as a float)")
+            raise ValueError(
+                f"option {key!r} of {owner} must be a finite decimal number, got {text!r} ({'overflows' if value else 'underflows to 0'} as a float)"
+            )
         return value
     if _PYTHON_NUMBER.fullmatch(text) or _NON_FINITE.fullmatch(text):
-        raise ValueError(f"option {key!r} of {owner} must be a finite decimal number (e.g. 16, 0.5, 2e-4), got {text!r}")
+        raise ValueError(
+            f"option {key!r} of {owner} must be a finite decimal number (e.g. 16, 0.5, 2e-4), got {text!r}"
+        )
     return text
 
 
@@ -99,5 +105,7 @@ def parse_list(key: str, value: Any, owner: str) -> tuple[str, ...]:
     ValueError naming the key for a value that is not words or has an empty item."""
     items = tuple(item.strip() for item in value.split(LIST_SEPARATOR)) if isinstance(value, str) else ()
     if not items or not all(items):
-        raise ValueError(f"option {key!r} of {owner} must be names joined by {LIST_SEPARATOR!r} (e.g. {key}=noise+blur), got {value!r}")
+        raise ValueError(
+            f"option {key!r} of {owner} must be names joined by {LIST_SEPARATOR!r} (e.g. {key}=noise+blur), got {value!r}"
+        )
     return items

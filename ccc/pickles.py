@@ -31,7 +31,19 @@ class NotPlainDataError(ValueError):
     """A torch file names objects other than tensors and plain values (refused; nothing of it ran)."""
 
 
-_UNREADABLE = (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError, IndexError, MemoryError, RecursionError)
+_UNREADABLE = (
+    OSError,
+    ValueError,
+    RuntimeError,
+    EOFError,
+    zipfile.BadZipFile,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    MemoryError,
+    RecursionError,
+)
 """What reading a damaged torch file raises (besides pickle.UnpicklingError for a refused global)."""
 
 
@@ -63,7 +75,9 @@ def _torch_file_opcodes(path: Path, magic_number: int) -> int:
     with open(path, "rb") as handle:
         try:
             # The magic number's pickle is PROTO, LONG1, STOP: a few opcodes decide, whatever follows.
-            head = [(operation.name, argument) for operation, argument, _ in itertools.islice(pickletools.genops(handle), 4)]
+            head = [
+                (operation.name, argument) for operation, argument, _ in itertools.islice(pickletools.genops(handle), 4)
+            ]
         except ValueError:
             head = []
         if ("LONG1", magic_number) not in head or head[-1][0] != "STOP":

@@ -58,7 +58,9 @@ def check_integer(
     return int(value)
 
 
-def check_positive_int(name: str, value: object, at_most: int | None = None, *, error: type[ValueError] = ValueError) -> int:
+def check_positive_int(
+    name: str, value: object, at_most: int | None = None, *, error: type[ValueError] = ValueError
+) -> int:
     """Require an integer >= 1 (and <= ``at_most`` when given); returns it as a Python int (see :func:`check_integer`)."""
     return check_integer(name, value, 1, at_most, error=error)
 

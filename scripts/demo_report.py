@@ -56,7 +56,11 @@ from tta_eval.run_folder import load_run, records_path
 
 DIFFICULTIES = ("easy", "medium", "hard")
 
-CELL_KINDS = {"predicted only (0 images)": (0, 0), "measured on 1–49 images": (1, 49), "measured on ≥ 50 images": (50, 10**9)}
+CELL_KINDS = {
+    "predicted only (0 images)": (0, 0),
+    "measured on 1–49 images": (1, 49),
+    "measured on ≥ 50 images": (50, 10**9),
+}
 """How the calibration cell of a sample was obtained, by the images evaluated in it (inclusive bounds)."""
 
 
@@ -116,7 +120,13 @@ def method_results(results_folders: Sequence[Path]) -> tuple[dict[str, RecordTab
             if label not in records:
                 records[label] = RecordTable.read_csv(records_path(folder, label))
                 collapse = entry.get("collapse")
-                verdicts[label] = "–" if collapse is None else f"at sample {collapse['sample_index']:,}" if collapse["collapsed"] else "none"
+                verdicts[label] = (
+                    "–"
+                    if collapse is None
+                    else f"at sample {collapse['sample_index']:,}"
+                    if collapse["collapsed"]
+                    else "none"
+                )
     return records, verdicts
 
 
@@ -131,7 +141,11 @@ def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: 
 
     def aggregate(rows: NDArray[np.bool_]) -> dict[str, float]:
         samples = int(sizes[rows].sum())
-        return {"samples": samples, "realised": 100.0 * float(correct[rows].sum()) / samples, "calibrated": float(batch_calibrated[rows].mean())}
+        return {
+            "samples": samples,
+            "realised": 100.0 * float(correct[rows].sum()) / samples,
+            "calibrated": float(batch_calibrated[rows].mean()),
+        }
 
     realised = 100.0 * correct.sum() / covered
     calibrated = float(facts.calibrated[:covered].mean())
@@ -150,7 +164,9 @@ def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: 
     per_pair = {pair: aggregate(batch_pairs_array == pair) for pair in dict.fromkeys(batch_pairs)}
     per_cell_kind = {}
     for kind, (low, high) in CELL_KINDS.items():
-        rows = np.array([np.mean((facts.cell_images[batch] >= low) & (facts.cell_images[batch] <= high)) > 0.5 for batch in batches])
+        rows = np.array(
+            [np.mean((facts.cell_images[batch] >= low) & (facts.cell_images[batch] <= high)) > 0.5 for batch in batches]
+        )
         if rows.any():
             per_cell_kind[kind] = aggregate(rows)
     return {
@@ -166,7 +182,9 @@ def realised_versus_calibrated(facts: StreamFacts, source: RecordTable, window: 
     }
 
 
-def method_summary(records: dict[str, RecordTable], verdicts: dict[str, str], window: int, edge: int) -> dict[str, dict[str, object]]:
+def method_summary(
+    records: dict[str, RecordTable], verdicts: dict[str, str], window: int, edge: int
+) -> dict[str, dict[str, object]]:
     """Per method: accuracy overall, over the first and last ``edge`` samples, lowest window (percent)."""
     summary: dict[str, dict[str, object]] = {}
     for label, table in records.items():
@@ -219,7 +237,14 @@ def plot_difference_to_bn(records: dict[str, RecordTable], window: int, path: Pa
         if label not in ("source", "bn"):
             curve = windowed_accuracy(table, window)
             length = min(curve.accuracy.size, baseline.accuracy.size)
-            axes.plot(curve.sample_end[:length], 100 * (curve.accuracy[:length] - baseline.accuracy[:length]), marker="o", markersize=3, linewidth=1.2, label=label)
+            axes.plot(
+                curve.sample_end[:length],
+                100 * (curve.accuracy[:length] - baseline.accuracy[:length]),
+                marker="o",
+                markersize=3,
+                linewidth=1.2,
+                label=label,
+            )
     axes.set_xlabel("samples seen")
     axes.set_ylabel("accuracy − bn (points)")
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
@@ -243,13 +268,25 @@ def render_markdown(report: dict[str, dict[str, object]]) -> str:
             f"{facts['difference']:+.1f} ± {facts['difference_standard_error']:.1f} |"
         )
     for difficulty, entry in report.items():
-        lines += ["", f"{difficulty}, per pair:", "", "| pair | samples | calibrated | realised | difference |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"{difficulty}, per pair:",
+            "",
+            "| pair | samples | calibrated | realised | difference |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for pair, values in entry["stream"]["per_pair"].items():
             lines.append(
                 f"| {pair} | {values['samples']:,} | {values['calibrated']:.1f} | {values['realised']:.1f} | "
                 f"{values['realised'] - values['calibrated']:+.1f} |"
             )
-    lines += ["", "By how the sample's calibration cell was obtained:", "", "| difficulty | cell | samples | calibrated | realised | difference |", "|---|---|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "By how the sample's calibration cell was obtained:",
+        "",
+        "| difficulty | cell | samples | calibrated | realised | difference |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for difficulty, entry in report.items():
         for kind, values in entry["stream"]["per_cell_kind"].items():
             lines.append(
@@ -257,7 +294,13 @@ def render_markdown(report: dict[str, dict[str, object]]) -> str:
                 f"{values['realised'] - values['calibrated']:+.1f} |"
             )
     for difficulty, entry in report.items():
-        lines += ["", f"{difficulty}, methods:", "", "| method | accuracy | first | last | lowest window | collapse |", "|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            f"{difficulty}, methods:",
+            "",
+            "| method | accuracy | first | last | lowest window | collapse |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
         for label, values in entry["methods"].items():
             lines.append(
                 f"| {label} | {values['accuracy']:.1f} | {values['first']:.1f} | {values['last']:.1f} | "
@@ -271,9 +314,13 @@ def _named_paths(entries: Sequence[str], option: str) -> dict[str, list[Path]]:
     for entry in entries:
         name, separator, paths = entry.partition("=")
         if not separator or name not in DIFFICULTIES or not paths:
-            raise ValueError(f"{option} must be DIFFICULTY=PATH[,PATH…] with DIFFICULTY one of {', '.join(DIFFICULTIES)}, got {entry!r}")
+            raise ValueError(
+                f"{option} must be DIFFICULTY=PATH[,PATH…] with DIFFICULTY one of {', '.join(DIFFICULTIES)}, got {entry!r}"
+            )
         if name in named:
-            raise ValueError(f"{option} {name} is given twice ({name}={','.join(map(str, named[name]))} and {entry}); give it once")
+            raise ValueError(
+                f"{option} {name} is given twice ({name}={','.join(map(str, named[name]))} and {entry}); give it once"
+            )
         named[name] = [Path(path) for path in paths.split(",")]
     return named
 
@@ -283,9 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stream", action="append", default=[], help="DIFFICULTY=RUN_FOLDER (repeatable)")
     parser.add_argument("--results", action="append", default=[], help="DIFFICULTY=TTA_RUN[,TTA_RUN…] (repeatable)")
-    parser.add_argument("--calibration", type=Path, default=None, help="the streams' calibration table (default: the demo table)")
+    parser.add_argument(
+        "--calibration", type=Path, default=None, help="the streams' calibration table (default: the demo table)"
+    )
     parser.add_argument("--window", type=int, default=1000, help="samples per window (must equal the runs' --window)")
-    parser.add_argument("--difference-window", type=int, default=5000, help="samples per window of the difference-to-BN figure")
+    parser.add_argument(
+        "--difference-window", type=int, default=5000, help="samples per window of the difference-to-BN figure"
+    )
     parser.add_argument("--edge", type=int, default=10_000, help="samples of the 'first' and 'last' accuracy columns")
     parser.add_argument("--out", type=Path, default=Path("docs/demo"), help="folder of report.json and the figures")
     return parser
@@ -320,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "stream": stream_report,
             "methods": method_summary(records, verdicts, arguments.window, arguments.edge),
         }
-        curves: dict[str, WindowedAccuracy] = {label: windowed_accuracy(table, arguments.window) for label, table in records.items() if label != "source"}
+        curves: dict[str, WindowedAccuracy] = {
+            label: windowed_accuracy(table, arguments.window) for label, table in records.items() if label != "source"
+        }
         plot_accuracy_curves(
             curves,
             arguments.out / f"tta_{difficulty}",
@@ -329,7 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if "bn" in records:
             plot_difference_to_bn(
-                records, arguments.difference_window, arguments.out / f"tta_{difficulty}_minus_bn.png",
+                records,
+                arguments.difference_window,
+                arguments.out / f"tta_{difficulty}_minus_bn.png",
                 f"demo world, {difficulty}: adapting methods against BN adaptation",
             )
     plot_realised(sources, arguments.window, arguments.out / "realised_vs_calibrated.png")

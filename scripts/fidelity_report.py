@@ -41,7 +41,9 @@ def deterministic_table(images: np.ndarray) -> list[str]:
         groups.setdefault(("motion_blur", float(severity)), []).append(np.abs(ours.astype(np.int64) - motion[key]))
     for (name, severity), differences in groups.items():
         difference = np.concatenate([d.ravel() for d in differences])
-        lines.append(f"| {name} | {severity:g} | {difference.mean():.4f} | {100 * np.mean(difference <= 1):.2f}% | {difference.max()} |")
+        lines.append(
+            f"| {name} | {severity:g} | {difference.mean():.4f} | {100 * np.mean(difference <= 1):.2f}% | {difference.max()} |"
+        )
     return lines
 
 
@@ -65,8 +67,12 @@ def generator_table(images: np.ndarray, seeds: int) -> list[str]:
     for name in [n for n in list_corruptions() if get_corruption(n).random]:
         count = 400 if name == "frost" else seeds
         for severity in (0.5, 1.75, 3.0, 5.0):
-            legacy = per_image_statistics(name, severity, images, [lambda s=s: np.random.RandomState(s) for s in range(count)])
-            ours = per_image_statistics(name, severity, images, [lambda s=s: np.random.default_rng(s) for s in range(count)])
+            legacy = per_image_statistics(
+                name, severity, images, [lambda s=s: np.random.RandomState(s) for s in range(count)]
+            )
+            ours = per_image_statistics(
+                name, severity, images, [lambda s=s: np.random.default_rng(s) for s in range(count)]
+            )
             a, b = legacy["psnr"], ours["psnr"]
             standard_error = math.sqrt(a.var() / len(a) + b.var() / len(b))
             difference = b.mean() - a.mean()

@@ -48,21 +48,41 @@ logger = logging.getLogger("train_demo_model")
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEMO_WEIGHTS_PATH, help="weights file to write (default: the package's)")
-    parser.add_argument("--train-images-per-class", type=int, default=150, help="training images per class (default: 150)")
+    parser.add_argument(
+        "--out", type=Path, default=DEMO_WEIGHTS_PATH, help="weights file to write (default: the package's)"
+    )
+    parser.add_argument(
+        "--train-images-per-class", type=int, default=150, help="training images per class (default: 150)"
+    )
     parser.add_argument("--epochs", type=int, default=8, help="passes over the training images (default: 8)")
     parser.add_argument("--batch-size", type=int, default=64, help="images per step (default: 64)")
     parser.add_argument("--learning-rate", type=float, default=0.1, help="peak SGD learning rate (default: 0.1)")
     parser.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay (default: 5e-4)")
     parser.add_argument("--warmup-epochs", type=float, default=1.0, help="linear warm-up length in epochs (default: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, order and augmentation (default: 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of initialisation, order and augmentation (default: 0)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2; part of the determinism)")
     parser.add_argument("--workers", type=int, default=2, help="processes rendering the training images (default: 2)")
-    parser.add_argument("--evaluate-only", action="store_true", help="skip training; measure the weights at --out (checksum checked)")
-    parser.add_argument("--monitor-images-per-class", type=int, default=25, help="demo images per class whose accuracy is logged after every epoch (default: 25; 0: none)")
-    parser.add_argument("--eval-images-per-class", type=int, default=50, help="demo images per class for the final accuracy table (default: 50; 0: no table)")
+    parser.add_argument(
+        "--evaluate-only", action="store_true", help="skip training; measure the weights at --out (checksum checked)"
+    )
+    parser.add_argument(
+        "--monitor-images-per-class",
+        type=int,
+        default=25,
+        help="demo images per class whose accuracy is logged after every epoch (default: 25; 0: none)",
+    )
+    parser.add_argument(
+        "--eval-images-per-class",
+        type=int,
+        default=50,
+        help="demo images per class for the final accuracy table (default: 50; 0: no table)",
+    )
     parser.add_argument("--severity", type=float, default=3.0, help="severity of the corruption table (default: 3)")
-    parser.add_argument("--report", type=Path, default=None, help="also write the accuracy table (Markdown) and a .json next to it")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="also write the accuracy table (Markdown) and a .json next to it"
+    )
     return parser.parse_args(argv)
 
 
@@ -96,7 +116,9 @@ def learning_rate(step: int, total_steps: int, warmup_steps: int, peak: float) -
     return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def train(arguments: argparse.Namespace, validation_index: ImageIndex | None, validation_positions: list[int]) -> DemoNet:
+def train(
+    arguments: argparse.Namespace, validation_index: ImageIndex | None, validation_positions: list[int]
+) -> DemoNet:
     start = time.perf_counter()
     images, labels = load_training_images(arguments.train_images_per_class, arguments.workers)
     logger.info("rendered %d training images in %.1f s", len(images), time.perf_counter() - start)
@@ -107,7 +129,9 @@ def train(arguments: argparse.Namespace, validation_index: ImageIndex | None, va
         (no_decay if parameter.ndim == 1 else decay).append(parameter)
     optimizer = torch.optim.SGD(
         [{"params": decay, "weight_decay": arguments.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=arguments.learning_rate, momentum=0.9, nesterov=True,
+        lr=arguments.learning_rate,
+        momentum=0.9,
+        nesterov=True,
     )
     steps_per_epoch = len(images) // arguments.batch_size
     total_steps = steps_per_epoch * arguments.epochs
@@ -115,7 +139,9 @@ def train(arguments: argparse.Namespace, validation_index: ImageIndex | None, va
     step = 0
     for epoch in range(arguments.epochs):
         model.train()
-        order = np.random.default_rng(np.random.SeedSequence(arguments.seed, spawn_key=(0, epoch))).permutation(len(images))
+        order = np.random.default_rng(np.random.SeedSequence(arguments.seed, spawn_key=(0, epoch))).permutation(
+            len(images)
+        )
         running_loss, running_correct, seen = 0.0, 0, 0
         for batch_number in range(steps_per_epoch):
             positions = order[batch_number * arguments.batch_size : (batch_number + 1) * arguments.batch_size]
@@ -134,11 +160,17 @@ def train(arguments: argparse.Namespace, validation_index: ImageIndex | None, va
             seen += len(positions)
         monitored = ""
         if validation_index is not None:
-            accuracy = measure_accuracies(model, validation_index, corruptions=(), positions=validation_positions)["clean"]
+            accuracy = measure_accuracies(model, validation_index, corruptions=(), positions=validation_positions)[
+                "clean"
+            ]
             monitored = f", demo-folder accuracy {accuracy:.1f} % (centre crops)"
         logger.info(
             "epoch %d/%d: loss %.3f, train accuracy %.1f %% (random crops)%s, %.0f s",
-            epoch + 1, arguments.epochs, running_loss / seen, 100.0 * running_correct / seen, monitored,
+            epoch + 1,
+            arguments.epochs,
+            running_loss / seen,
+            100.0 * running_correct / seen,
+            monitored,
             time.perf_counter() - start,
         )
     logger.info("trained in %.0f s", time.perf_counter() - start)
@@ -148,7 +180,9 @@ def train(arguments: argparse.Namespace, validation_index: ImageIndex | None, va
 def accuracy_table(model: nn.Module, index, positions: list[int], severity: float) -> dict[str, dict[str, float]]:
     """{crop: {"clean" | corruption: accuracy in percent}} for centre and random crops."""
     return {
-        crop: dict(measure_accuracies(model, index, corruptions=CORRUPTIONS, severity=severity, crop=crop, positions=positions))
+        crop: dict(
+            measure_accuracies(model, index, corruptions=CORRUPTIONS, severity=severity, crop=crop, positions=positions)
+        )
         for crop in ("centre", "random")
     }
 
@@ -185,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     torch.set_num_threads(arguments.threads)
     torch.use_deterministic_algorithms(True)
-    needs_folder = arguments.evaluate_only or arguments.eval_images_per_class > 0 or arguments.monitor_images_per_class > 0
+    needs_folder = (
+        arguments.evaluate_only or arguments.eval_images_per_class > 0 or arguments.monitor_images_per_class > 0
+    )
     index = index_image_folder(ensure_demo_folder(), progress=False) if needs_folder else None
     if arguments.evaluate_only:
         committed = arguments.out.resolve() == DEMO_WEIGHTS_PATH.resolve()
@@ -195,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         model = train(arguments, index if monitor else None, monitor)
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), arguments.out)
-        logger.info("wrote %s (%d bytes), sha256 %s", arguments.out, arguments.out.stat().st_size, file_sha256(arguments.out))
+        logger.info(
+            "wrote %s (%d bytes), sha256 %s", arguments.out, arguments.out.stat().st_size, file_sha256(arguments.out)
+        )
     if index is None or arguments.eval_images_per_class == 0:
         return 0
     subset = _first_per_class(index, arguments.eval_images_per_class)
@@ -206,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if arguments.report is not None:
         arguments.report.write_text(text + "\n")
-        arguments.report.with_suffix(".json").write_text(json.dumps({"severity": arguments.severity, "images": len(subset), **table}, indent=1) + "\n")
+        arguments.report.with_suffix(".json").write_text(
+            json.dumps({"severity": arguments.severity, "images": len(subset), **table}, indent=1) + "\n"
+        )
     return 0
 
 

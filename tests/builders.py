@@ -121,7 +121,9 @@ def texture_image(class_index: int, generator: np.random.Generator, size: int = 
     angle = generator.uniform(0.0, np.pi)
     period = generator.uniform(3.0, 4.0)
     amplitude = 0.22 if class_index >= 2 else 0.0
-    stripes = amplitude * np.sin(2 * np.pi * (rows * np.cos(angle) + columns * np.sin(angle)) / period + generator.uniform(0, 7))
+    stripes = amplitude * np.sin(
+        2 * np.pi * (rows * np.cos(angle) + columns * np.sin(angle)) / period + generator.uniform(0, 7)
+    )
     image = colour[None, None, :] * (1.0 + stripes[:, :, None]) + generator.normal(0.0, 0.015, (size, size, 3))
     return np.clip(np.round(image * 255), 0, 255).astype(np.uint8)
 

@@ -81,7 +81,12 @@ def two_node_ray_cluster(log_folder: Path, environment: Mapping[str, str]) -> It
             for command, log in ((head_command, head_log), (node_command, node_log)):
                 nodes.append(
                     subprocess.Popen(
-                        [*command, *node_arguments()], env=dict(environment), cwd=temporary, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+                        [*command, *node_arguments()],
+                        env=dict(environment),
+                        cwd=temporary,
+                        start_new_session=True,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
                     )
                 )
             count_nodes = f"import ray; ray.init(address='{address}', logging_level='ERROR'); print(sum(node['Alive'] for node in ray.nodes()))"
@@ -89,9 +94,17 @@ def two_node_ray_cluster(log_folder: Path, environment: Mapping[str, str]) -> It
             alive = ""
             while time.monotonic() < deadline and alive != "2":
                 time.sleep(3)
-                probe = subprocess.run([sys.executable, "-c", count_nodes], env=dict(environment), capture_output=True, text=True, timeout=60)
+                probe = subprocess.run(
+                    [sys.executable, "-c", count_nodes],
+                    env=dict(environment),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 alive = probe.stdout.strip().splitlines()[-1] if probe.returncode == 0 and probe.stdout.strip() else ""
-            assert alive == "2", f"the two-node cluster did not come up; head log: {(log_folder / 'head.log').read_text()[-2000:]}"
+            assert alive == "2", (
+                f"the two-node cluster did not come up; head log: {(log_folder / 'head.log').read_text()[-2000:]}"
+            )
             yield address
         finally:
             for node in reversed(nodes):

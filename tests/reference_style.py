@@ -211,9 +211,7 @@ def clipped_zoom(image: np.ndarray, zoom_factor: float) -> np.ndarray:
     size = image.shape[0]
     crop_size = int(np.ceil(size / zoom_factor))
     top = (size - crop_size) // 2
-    zoomed = scipy_zoom(
-        image[top : top + crop_size, top : top + crop_size], (zoom_factor, zoom_factor, 1), order=1
-    )
+    zoomed = scipy_zoom(image[top : top + crop_size, top : top + crop_size], (zoom_factor, zoom_factor, 1), order=1)
     trim = (zoomed.shape[0] - size) // 2
     return zoomed[trim : trim + size, trim : trim + size]
 
@@ -296,9 +294,7 @@ def _impulse_noise(image: Image.Image, severity: float, rng: np.random.RandomSta
     amount = interpolated_parameters("impulse_noise", severity)
     x = call_with_shared_generator(
         rng,
-        lambda generator: skimage.util.random_noise(
-            np.array(image) / 255.0, mode="s&p", amount=amount, rng=generator
-        ),
+        lambda generator: skimage.util.random_noise(np.array(image) / 255.0, mode="s&p", amount=amount, rng=generator),
     )
     return np.clip(x, 0, 1) * 255
 
@@ -361,9 +357,7 @@ def _snow(image: Image.Image, severity: float, rng: np.random.RandomState) -> np
     snow_layer = clipped_zoom(snow_layer[..., np.newaxis], zoom)
     snow_layer[snow_layer < threshold] = 0
     snow_image = Image.fromarray((np.clip(snow_layer.squeeze(), 0, 1) * 255).astype(np.uint8), mode="L")
-    blurred = imagemagick_motion_blur(
-        _png_bytes(snow_image), blur_radius, blur_sigma, angle=rng.uniform(-135, -45)
-    )
+    blurred = imagemagick_motion_blur(_png_bytes(snow_image), blur_radius, blur_sigma, angle=rng.uniform(-135, -45))
     snow_layer = (blurred / 255.0)[..., np.newaxis]
     grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY).reshape(IMAGE_SIZE, IMAGE_SIZE, 1)
     x = blend * x + (1 - blend) * np.maximum(x, grey * 1.5 + 0.5)
@@ -437,12 +431,12 @@ def _elastic(image: Image.Image, severity: float, rng: np.random.RandomState) ->
     affine = cv2.getAffineTransform(source_points, target_points)
     x = cv2.warpAffine(x, affine, plane_shape[::-1], borderMode=cv2.BORDER_REFLECT_101)
 
-    displacement_x = (
-        gaussian(rng.uniform(-1, 1, size=plane_shape), sigma, mode="reflect", truncate=3) * alpha
-    ).astype(np.float32)
-    displacement_y = (
-        gaussian(rng.uniform(-1, 1, size=plane_shape), sigma, mode="reflect", truncate=3) * alpha
-    ).astype(np.float32)
+    displacement_x = (gaussian(rng.uniform(-1, 1, size=plane_shape), sigma, mode="reflect", truncate=3) * alpha).astype(
+        np.float32
+    )
+    displacement_y = (gaussian(rng.uniform(-1, 1, size=plane_shape), sigma, mode="reflect", truncate=3) * alpha).astype(
+        np.float32
+    )
     displacement_x, displacement_y = displacement_x[..., np.newaxis], displacement_y[..., np.newaxis]
 
     columns, rows, channels = np.meshgrid(np.arange(shape[1]), np.arange(shape[0]), np.arange(shape[2]))

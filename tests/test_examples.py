@@ -77,7 +77,10 @@ def markdown_examples(path: Path) -> list[Example]:
     """The ``bash`` blocks of a markdown file."""
     text = path.read_text()
     blocks = re.finditer(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-    return [Example(f"{path.relative_to(REPOSITORY)}:{text[: block.start()].count(chr(10)) + 1}", block.group(1)) for block in blocks]
+    return [
+        Example(f"{path.relative_to(REPOSITORY)}:{text[: block.start()].count(chr(10)) + 1}", block.group(1))
+        for block in blocks
+    ]
 
 
 @functools.cache
@@ -127,7 +130,9 @@ def recorded_commands(example: Example, folder: Path) -> list[list[str]]:
         cwd=folder, env={"PATH": os.environ["PATH"], "HOME": "/home/reader", "EXAMPLES_LOG": str(log)},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert result.returncode == 0 and not result.stderr, f"{example.where}: bash cannot run it as written: {result.stderr.strip()}"
+    assert result.returncode == 0 and not result.stderr, (
+        f"{example.where}: bash cannot run it as written: {result.stderr.strip()}"
+    )
     commands, current = [], []
     for part in log.read_text().split("\0")[:-1]:
         if part == RECORD_END:
@@ -149,7 +154,13 @@ EXECUTION_OPTIONS = ("workers", "ray_address", "gpus_per_task", "no_progress", "
 
 def _definition(namespace: argparse.Namespace) -> str:
     """What a command makes a folder of: its parsed options (defaults included), execution options aside."""
-    return repr(sorted((key, value) for key, value in vars(namespace).items() if key not in EXECUTION_OPTIONS and not callable(value)))
+    return repr(
+        sorted(
+            (key, value)
+            for key, value in vars(namespace).items()
+            if key not in EXECUTION_OPTIONS and not callable(value)
+        )
+    )
 
 
 def _weights_file(value: str | None) -> str | None:
@@ -179,7 +190,9 @@ def _parse(parser: argparse.ArgumentParser, arguments: list[str], where: str) ->
         with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
             return parser.parse_args(arguments)
     except SystemExit:
-        raise AssertionError(f"{where}: {shlex.join(arguments)!r} does not parse: {errors.getvalue().strip()}") from None
+        raise AssertionError(
+            f"{where}: {shlex.join(arguments)!r} does not parse: {errors.getvalue().strip()}"
+        ) from None
 
 
 class Checker:
@@ -201,8 +214,10 @@ class Checker:
                 self._demo_report(arguments, where)
                 continue
             namespace = _parse(self.parsers[program], arguments, where)
-            external = any(_external(value) for value in arguments) or "--ray-address" in arguments or any(
-                value.startswith("cuda") for value in arguments
+            external = (
+                any(_external(value) for value in arguments)
+                or "--ray-address" in arguments
+                or any(value.startswith("cuda") for value in arguments)
             )
             getattr(self, "_" + program.replace("-", "_"))(namespace, arguments, external, where)
 
@@ -214,10 +229,14 @@ class Checker:
             return value is not None
         if value in self.produced.paths:
             return self.produced.paths[value][1]
-        assert (REPOSITORY / value).exists(), f"{where}: {value} ({kind}) is neither shipped nor made by an earlier example"
+        assert (REPOSITORY / value).exists(), (
+            f"{where}: {value} ({kind}) is neither shipped nor made by an earlier example"
+        )
         return False
 
-    def _make(self, path: str | Path, kind: str, external: bool, where: str, extra: object = None, definition: str = "") -> None:
+    def _make(
+        self, path: str | Path, kind: str, external: bool, where: str, extra: object = None, definition: str = ""
+    ) -> None:
         path = os.path.normpath(path)
         assert not (REPOSITORY / path).is_file(), f"{where}: overwrites {path}, shipped with the repository"
         writers = self.produced.writers.setdefault(path, [])
@@ -234,17 +253,32 @@ class Checker:
 
         uses_table = namespace.kind == "ccc" and not namespace.demo
         table = namespace.calibration or (str(generate.DEFAULT_CALIBRATION) if uses_table else None)
-        external |= self._use(table, where, "calibration table") | self._use(namespace.imagenet, where) | self._use(namespace.classes, where)
+        external |= (
+            self._use(table, where, "calibration table")
+            | self._use(namespace.imagenet, where)
+            | self._use(namespace.classes, where)
+        )
         if uses_table and not (self.folder / table).is_file():
             # the ResNet-50 table, imported by an earlier example: named as ccc-generate names it
-            name = namespace.name or run_name(RESNET50_DIFFICULTY_PRESETS[namespace.difficulty].target_accuracy, namespace.speed, namespace.seed)
+            name = namespace.name or run_name(
+                RESNET50_DIFFICULTY_PRESETS[namespace.difficulty].target_accuracy, namespace.speed, namespace.seed
+            )
             if not namespace.dry_run:
                 self._make(Path(namespace.out) / name, "stream", True, where, definition=_definition(namespace))
             return
-        if namespace.kind == "cin-c" and namespace.images_per_domain is None and namespace.imagenet and _external(namespace.imagenet):
+        if (
+            namespace.kind == "cin-c"
+            and namespace.images_per_domain is None
+            and namespace.imagenet
+            and _external(namespace.imagenet)
+        ):
             return  # named by the image count of the reader's folder, which --dry-run lists
         out = io.StringIO()
-        with _working_folder(self.folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()) as errors:
+        with (
+            _working_folder(self.folder),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(io.StringIO()) as errors,
+        ):
             code = generate.main([*arguments, *([] if namespace.dry_run else ["--dry-run"]), "--no-progress"])
         assert code == 0, f"{where}: its --dry-run fails: {errors.getvalue().strip()}"
         folder = re.search(r"^run folder: (.+) \(nothing written there by --dry-run\)$", out.getvalue(), re.MULTILINE)
@@ -264,7 +298,9 @@ class Checker:
         if getattr(namespace, "out", None) is not None:
             self._make(namespace.out, "file", external, where)
 
-    def _ccc_corruption_grid(self, namespace: argparse.Namespace, arguments: list[str], external: bool, where: str) -> None:
+    def _ccc_corruption_grid(
+        self, namespace: argparse.Namespace, arguments: list[str], external: bool, where: str
+    ) -> None:
         self._use(None if namespace.image is None else str(namespace.image), where)
         self._make(namespace.out, "file", external, where)
 
@@ -276,7 +312,9 @@ class Checker:
             self._make(namespace.out, "file", False, where)
         elif namespace.command == "rescore":
             for path in namespace.runs:
-                assert self._runs_named(str(path), where), f"{where}: {path} is no run folder made by an earlier example"
+                assert self._runs_named(str(path), where), (
+                    f"{where}: {path} is no run folder made by an earlier example"
+                )
             if namespace.json is not None:
                 self._make(namespace.json, "file", False, where)
 
@@ -286,7 +324,11 @@ class Checker:
             return self._use(location, where, "stream")
         if scheme == "ccc-render":
             parts = location.split(",")
-            external = any(self._use(part.split("=", 1)[1], where) for part in parts if part.startswith(("calibration=", "imagenet=")))
+            external = any(
+                self._use(part.split("=", 1)[1], where)
+                for part in parts
+                if part.startswith(("calibration=", "imagenet="))
+            )
             folders = [part for part in parts if "=" not in part and part != "demo"]
             return external | any(self._use(folder, where, "stream") for folder in folders)
         if scheme == "synthetic":
@@ -299,10 +341,14 @@ class Checker:
         from tta_eval.protocols import OfflineProtocol
         from tta_eval.streams import describe_stream_source
 
-        external |= self._use(_weights_file(namespace.weights), where) | self._use(getattr(namespace, "classes", None), where)
+        external |= self._use(_weights_file(namespace.weights), where) | self._use(
+            getattr(namespace, "classes", None), where
+        )
         for each in cli._per_stream(namespace):
             stream_external = external | self._stream_uses(each.stream, where)
-            protocol = cli._protocol(each) if namespace.command == "run" else OfflineProtocol(**cli._episode_settings(each))
+            protocol = (
+                cli._protocol(each) if namespace.command == "run" else OfflineProtocol(**cli._episode_settings(each))
+            )
             settings = cli._experiment_settings(each, protocol)
             try:
                 name = settings.resolved_run_name()
@@ -310,9 +356,13 @@ class Checker:
             except ValueError:
                 assert stream_external, f"{where}: tta-eval cannot name its run folder"
                 continue  # a stream of the reader's own data, named when it is read
-            labels = [method.label for method in settings.resolved_methods()] if settings.methods else list(DEMO_METHODS)
+            labels = (
+                [method.label for method in settings.resolved_methods()] if settings.methods else list(DEMO_METHODS)
+            )
             kind = "sweep" if namespace.command == "sweep" else "run"
-            self._make(Path(namespace.out) / name, kind, stream_external, where, (stream_name, labels), _definition(each))
+            self._make(
+                Path(namespace.out) / name, kind, stream_external, where, (stream_name, labels), _definition(each)
+            )
 
     def _runs_named(self, pattern: str, where: str) -> list[str]:
         """The runs (and sweeps) made earlier that ``pattern`` names: a run folder, a folder holding
@@ -323,7 +373,9 @@ class Checker:
 
         def named(path: str) -> bool:
             components = path.split("/")
-            return len(components) >= len(parts) and all(fnmatch.fnmatchcase(text, part) for text, part in zip(components, parts))
+            return len(components) >= len(parts) and all(
+                fnmatch.fnmatchcase(text, part) for text, part in zip(components, parts)
+            )
 
         return [path for path in runs if named(path)]
 
@@ -334,7 +386,9 @@ class Checker:
             assert runs, f"{where}: {pattern} names no run folder made by an earlier example"
             for run in dict.fromkeys(runs):
                 kind, _, (stream, labels) = self.produced.paths[run]
-                assert kind != "sweep", f"{where}: {pattern} holds the sweep {run}, whose scenario runs compare cannot mix"
+                assert kind != "sweep", (
+                    f"{where}: {pattern} holds the sweep {run}, whose scenario runs compare cannot mix"
+                )
                 for label in labels:
                     other = cells.setdefault((stream, label), run)
                     assert other == run, f"{where}: compare refuses {other} and {run}, both with {label} on {stream}"
@@ -387,8 +441,18 @@ CHEAP_HELP_EXAMPLES = (
 
 
 def _run_as_written(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(["bash", "--noprofile", "--norc", "-euc", script], cwd=folder, env=environment, capture_output=True, text=True, timeout=1800)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-euc", script],
+        cwd=folder,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 @pytest.mark.slow
@@ -404,7 +468,11 @@ def test_affordable_examples_run_as_written(tmp_path: Path) -> None:
         assert result.returncode == 0, f"{command}: {result.stderr}"
     assert (tmp_path / "hard.png").is_file() and (tmp_path / "corruption_grid.png").is_file()
 
-    (sequence,) = [example for example in markdown_examples(REPOSITORY / "docs" / "generator.md") if "--name demo_medium_3000" in example.script]
+    (sequence,) = [
+        example
+        for example in markdown_examples(REPOSITORY / "docs" / "generator.md")
+        if "--name demo_medium_3000" in example.script
+    ]
     result = _run_as_written(sequence.script, tmp_path)
     assert result.returncode == 0, f"{sequence.where}: {result.stderr}"
     table = (tmp_path / "comparison" / "comparison.md").read_text()

@@ -33,23 +33,62 @@ class Rule:
     why: str
 
 
-LIBRARY_OF_CCC = ("ccc.corruptions", "ccc.stream", "ccc.render", "ccc.shards", "ccc.generate", "ccc.load", "ccc.check_run")
+LIBRARY_OF_CCC = (
+    "ccc.corruptions",
+    "ccc.stream",
+    "ccc.render",
+    "ccc.shards",
+    "ccc.generate",
+    "ccc.load",
+    "ccc.check_run",
+)
 
 RULES = (
     Rule("ccc", ("tta_eval",), "ccc is usable without tta_eval; tta_eval builds on ccc"),
     Rule(
         "ccc.corruptions",
-        ("ccc.stream", "ccc.render", "ccc.shards", "ccc.generate", "ccc.load", "ccc.calibration", "ccc.demo", "ccc.execution", "ccc.models"),
+        (
+            "ccc.stream",
+            "ccc.render",
+            "ccc.shards",
+            "ccc.generate",
+            "ccc.load",
+            "ccc.calibration",
+            "ccc.demo",
+            "ccc.execution",
+            "ccc.models",
+        ),
         "corruptions are pure pixel functions, the lowest stage",
     ),
     Rule(
         "ccc.stream",
-        ("ccc.render", "ccc.shards", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.calibration", "ccc.demo", "ccc.execution", "ccc.models"),
+        (
+            "ccc.render",
+            "ccc.shards",
+            "ccc.generate",
+            "ccc.load",
+            "ccc.check_run",
+            "ccc.calibration",
+            "ccc.demo",
+            "ccc.execution",
+            "ccc.models",
+        ),
         "the plan stage describes samples without pixels or IO; it is given a table, it does not read one",
     ),
     Rule(
         "ccc.render",
-        ("ccc.stream.plan", "ccc.stream.sources", "ccc.calibration", "ccc.shards", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.demo", "ccc.execution", "ccc.models"),
+        (
+            "ccc.stream.plan",
+            "ccc.stream.sources",
+            "ccc.calibration",
+            "ccc.shards",
+            "ccc.generate",
+            "ccc.load",
+            "ccc.check_run",
+            "ccc.demo",
+            "ccc.execution",
+            "ccc.models",
+        ),
         "rendering turns a SampleSpec into pixels; it never reads the calibration table",
     ),
     Rule(
@@ -57,23 +96,55 @@ RULES = (
         ("ccc.calibration", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.demo", "ccc.execution", "ccc.models"),
         "shards are IO only",
     ),
-    Rule("ccc.load", ("ccc.generate", "ccc.check_run", "ccc.execution", "ccc.demo"), "the loader never imports the generation driver"),
-    Rule("ccc.generate", ("ccc.load", "ccc.check_run", "ccc.demo", "ccc.calibration"), "the driver renders a given plan; it resolves nothing"),
+    Rule(
+        "ccc.load",
+        ("ccc.generate", "ccc.check_run", "ccc.execution", "ccc.demo"),
+        "the loader never imports the generation driver",
+    ),
+    Rule(
+        "ccc.generate",
+        ("ccc.load", "ccc.check_run", "ccc.demo", "ccc.calibration"),
+        "the driver renders a given plan; it resolves nothing",
+    ),
     Rule(
         "ccc.execution",
         (*LIBRARY_OF_CCC, "ccc.calibration", "ccc.demo", "ccc.models"),
         "Ray orchestrates and owns no domain logic",
     ),
     Rule("ccc.models", (*LIBRARY_OF_CCC, "ccc.calibration", "ccc.demo", "ccc.execution"), "model loading stands alone"),
-    Rule("ccc.calibration", ("ccc.demo", "ccc.generate", "ccc.load", "ccc.shards"), "the demo world builds on calibration, never the reverse"),
-        Rule(
+    Rule(
+        "ccc.calibration",
+        ("ccc.demo", "ccc.generate", "ccc.load", "ccc.shards"),
+        "the demo world builds on calibration, never the reverse",
+    ),
+    Rule(
         "tta_eval.methods",
-        ("tta_eval.protocols", "tta_eval.experiment", "tta_eval.reports", "tta_eval.run_folder", "tta_eval.cli", "tta_eval.metrics", "tta_eval.plots"),
+        (
+            "tta_eval.protocols",
+            "tta_eval.experiment",
+            "tta_eval.reports",
+            "tta_eval.run_folder",
+            "tta_eval.cli",
+            "tta_eval.metrics",
+            "tta_eval.plots",
+        ),
         "a method never knows the protocol, the run or its reports",
     ),
-    Rule("tta_eval.protocols", ("tta_eval.experiment", "tta_eval.reports", "tta_eval.cli", "tta_eval.plots"), "protocols produce records; runs and reports consume them"),
-    Rule("tta_eval.metrics", ("tta_eval.methods", "tta_eval.experiment", "tta_eval.cli", "tta_eval.plots"), "metrics consume records and never touch models"),
-    Rule("tta_eval.plots", ("tta_eval.experiment", "tta_eval.cli"), "plots draw records and metrics (and read a method's colour from its registry entry)"),
+    Rule(
+        "tta_eval.protocols",
+        ("tta_eval.experiment", "tta_eval.reports", "tta_eval.cli", "tta_eval.plots"),
+        "protocols produce records; runs and reports consume them",
+    ),
+    Rule(
+        "tta_eval.metrics",
+        ("tta_eval.methods", "tta_eval.experiment", "tta_eval.cli", "tta_eval.plots"),
+        "metrics consume records and never touch models",
+    ),
+    Rule(
+        "tta_eval.plots",
+        ("tta_eval.experiment", "tta_eval.cli"),
+        "plots draw records and metrics (and read a method's colour from its registry entry)",
+    ),
 )
 
 COMMAND_LINE_MODULES = ("ccc.cli", "tta_eval.cli")
@@ -149,7 +220,9 @@ def test_the_checker_finds_a_forbidden_import_inside_a_function(tmp_path: Path) 
     (tmp_path / "ccc" / "stream").mkdir(parents=True)
     (tmp_path / "ccc" / "__init__.py").write_text("")
     (tmp_path / "ccc" / "stream" / "__init__.py").write_text("")
-    (tmp_path / "ccc" / "stream" / "plan.py").write_text("def f():\n    from ..render import render_sample\n    import tta_eval.methods\n")
+    (tmp_path / "ccc" / "stream" / "plan.py").write_text(
+        "def f():\n    from ..render import render_sample\n    import tta_eval.methods\n"
+    )
     (tmp_path / "tta_eval").mkdir()
     (tmp_path / "tta_eval" / "__init__.py").write_text("")
     found = violations(tmp_path)
@@ -160,7 +233,9 @@ def test_the_checker_finds_a_forbidden_import_inside_a_function(tmp_path: Path) 
 def test_importing_the_loader_loads_neither_the_driver_nor_the_demo_world() -> None:
     code = "import sys, ccc.load; print(sorted(name for name in sys.modules if name in ('ccc.generate', 'ccc.check_run', 'ccc.demo', 'tta_eval')))"
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
+    )
     assert result.stdout.strip() == "[]"
 
 
@@ -168,5 +243,7 @@ def test_the_calibration_rendering_engine_does_not_load_torch() -> None:
     """Rendering calibration images runs in CPU workers that need no model: they never pay torch's import."""
     code = "import sys, ccc.calibration.compute.engine; print('torch' in sys.modules)"
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
+    )
     assert result.stdout.strip() == "False"

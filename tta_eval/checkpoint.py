@@ -105,13 +105,19 @@ class Checkpoint:
             raise ValueError(f"checkpoint {str(path)!r} lacks {', '.join(missing)}; pass --overwrite to start over")
         checkpoint = cls(**{name: payload[name] for name in names})
         expected = {field.name: {"str": str, "int": int}.get(str(field.type), dict) for field in fields(cls)}
-        wrong = [name for name, kind in expected.items() if not isinstance(payload[name], kind) or (kind is int and payload[name] < 0)]
+        wrong = [
+            name
+            for name, kind in expected.items()
+            if not isinstance(payload[name], kind) or (kind is int and payload[name] < 0)
+        ]
         try:
             checkpoint.config_dict()
         except (TypeError, json.JSONDecodeError):
             wrong.append("config")
         if wrong:
-            raise ValueError(f"checkpoint {str(path)!r} has malformed entries ({', '.join(sorted(set(wrong)))}); pass --overwrite to start over")
+            raise ValueError(
+                f"checkpoint {str(path)!r} has malformed entries ({', '.join(sorted(set(wrong)))}); pass --overwrite to start over"
+            )
         return checkpoint
 
 
@@ -191,7 +197,9 @@ def write_checkpoint(path: Path, payload: Mapping[str, Any]) -> int:
         with contextlib.suppress(OSError):
             temporary.unlink()
         reason = error.strerror or str(error)
-        raise OSError(error.errno, f"{reason}; the checkpoint was not written (the previous one, if any, is kept)", str(path)) from None
+        raise OSError(
+            error.errno, f"{reason}; the checkpoint was not written (the previous one, if any, is kept)", str(path)
+        ) from None
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
@@ -210,7 +218,9 @@ def read_checkpoint(run_dir: Path, device: str | torch.device = "cpu") -> Checkp
     try:
         payload = load_torch_file(path, "checkpoint", map_location=device)
     except NotPlainDataError as error:
-        raise ValueError(f"{error}, as checkpoints of format 1 (older tta-eval) do; pass --overwrite to start over") from None
+        raise ValueError(
+            f"{error}, as checkpoints of format 1 (older tta-eval) do; pass --overwrite to start over"
+        ) from None
     except ValueError as error:
         raise ValueError(f"{error}; pass --overwrite to start over") from None
     return Checkpoint.from_payload(payload, path)
@@ -312,7 +322,13 @@ class Checkpointer:
     """
 
     def __init__(
-        self, run_dir: Path, every: int, config: str, records: Mapping[str, TextIO], extra: Mapping[str, Any] | None = None, start: int = 0
+        self,
+        run_dir: Path,
+        every: int,
+        config: str,
+        records: Mapping[str, TextIO],
+        extra: Mapping[str, Any] | None = None,
+        start: int = 0,
     ) -> None:
         if every <= 0:
             raise ValueError(f"checkpoint interval must be a positive number of samples, got {every!r}")
@@ -340,7 +356,9 @@ class Checkpointer:
                 handle.flush()
                 os.fsync(handle.fileno())
             except OSError as error:
-                message = f"{error.strerror or error}; the checkpoint was not written (the previous one, if any, is kept)"
+                message = (
+                    f"{error.strerror or error}; the checkpoint was not written (the previous one, if any, is kept)"
+                )
                 raise OSError(error.errno, message, handle.name) from None
             sizes[label] = os.fstat(handle.fileno()).st_size
         checkpoint = Checkpoint(

@@ -56,7 +56,11 @@ def _add_precision_arguments(parser: argparse.ArgumentParser) -> None:
         default="fp32",
         help="arithmetic of the methods' forward passes: fp32, or autocast to bf16 / fp16 (fp16 with loss scaling); needs a CUDA device",
     )
-    group.add_argument("--channels-last", action="store_true", help="models and images in channels-last memory format (faster convolutions on recent GPUs); needs a CUDA device")
+    group.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="models and images in channels-last memory format (faster convolutions on recent GPUs); needs a CUDA device",
+    )
 
 
 def _check_precision(arguments: argparse.Namespace) -> None:
@@ -70,7 +74,9 @@ def _check_precision(arguments: argparse.Namespace) -> None:
         import torch
 
         if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
-            raise ValueError(f"--precision bf16: {torch.cuda.get_device_name()} does not support bfloat16; use --precision fp16")
+            raise ValueError(
+                f"--precision bf16: {torch.cuda.get_device_name()} does not support bfloat16; use --precision fp16"
+            )
 
 
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +111,10 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="torchvision weights name (IMAGENET1K_V1 for resnet50 by default, DEFAULT, none) or a state_dict file",
     )
     parser.add_argument(
-        "--normalization", choices=("auto", "imagenet", "none"), default="auto", help="input normalisation inside the model (auto: ImageNet's for torchvision models, the model's pretrained_cfg mean/std for timm models)"
+        "--normalization",
+        choices=("auto", "imagenet", "none"),
+        default="auto",
+        help="input normalisation inside the model (auto: ImageNet's for torchvision models, the model's pretrained_cfg mean/std for timm models)",
     )
     parser.add_argument(
         "--demo",
@@ -113,13 +122,20 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="the demo world's model (ccc.demo:demo_model, docs/demo.md), for streams made with ccc-generate --demo",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:INDEX")
-    parser.add_argument("--batch-size", type=int, default=64, help="samples per batch (each method predicts, then adapts, once per batch)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="samples per batch (each method predicts, then adapts, once per batch)",
+    )
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers for image folders")
     parser.add_argument("--image-size", type=int, default=224, help="centre-crop size for image folders")
     parser.add_argument("--shuffle-seed", type=int, default=0, help="fixed shuffling of image folders")
     parser.add_argument("--no-shuffle", action="store_true", help="read image folders in sorted (class) order")
     parser.add_argument(
-        "--skip-bad-images", action="store_true", help="image folders: exclude unreadable images (all checked before the run) instead of stopping"
+        "--skip-bad-images",
+        action="store_true",
+        help="image folders: exclude unreadable images (all checked before the run) instead of stopping",
     )
     parser.add_argument(
         "--classes",
@@ -134,7 +150,9 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="ccc: run folders: do not compare each shard's sha256 with the manifest's before reading it (verified by default, "
         "about 3 %% of a run's time; sizes, keys and counts are still checked)",
     )
-    parser.add_argument("--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)")
+    parser.add_argument(
+        "--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)"
+    )
     parser.add_argument(
         "--domain-key",
         default=None,
@@ -164,12 +182,17 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: 5 windows, at most {DEFAULT_COLLAPSE_SPAN:,})",
     )
     parser.add_argument(
-        "--nonfinite-loss", choices=("continue", "stop"), default="continue", help="on a NaN/inf adaptation loss: skip that update and go on, or stop the run"
+        "--nonfinite-loss",
+        choices=("continue", "stop"),
+        default="continue",
+        help="on a NaN/inf adaptation loss: skip that update and go on, or stop the run",
     )
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder holding run folders")
     parser.add_argument("--name", default=None, help="run folder name (default: from the stream)")
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace an existing run folder (an unfinished run of the same command is resumed without it)"
+        "--overwrite",
+        action="store_true",
+        help="replace an existing run folder (an unfinished run of the same command is resumed without it)",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -192,7 +215,11 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         "ℓ until ready for the next batch, e.g. tent=1+1.43); repeatable; switches to deterministic timing",
     )
     timing.add_argument(
-        "--costs", type=Path, default=None, metavar="FILE", help="deterministic costs from a cost table or run folder (costs.json)"
+        "--costs",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="deterministic costs from a cost table or run folder (costs.json)",
     )
     timing.add_argument(
         "--baseline-latency-ms",
@@ -202,10 +229,16 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         "the cost model's λ (default: measured, mean + 6σ of timed calls)",
     )
     timing.add_argument(
-        "--calibration-calls", type=int, default=DEFAULT_CALIBRATION_CALLS, help=f"timed calls calibrating λ (after {DEFAULT_WARMUP_CALLS} warm-up calls)"
+        "--calibration-calls",
+        type=int,
+        default=DEFAULT_CALIBRATION_CALLS,
+        help=f"timed calls calibrating λ (after {DEFAULT_WARMUP_CALLS} warm-up calls)",
     )
     timing.add_argument(
-        "--warmup-calls", type=int, default=DEFAULT_WARMUP_CALLS, help="untimed method calls on the first batch before measuring"
+        "--warmup-calls",
+        type=int,
+        default=DEFAULT_WARMUP_CALLS,
+        help="untimed method calls on the first batch before measuring",
     )
 
 
@@ -220,9 +253,17 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help="runs at once on a local Ray cluster of N CPUs; 1 runs them one after the other in this process without Ray "
         "(not --num-workers, the DataLoader's)",
     )
-    cluster.add_argument("--ray-address", metavar="ADDR", help="run on an existing Ray cluster (auto, host:port or ray://host:port); run folders must be on a file system every node shares")
     cluster.add_argument(
-        "--gpus-per-task", type=float, default=None, metavar="F", help="with --device cuda on Ray: GPUs each run asks for (default 1; a fraction in (0, 1] shares a GPU)"
+        "--ray-address",
+        metavar="ADDR",
+        help="run on an existing Ray cluster (auto, host:port or ray://host:port); run folders must be on a file system every node shares",
+    )
+    cluster.add_argument(
+        "--gpus-per-task",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --device cuda on Ray: GPUs each run asks for (default 1; a fraction in (0, 1] shares a GPU)",
     )
 
 
@@ -239,7 +280,9 @@ def _open_executor(arguments: argparse.Namespace) -> tuple[AbstractContextManage
 def _per_stream(arguments: argparse.Namespace) -> list[argparse.Namespace]:
     """One namespace per ``--stream`` (each run's stream-dependent defaults follow its own stream)."""
     if len(arguments.stream) > 1 and arguments.name is not None:
-        raise ValueError(f"--name names one run folder, but {len(arguments.stream)} streams were given: leave it out (each run folder is named after its stream)")
+        raise ValueError(
+            f"--name names one run folder, but {len(arguments.stream)} streams were given: leave it out (each run folder is named after its stream)"
+        )
     return [argparse.Namespace(**{**vars(arguments), "stream": stream}) for stream in arguments.stream]
 
 
@@ -264,8 +307,14 @@ RUN_EXAMPLES = (
     ),
 )
 COMPARE_EXAMPLES = (
-    ("tta-eval compare results", "every run folder below results/ (at any depth; name run folders or a glob when two hold the same method on one stream)"),
-    ("tta-eval compare results/demo_* --out comparison_demo", "the run folders a glob names, table and plot in comparison_demo/"),
+    (
+        "tta-eval compare results",
+        "every run folder below results/ (at any depth; name run folders or a glob when two hold the same method on one stream)",
+    ),
+    (
+        "tta-eval compare results/demo_* --out comparison_demo",
+        "the run folders a glob names, table and plot in comparison_demo/",
+    ),
     ("tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43 results/discrete", "two run folders"),
 )
 """Example commands ending the help of ``run`` and ``compare``."""
@@ -309,7 +358,10 @@ def _build_parser() -> argparse.ArgumentParser:
         description="A grid of protocol runs over one stream: results table, best-method map, utility plots.",
         formatter_class=HelpFormatter,
         epilog=examples(
-            (f"tta-eval sweep --stream {DEMO_STREAM} --method bn --method tent --speeds 1,0.5,0.25 --name sweep_speeds", "Alfarra et al.'s stream speeds"),
+            (
+                f"tta-eval sweep --stream {DEMO_STREAM} --method bn --method tent --speeds 1,0.5,0.25 --name sweep_speeds",
+                "Alfarra et al.'s stream speeds",
+            ),
             (
                 f"tta-eval sweep --stream {DEMO_STREAM} --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200 --name sweep_tempora",
                 "Tempora's discrete and continuous scenarios",
@@ -321,9 +373,17 @@ def _build_parser() -> argparse.ArgumentParser:
     grids = sweep.add_argument_group("grids (comma-separated; at least one)")
     for entry in protocol_entries():
         if entry.sweep is not None:
-            grids.add_argument(entry.sweep.option, dest=f"grid_{entry.name}", default="", metavar=entry.sweep.metavar, help=entry.sweep.help)
+            grids.add_argument(
+                entry.sweep.option,
+                dest=f"grid_{entry.name}",
+                default="",
+                metavar=entry.sweep.metavar,
+                help=entry.sweep.help,
+            )
     for entry in protocol_entries():
-        shared = (option for option in entry.options if entry.sweep is not None and option.flag in entry.sweep.shared_options)
+        shared = (
+            option for option in entry.options if entry.sweep is not None and option.flag in entry.sweep.shared_options
+        )
         for option in shared:
             grids.add_argument(option.flag, default=None, **option.arguments)
 
@@ -333,13 +393,26 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Tempora's continuous utility of saved runs for other thresholds T (from their timing traces).",
         formatter_class=HelpFormatter,
         epilog=examples(
-            ("tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 50 --threshold-ms 400", "README command 1's run, λ stored with it"),
-            ("tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 100 --baseline-latency-ms 20 --json scores.json", "another λ, scores also as JSON"),
+            (
+                "tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 50 --threshold-ms 400",
+                "README command 1's run, λ stored with it",
+            ),
+            (
+                "tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 100 --baseline-latency-ms 20 --json scores.json",
+                "another λ, scores also as JSON",
+            ),
         ),
     )
     rescore.add_argument("runs", nargs="+", type=Path, help="run folders of protocol offline or continuous")
-    rescore.add_argument("--threshold-ms", type=float, action="append", required=True, metavar="T", help="threshold T in ms (repeatable)")
-    rescore.add_argument("--baseline-latency-ms", type=float, default=None, help="λ, the plain model's latency per batch in ms (default: the run's)")
+    rescore.add_argument(
+        "--threshold-ms", type=float, action="append", required=True, metavar="T", help="threshold T in ms (repeatable)"
+    )
+    rescore.add_argument(
+        "--baseline-latency-ms",
+        type=float,
+        default=None,
+        help="λ, the plain model's latency per batch in ms (default: the run's)",
+    )
     rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here (default: none)")
 
     compare = commands.add_parser(
@@ -350,9 +423,17 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=examples(*COMPARE_EXAMPLES),
     )
     compare.add_argument(
-        "runs", nargs="+", type=Path, help="run folders written by 'tta-eval run', folders holding them (any depth) or glob patterns"
+        "runs",
+        nargs="+",
+        type=Path,
+        help="run folders written by 'tta-eval run', folders holding them (any depth) or glob patterns",
     )
-    compare.add_argument("--out", type=Path, default=Path("comparison"), help="folder for table (comparison.md) and plot (accuracy.png/.svg)")
+    compare.add_argument(
+        "--out",
+        type=Path,
+        default=Path("comparison"),
+        help="folder for table (comparison.md) and plot (accuracy.png/.svg)",
+    )
 
     methods = commands.add_parser(
         "methods",
@@ -373,7 +454,9 @@ def _collapse_reference(text: str) -> str | float | None:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"--collapse-reference must be 'source', 'none' or an accuracy in [0, 1], got {text!r}") from None
+        raise ValueError(
+            f"--collapse-reference must be 'source', 'none' or an accuracy in [0, 1], got {text!r}"
+        ) from None
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"--collapse-reference accuracy must be in [0, 1], got {value}")
     return value
@@ -424,14 +507,20 @@ def _cost_model(arguments: argparse.Namespace) -> CostModel | None:
         if not separator or not label:
             raise ValueError(f"--cost must look like LABEL=COST (units of λ), e.g. tent=2.5; got {text!r}")
         if label in given:
-            raise ValueError(f"--cost {label} is given twice ({label}={given[label]} and {label}={value}); give it once")
+            raise ValueError(
+                f"--cost {label} is given twice ({label}={given[label]} and {label}={value}); give it once"
+            )
         given[label] = value
         costs[label] = MethodCost.parse(value)
     if latency is None:
         if base is None:
             raise ValueError("--cost needs λ: give --baseline-latency-ms (ms) or a cost table with --costs")
         latency = base.baseline_latency
-    origin = base.origin if base is not None and not arguments.cost else ("given" if base is None else f"{base.origin} + --cost")
+    origin = (
+        base.origin
+        if base is not None and not arguments.cost
+        else ("given" if base is None else f"{base.origin} + --cost")
+    )
     plain = base.plain if base is not None else PLAIN_MODEL_COST
     return CostModel(latency, tuple(costs.items()), plain, origin)
 
@@ -473,7 +562,9 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
         max_samples=arguments.max_samples,
         protocol=protocol,
         cost_model=cost_model,
-        baseline_latency=None if cost_model is not None else seconds_from_ms("--baseline-latency-ms", arguments.baseline_latency_ms),
+        baseline_latency=None
+        if cost_model is not None
+        else seconds_from_ms("--baseline-latency-ms", arguments.baseline_latency_ms),
         calibration_calls=arguments.calibration_calls,
         warmup_calls=arguments.warmup_calls,
         window=arguments.window,
@@ -513,7 +604,10 @@ def _run(arguments: argparse.Namespace) -> int:
     def report(experiment: ResolvedExperiment, folder: Path | None, error: BaseException | None) -> None:
         finished.append(experiment)
         outcome = f"written to {folder}" if error is None else f"failed: {type(error).__name__}: {error}"
-        print(f"[{len(finished)}/{len(resolved)}] run {experiment.settings.resolved_run_name()}: {' '.join(outcome.split())}", flush=True)
+        print(
+            f"[{len(finished)}/{len(resolved)}] run {experiment.settings.resolved_run_name()}: {' '.join(outcome.split())}",
+            flush=True,
+        )
 
     executor_context, options = _open_executor(arguments)
     with executor_context as executor:
@@ -578,15 +672,23 @@ def _sweep(arguments: argparse.Namespace) -> int:
     from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
 
     if len(arguments.stream) > 1:
-        raise ValueError(f"a sweep runs over one stream, got {len(arguments.stream)} --stream; run one sweep per stream")
+        raise ValueError(
+            f"a sweep runs over one stream, got {len(arguments.stream)} --stream; run one sweep per stream"
+        )
     arguments = _per_stream(arguments)[0]
     resolved = resolve_experiment(_experiment_settings(arguments, OfflineProtocol(**_episode_settings(arguments))))
     for note in resolved.notes:
         print(note)
     swept = [entry for entry in protocol_entries() if entry.sweep is not None]
-    grids = tuple((entry.name, _grid(entry.sweep.option, getattr(arguments, f"grid_{entry.name}"), entry.sweep.unit)) for entry in swept)
+    grids = tuple(
+        (entry.name, _grid(entry.sweep.option, getattr(arguments, f"grid_{entry.name}"), entry.sweep.unit))
+        for entry in swept
+    )
     shared = tuple(
-        (option.flag, getattr(arguments, option.dest)) for entry in swept for option in entry.options if option.flag in entry.sweep.shared_options
+        (option.flag, getattr(arguments, option.dest))
+        for entry in swept
+        for option in entry.options
+        if option.flag in entry.sweep.shared_options
     )
     settings = SweepSettings(experiment=resolved.settings, grids=grids, options=shared)
     executor_context, options = _open_executor(arguments)
@@ -659,7 +761,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     handlers = {"run": _run, "sweep": _sweep, "rescore": _rescore, "compare": _compare, "methods": _methods}
     user_errors = (ValueError, OSError, RayUnavailableError, TaskFailedError)
-    return run_command(PROGRAM, lambda: handlers[arguments.command](arguments), user_errors, stopped=(NonFiniteLossError,))
+    return run_command(
+        PROGRAM, lambda: handlers[arguments.command](arguments), user_errors, stopped=(NonFiniteLossError,)
+    )
 
 
 if __name__ == "__main__":

@@ -47,12 +47,16 @@ def task_options(device: str, distributed: bool, gpus_per_task: float | None = N
     if gpus_per_task is not None and not cuda:
         raise ValueError(f"--gpus-per-task applies to --device cuda, got --device {device}")
     if cuda and distributed and device != "cuda":
-        raise ValueError(f"--device {device} names a GPU of this machine; on a Ray cluster give --device cuda (each run is given its own GPU)")
+        raise ValueError(
+            f"--device {device} names a GPU of this machine; on a Ray cluster give --device cuda (each run is given its own GPU)"
+        )
     gpus = (1.0 if gpus_per_task is None else gpus_per_task) if cuda else 0.0
     if cuda and gpus <= 0:
         raise ValueError(f"--gpus-per-task must be > 0, got {gpus_per_task:g}")
     try:
-        return TaskOptions(cpus=1.0, gpus=gpus, retry_exceptions=(), working_directory=str(Path.cwd()) if distributed else None)
+        return TaskOptions(
+            cpus=1.0, gpus=gpus, retry_exceptions=(), working_directory=str(Path.cwd()) if distributed else None
+        )
     except ValueError as error:
         raise ValueError(f"--gpus-per-task: {error}") from None
 

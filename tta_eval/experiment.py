@@ -346,22 +346,47 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
         if demo:
             notes.append(f"demo world stream: evaluating the demo model ({DEMO_MODEL}, docs/demo.md)")
     _check_world_model(model, stream, settings.stream)
-    samples = stream.samples if settings.max_samples is None else min(settings.max_samples, stream.samples or settings.max_samples)
+    samples = (
+        stream.samples
+        if settings.max_samples is None
+        else min(settings.max_samples, stream.samples or settings.max_samples)
+    )
     window = settings.window if settings.window is not None else fitted_window(samples)
-    span = settings.collapse_span if settings.collapse_span is not None else min(DEFAULT_COLLAPSE_SPAN, COLLAPSE_SPAN_WINDOWS * window)
-    fitted = [text for text, given in ((f"window {window:,} samples", settings.window), (f"collapse span {span:,}", settings.collapse_span)) if given is None]
+    span = (
+        settings.collapse_span
+        if settings.collapse_span is not None
+        else min(DEFAULT_COLLAPSE_SPAN, COLLAPSE_SPAN_WINDOWS * window)
+    )
+    fitted = [
+        text
+        for text, given in (
+            (f"window {window:,} samples", settings.window),
+            (f"collapse span {span:,}", settings.collapse_span),
+        )
+        if given is None
+    ]
     if fitted:
-        basis = f"fitted to the stream's {samples:,} samples" if samples is not None else "the paper's values; stream length unknown"
+        basis = (
+            f"fitted to the stream's {samples:,} samples"
+            if samples is not None
+            else "the paper's values; stream length unknown"
+        )
         notes.append(f"{' and '.join(fitted)} ({basis}; --window, --collapse-span to change)")
     if settings.checkpoint_every is None and (samples is None or samples > DEFAULT_CHECKPOINT_EVERY):
-        notes.append(f"checkpoint every {DEFAULT_CHECKPOINT_EVERY:,} samples, to resume the run if it is interrupted (--checkpoint-every to change, 0: none)")
+        notes.append(
+            f"checkpoint every {DEFAULT_CHECKPOINT_EVERY:,} samples, to resume the run if it is interrupted (--checkpoint-every to change, 0: none)"
+        )
     run_name = settings.run_name or default_run_name(stream)
-    resolved = dataclasses.replace(settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name)
+    resolved = dataclasses.replace(
+        settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name
+    )
     notes += _reset_notes(resolved.resolved_methods(), settings.stream_options.batch_size, samples)
     return ResolvedExperiment(resolved, stream, tuple(notes))
 
 
-def resolved_config(settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream: StreamDescription) -> dict[str, Any]:
+def resolved_config(
+    settings: ExperimentSettings, methods: tuple[MethodSpec, ...], stream: StreamDescription
+) -> dict[str, Any]:
     """JSON-serialisable record of everything that determined the run; stream: what is known of the
     stream (``describe_stream_source``): its name, and how its bytes were verified ("sha256" or None)."""
     method_configs = {}
@@ -446,7 +471,9 @@ def _baseline_latency(
     return BaselineLatency(calibration.baseline_latency, "calibrated", calibration), stream
 
 
-def check_model_classes(model: torch.nn.Module, batch: Any, device: torch.device, num_classes: int | None, model_name: str) -> None:
+def check_model_classes(
+    model: torch.nn.Module, batch: Any, device: torch.device, num_classes: int | None, model_name: str
+) -> None:
     """Refuse a model whose logits do not fit the stream's labels.
 
     One forward pass (no gradients; the model is in evaluation mode, so nothing changes) on the first
@@ -462,7 +489,9 @@ def check_model_classes(model: torch.nn.Module, batch: Any, device: torch.device
         )
     highest = int(batch.labels.max())
     if highest >= width:
-        raise ValueError(f"model {model_name!r} predicts {width:,} classes, but the stream has label {highest:,}; choose a model for these classes")
+        raise ValueError(
+            f"model {model_name!r} predicts {width:,} classes, but the stream has label {highest:,}; choose a model for these classes"
+        )
 
 
 def _measured_costs(tables: dict[str, RecordTable], baseline_latency: float, run_name: str) -> CostModel | None:
@@ -556,7 +585,9 @@ def _run_in_folder(
         else:
             check_checkpoint_config(run_dir, checkpoint, config)
     if checkpoint is not None:
-        return _resume_run(settings, run_dir, methods, timing, device, checkpoint, resolved.stream.samples, model, notify)
+        return _resume_run(
+            settings, run_dir, methods, timing, device, checkpoint, resolved.stream.samples, model, notify
+        )
     stream = open_stream_source(settings.stream, settings.stream_options)
     if settings.max_samples is not None:
         stream = limit_samples(stream, settings.max_samples)
@@ -572,7 +603,9 @@ def _run_in_folder(
     write_config(run_dir, config)
     tables = {label: RecordTable() for label in modules}
     handles = {label: open_records(run_dir, label) for label in modules}
-    return _record_run(settings, run_dir, methods, timing, device, latency, model_sha256(model), modules, stream, tables, handles, None)
+    return _record_run(
+        settings, run_dir, methods, timing, device, latency, model_sha256(model), modules, stream, tables, handles, None
+    )
 
 
 def _resume_run(
@@ -615,13 +648,17 @@ def _resume_run(
         for handle in handles.values():
             handle.close()
         raise
-    return _record_run(settings, run_dir, methods, timing, device, latency, digest, modules, stream, tables, handles, checkpoint)
+    return _record_run(
+        settings, run_dir, methods, timing, device, latency, digest, modules, stream, tables, handles, checkpoint
+    )
 
 
 def _saved_latency(saved: dict[str, Any]) -> BaselineLatency:
     """The ``BaselineLatency`` a checkpoint holds as ``dataclasses.asdict``."""
     calibration = saved["calibration"]
-    return BaselineLatency(saved["seconds"], saved["source"], None if calibration is None else LatencyCalibration(**calibration))
+    return BaselineLatency(
+        saved["seconds"], saved["source"], None if calibration is None else LatencyCalibration(**calibration)
+    )
 
 
 def _record_run(
@@ -646,7 +683,14 @@ def _record_run(
     checkpointer = None
     if every:
         config_text = (run_dir / CONFIG_FILE).read_text()
-        checkpointer = Checkpointer(run_dir, every, config_text, handles, {"baseline_latency": dataclasses.asdict(latency), "model_sha256": model_digest}, start)
+        checkpointer = Checkpointer(
+            run_dir,
+            every,
+            config_text,
+            handles,
+            {"baseline_latency": dataclasses.asdict(latency), "model_sha256": model_digest},
+            start,
+        )
     try:
         context = RunContext(
             device,
@@ -665,7 +709,9 @@ def _record_run(
                 writers[record.method].write(record)
             except OSError as error:
                 path = records_path(run_dir, record.method)
-                raise OSError(error.errno, f"{error.strerror or error}; run {run_dir.name!r} is incomplete", str(path)) from error
+                raise OSError(
+                    error.errno, f"{error.strerror or error}; run {run_dir.name!r} is incomplete", str(path)
+                ) from error
             tables[record.method].append(record)
         for handle in handles.values():
             handle.close()
@@ -749,7 +795,9 @@ class SweepSettings:
                 raise ValueError(f"protocol {name!r} has no sweep axis; protocols that can be swept: {swept}")
         if len(set(names)) != len(names):
             raise ValueError(f"each protocol may have one grid, got {', '.join(names)}")
-        shared = [flag for entry in protocol_entries() if entry.sweep is not None for flag in entry.sweep.shared_options]
+        shared = [
+            flag for entry in protocol_entries() if entry.sweep is not None for flag in entry.sweep.shared_options
+        ]
         unknown = sorted(set(dict(self.options)) - set(shared))
         if unknown:
             raise ValueError(f"sweep options must be among {', '.join(shared)}, got {', '.join(unknown)}")
@@ -813,7 +861,13 @@ def _plot_sweep(rows: list[dict[str, Any]], sweep_dir: Path) -> list[Path]:
             utilities.append(float(row["utility"]) if row["utility"] is not None else float("nan"))
         values = [float(row["parameter"]) for row in selected]
         log_x = min(values) > 0 and max(values) / min(values) > 10
-        paths += plot_utility_curves(curves, axis_label, sweep_dir / f"{UTILITY_STEM}{protocol}", title=f"utility against {axis_label} ({protocol} protocol)", log_x=log_x)
+        paths += plot_utility_curves(
+            curves,
+            axis_label,
+            sweep_dir / f"{UTILITY_STEM}{protocol}",
+            title=f"utility against {axis_label} ({protocol} protocol)",
+            log_x=log_x,
+        )
     return paths
 
 
@@ -823,7 +877,9 @@ def _on_run_device(function: Callable[..., Any], settings: ExperimentSettings, m
     return function(settings, model.to(resolve_device(settings.device)))
 
 
-def run_sweep(settings: SweepSettings, executor: Executor | None = None, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> Path:
+def run_sweep(
+    settings: SweepSettings, executor: Executor | None = None, options: TaskOptions = DEFAULT_TASK_OPTIONS
+) -> Path:
     """Run every scenario of ``settings`` and write the sweep folder (see the module docstring); returns it.
 
     The model is loaded once and shared by all scenario runs. executor: where λ is calibrated and
@@ -839,7 +895,9 @@ def run_sweep(settings: SweepSettings, executor: Executor | None = None, options
         return _sweep_in_folder(settings, resolved, sweep_dir, executor, options)
 
 
-def _sweep_in_folder(settings: SweepSettings, resolved: ResolvedExperiment, sweep_dir: Path, executor: Executor, options: TaskOptions) -> Path:
+def _sweep_in_folder(
+    settings: SweepSettings, resolved: ResolvedExperiment, sweep_dir: Path, executor: Executor, options: TaskOptions
+) -> Path:
     """``run_sweep`` once it holds the lock of ``sweep_dir``."""
     base = resolved.settings
     prepare_sweep_folder(sweep_dir, base.overwrite)
@@ -847,7 +905,9 @@ def _sweep_in_folder(settings: SweepSettings, resolved: ResolvedExperiment, swee
     executor.check_resources(options)
     model = load_model(base.model, torch.device("cpu") if executor.distributed else resolve_device(base.device))
     model_handle = executor.put(model)
-    latency = executor.get(executor.submit(_on_run_device, _sweep_baseline_latency, base, model_handle, options=options))
+    latency = executor.get(
+        executor.submit(_on_run_device, _sweep_baseline_latency, base, model_handle, options=options)
+    )
     scenarios = []
     for name, protocol in settings.scenarios():
         logger.info("sweep scenario %s", name)
@@ -864,7 +924,10 @@ def _sweep_in_folder(settings: SweepSettings, resolved: ResolvedExperiment, swee
     runs = [load_run(executor.get(handle)) for handle in scenarios]
     rows = sweep_rows(runs)
     write_rows_csv(rows, sweep_dir / SWEEP_RESULTS_CSV)
-    scenario_tables = "\n".join(scores_table({label: method.get("protocol_scores", []) for label, method in run.summary["methods"].items()}) for run in runs)
+    scenario_tables = "\n".join(
+        scores_table({label: method.get("protocol_scores", []) for label, method in run.summary["methods"].items()})
+        for run in runs
+    )
     (sweep_dir / SWEEP_RESULTS_MARKDOWN).write_text(
         f"Utility (%) per method and scenario, over all domains (best in bold); timing: {base.timing(base.device).mode}, "
         f"λ = {1e3 * latency.seconds:.4g} ms ({latency.source}).\n\n" + sweep_table(rows) + "\n" + scenario_tables

@@ -45,9 +45,13 @@ def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
     try:
         dataset = _CheckedImageFolder(str(root), options.classes, transform=transform)
     except FileNotFoundError as error:
-        raise ValueError(f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}") from None
+        raise ValueError(
+            f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}"
+        ) from None
     if not dataset.samples:
-        raise ValueError(f"stream folder {location!r}: none of the {len(dataset.classes)} classes of --classes has a folder with images")
+        raise ValueError(
+            f"stream folder {location!r}: none of the {len(dataset.classes)} classes of --classes has a folder with images"
+        )
     if options.skip_bad_images:
         _exclude_unreadable(dataset, root)
     generator = None
@@ -77,7 +81,9 @@ class _CheckedImageFolder(torchvision.datasets.ImageFolder):
     def find_classes(self, directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
         folders = class_folder_images(directory, torchvision.datasets.folder.IMG_EXTENSIONS)
         if not folders:
-            raise FileNotFoundError(f"no class folder holding images ({', '.join(torchvision.datasets.folder.IMG_EXTENSIONS)})")
+            raise FileNotFoundError(
+                f"no class folder holding images ({', '.join(torchvision.datasets.folder.IMG_EXTENSIONS)})"
+            )
         listed = None if self.class_file is None else read_class_list(self.class_file)
         classes = list(class_list(list(folders), listed, f"stream folder {str(directory)!r}", subset=True))
         return classes, {name: index for index, name in enumerate(classes)}

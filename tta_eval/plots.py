@@ -62,7 +62,14 @@ alternate between two rows (up to 8 segments) or are rotated (more)."""
 def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float, named: bool = True) -> None:
     """Alternately shade the segments, mark their boundaries and (``named``) name them on top axes."""
     for index, segment in enumerate(segments):
-        axes.axvspan(segment.first_sample, segment.end_sample, color=SEGMENT_SHADE, alpha=SEGMENT_ALPHA[index % 2], linewidth=0, zorder=0)
+        axes.axvspan(
+            segment.first_sample,
+            segment.end_sample,
+            color=SEGMENT_SHADE,
+            alpha=SEGMENT_ALPHA[index % 2],
+            linewidth=0,
+            zorder=0,
+        )
         if index:
             axes.axvline(segment.first_sample, color="0.5", linewidth=0.6, linestyle=":", zorder=0.5)
     if not named or len(segments) > LABELLED_SEGMENTS:
@@ -134,7 +141,9 @@ def accuracy_figure(
     if segments:
         _shade_segments(axes, segments, max(segment.end_sample for segment in segments))
     seen: dict[str, int] = {}
-    entries = [(label, curve, True) for label, curve in references.items()] + [(label, curve, False) for label, curve in curves.items()]
+    entries = [(label, curve, True) for label, curve in references.items()] + [
+        (label, curve, False) for label, curve in curves.items()
+    ]
     line_styles: dict[str, str] = {}
     for label, curve, is_reference in entries:
         if not curve.accuracy.size:
@@ -142,7 +151,9 @@ def accuracy_figure(
         method = methods.get(label, label).split(":", 1)[0]
         repeat = seen.get(method, 0)
         seen[method] = repeat + 1
-        style = line_styles[label] = styles.get(label, LINE_STYLES[(repeat + (1 if is_reference else 0)) % len(LINE_STYLES)])
+        style = line_styles[label] = styles.get(
+            label, LINE_STYLES[(repeat + (1 if is_reference else 0)) % len(LINE_STYLES)]
+        )
         axes.plot(
             curve.sample_end,
             100 * curve.accuracy,
@@ -254,7 +265,9 @@ def best_method_figure(
                 image[row, column] = to_rgb(colours[method])
                 luminance = float(np.dot(image[row, column], (0.299, 0.587, 0.114)))
                 text_colour = "black" if luminance > 0.6 else "white"
-                axes.text(column, row, f"{100 * utility:.1f}", ha="center", va="center", fontsize="small", color=text_colour)
+                axes.text(
+                    column, row, f"{100 * utility:.1f}", ha="center", va="center", fontsize="small", color=text_colour
+                )
     axes.imshow(image, aspect="auto", interpolation="nearest")
     axes.set_xticks(range(len(scenarios)), scenarios, rotation=35, ha="right", fontsize="small")
     axes.set_yticks(range(len(domains)), domains, fontsize="small")

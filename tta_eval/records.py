@@ -101,7 +101,14 @@ class RecordTable:
         self._flags = {name: array.array("b") for name in ("nonfinite_loss", "reset", "predicted", "adapted")}
         self._floats = {
             name: array.array("d")
-            for name in ("loss", "seconds", "pickup_to_prediction", "prediction_to_ready", "pickup_time", "baseline_seconds")
+            for name in (
+                "loss",
+                "seconds",
+                "pickup_to_prediction",
+                "prediction_to_ready",
+                "pickup_time",
+                "baseline_seconds",
+            )
         }
         self._domains: list[str] = []
         self._domain_names: dict[str, str] = {}
@@ -160,7 +167,9 @@ class RecordTable:
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None or tuple(header) not in (RECORD_COLUMNS, LEGACY_RECORD_COLUMNS):
-                raise ValueError(f"{path} is not a tta_eval record file: header {header}, expected {list(RECORD_COLUMNS)}")
+                raise ValueError(
+                    f"{path} is not a tta_eval record file: header {header}, expected {list(RECORD_COLUMNS)}"
+                )
             for values in reader:
                 row = dict(zip(header, values))
                 table.append(

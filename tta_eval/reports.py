@@ -140,7 +140,9 @@ def plot_run(summary: Mapping[str, Any], run_dir: Path, title: str = "") -> list
     """accuracy.png/.svg of a run: every method's windowed accuracy, the source model dashed, the
     stream's domain segments (corruption pairs) shaded and named; when BN adaptation is one of the
     methods, a second panel shows every other method's difference to it."""
-    curves = {label: WindowedAccuracy.from_json(method["windowed_accuracy"]) for label, method in summary["methods"].items()}
+    curves = {
+        label: WindowedAccuracy.from_json(method["windowed_accuracy"]) for label, method in summary["methods"].items()
+    }
     references = {SOURCE_METHOD: curves.pop(SOURCE_METHOD)} if SOURCE_METHOD in curves else {}
     methods = {label: method["method"] for label, method in summary["methods"].items()}
     segments = [DomainSegment.from_json(segment) for segment in summary.get("domain_segments", [])]
@@ -168,7 +170,12 @@ def adaptation_notes(run: RunResult) -> list[str]:
     for label, entry in run.summary.get("methods", {}).items():
         fraction = entry.get("adapted_fraction")
         config = configs.get(label, {}).get("config", {})
-        if "learning_rate" in config and fraction is not None and not math.isnan(fraction) and fraction < RARE_ADAPTATION_FRACTION:
+        if (
+            "learning_rate" in config
+            and fraction is not None
+            and not math.isnan(fraction)
+            and fraction < RARE_ADAPTATION_FRACTION
+        ):
             fix = ""
             if "redundancy_margin" in config:
                 fix = f"; with few classes try --method {label}{',' if ':' in label else ':'}redundancy_margin={FEW_CLASS_REDUNDANCY_MARGIN}"
@@ -318,12 +325,17 @@ def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "
         if len(distinct) > 1:
             styles[name] = LINE_STYLES[distinct.index(cell.stream) % len(LINE_STYLES)]
     segments = (
-        [DomainSegment.from_json(segment) for segment in cells[0].run.summary.get("domain_segments", [])] if len(distinct) == 1 else []
+        [DomainSegment.from_json(segment) for segment in cells[0].run.summary.get("domain_segments", [])]
+        if len(distinct) == 1
+        else []
     )
-    default_title = f"top-1 accuracy on {distinct[0]}" if len(distinct) == 1 else f"top-1 accuracy on {len(distinct)} streams"
+    default_title = (
+        f"top-1 accuracy on {distinct[0]}" if len(distinct) == 1 else f"top-1 accuracy on {len(distinct)} streams"
+    )
     baseline = BN_METHOD if len(distinct) == 1 else None
-    return plot_accuracy_curves(curves, output_stem, references, title or default_title, methods, segments, styles, baseline)
-
+    return plot_accuracy_curves(
+        curves, output_stem, references, title or default_title, methods, segments, styles, baseline
+    )
 
 
 # --- protocol scores ----------------------------------------------------------------------------------
@@ -352,7 +364,9 @@ def scores_table(method_scores: Mapping[str, Sequence[Mapping[str, Any]]]) -> st
             "|---|" + "|".join("---:" for _ in columns) + "|",
         ]
         for label, score in rows.items():
-            lines.append("| " + " | ".join([label, *(_render(column, score.get(column.key)) for column in columns)]) + " |")
+            lines.append(
+                "| " + " | ".join([label, *(_render(column, score.get(column.key)) for column in columns)]) + " |"
+            )
         sections.append("\n".join(lines) + "\n")
     return "\n".join(sections)
 
@@ -367,9 +381,7 @@ def run_baseline_latency(run: RunResult) -> float | None:
     return run.summary.get("timing", {}).get("baseline_latency_seconds")
 
 
-def rescore_run(
-    run_dir: Path, thresholds: Sequence[float], baseline_latency: float | None = None
-) -> dict[str, Any]:
+def rescore_run(run_dir: Path, thresholds: Sequence[float], baseline_latency: float | None = None) -> dict[str, Any]:
     """Tempora's continuous utility of a saved run for each threshold T (seconds), from its traces.
 
     baseline_latency: λ in seconds; None uses the λ stored with the run. Returns {"run",
@@ -432,8 +444,14 @@ def sweep_rows(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
             for score in scores:
                 axis = get_protocol(score["protocol"]).sweep
                 key = axis.score_key if axis is not None else None
-                details = {name: value for name, value in score.items() if name not in ("scenario", "protocol", "per_domain")}
-                common = {"scenario": score["scenario"], "protocol": score["protocol"], "parameter": score.get(key) if key else None}
+                details = {
+                    name: value for name, value in score.items() if name not in ("scenario", "protocol", "per_domain")
+                }
+                common = {
+                    "scenario": score["scenario"],
+                    "protocol": score["protocol"],
+                    "parameter": score.get(key) if key else None,
+                }
                 rows.append({**common, "domain": ALL_DOMAINS, "method": label, **details})
                 for domain, values in score.get("per_domain", {}).items():
                     rows.append({**common, "domain": domain, "method": label, **values})

@@ -85,7 +85,9 @@ def open_records(run_dir: Path, label: str, keep_bytes: int | None = None) -> Te
     if keep_bytes is None:
         return open(path, "w", newline="", buffering=1)
     if not path.is_file() or path.stat().st_size < keep_bytes:
-        raise ValueError(f"records file {str(path)!r} is shorter than its checkpoint says ({keep_bytes:,} bytes); pass --overwrite to start over")
+        raise ValueError(
+            f"records file {str(path)!r} is shorter than its checkpoint says ({keep_bytes:,} bytes); pass --overwrite to start over"
+        )
     with open(path, "r+b") as handle:
         handle.truncate(keep_bytes)
     return open(path, "a", newline="", buffering=1)
@@ -128,7 +130,9 @@ def _check_no_file_on_the_way(folder: Path, kind: str) -> None:
     """ValueError when ``folder`` or a folder above it is an existing file."""
     for part in (*reversed(folder.parents), folder):
         if part.exists() and not part.is_dir():
-            raise ValueError(f"{kind} folder {str(folder)!r}: {str(part)!r} is an existing file, not a folder; choose another --out or --name")
+            raise ValueError(
+                f"{kind} folder {str(folder)!r}: {str(part)!r} is an existing file, not a folder; choose another --out or --name"
+            )
 
 
 def _holds_files(folder: Path) -> bool:
@@ -203,7 +207,14 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 def clear_run_folder(run_dir: Path) -> None:
     """Remove every output a previous run left in ``run_dir`` (summary first: the folder then reads as
     unfinished until the new run completes), and create it with its records folder."""
-    outputs = [SUMMARY_FILE, CONFIG_FILE, COSTS_FILE, CHECKPOINT_FILE, f".{CHECKPOINT_FILE}.tmp", *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES)]
+    outputs = [
+        SUMMARY_FILE,
+        CONFIG_FILE,
+        COSTS_FILE,
+        CHECKPOINT_FILE,
+        f".{CHECKPOINT_FILE}.tmp",
+        *(PLOT_STEM + suffix for suffix in PLOT_SUFFIXES),
+    ]
     for name in outputs:
         (run_dir / name).unlink(missing_ok=True)
     if (run_dir / RECORDS_FOLDER).is_dir():
@@ -265,7 +276,9 @@ def load_run(run_dir: Path) -> RunResult:
         summary = json.loads(summary_path.read_text())
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"run folder {str(run_dir)!r} has an unreadable {SUMMARY_FILE} or {CONFIG_FILE}: {error}") from None
+        raise ValueError(
+            f"run folder {str(run_dir)!r} has an unreadable {SUMMARY_FILE} or {CONFIG_FILE}: {error}"
+        ) from None
     status = summary.get("status", RUN_COMPLETE if not summary.get("stopped") else RUN_STOPPED)
     if status != RUN_COMPLETE:
         raise ValueError(
@@ -300,7 +313,11 @@ def find_run_folders(paths: Sequence[Path]) -> list[Path]:
             if _is_run_folder(candidate):
                 found[candidate] = None
                 continue
-            nested = sorted({marker.parent for name in (SUMMARY_FILE, CONFIG_FILE) for marker in candidate.rglob(name)}) if candidate.is_dir() else []
+            nested = (
+                sorted({marker.parent for name in (SUMMARY_FILE, CONFIG_FILE) for marker in candidate.rglob(name)})
+                if candidate.is_dir()
+                else []
+            )
             if not nested:
                 raise ValueError(f"{str(candidate)!r} is not a tta-eval run folder (no {SUMMARY_FILE}) and holds none")
             found.update(dict.fromkeys(nested))
@@ -316,11 +333,19 @@ def prepare_sweep_folder(sweep_dir: Path, overwrite: bool) -> Path:
     sit next to the runs of this one if it stops); ValueError for a file in its place, or an existing
     non-empty folder without ``overwrite``."""
     if sweep_dir.exists() and not sweep_dir.is_dir():
-        raise ValueError(f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name")
+        raise ValueError(
+            f"sweep folder {str(sweep_dir)!r} is an existing file, not a folder; choose another --out or --name"
+        )
     if _holds_files(sweep_dir) and not overwrite:
         raise ValueError(f"sweep folder {str(sweep_dir)!r} already exists; choose another --name or pass --overwrite")
     if sweep_dir.is_dir():
-        patterns = (SWEEP_FILE, SWEEP_RESULTS_CSV, SWEEP_RESULTS_MARKDOWN, f"{BEST_METHOD_STEM}.*", f"{UTILITY_STEM}*.*")
+        patterns = (
+            SWEEP_FILE,
+            SWEEP_RESULTS_CSV,
+            SWEEP_RESULTS_MARKDOWN,
+            f"{BEST_METHOD_STEM}.*",
+            f"{UTILITY_STEM}*.*",
+        )
         for pattern in patterns:
             for stale in sweep_dir.glob(pattern):
                 stale.unlink()

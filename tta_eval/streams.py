@@ -71,9 +71,7 @@ def as_batch(item: Any, batch_index: int) -> Batch:
         )
         raise ValueError(f"stream batch {batch_index}: labels must be an integer tensor (N,), got {description}")
     if labels.shape[0] != images.shape[0]:
-        raise ValueError(
-            f"stream batch {batch_index}: {images.shape[0]} images but {labels.shape[0]} labels"
-        )
+        raise ValueError(f"stream batch {batch_index}: {images.shape[0]} images but {labels.shape[0]} labels")
     if labels.shape[0] == 0:
         raise ValueError(f"stream batch {batch_index} is empty (0 samples)")
     return Batch(images, labels.long(), metadata)
@@ -159,7 +157,9 @@ def _skipped(batches: Iterable[Any], samples: int) -> Iterator[Any]:
             return
         dropped += as_batch(item, 0).size
     if dropped != samples:
-        raise ValueError(f"cannot resume the stream at sample {samples:,}: it is not the start of a batch (batch boundary at {dropped:,})")
+        raise ValueError(
+            f"cannot resume the stream at sample {samples:,}: it is not the start of a batch (batch boundary at {dropped:,})"
+        )
     yield from iterator
 
 
@@ -412,7 +412,9 @@ def _open_ccc(location: str, options: StreamOptions, start: int = 0) -> SizedStr
     from ccc.load import open_stream, stream_loader
 
     if not location:
-        raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
+        raise ValueError(
+            "stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43"
+        )
     verify = _ccc_verification(location, options)
     stream = open_stream(location, image_format="float", verify=verify)
     if start and stream.length is not None and start >= stream.length:
@@ -438,7 +440,9 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     from ccc.shards.manifest import ManifestError, load_manifest
 
     if not location:
-        raise ValueError("stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43")
+        raise ValueError(
+            "stream 'ccc:' needs a run folder or shard pattern, e.g. ccc:shards/baseline_20_transition+speed_2000_seed_43"
+        )
     folder = Path(location)
     folder = folder.parent if folder.name == "manifest.json" else folder
     if not folder.is_dir():
@@ -446,7 +450,9 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     try:
         spec = load_manifest(folder).stream
     except FileNotFoundError:
-        raise ValueError(f"stream folder {location!r} has no manifest.json; pass a run folder written by ccc-generate or shard files") from None
+        raise ValueError(
+            f"stream folder {location!r} has no manifest.json; pass a run folder written by ccc-generate or shard files"
+        ) from None
     except ManifestError as error:
         raise ValueError(str(error)) from None
     demo = is_demo_stream(spec)
@@ -530,16 +536,22 @@ def parse_render_location(location: str) -> RenderRequest:
     owner = "stream 'ccc-render:'"
     parts = [part.strip() for part in location.split(OPTION_SEPARATOR)] if location.strip() else []
     if "" in parts:
-        raise ValueError(f"options of {owner} must be key=value pairs separated by {OPTION_SEPARATOR!r}, got an empty one in {location!r}")
+        raise ValueError(
+            f"options of {owner} must be key=value pairs separated by {OPTION_SEPARATOR!r}, got an empty one in {location!r}"
+        )
     bare = [part for part in parts if "=" not in part]
     values = parse_options(OPTION_SEPARATOR.join(part for part in parts if "=" in part), owner)
     demo = "demo" in bare
     folders = [part for part in bare if part != "demo"]
     if not parts or len(folders) > 1:
-        raise ValueError(f"stream 'ccc-render:' needs a stream definition or one run folder, e.g. {RENDER_EXAMPLE}; got {location!r}")
+        raise ValueError(
+            f"stream 'ccc-render:' needs a stream definition or one run folder, e.g. {RENDER_EXAMPLE}; got {location!r}"
+        )
     unknown = sorted(set(values) - set(DEFINITION_KEYS) - set(RENDER_OPTIONS))
     if unknown:
-        raise ValueError(f"unknown ccc-render option(s) {', '.join(unknown)}; valid: {', '.join(sorted({*DEFINITION_KEYS, *RENDER_OPTIONS}))}")
+        raise ValueError(
+            f"unknown ccc-render option(s) {', '.join(unknown)}; valid: {', '.join(sorted({*DEFINITION_KEYS, *RENDER_OPTIONS}))}"
+        )
     start = values.pop("start", 0)
     check_non_negative_int("start", start)
     imagenet = values.pop("imagenet", None)
@@ -550,14 +562,22 @@ def parse_render_location(location: str) -> RenderRequest:
     calibrated = (_run_folder_kind(folders[0]) if folders else values.get("kind", CCC_KIND)) == CCC_KIND
     if demo:
         if imagenet is not None or calibration is not None:
-            raise ValueError("stream 'ccc-render:demo' renders the demo world's images with its table: do not give imagenet= or calibration=")
+            raise ValueError(
+                "stream 'ccc-render:demo' renders the demo world's images with its table: do not give imagenet= or calibration="
+            )
         calibration = str(demo_calibration_path()) if calibrated else None
     elif calibration is None and calibrated:
-        raise ValueError(f"stream 'ccc-render:' needs calibration=PATH (a calibration table, .npz) outside the demo world, e.g. {RENDER_EXAMPLE}")
+        raise ValueError(
+            f"stream 'ccc-render:' needs calibration=PATH (a calibration table, .npz) outside the demo world, e.g. {RENDER_EXAMPLE}"
+        )
     if folders:
         if values:
-            raise ValueError(f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; do not add {', '.join(values)}")
-        return RenderRequest(folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
+            raise ValueError(
+                f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; do not add {', '.join(values)}"
+            )
+        return RenderRequest(
+            folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo
+        )
     if "corruptions" in values:
         values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
     if demo and calibrated:
@@ -583,7 +603,13 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
 
     request = parse_render_location(location)
     imagenet = str(demo_image_folder()) if request.demo else request.imagenet
-    stream = render_stream(request.definition, imagenet=imagenet, calibration=request.calibration, start=request.start + start, image_format="float")
+    stream = render_stream(
+        request.definition,
+        imagenet=imagenet,
+        calibration=request.calibration,
+        start=request.start + start,
+        image_format="float",
+    )
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     unbounded = stream.spec.num_images >= UNBOUNDED_IMAGES  # type: ignore[attr-defined]
     return SizedStream(_with_pairs(loader), None if unbounded else stream.length)
@@ -618,7 +644,9 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         try:
             spec = load_manifest(folder.parent if folder.name == "manifest.json" else folder).stream
         except (FileNotFoundError, NotADirectoryError):
-            raise ValueError(f"stream 'ccc-render:{request.definition}': no run folder with a manifest.json there; pass a run folder written by ccc-generate or a definition, e.g. {RENDER_EXAMPLE}") from None
+            raise ValueError(
+                f"stream 'ccc-render:{request.definition}': no run folder with a manifest.json there; pass a run folder written by ccc-generate or a definition, e.g. {RENDER_EXAMPLE}"
+            ) from None
         except ManifestError as error:
             raise ValueError(str(error)) from None
         name, samples, demo = folder.resolve().name, spec.num_images, is_demo_stream(spec)
@@ -633,7 +661,9 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         samples = spec.num_images
     else:
         if request.definition.get("speed") is None:
-            raise ValueError(f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}")
+            raise ValueError(
+                f"stream 'ccc-render:' needs speed=K (images per severity step; the paper: 1000, 2000 or 5000), e.g. {RENDER_EXAMPLE}"
+            )
         try:
             spec = resolve_stream_spec(request.definition, CalibrationTable.load(request.calibration), "0" * 64)
         except (CalibrationError, PlanError, OSError) as error:
@@ -655,7 +685,9 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
 def _renders_demo_images(request: RenderRequest) -> bool:
     from ccc.demo.folder import default_demo_folder
 
-    return request.demo or (request.imagenet is not None and Path(request.imagenet).resolve() == default_demo_folder().resolve())
+    return request.demo or (
+        request.imagenet is not None and Path(request.imagenet).resolve() == default_demo_folder().resolve()
+    )
 
 
 def _definition_kind(definition: str | Mapping[str, Any]) -> str:
@@ -674,4 +706,6 @@ def _ccc_render_domain_key(location: str) -> str | None:
     return PAIR_KEY if _definition_kind(request.definition) == "ccc" else DOMAIN_KEY
 
 
-register_stream_source("ccc-render", _open_ccc_render, _describe_ccc_render, domain_key=_ccc_render_domain_key, seekable=True)
+register_stream_source(
+    "ccc-render", _open_ccc_render, _describe_ccc_render, domain_key=_ccc_render_domain_key, seekable=True
+)

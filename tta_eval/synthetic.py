@@ -23,7 +23,15 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
-from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_choice, check_in_range, check_integer, check_non_negative_int, check_positive_int
+from ccc.validation import (
+    MAX_BATCH_SIZE,
+    MAX_IMAGE_SIZE,
+    check_choice,
+    check_in_range,
+    check_integer,
+    check_non_negative_int,
+    check_positive_int,
+)
 
 SYNTHETIC_CORRUPTIONS = ("noise", "contrast", "brightness", "blur")
 SYNTHETIC_SEVERITIES = (1, 2, 3, 4, 5)

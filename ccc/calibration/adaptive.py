@@ -217,7 +217,9 @@ _SMALLEST_LOGIT_VARIANCE = 1e-6
 """Floor of a measured cell's logit variance: a cell measured on every image is known exactly."""
 
 
-def _bounded_proportion(correct: NDArray[np.int64] | NDArray[np.float64], images: NDArray[np.int64]) -> NDArray[np.float64]:
+def _bounded_proportion(
+    correct: NDArray[np.int64] | NDArray[np.float64], images: NDArray[np.int64]
+) -> NDArray[np.float64]:
     """Proportion correct, kept within [0.5, n − 0.5] / (n + 1) so that its logit is finite (0 images → 0.5)."""
     low, high = 0.5 / (images + 1.0), (images + 0.5) / (images + 1.0)
     return np.clip(np.divide(correct, images, out=np.full(images.shape, 0.5), where=images > 0), low, high)
@@ -260,7 +262,9 @@ _ORDER_MISFIT_BANDWIDTH = 2.0
 """Kernel width (grid cells) over which the misfit around that offset is averaged."""
 
 
-def _borrow_other_order(own: _LogitObservations, other: _LogitObservations) -> tuple[_LogitObservations, NDArray[np.float64]]:
+def _borrow_other_order(
+    own: _LogitObservations, other: _LogitObservations
+) -> tuple[_LogitObservations, NDArray[np.float64]]:
     """Combine a pair's measured cells with those of the other order at swapped severities.
 
     Cell ``(i, j)`` of pair (a, b) and cell ``(j, i)`` of pair (b, a) apply the same two corruptions
@@ -364,7 +368,9 @@ def _estimate(
     variance_logit = np.zeros((GRID_SIZE, GRID_SIZE))
     if measured.any():
         points = np.argwhere(measured)
-        prior, prior_variance = _local_linear(points, residual[measured], 1.0 / measurement_variance[measured], bandwidth)
+        prior, prior_variance = _local_linear(
+            points, residual[measured], 1.0 / measurement_variance[measured], bandwidth
+        )
         own = measured[1:, 1:]
         own_variance = np.where(own, measurement_variance[1:, 1:], 1.0)
         excess = (residual[1:, 1:] - prior) ** 2 - own_variance - prior_variance
@@ -455,7 +461,9 @@ def control_variate_grid(
         residual_share = min(1.0, max(_SMALLEST_RESIDUAL_SHARE, (spread - slope * covariance) / spread))
     for i, j, weights, rate, control_rate, control_mean in cells:
         images = float(weights.sum())
-        adjusted = np.average(rate, weights=weights) - slope * (np.average(control_rate, weights=weights) - control_mean)
+        adjusted = np.average(rate, weights=weights) - slope * (
+            np.average(control_rate, weights=weights) - control_mean
+        )
         counts[i, j] = adjusted * images
         factor[i, j] = residual_share * max(0.0, 1.0 - images / total_images)
     return counts, factor
@@ -551,7 +559,9 @@ class AdaptivePlanner:
     @property
     def explore_blocks(self) -> int:
         """Most blocks a cell on an explored (optimistic) path gets (in [refine_blocks, path_blocks])."""
-        blocks = max(self.refine_blocks, min(self.block_count, round(self.block_count * self.settings.explore_fraction)))
+        blocks = max(
+            self.refine_blocks, min(self.block_count, round(self.block_count * self.settings.explore_fraction))
+        )
         return min(blocks, self.path_blocks)
 
     def identity(self) -> dict[str, Any]:
@@ -595,13 +605,17 @@ class AdaptivePlanner:
             for (i, j), limit in self._refinement_limits(estimate, error).items():
                 cell = Cell(a, i, b, j)
                 current = requested.get(cell, 0)
-                blocks = min(math.ceil(limit / worth[i, j]), max(self.coarse_blocks, math.ceil(self.settings.growth * current)))
+                blocks = min(
+                    math.ceil(limit / worth[i, j]), max(self.coarse_blocks, math.ceil(self.settings.growth * current))
+                )
                 if blocks > current:
                     wanted[cell] = blocks
                     grown = True
         return wanted if grown else None
 
-    def _refinement_limits(self, estimate: NDArray[np.float64], error: NDArray[np.float64]) -> dict[tuple[int, int], int]:
+    def _refinement_limits(
+        self, estimate: NDArray[np.float64], error: NDArray[np.float64]
+    ) -> dict[tuple[int, int], int]:
         """Blocks each interior cell may grow to, given the current estimate and its standard error (cells with 0 left out)."""
         settings = self.settings
         low = estimate - settings.z * error
@@ -646,7 +660,9 @@ class AdaptivePlanner:
     ) -> list[tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64]]]:
         """Per ordered pair: (correct counts, images, variance factor) for :func:`estimate_grid`."""
         _, images = measured_grids(self.corruption_count, measured)
-        sizes = [self.block_size] * (self.block_count - 1) + [self.image_count - self.block_size * (self.block_count - 1)]
+        sizes = [self.block_size] * (self.block_count - 1) + [
+            self.image_count - self.block_size * (self.block_count - 1)
+        ]
         inputs = []
         for p, (a, b) in enumerate(ordered_pairs(self.corruption_count)):
             block_results = {

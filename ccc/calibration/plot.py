@@ -63,7 +63,9 @@ def plot_table(
     if target is not None and not (math.isfinite(target) and 0.0 <= target <= 100.0):
         raise ValueError(f"target must be an accuracy in [0, 100] percent, got {target}")
     if contours is None:
-        levels = sorted({preset.target_accuracy for preset in table.difficulty_presets.values()}) or sorted(DEFAULT_CONTOURS)
+        levels = sorted({preset.target_accuracy for preset in table.difficulty_presets.values()}) or sorted(
+            DEFAULT_CONTOURS
+        )
     else:
         levels = sorted(float(level) for level in contours)
         if not all(math.isfinite(level) and 0.0 <= level <= 100.0 for level in levels):
@@ -98,7 +100,7 @@ def plot_table(
         axis.set_xlabel(f"s2 ({n2})", fontsize=6)
         axis.set_ylabel(f"s1 ({n1})", fontsize=6)
         axis.tick_params(labelsize=6)
-    for axis in list(axes.flat)[len(chosen):]:
+    for axis in list(axes.flat)[len(chosen) :]:
         axis.axis("off")
     if image is not None:
         figure.colorbar(image, ax=axes, shrink=0.8, label="top-1 accuracy (%)")

@@ -39,9 +39,7 @@ RESNET50_DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
     {
         "easy": DifficultyPreset(40.0, _all_but("brightness")),
         "medium": DifficultyPreset(20.0, _all_but("brightness", "jpeg")),
-        "hard": DifficultyPreset(
-            0.0, ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")
-        ),
+        "hard": DifficultyPreset(0.0, ("gaussian_noise", "shot_noise", "impulse_noise", "contrast")),
     }
 )
 """The public generator's difficulties for the ResNet-50 table (CCC-Easy / Medium / Hard)."""

@@ -54,7 +54,7 @@ _KEY_PATTERN = re.compile(r"n1_(?P<n1>.+)_n2_(?P<n2>.+)")
 
 _CONVERSION_HINT = (
     "convert it once, in an environment you trust, to a plain dict of numpy arrays: "
-    "python -c \"import pickle, numpy as np, pandas as pd; "
+    'python -c "import pickle, numpy as np, pandas as pd; '
     "m = pd.read_pickle('IN.pickle'); "
     "pickle.dump({str(k): np.asarray(v, dtype=float) for k, v in m.items()}, open('OUT.pickle', 'wb'))\""
 )
@@ -102,7 +102,13 @@ class _BoundedArray(np.ndarray):
     """The array numpy's ``_reconstruct`` returns: its BUILD step refuses more than :data:`MAX_PICKLE_ARRAY_ELEMENTS` elements."""
 
     def __setstate__(self, state: Any) -> None:
-        shape = state[1] if isinstance(state, tuple) and len(state) == 5 else state[0] if isinstance(state, tuple) and state else None
+        shape = (
+            state[1]
+            if isinstance(state, tuple) and len(state) == 5
+            else state[0]
+            if isinstance(state, tuple) and state
+            else None
+        )
         if not isinstance(shape, tuple) or not all(isinstance(size, int) and size >= 0 for size in shape):
             raise UnsafePickleError(f"numpy array state needs a shape of non-negative integers, got {shape!r}")
         if math.prod(shape) > MAX_PICKLE_ARRAY_ELEMENTS:
@@ -116,9 +122,7 @@ class _BoundedArray(np.ndarray):
 def _reconstruct_array(array_type: object, shape: object, type_code: object) -> np.ndarray:
     """numpy's ``_reconstruct``: an empty array that the pickle's BUILD step then fills (bounded in size)."""
     if array_type is not _NdarrayType:
-        raise UnsafePickleError(
-            f"numpy array reconstruction is admitted only for numpy.ndarray, got {array_type!r}"
-        )
+        raise UnsafePickleError(f"numpy array reconstruction is admitted only for numpy.ndarray, got {array_type!r}")
     return np.empty((0,), dtype=np.uint8).view(_BoundedArray)
 
 
@@ -222,8 +226,7 @@ def _new_pandas_index(index_type: object, state: object) -> _PandasIndex:
     """pandas' ``_new_Index(cls, state)``, admitted only for the plain ``Index`` class."""
     if index_type is not _PandasIndexType or not isinstance(state, dict) or "data" not in state:
         raise UnsafePickleError(
-            f"pandas index reconstruction is admitted only for pandas.Index, got {index_type!r}; "
-            + _CONVERSION_HINT
+            f"pandas index reconstruction is admitted only for pandas.Index, got {index_type!r}; " + _CONVERSION_HINT
         )
     return _PandasIndex(state["data"])
 
@@ -232,8 +235,7 @@ def _unpickle_backed_array(array_type: object, checksum: object, state: object) 
     """pandas' Cython ``__pyx_unpickle_NDArrayBacked``, admitted only for ``StringArray``."""
     if array_type is not _PandasStringArrayType:
         raise UnsafePickleError(
-            f"pandas array reconstruction is admitted only for StringArray, got {array_type!r}; "
-            + _CONVERSION_HINT
+            f"pandas array reconstruction is admitted only for StringArray, got {array_type!r}; " + _CONVERSION_HINT
         )
     return _PandasBackedArray()
 
@@ -302,11 +304,19 @@ def safe_unpickle(data: bytes) -> object:
         return RestrictedUnpickler(io.BytesIO(data)).load()
     except (UnsafePickleError, CalibrationError):
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-            KeyError, OverflowError, MemoryError, RecursionError) as error:
-        raise CalibrationError(
-            f"not a readable pickle of arrays ({type(error).__name__}: {error})"
-        ) from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+    ) as error:
+        raise CalibrationError(f"not a readable pickle of arrays ({type(error).__name__}: {error})") from None
 
 
 # ------------------------------------------------------------------------------- Series → dict
@@ -329,14 +339,14 @@ def _index_labels(index: object) -> list[object]:
 def _series_to_dict(series: _PandasSeries) -> dict[object, object]:
     state = series.pickled_state
     manager = state.get("_mgr") if isinstance(state, dict) else None
-    if not isinstance(manager, _PandasSingleBlockManager) or not isinstance(
-        manager.pickled_state, tuple
-    ):
+    if not isinstance(manager, _PandasSingleBlockManager) or not isinstance(manager.pickled_state, tuple):
         raise CalibrationError("pandas Series pickle has an unexpected layout (no block manager)")
     layouts = [item for item in manager.pickled_state if isinstance(item, dict) and "0.14.1" in item]
     layout = layouts[0]["0.14.1"] if layouts else None
-    if not isinstance(layout, dict) or not isinstance(layout.get("axes"), list) or not isinstance(
-        layout.get("blocks"), list
+    if (
+        not isinstance(layout, dict)
+        or not isinstance(layout.get("axes"), list)
+        or not isinstance(layout.get("blocks"), list)
     ):
         raise CalibrationError("pandas Series pickle has an unexpected layout (no axes/blocks)")
     axes, blocks = layout["axes"], layout["blocks"]
@@ -405,21 +415,21 @@ def _validate_published_mapping(
     unexpected = []
     for key, array in mapping.items():
         match = _KEY_PATTERN.fullmatch(key)
-        if not match or match["n1"] not in CCC_CORRUPTIONS or match["n2"] not in CCC_CORRUPTIONS or (
-            match["n1"] == match["n2"]
+        if (
+            not match
+            or match["n1"] not in CCC_CORRUPTIONS
+            or match["n2"] not in CCC_CORRUPTIONS
+            or (match["n1"] == match["n2"])
         ):
             unexpected.append(key)
             continue
         if array.shape != (GRID_SIZE, GRID_SIZE):
-            raise CalibrationError(
-                f"matrix {key!r} must be {GRID_SIZE}×{GRID_SIZE}, got shape {list(array.shape)}"
-            )
+            raise CalibrationError(f"matrix {key!r} must be {GRID_SIZE}×{GRID_SIZE}, got shape {list(array.shape)}")
         bad = ~np.isfinite(array) | (array < 0.0) | (array > 100.0)
         if bad.any():
             i, j = (int(k) for k in np.argwhere(bad)[0])
             raise CalibrationError(
-                f"matrix {key!r} must be finite accuracy in [0, 100] percent, "
-                f"got {float(array[i, j])} at [{i}, {j}]"
+                f"matrix {key!r} must be finite accuracy in [0, 100] percent, got {float(array[i, j])} at [{i}, {j}]"
             )
         grids[(match["n1"], match["n2"])] = array
     expected = [(a, b) for a in CCC_CORRUPTIONS for b in CCC_CORRUPTIONS if a != b]
@@ -468,8 +478,7 @@ def _read_limited(path: Path) -> bytes:
         size = path.stat().st_size
         if size > MAX_PICKLE_BYTES:
             raise CalibrationError(
-                f"{path}: {size} bytes is larger than any CCC calibration pickle "
-                f"(limit {MAX_PICKLE_BYTES})"
+                f"{path}: {size} bytes is larger than any CCC calibration pickle (limit {MAX_PICKLE_BYTES})"
             )
         return path.read_bytes()
     except OSError as error:
@@ -525,7 +534,6 @@ def import_ccc_pickle(
         raise type(error)(f"{path}: {error}") from None
 
 
-
 CONVERTED_TABLES_FOLDER = "calibration"
 """Folder of the cache (:func:`ccc.cache.default_cache_dir`) holding tables converted from published pickles."""
 
@@ -565,7 +573,9 @@ def load_calibration(
     data = _read_limited(pickle_path)
     converted = folder / CONVERTED_TABLES_FOLDER / f"published-{hashlib.sha256(data).hexdigest()[:16]}.npz"
     if converted.is_file():
-        return CalibrationTable.load(converted), f"using the table converted earlier from the published pickle {source}: {converted}"
+        return CalibrationTable.load(
+            converted
+        ), f"using the table converted earlier from the published pickle {source}: {converted}"
     try:
         table = table_from_published_bytes(data, source=source)
     except CalibrationError as error:

@@ -147,10 +147,15 @@ def model_identity(spec: ModelSpec) -> tuple[str, str | None]:
 def _with_presets(table: CalibrationTable, presets: Mapping[str, DifficultyPreset]) -> CalibrationTable:
     """``table`` with ``presets``, each restricted to the corruptions the table holds (>= 2 kept)."""
     restricted: dict[str, tuple[float, Iterable[str]]] = {
-        name: (preset.target_accuracy, [corruption for corruption in preset.corruptions if corruption in table.corruptions])
+        name: (
+            preset.target_accuracy,
+            [corruption for corruption in preset.corruptions if corruption in table.corruptions],
+        )
         for name, preset in presets.items()
     }
-    return table.with_difficulty_presets({name: preset for name, preset in restricted.items() if len(list(preset[1])) >= 2})
+    return table.with_difficulty_presets(
+        {name: preset for name, preset in restricted.items() if len(list(preset[1])) >= 2}
+    )
 
 
 def _check(config: CalibrationConfig) -> None:
@@ -182,7 +187,9 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
     """
     _check(config)
     root = resolve_imagenet_folder(None if config.imagenet is None else str(config.imagenet))
-    index = index_image_folder(root, classes=config.classes, skip_bad_images=config.skip_bad_images, progress=config.show_progress)
+    index = index_image_folder(
+        root, classes=config.classes, skip_bad_images=config.skip_bad_images, progress=config.show_progress
+    )
     if index.excluded:
         logger.warning("excluding %d unreadable image(s): %s", len(index.excluded), ", ".join(index.excluded[:10]))
     image_count = config.images or (len(index) if config.all_images else DEFAULT_IMAGE_COUNT)
@@ -197,8 +204,15 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
     else:
         planner = BruteForcePlanner(corruption_count, block_count)
     job = CalibrationJob(
-        image_set, tuple(config.corruptions), model_name, state_dict_digest(model), planner,
-        seed=config.seed, block_size=config.block_size, amp=config.amp, weights_file_sha256=weights_sha256,
+        image_set,
+        tuple(config.corruptions),
+        model_name,
+        state_dict_digest(model),
+        planner,
+        seed=config.seed,
+        block_size=config.block_size,
+        amp=config.amp,
+        weights_file_sha256=weights_sha256,
     )
     folder_path = config.work_folder_path
     folder = WorkFolder.open(folder_path, job.identity())
@@ -207,8 +221,13 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
             logger.warning("resuming: %d results already in %s", len(folder.results), folder_path)
         with open_executor(config.workers, config.ray_address, serial=config.serial) as executor:
             backend = ModelBackend(
-                executor, job.render_context(), model if config.serial else config.model,
-                device=config.device, batch_size=config.batch_size, amp=config.amp, evaluators=config.evaluators,
+                executor,
+                job.render_context(),
+                model if config.serial else config.model,
+                device=config.device,
+                batch_size=config.batch_size,
+                amp=config.amp,
+                evaluators=config.evaluators,
             )
             outcome = compute_calibration(job, backend, folder, progress)
         table = outcome.table if config.presets is None else _with_presets(outcome.table, config.presets)

@@ -59,9 +59,7 @@ def _now_iso8601() -> str:
 
 def _check_optional_sha256(field_name: str, value: str | None) -> None:
     if value is not None and (not isinstance(value, str) or not _SHA256_PATTERN.fullmatch(value)):
-        raise CalibrationError(
-            f"metadata {field_name} must be None or 64 lowercase hex digits, got {value!r}"
-        )
+        raise CalibrationError(f"metadata {field_name} must be None or 64 lowercase hex digits, got {value!r}")
 
 
 def _check_text(field_name: str, value: object, *, allow_empty: bool) -> None:
@@ -119,15 +117,9 @@ class CalibrationMetadata:
         try:
             datetime.datetime.fromisoformat(self.created)
         except ValueError:
-            raise CalibrationError(
-                f"metadata created must be an ISO 8601 date/time, got {self.created!r}"
-            ) from None
-        if isinstance(self.corruptions, str) or not all(
-            isinstance(name, str) for name in self.corruptions
-        ):
-            raise CalibrationError(
-                f"metadata corruptions must be a sequence of names, got {self.corruptions!r}"
-            )
+            raise CalibrationError(f"metadata created must be an ISO 8601 date/time, got {self.created!r}") from None
+        if isinstance(self.corruptions, str) or not all(isinstance(name, str) for name in self.corruptions):
+            raise CalibrationError(f"metadata corruptions must be a sequence of names, got {self.corruptions!r}")
         object.__setattr__(self, "corruptions", tuple(self.corruptions))
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -235,9 +227,7 @@ class CalibrationTable:
         difficulty_presets: Mapping[str, DifficultyPreset | tuple[float, Iterable[str]]] | None = None,
     ) -> None:
         if not isinstance(metadata, CalibrationMetadata):
-            raise CalibrationError(
-                f"metadata must be a CalibrationMetadata, got {type(metadata).__name__}"
-            )
+            raise CalibrationError(f"metadata must be a CalibrationMetadata, got {type(metadata).__name__}")
         corruptions = _validate_corruption_names(metadata.corruptions)
         accuracy_array = _float_array("accuracy", accuracy)
         counts_array = _integer_array("image_counts", image_counts)
@@ -248,8 +238,7 @@ class CalibrationTable:
         expected_shape = (pair_count, GRID_SIZE, GRID_SIZE)
         if accuracy_array.shape != expected_shape:
             raise CalibrationError(
-                f"accuracy must have shape {list(expected_shape)} (pairs × s1 × s2), "
-                f"got {list(accuracy_array.shape)}"
+                f"accuracy must have shape {list(expected_shape)} (pairs × s1 × s2), got {list(accuracy_array.shape)}"
             )
         if counts_array.shape != expected_shape:
             raise CalibrationError(
@@ -298,9 +287,7 @@ class CalibrationTable:
             for spelling in {name, canonical} | aliases:
                 self._name_lookup[spelling] = name
         self._pair_index = {(int(a), int(b)): p for p, (a, b) in enumerate(pairs_array)}
-        self._difficulty_presets = MappingProxyType(
-            self._validate_presets(difficulty_presets or {})
-        )
+        self._difficulty_presets = MappingProxyType(self._validate_presets(difficulty_presets or {}))
 
     def _validate_presets(
         self, presets: Mapping[str, DifficultyPreset | tuple[float, Iterable[str]]]
@@ -319,12 +306,9 @@ class CalibrationTable:
                 raise CalibrationError(
                     f"difficulty preset {name!r} must be (target accuracy, corruptions), got {preset!r}"
                 ) from None
-            if isinstance(target, bool) or not isinstance(target, numbers.Real) or not (
-                0.0 <= target <= 100.0
-            ):
+            if isinstance(target, bool) or not isinstance(target, numbers.Real) or not (0.0 <= target <= 100.0):
                 raise CalibrationError(
-                    f"difficulty preset {name!r} target accuracy must be in [0, 100] percent, "
-                    f"got {target!r}"
+                    f"difficulty preset {name!r} target accuracy must be in [0, 100] percent, got {target!r}"
                 )
             if isinstance(corruptions, str):
                 raise CalibrationError(
@@ -334,8 +318,7 @@ class CalibrationTable:
             resolved = tuple(self.resolve_corruption(corruption) for corruption in corruptions)
             if len(set(resolved)) != len(resolved) or len(resolved) < 2:
                 raise CalibrationError(
-                    f"difficulty preset {name!r} needs at least 2 distinct corruptions, "
-                    f"got {list(corruptions)}"
+                    f"difficulty preset {name!r} needs at least 2 distinct corruptions, got {list(corruptions)}"
                 )
             validated[name] = DifficultyPreset(float(target), resolved)
         return validated
@@ -381,8 +364,7 @@ class CalibrationTable:
                 canonical = canonical_corruption_name(name) if isinstance(name, str) else name
                 if canonical not in lookup:
                     raise CalibrationError(
-                        f"grid key {key!r} names unknown corruption {name!r}; "
-                        f"available: {', '.join(names)}"
+                        f"grid key {key!r} names unknown corruption {name!r}; available: {', '.join(names)}"
                     )
                 indices.append(lookup[canonical])
             return indices[0], indices[1]
@@ -393,9 +375,7 @@ class CalibrationTable:
         for key in keys:
             grid = _float_array(f"grid {key}", grids[key])
             if grid.shape != (GRID_SIZE, GRID_SIZE):
-                raise CalibrationError(
-                    f"grid {key} must be {GRID_SIZE}×{GRID_SIZE}, got shape {list(grid.shape)}"
-                )
+                raise CalibrationError(f"grid {key} must be {GRID_SIZE}×{GRID_SIZE}, got shape {list(grid.shape)}")
             stacked.append(grid)
         if isinstance(image_counts, Mapping):
             counts_by_pair = {pair_indices(key): value for key, value in image_counts.items()}
@@ -406,8 +386,7 @@ class CalibrationTable:
                 count_grid = _integer_array(f"image_counts {key}", counts_by_pair[pair])
                 if count_grid.shape != (GRID_SIZE, GRID_SIZE):
                     raise CalibrationError(
-                        f"image_counts {key} must be {GRID_SIZE}×{GRID_SIZE}, "
-                        f"got shape {list(count_grid.shape)}"
+                        f"image_counts {key} must be {GRID_SIZE}×{GRID_SIZE}, got shape {list(count_grid.shape)}"
                     )
                 count_grids.append(count_grid)
             counts = np.stack(count_grids)
@@ -415,8 +394,7 @@ class CalibrationTable:
             counts = np.full((len(pairs), GRID_SIZE, GRID_SIZE), int(image_counts), dtype=np.int64)
         else:
             raise CalibrationError(
-                "image_counts must be an integer or a mapping (n1, n2) -> 21×21 array, "
-                f"got {image_counts!r}"
+                f"image_counts must be an integer or a mapping (n1, n2) -> 21×21 array, got {image_counts!r}"
             )
         pair_array = np.array(pairs, dtype=np.int64)
         return cls(np.stack(stacked), counts, pair_array, metadata, difficulty_presets)
@@ -447,9 +425,7 @@ class CalibrationTable:
         try:
             return self._name_lookup[name]
         except (KeyError, TypeError):
-            raise CalibrationError(
-                f"unknown corruption {name!r}; available: {', '.join(self.corruptions)}"
-            ) from None
+            raise CalibrationError(f"unknown corruption {name!r}; available: {', '.join(self.corruptions)}") from None
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         """The ordered pairs ``(n1, n2)`` the table holds, in storage order."""
@@ -470,9 +446,7 @@ class CalibrationTable:
         try:
             return self._pair_index[key]
         except KeyError:
-            raise CalibrationError(
-                f"pair ({first}, {second}) is not in the table ({len(self._pairs)} pairs)"
-            ) from None
+            raise CalibrationError(f"pair ({first}, {second}) is not in the table ({len(self._pairs)} pairs)") from None
 
     def grid(self, n1: str, n2: str) -> NDArray[np.float64]:
         """Read-only 21×21 accuracy in percent; ``[i, j]`` is at ``s1 = i / 4``, ``s2 = j / 4``."""
@@ -498,9 +472,7 @@ class CalibrationTable:
             denominator = 1.0 + z * z / count
             centre = (proportion + z * z / (2.0 * count)) / denominator
             half_width = (
-                z
-                / denominator
-                * np.sqrt(proportion * (1.0 - proportion) / count + z * z / (4.0 * count * count))
+                z / denominator * np.sqrt(proportion * (1.0 - proportion) / count + z * z / (4.0 * count * count))
             )
         lower = np.where(count > 0, np.clip(centre - half_width, 0.0, 1.0), 0.0) * 100.0
         upper = np.where(count > 0, np.clip(centre + half_width, 0.0, 1.0), 1.0) * 100.0

@@ -78,6 +78,7 @@ def table_checksum(table: CalibrationTable) -> str:
     digest.update(table.image_counts_array.astype("<i8").tobytes())
     return digest.hexdigest()
 
+
 def _presets_json(table: CalibrationTable) -> list[dict[str, Any]]:
     return [
         {
@@ -88,6 +89,7 @@ def _presets_json(table: CalibrationTable) -> list[dict[str, Any]]:
         for name, preset in table.difficulty_presets.items()
     ]
 
+
 def _metadata_document(table: CalibrationTable) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
@@ -97,6 +99,7 @@ def _metadata_document(table: CalibrationTable) -> dict[str, Any]:
         "difficulty_presets": _presets_json(table),
     }
 
+
 def table_to_bytes(table: CalibrationTable) -> bytes:
     """The file content :func:`save_table` writes; identical for identical tables."""
     members = {
@@ -104,8 +107,7 @@ def table_to_bytes(table: CalibrationTable) -> bytes:
         IMAGE_COUNTS_MEMBER: _npy_bytes(table.image_counts_array.astype("<i8")),
         PAIRS_MEMBER: _npy_bytes(table.pair_indices.astype("<i8")),
         METADATA_MEMBER: (
-            json.dumps(_metadata_document(table), indent=2, sort_keys=True, ensure_ascii=False)
-            + "\n"
+            json.dumps(_metadata_document(table), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
         ).encode("utf-8"),
     }
     buffer = io.BytesIO()
@@ -118,6 +120,7 @@ def table_to_bytes(table: CalibrationTable) -> bytes:
             archive.writestr(info, data)
     return buffer.getvalue()
 
+
 def save_table(table: CalibrationTable, path: str | os.PathLike[str]) -> Path:
     """Write the table to ``path`` (``.npz``) atomically: a temp file in the same folder, then rename.
 
@@ -129,9 +132,7 @@ def save_table(table: CalibrationTable, path: str | os.PathLike[str]) -> Path:
             errno.ENOENT, "cannot save calibration table: folder does not exist", str(destination.parent)
         )
     data = table_to_bytes(table)
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent
-    )
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
@@ -144,6 +145,7 @@ def save_table(table: CalibrationTable, path: str | os.PathLike[str]) -> Path:
         raise
     return destination
 
+
 def load_table(path: str | os.PathLike[str]) -> CalibrationTable:
     """Read and validate a table written by :func:`save_table`; never unpickles anything.
 
@@ -155,13 +157,12 @@ def load_table(path: str | os.PathLike[str]) -> CalibrationTable:
     try:
         data = source.read_bytes()
     except OSError as error:
-        raise CalibrationError(
-            f"{source}: cannot read calibration table: {error.strerror or error}"
-        ) from None
+        raise CalibrationError(f"{source}: cannot read calibration table: {error.strerror or error}") from None
     try:
         return table_from_bytes(data)
     except CalibrationError as error:
         raise CalibrationError(f"{source}: {error}") from None
+
 
 def table_from_bytes(data: bytes) -> CalibrationTable:
     """Parse and validate the content of a table file (see :func:`load_table`)."""
@@ -176,20 +177,15 @@ def table_from_bytes(data: bytes) -> CalibrationTable:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as error:
-        raise CalibrationError(
-            f"not a calibration table: damaged .npz (zip) file ({error})"
-        ) from None
+        raise CalibrationError(f"not a calibration table: damaged .npz (zip) file ({error})") from None
     with archive:
         names = archive.namelist()
         missing = [name for name in _MEMBERS if name not in names]
         if missing:
             raise CalibrationError(
-                f"not a calibration table: missing member(s) {', '.join(missing)} "
-                f"(has {', '.join(names) or 'none'})"
+                f"not a calibration table: missing member(s) {', '.join(missing)} (has {', '.join(names) or 'none'})"
             )
-        unexpected = sorted(set(names) - set(_MEMBERS)) + sorted(
-            {name for name in names if names.count(name) > 1}
-        )
+        unexpected = sorted(set(names) - set(_MEMBERS)) + sorted({name for name in names if names.count(name) > 1})
         if unexpected:
             raise CalibrationError(f"unexpected or repeated member(s): {', '.join(unexpected)}")
         for info in archive.infolist():
@@ -212,30 +208,24 @@ def table_from_bytes(data: bytes) -> CalibrationTable:
         raise CalibrationError(f"{METADATA_MEMBER} is not valid JSON ({error})") from None
     return _from_parts(document, arrays)
 
+
 def _from_parts(document: object, arrays: dict[str, np.ndarray]) -> CalibrationTable:
     if not isinstance(document, dict):
         raise CalibrationError(f"{METADATA_MEMBER} must hold a JSON object")
     if document.get("format") != FORMAT_NAME:
-        raise CalibrationError(
-            f"{METADATA_MEMBER} format must be {FORMAT_NAME!r}, got {document.get('format')!r}"
-        )
+        raise CalibrationError(f"{METADATA_MEMBER} format must be {FORMAT_NAME!r}, got {document.get('format')!r}")
     version = document.get("format_version")
     if version != FORMAT_VERSION:
-        raise CalibrationError(
-            f"unsupported format_version {version!r}; this ccc reads version {FORMAT_VERSION}"
-        )
+        raise CalibrationError(f"unsupported format_version {version!r}; this ccc reads version {FORMAT_VERSION}")
     expected_keys = {"format", "format_version", "severities", "metadata", "difficulty_presets"}
     if set(document) != expected_keys:
         missing = sorted(expected_keys - set(document))
         extra = sorted(set(document) - expected_keys)
         raise CalibrationError(
-            f"{METADATA_MEMBER} must have the keys {sorted(expected_keys)}; "
-            f"missing {missing}, unexpected {extra}"
+            f"{METADATA_MEMBER} must have the keys {sorted(expected_keys)}; missing {missing}, unexpected {extra}"
         )
     if document["severities"] != SEVERITIES.tolist():
-        raise CalibrationError(
-            f"severities must be the 21 values 0, 0.25, …, 5, got {document['severities']!r}"
-        )
+        raise CalibrationError(f"severities must be the 21 values 0, 0.25, …, 5, got {document['severities']!r}")
     metadata = CalibrationMetadata.from_json_dict(document["metadata"])
     presets_json = document["difficulty_presets"]
     if not isinstance(presets_json, list):
@@ -244,15 +234,13 @@ def _from_parts(document: object, arrays: dict[str, np.ndarray]) -> CalibrationT
     for preset in presets_json:
         if not isinstance(preset, dict) or set(preset) != {"name", "target_accuracy", "corruptions"}:
             raise CalibrationError(
-                "each difficulty preset must be an object with name, target_accuracy and "
-                f"corruptions, got {preset!r}"
+                f"each difficulty preset must be an object with name, target_accuracy and corruptions, got {preset!r}"
             )
         if preset["name"] in presets:
             raise CalibrationError(f"difficulty preset {preset['name']!r} appears more than once")
         if not isinstance(preset["corruptions"], list):
             raise CalibrationError(
-                f"difficulty preset {preset['name']!r} corruptions must be a list, "
-                f"got {preset['corruptions']!r}"
+                f"difficulty preset {preset['name']!r} corruptions must be a list, got {preset['corruptions']!r}"
             )
         presets[preset["name"]] = (preset["target_accuracy"], preset["corruptions"])
     accuracy = arrays[ACCURACY_MEMBER]
@@ -267,8 +255,6 @@ def _from_parts(document: object, arrays: dict[str, np.ndarray]) -> CalibrationT
             expected = "float64" if kind == "f" else "int64"
             raise CalibrationError(f"{name} must be {expected}, got {array.dtype}")
     return CalibrationTable(accuracy, counts, pairs, metadata, presets)
-
-
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -301,10 +287,7 @@ def _read_npy(name: str, data: bytes) -> np.ndarray:
         return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     except ValueError as error:
         if "allow_pickle" in str(error) or "Object arrays" in str(error):
-            raise CalibrationError(
-                f"member {name} holds pickled Python objects; refusing to load it"
-            ) from None
+            raise CalibrationError(f"member {name} holds pickled Python objects; refusing to load it") from None
         raise CalibrationError(f"member {name} is not a valid .npy array ({error})") from None
     except (OSError, EOFError) as error:
         raise CalibrationError(f"member {name} is a damaged .npy array ({error})") from None
-

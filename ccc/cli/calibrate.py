@@ -35,7 +35,16 @@ from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
 from ccc.calibration.compute.workfolder import default_work_folder
-from ccc.cli.common import INTERRUPTED_EXIT_CODE, HelpFormatter, count, examples, float_list, integer_at_least, name_list, run_command
+from ccc.cli.common import (
+    INTERRUPTED_EXIT_CODE,
+    HelpFormatter,
+    count,
+    examples,
+    float_list,
+    integer_at_least,
+    name_list,
+    run_command,
+)
 from ccc.execution import RayUnavailableError
 from ccc.stream.sources import ImageFolderError, read_class_list
 
@@ -87,38 +96,117 @@ def adaptive_setting_argument(text: str) -> tuple[str, object]:
 
 def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ccc-calibrate compute``."""
-    parser.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
-    parser.add_argument("--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz")
-    parser.add_argument("--model", default=None, help="torchvision model name, timm:NAME (needs pip install timm) or module:function factory (default: resnet50)")
-    parser.add_argument("--weights", default=None, help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)")
-    parser.add_argument("--normalization", default="auto", choices=("auto", "imagenet", "none"), help="input normalisation inside the model (default: auto)")
-    parser.add_argument("--corruptions", type=name_list, default=None, metavar="A,B,...", help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 5)")
-    parser.add_argument("--images", type=_positive, default=None, help=f"calibration images, class-balanced (default: {DEFAULT_IMAGE_COUNT}; with --demo every demo image)")
+    parser.add_argument(
+        "--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz"
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="torchvision model name, timm:NAME (needs pip install timm) or module:function factory (default: resnet50)",
+    )
+    parser.add_argument(
+        "--weights",
+        default=None,
+        help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)",
+    )
+    parser.add_argument(
+        "--normalization",
+        default="auto",
+        choices=("auto", "imagenet", "none"),
+        help="input normalisation inside the model (default: auto)",
+    )
+    parser.add_argument(
+        "--corruptions",
+        type=name_list,
+        default=None,
+        metavar="A,B,...",
+        help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 5)",
+    )
+    parser.add_argument(
+        "--images",
+        type=_positive,
+        default=None,
+        help=f"calibration images, class-balanced (default: {DEFAULT_IMAGE_COUNT}; with --demo every demo image)",
+    )
     parser.add_argument(
         "--demo",
         action="store_true",
         help="the embedded demo world: its images, its model (ccc.demo:demo_model), its corruptions; the table gets the demo difficulty presets (docs/demo.md)",
     )
-    parser.add_argument("--image-seed", type=_non_negative, default=0, help="seed choosing the calibration images (default: 0)")
-    parser.add_argument("--seed", type=_non_negative, default=0, help="seed of the per-image corruption randomness (default: 0)")
-    parser.add_argument("--adaptive", action="store_true", help="adaptive scheme: measure pair cells only where severity paths need them")
-    parser.add_argument("--targets", type=float_list, default=None, metavar="T1,T2,...", help="adaptive: target accuracies in percent (default: 40,20,0)")
     parser.add_argument(
-        "--adaptive-setting", action="append", default=[], metavar="NAME=VALUE", type=adaptive_setting_argument,
+        "--image-seed", type=_non_negative, default=0, help="seed choosing the calibration images (default: 0)"
+    )
+    parser.add_argument(
+        "--seed", type=_non_negative, default=0, help="seed of the per-image corruption randomness (default: 0)"
+    )
+    parser.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="adaptive scheme: measure pair cells only where severity paths need them",
+    )
+    parser.add_argument(
+        "--targets",
+        type=float_list,
+        default=None,
+        metavar="T1,T2,...",
+        help="adaptive: target accuracies in percent (default: 40,20,0)",
+    )
+    parser.add_argument(
+        "--adaptive-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=adaptive_setting_argument,
         help="adaptive: override one AdaptiveSettings field (repeatable; fractions allowed), e.g. path_fraction=1/4 (docs/calibration.md)",
     )
-    parser.add_argument("--workers", type=_non_negative, default=None, help="CPUs of a local Ray cluster (default: all); 0 runs in this process without Ray")
-    parser.add_argument("--ray-address", default=None, metavar="ADDR", help="use an existing Ray cluster (auto, host:port, ray://host:port)")
-    parser.add_argument("--evaluators", type=_positive, default=None, help="model actors (default: one per GPU with --device cuda, else one per CPU, each rendering too)")
+    parser.add_argument(
+        "--workers",
+        type=_non_negative,
+        default=None,
+        help="CPUs of a local Ray cluster (default: all); 0 runs in this process without Ray",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="use an existing Ray cluster (auto, host:port, ray://host:port)",
+    )
+    parser.add_argument(
+        "--evaluators",
+        type=_positive,
+        default=None,
+        help="model actors (default: one per GPU with --device cuda, else one per CPU, each rendering too)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:index] (default: cpu)")
     parser.add_argument("--batch-size", type=_positive, default=64, help="images per forward pass (default: 64)")
     parser.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
-    parser.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
-    parser.add_argument("--classes", metavar="FILE", help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes")
-    parser.add_argument("--block-size", type=_positive, default=DEFAULT_BLOCK_SIZE, help=f"images per unit of work (default: {DEFAULT_BLOCK_SIZE})")
+    parser.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="exclude unreadable images (deterministically) instead of stopping",
+    )
+    parser.add_argument(
+        "--classes",
+        metavar="FILE",
+        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes",
+    )
+    parser.add_argument(
+        "--block-size",
+        type=_positive,
+        default=DEFAULT_BLOCK_SIZE,
+        help=f"images per unit of work (default: {DEFAULT_BLOCK_SIZE})",
+    )
     parser.add_argument("--resize", type=_positive, default=256, help="preprocessing: shorter side (default: 256)")
     parser.add_argument("--crop", type=_positive, default=224, help="preprocessing: centre crop side (default: 224)")
-    parser.add_argument("--work-folder", metavar="DIR", default=None, help="where finished work is kept until the table is written (default: OUT.work)")
+    parser.add_argument(
+        "--work-folder",
+        metavar="DIR",
+        default=None,
+        help="where finished work is kept until the table is written (default: OUT.work)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out table")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -132,7 +220,13 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         raise CalibrationError("--targets only applies with --adaptive")
     if arguments.adaptive_setting and not arguments.adaptive:
         raise CalibrationError("--adaptive-setting only applies with --adaptive")
-    imagenet, model, corruptions, targets, presets = arguments.imagenet, arguments.model, arguments.corruptions, arguments.targets, None
+    imagenet, model, corruptions, targets, presets = (
+        arguments.imagenet,
+        arguments.model,
+        arguments.corruptions,
+        arguments.targets,
+        None,
+    )
     if arguments.demo:
         from ccc.demo import DEMO_DIFFICULTY_PRESETS, demo_image_folder
         from ccc.demo.calibration import DEMO_CALIBRATION_CORRUPTIONS
@@ -140,7 +234,9 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         if imagenet is not None:
             raise CalibrationError("--demo uses the demo world's own images: do not combine it with --imagenet")
         if model is not None or arguments.weights is not None:
-            raise CalibrationError("--demo uses the demo model (ccc.demo:demo_model): do not combine it with --model or --weights")
+            raise CalibrationError(
+                "--demo uses the demo model (ccc.demo:demo_model): do not combine it with --model or --weights"
+            )
         imagenet, model = str(demo_image_folder()), DEMO_MODEL
         corruptions = corruptions or list(DEMO_CALIBRATION_CORRUPTIONS)
         if arguments.adaptive and targets is None:
@@ -182,7 +278,9 @@ def adaptive_settings(overrides: list[tuple[str, object]], targets: list[float] 
     settings: dict[str, object] = {}
     for name, value in overrides:
         if name in settings:
-            raise ValueError(f"--adaptive-setting {name} is given twice ({name}={settings[name]} and {name}={value}); give it once")
+            raise ValueError(
+                f"--adaptive-setting {name} is given twice ({name}={settings[name]} and {name}={value}); give it once"
+            )
         settings[name] = value
     if targets:
         settings["targets"] = tuple(targets)
@@ -200,8 +298,13 @@ class _ProgressBar:
         if self._bar is None:
             interactive = sys.stderr.isatty()
             self._bar = tqdm(
-                total=0, unit="img", unit_scale=True, desc="calibrating", disable=not self._enabled,
-                mininterval=0.5 if interactive else 30.0, dynamic_ncols=True,
+                total=0,
+                unit="img",
+                unit_scale=True,
+                desc="calibrating",
+                disable=not self._enabled,
+                mininterval=0.5 if interactive else 30.0,
+                dynamic_ncols=True,
             )
         if planned:
             self._bar.total += planned
@@ -261,11 +364,35 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ccc-calibrate plot``."""
     parser.add_argument("file", metavar="FILE", help="calibration table (.npz)")
     parser.add_argument("--out", required=True, metavar="PNG", help="image to write")
-    parser.add_argument("--pairs", type=name_list, default=None, metavar="N1:N2,...", help="pairs to draw, e.g. fog:snow,jpeg:contrast (default: all, up to --max-pairs)")
-    parser.add_argument("--max-pairs", type=_positive, default=30, help="draw at most this many pairs when --pairs is not given (default: 30)")
-    parser.add_argument("--target", type=float, default=None, help="draw the severity path for this target accuracy (percent)")
-    parser.add_argument("--contours", type=float_list, default=None, metavar="T1,T2,...", help="accuracy contour levels in percent (default: the table's preset targets, else 40,20)")
-    parser.add_argument("--objective", default="reference", choices=("reference", "minimax", "mean_abs"), help="path objective (default: reference)")
+    parser.add_argument(
+        "--pairs",
+        type=name_list,
+        default=None,
+        metavar="N1:N2,...",
+        help="pairs to draw, e.g. fog:snow,jpeg:contrast (default: all, up to --max-pairs)",
+    )
+    parser.add_argument(
+        "--max-pairs",
+        type=_positive,
+        default=30,
+        help="draw at most this many pairs when --pairs is not given (default: 30)",
+    )
+    parser.add_argument(
+        "--target", type=float, default=None, help="draw the severity path for this target accuracy (percent)"
+    )
+    parser.add_argument(
+        "--contours",
+        type=float_list,
+        default=None,
+        metavar="T1,T2,...",
+        help="accuracy contour levels in percent (default: the table's preset targets, else 40,20)",
+    )
+    parser.add_argument(
+        "--objective",
+        default="reference",
+        choices=("reference", "minimax", "mean_abs"),
+        help="path objective (default: reference)",
+    )
 
 
 def run_plot(arguments: argparse.Namespace) -> int:
@@ -283,8 +410,13 @@ def run_plot(arguments: argparse.Namespace) -> int:
             pairs.append((first, second))
     try:
         written = plot_table(
-            table, arguments.out, pairs=pairs, target=arguments.target, contours=arguments.contours,
-            objective=arguments.objective, max_pairs=arguments.max_pairs,
+            table,
+            arguments.out,
+            pairs=pairs,
+            target=arguments.target,
+            contours=arguments.contours,
+            objective=arguments.objective,
+            max_pairs=arguments.max_pairs,
         )
     except ValueError as error:
         if isinstance(error, CalibrationError):
@@ -298,16 +430,16 @@ def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SRC", help="published CCC pickle: a file path or an http(s) URL")
     parser.add_argument("--out", required=True, metavar="FILE", help="calibration table to write (.npz)")
     parser.add_argument(
-        "--cache-dir", metavar="DIR", default=None,
+        "--cache-dir",
+        metavar="DIR",
+        default=None,
         help="download cache folder (default: $CCC_CACHE_DIR, else ~/.cache/ccc)",
     )
     parser.add_argument("--no-progress", action="store_true", help="do not show a download progress bar")
 
 
 def _run_import(arguments: argparse.Namespace) -> int:
-    table = import_ccc_pickle(
-        arguments.source, cache_dir=arguments.cache_dir, progress=not arguments.no_progress
-    )
+    table = import_ccc_pickle(arguments.source, cache_dir=arguments.cache_dir, progress=not arguments.no_progress)
     written = table.save(arguments.out)
     print(f"wrote {written}: {count(len(table.pairs()), 'pair')}, checksum {table.checksum()}")
     return 0
@@ -329,8 +461,7 @@ def describe_table(table: CalibrationTable) -> str:
         f"weights:       sha256 {metadata.model_weights_sha256 or 'unknown'}",
         f"preprocessing: {metadata.preprocessing}",
         f"image set:     {metadata.image_set_description}",
-        f"               {metadata.image_count} images, file list sha256 "
-        f"{metadata.image_set_sha256 or 'unknown'}",
+        f"               {metadata.image_count} images, file list sha256 {metadata.image_set_sha256 or 'unknown'}",
         f"source:        {metadata.source or '(computed)'}"
         + (f" (sha256 {metadata.source_sha256})" if metadata.source_sha256 else ""),
         f"created:       {metadata.created} with ccc {metadata.library_version}",
@@ -379,8 +510,14 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         _add_import_arguments,
         _run_import,
         (
-            (f"ccc-calibrate import {PUBLISHED_MATRIX_URL} --out calibration/resnet50.npz", "the published ResNet-50 matrices"),
-            ("ccc-calibrate import ~/Downloads/ccc_accuracy_matrix.pickle --out calibration/resnet50.npz", "a pickle already downloaded"),
+            (
+                f"ccc-calibrate import {PUBLISHED_MATRIX_URL} --out calibration/resnet50.npz",
+                "the published ResNet-50 matrices",
+            ),
+            (
+                "ccc-calibrate import ~/Downloads/ccc_accuracy_matrix.pickle --out calibration/resnet50.npz",
+                "a pickle already downloaded",
+            ),
         ),
     ),
     Subcommand(
@@ -399,12 +536,18 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         add_compute_arguments,
         run_compute,
         (
-            ("ccc-calibrate compute --demo --adaptive --out calibration/my_demo.npz", "the demo world's table (no ImageNet, minutes)"),
+            (
+                "ccc-calibrate compute --demo --adaptive --out calibration/my_demo.npz",
+                "the demo world's table (no ImageNet, minutes)",
+            ),
             (
                 "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --device cuda --out calibration/resnet50_adaptive.npz",
                 "ResNet-50 on ImageNet, measuring only the cells the severity paths need",
             ),
-            ("ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt --out calibration/vit.npz", "your own model (module:function factory)"),
+            (
+                "ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt --out calibration/vit.npz",
+                "your own model (module:function factory)",
+            ),
         ),
     ),
     Subcommand(
@@ -413,7 +556,10 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         add_plot_arguments,
         run_plot,
         (
-            ("ccc-calibrate plot calibration/resnet50.npz --out grid.png --target 20", "every pair with its path to 20 %"),
+            (
+                "ccc-calibrate plot calibration/resnet50.npz --out grid.png --target 20",
+                "every pair with its path to 20 %",
+            ),
             "ccc-calibrate plot calibration/resnet50.npz --out fog_snow.png --pairs fog:snow --contours 40,20",
         ),
     ),
@@ -448,9 +594,7 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-calibrate``; returns the exit code (0 success, 2 user error, 130 interrupted)."""
     arguments = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if arguments.verbose else logging.WARNING, format="%(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING, format="%(name)s: %(message)s")
     return run_command(PROGRAM, lambda: arguments.run(arguments), (CalibrationError, DownloadError, OSError))
 
 

@@ -72,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         epilog=examples(
             "ccc-corruption-grid",
-            ("ccc-corruption-grid --image ~/photo.jpg --severities 0.5 1 2 3 4 5 --out grid.png", "your own image, six severities"),
+            (
+                "ccc-corruption-grid --image ~/photo.jpg --severities 0.5 1 2 3 4 5 --out grid.png",
+                "your own image, six severities",
+            ),
             ("ccc-corruption-grid --holdout --seed 1", "also the 4 hold-out corruptions, other random draws"),
         ),
     )

@@ -23,7 +23,15 @@ from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
-from ccc.cli.common import USER_ERROR_EXIT_CODE, HelpFormatter, UsageError, count, examples, integer_at_least, run_command
+from ccc.cli.common import (
+    USER_ERROR_EXIT_CODE,
+    HelpFormatter,
+    UsageError,
+    count,
+    examples,
+    integer_at_least,
+    run_command,
+)
 from ccc.demo import count_source_images
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
@@ -87,42 +95,118 @@ def build_parser() -> argparse.ArgumentParser:
         description="Render a CCC stream (continuously changing corruptions) into WebDataset tar shards.",
         formatter_class=HelpFormatter,
         epilog=examples(
-            ("ccc-generate --demo --difficulty medium --speed 200 --num-images 10000", "no ImageNet needed: the embedded demo world (docs/demo.md)"),
+            (
+                "ccc-generate --demo --difficulty medium --speed 200 --num-images 10000",
+                "no ImageNet needed: the embedded demo world (docs/demo.md)",
+            ),
             (
                 "ccc-generate --difficulty medium --speed 2000 --imagenet /data/imagenet/val --calibration calibration/resnet50.npz",
                 "the paper's medium stream at speed 2000 (7.5M images; the table: ccc-calibrate import --help)",
             ),
-            ("ccc-generate --demo --difficulty hard --dry-run --plot hard.png", "show the schedule only, render nothing"),
-            ("ccc-generate --kind cin-c --severity 5 --imagenet /data/imagenet/val", "concatenated ImageNet-C (15 corruptions × every image: 750,000 for ImageNet's 50,000), no calibration table needed"),
+            (
+                "ccc-generate --demo --difficulty hard --dry-run --plot hard.png",
+                "show the schedule only, render nothing",
+            ),
+            (
+                "ccc-generate --kind cin-c --severity 5 --imagenet /data/imagenet/val",
+                "concatenated ImageNet-C (15 corruptions × every image: 750,000 for ImageNet's 50,000), no calibration table needed",
+            ),
             ("ccc-generate --demo --kind gradual --crop center", "the gradual setting on the demo world"),
         ),
     )
-    kinds = parser.add_argument_group("kind (docs/generator.md, \"Stream kinds\")")
-    kinds.add_argument("--kind", choices=KINDS, default=CCC_KIND, help="ccc: continuously changing corruption pairs (the calibrated CCC stream); cin-c: concatenated ImageNet-C, each corruption once at one severity; gradual: each corruption at severities 1 2 3 4 5 4 3 2 1")
-    kinds.add_argument("--severity", type=integer_at_least(1), choices=range(1, 6), metavar="S", help=f"--kind cin-c: the severity of every corruption, 1–5 (default {DEFAULT_SEVERITY})")
-    kinds.add_argument("--images-per-domain", type=integer_at_least(1), metavar="N", help=f"--kind cin-c: images per corruption (default: every source image, as the CCC paper's CIN-C and ASR's scripts); gradual: per severity level (default {DEFAULT_GRADUAL_IMAGES:,}, as mariodoebler/test-time-adaptation's gradual setting; with --demo {DEMO_DOMAIN_IMAGES}); every domain shows the same images in the same order, at most the folder's image count")
-    kinds.add_argument("--crop", choices=CROPS, help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center (ImageNet-C's Resize(256) + CenterCrop(224), no flip)")
+    kinds = parser.add_argument_group('kind (docs/generator.md, "Stream kinds")')
+    kinds.add_argument(
+        "--kind",
+        choices=KINDS,
+        default=CCC_KIND,
+        help="ccc: continuously changing corruption pairs (the calibrated CCC stream); cin-c: concatenated ImageNet-C, each corruption once at one severity; gradual: each corruption at severities 1 2 3 4 5 4 3 2 1",
+    )
+    kinds.add_argument(
+        "--severity",
+        type=integer_at_least(1),
+        choices=range(1, 6),
+        metavar="S",
+        help=f"--kind cin-c: the severity of every corruption, 1–5 (default {DEFAULT_SEVERITY})",
+    )
+    kinds.add_argument(
+        "--images-per-domain",
+        type=integer_at_least(1),
+        metavar="N",
+        help=f"--kind cin-c: images per corruption (default: every source image, as the CCC paper's CIN-C and ASR's scripts); gradual: per severity level (default {DEFAULT_GRADUAL_IMAGES:,}, as mariodoebler/test-time-adaptation's gradual setting; with --demo {DEMO_DOMAIN_IMAGES}); every domain shows the same images in the same order, at most the folder's image count",
+    )
+    kinds.add_argument(
+        "--crop",
+        choices=CROPS,
+        help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center (ImageNet-C's Resize(256) + CenterCrop(224), no flip)",
+    )
     stream = parser.add_argument_group("stream")
-    stream.add_argument("--difficulty", metavar="NAME", help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)")
-    stream.add_argument("--speed", type=integer_at_least(1), metavar="K", help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})")
-    stream.add_argument("--seed", type=integer_at_least(0), default=DEFAULT_SEED, metavar="S", help="stream seed (the paper: 43, 44, 45)")
-    stream.add_argument("--num-images", type=integer_at_least(1), metavar="N", help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
+    stream.add_argument(
+        "--difficulty",
+        metavar="NAME",
+        help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)",
+    )
+    stream.add_argument(
+        "--speed",
+        type=integer_at_least(1),
+        metavar="K",
+        help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})",
+    )
+    stream.add_argument(
+        "--seed",
+        type=integer_at_least(0),
+        default=DEFAULT_SEED,
+        metavar="S",
+        help="stream seed (the paper: 43, 44, 45)",
+    )
+    stream.add_argument(
+        "--num-images",
+        type=integer_at_least(1),
+        metavar="N",
+        help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
         f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at ~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
-        f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * DEMO_SHARD_BYTES_PER_IMAGE / 1e9:.2f} GB)")
-    stream.add_argument("--baseline-accuracy", type=_percent, metavar="X", help="calibration target accuracy in percent (default: the preset's)")
-    stream.add_argument("--corruptions", metavar="A,B,...", help="comma-separated corruptions; order matters for the schedule (default: the preset's; cin-c and gradual: the 15 ImageNet-C corruptions in their order, gaussian_noise … jpeg_compression)")
-    stream.add_argument("--schedule", choices=SCHEDULES, help="corruption order (reference, the default: the public generator's order for the seed)")
-    stream.add_argument("--path-objective", choices=PATH_OBJECTIVES, help="severity path choice (reference, the default: the public generator's; see docs/paths.md)")
+        f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * DEMO_SHARD_BYTES_PER_IMAGE / 1e9:.2f} GB)",
+    )
+    stream.add_argument(
+        "--baseline-accuracy",
+        type=_percent,
+        metavar="X",
+        help="calibration target accuracy in percent (default: the preset's)",
+    )
+    stream.add_argument(
+        "--corruptions",
+        metavar="A,B,...",
+        help="comma-separated corruptions; order matters for the schedule (default: the preset's; cin-c and gradual: the 15 ImageNet-C corruptions in their order, gaussian_noise … jpeg_compression)",
+    )
+    stream.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        help="corruption order (reference, the default: the public generator's order for the seed)",
+    )
+    stream.add_argument(
+        "--path-objective",
+        choices=PATH_OBJECTIVES,
+        help="severity path choice (reference, the default: the public generator's; see docs/paths.md)",
+    )
     inputs = parser.add_argument_group("inputs")
-    inputs.add_argument("--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)")
+    inputs.add_argument(
+        "--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
+    )
     inputs.add_argument(
         "--calibration",
         metavar="FILE",
         help=f"calibration table .npz, or the published CCC pickle (file or URL; converted once and cached) "
         f"(default: {DEFAULT_CALIBRATION} if it exists)",
     )
-    inputs.add_argument("--skip-bad-images", action="store_true", help="exclude unreadable images (deterministically) instead of stopping")
-    inputs.add_argument("--classes", metavar="FILE", help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes")
+    inputs.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="exclude unreadable images (deterministically) instead of stopping",
+    )
+    inputs.add_argument(
+        "--classes",
+        metavar="FILE",
+        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes",
+    )
     inputs.add_argument(
         "--demo",
         action="store_true",
@@ -131,14 +215,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     output = parser.add_argument_group("output")
     output.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help="parent folder of the run folder")
-    output.add_argument("--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)")
-    output.add_argument("--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard")
-    output.add_argument("--overwrite", action="store_true", help="delete the shards and manifest of another stream in the run folder")
+    output.add_argument(
+        "--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)"
+    )
+    output.add_argument(
+        "--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard"
+    )
+    output.add_argument(
+        "--overwrite", action="store_true", help="delete the shards and manifest of another stream in the run folder"
+    )
     execution = parser.add_argument_group("execution")
-    execution.add_argument("--workers", type=integer_at_least(1), default=os.cpu_count() or 1, metavar="N", help="local Ray workers (default: all CPUs); 1 renders in this process without Ray")
-    execution.add_argument("--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)")
-    execution.add_argument("--dry-run", action="store_true", help="print the schedule and write a plot of it, render nothing")
-    execution.add_argument("--plot", metavar="FILE", help="where --dry-run writes the plot (default: <run folder name>_schedule.png in the current folder)")
+    execution.add_argument(
+        "--workers",
+        type=integer_at_least(1),
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="local Ray workers (default: all CPUs); 1 renders in this process without Ray",
+    )
+    execution.add_argument(
+        "--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)"
+    )
+    execution.add_argument(
+        "--dry-run", action="store_true", help="print the schedule and write a plot of it, render nothing"
+    )
+    execution.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="where --dry-run writes the plot (default: <run folder name>_schedule.png in the current folder)",
+    )
     execution.add_argument("--no-progress", action="store_true", help="no progress bars")
     execution.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     return parser
@@ -147,7 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _load_table(path: str | None, progress: bool) -> CalibrationTable:
     if path is None:
         if not DEFAULT_CALIBRATION.is_file():
-            imagenet = "" if os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE) else f" and --imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}=PATH)"
+            imagenet = (
+                ""
+                if os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE)
+                else f" and --imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}=PATH)"
+            )
             raise UsageError(
                 f"no calibration table ({DEFAULT_CALIBRATION} does not exist here): pass --calibration FILE — a table .npz, "
                 f"or the published CCC pickle or its URL ({PUBLISHED_MATRIX_URL}), converted once —{imagenet}; "
@@ -175,7 +283,10 @@ def _apply_demo(arguments: argparse.Namespace) -> None:
     if arguments.kind != CCC_KIND:
         if arguments.images_per_domain is None and arguments.kind == "gradual":
             arguments.images_per_domain = DEMO_DOMAIN_IMAGES
-            print(f"{PROGRAM}: demo world settings (docs/demo.md): --images-per-domain {DEMO_DOMAIN_IMAGES}", file=sys.stderr)
+            print(
+                f"{PROGRAM}: demo world settings (docs/demo.md): --images-per-domain {DEMO_DOMAIN_IMAGES}",
+                file=sys.stderr,
+            )
         if not arguments.dry_run:
             print(f"{PROGRAM}: demo world (not ImageNet): preparing its images on first use …", file=sys.stderr)
             arguments.imagenet = str(demo_image_folder())
@@ -204,7 +315,15 @@ def _check_kind_options(arguments: argparse.Namespace) -> None:
     """One line naming the options that the chosen --kind does not use."""
     kind = arguments.kind
     if kind == CCC_KIND:
-        given = [flag for flag, value in (("--severity", arguments.severity), ("--images-per-domain", arguments.images_per_domain), ("--crop", arguments.crop)) if value is not None]
+        given = [
+            flag
+            for flag, value in (
+                ("--severity", arguments.severity),
+                ("--images-per-domain", arguments.images_per_domain),
+                ("--crop", arguments.crop),
+            )
+            if value is not None
+        ]
         if given:
             raise UsageError(
                 f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --kind ccc (the default): its severities come from the "
@@ -224,7 +343,11 @@ def _check_kind_options(arguments: argparse.Namespace) -> None:
     )
     given = [flag for flag, value in options if value is not None]
     if given:
-        severity = "its severities are 1 2 3 4 5 4 3 2 1 per corruption" if kind == "gradual" else "--severity S sets its one severity"
+        severity = (
+            "its severities are 1 2 3 4 5 4 3 2 1 per corruption"
+            if kind == "gradual"
+            else "--severity S sets its one severity"
+        )
         raise UsageError(
             f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --kind {kind}: it needs no calibration table, "
             f"{severity}, and --images-per-domain N sets the images per domain"
@@ -248,7 +371,9 @@ def _run_domains(arguments: argparse.Namespace) -> int:
     else:
         plan = _plan(arguments, definition, None)
         spec = plan.spec
-    name = ("demo_" if arguments.demo else "") + domain_run_name(spec.kind, spec.severity, spec.speed, spec.crop, spec.seed)
+    name = ("demo_" if arguments.demo else "") + domain_run_name(
+        spec.kind, spec.severity, spec.speed, spec.crop, spec.seed
+    )
     run_dir = Path(arguments.out) / (arguments.name or name)
     if arguments.dry_run:
         print(describe_domains(spec, shard_name))
@@ -266,7 +391,12 @@ def _count_source_images(arguments: argparse.Namespace) -> int | None:
     return count_source_images(arguments.imagenet, arguments.demo, classes)
 
 
-def _plan(arguments: argparse.Namespace, definition: dict, table: CalibrationTable | None, schedule: StreamSchedule | None = None) -> StreamPlan:
+def _plan(
+    arguments: argparse.Namespace,
+    definition: dict,
+    table: CalibrationTable | None,
+    schedule: StreamSchedule | None = None,
+) -> StreamPlan:
     """The plan of the stream ``definition`` over the command's image folder (table: None for the
     kinds that need none; schedule: the one already built for a ccc stream)."""
     return plan_stream(
@@ -283,10 +413,14 @@ def _plan(arguments: argparse.Namespace, definition: dict, table: CalibrationTab
 def _render(arguments: argparse.Namespace, plan: StreamPlan, run_dir: Path) -> int:
     """Render ``plan`` into ``run_dir`` and print what was done and what comes next."""
     spec, sources = plan.spec, plan.sources
-    print(f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}")
+    print(
+        f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}"
+    )
     serial = arguments.ray_address is None and arguments.workers == 1
     with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
-        summary = generate_stream(plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress)
+        summary = generate_stream(
+            plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress
+        )
     print(
         f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
         f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
@@ -294,8 +428,7 @@ def _render(arguments: argparse.Namespace, plan: StreamPlan, run_dir: Path) -> i
     )
     methods = "" if arguments.demo else " --method source --method bn --method eata --method rdumb"
     print(
-        f"next: ccc-verify {run_dir}\n"
-        f"      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
+        f"next: ccc-verify {run_dir}\n      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
     )
     return 0
 
@@ -309,7 +442,9 @@ def _run(arguments: argparse.Namespace) -> int:
     arguments.schedule = arguments.schedule or "reference"
     arguments.path_objective = arguments.path_objective or "reference"
     if arguments.speed is None:
-        raise UsageError("--speed K is required: images per severity step (the paper: 1000, 2000 or 5000); --demo chooses the demo's")
+        raise UsageError(
+            "--speed K is required: images per severity step (the paper: 1000, 2000 or 5000); --demo chooses the demo's"
+        )
     if arguments.num_images is None:
         arguments.num_images = DEFAULT_NUM_IMAGES
     table = _load_table(arguments.calibration, progress=not arguments.no_progress)
@@ -329,14 +464,18 @@ def _run(arguments: argparse.Namespace) -> int:
         "path_objective": arguments.path_objective,
         "shard_size": arguments.shard_size,
     }
-    target, names, _ = resolve_difficulty(table, arguments.difficulty, arguments.baseline_accuracy, arguments.corruptions)
+    target, names, _ = resolve_difficulty(
+        table, arguments.difficulty, arguments.baseline_accuracy, arguments.corruptions
+    )
     schedule = build_schedule(table, target, names, arguments.seed, arguments.schedule, arguments.path_objective)
     default_name = ("demo_" if arguments.demo else "") + run_name(target, arguments.speed, arguments.seed)
     run_dir = Path(arguments.out) / (arguments.name or default_name)
     if arguments.dry_run:
         num_shards = -(-arguments.num_images // arguments.shard_size)
         print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards, shard_name))
-        plot = plot_schedule(schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png")
+        plot = plot_schedule(
+            schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png"
+        )
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
     plan = _plan(arguments, definition, table, schedule)
@@ -361,7 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-generate``; returns the exit code (0 success, 2 user error, 130 interrupted)."""
     arguments = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING, format="%(name)s: %(message)s")
-    return run_command(PROGRAM, lambda: _run(arguments), _USER_ERRORS, interrupted="interrupted; run the same command again to resume")
+    return run_command(
+        PROGRAM, lambda: _run(arguments), _USER_ERRORS, interrupted="interrupted; run the same command again to resume"
+    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check a CCC run folder (shards) against its manifest.",
         formatter_class=HelpFormatter,
         epilog=examples(
-            ("ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43", "README command 1's stream (a demo stream's plan hash too)"),
-            ("ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43 --no-decode", "sizes and sha256 only (fast)"),
+            (
+                "ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43",
+                "README command 1's stream (a demo stream's plan hash too)",
+            ),
+            (
+                "ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43 --no-decode",
+                "sizes and sha256 only (fast)",
+            ),
             (
                 "ccc-verify shards/baseline_20_transition+speed_2000_seed_43 --calibration calibration/resnet50.npz --imagenet /data/imagenet/val",
                 "an ImageNet stream: also check the plan hash",
@@ -48,8 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("folder", metavar="DIR", help="run folder written by ccc-generate (holds manifest.json)")
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
-    parser.add_argument("--calibration", metavar="FILE", help="calibration table of the stream (with --imagenet: check the plan hash; cin-c and gradual streams have none)")
-    parser.add_argument("--imagenet", metavar="PATH", help="source image folder of the stream (with --calibration, or alone for cin-c and gradual streams: check the plan hash)")
+    parser.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="calibration table of the stream (with --imagenet: check the plan hash; cin-c and gradual streams have none)",
+    )
+    parser.add_argument(
+        "--imagenet",
+        metavar="PATH",
+        help="source image folder of the stream (with --calibration, or alone for cin-c and gradual streams: check the plan hash)",
+    )
     parser.add_argument(
         "--classes",
         metavar="FILE",
@@ -73,7 +87,9 @@ def _run(arguments: argparse.Namespace) -> int:
 
     folder = Path(arguments.folder)
     if arguments.demo and (arguments.calibration is not None or arguments.imagenet is not None):
-        raise UsageError("--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet")
+        raise UsageError(
+            "--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet"
+        )
     if arguments.calibration is not None and arguments.imagenet is None:
         raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     if not folder.is_dir():
@@ -81,10 +97,14 @@ def _run(arguments: argparse.Namespace) -> int:
     try:
         manifest = load_manifest(folder)
     except FileNotFoundError as error:
-        raise UsageError(f"{folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder") from error
+        raise UsageError(
+            f"{folder} has no manifest.json ({error.strerror or error}); it is not a ccc-generate run folder"
+        ) from error
     kind = manifest.stream.kind
     if kind != CCC_KIND and arguments.calibration is not None:
-        raise UsageError(f"--calibration: a {kind} stream has no calibration table; pass only --imagenet to check its plan hash")
+        raise UsageError(
+            f"--calibration: a {kind} stream has no calibration table; pass only --imagenet to check its plan hash"
+        )
     if kind == CCC_KIND and arguments.calibration is None and arguments.imagenet is not None:
         raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     hint = ""
@@ -126,7 +146,11 @@ def _run(arguments: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error, 130 interrupted)."""
     arguments = build_parser().parse_args(argv)
-    return run_command(PROGRAM, lambda: _run(arguments), (UsageError, ManifestError, CalibrationError, ImageFolderError, PlanError, OSError))
+    return run_command(
+        PROGRAM,
+        lambda: _run(arguments),
+        (UsageError, ManifestError, CalibrationError, ImageFolderError, PlanError, OSError),
+    )
 
 
 if __name__ == "__main__":

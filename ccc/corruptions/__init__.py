@@ -66,7 +66,9 @@ def _validate_image(image: object, parameter: str = "image") -> NDArray[np.uint8
     if image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"{parameter} must have shape HxWx3 (RGB), got {image.shape}")
     if min(image.shape[:2]) < MIN_IMAGE_SIDE:
-        raise ValueError(f"{parameter} must be at least {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} pixels, got {image.shape[:2]}")
+        raise ValueError(
+            f"{parameter} must be at least {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} pixels, got {image.shape[:2]}"
+        )
     return image
 
 

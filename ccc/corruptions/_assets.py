@@ -46,7 +46,9 @@ def frost_textures() -> tuple[NDArray[np.uint8], ...]:
             ) from error
         digest = hashlib.sha256(data).hexdigest()
         if digest != expected:
-            raise MissingAssetError(f"frost texture {name} has sha256 {digest}, expected the ImageNet-C original {expected}")
+            raise MissingAssetError(
+                f"frost texture {name} has sha256 {digest}, expected the ImageNet-C original {expected}"
+            )
         texture = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
         texture.setflags(write=False)
         textures.append(texture)

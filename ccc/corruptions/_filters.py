@@ -63,9 +63,9 @@ def _reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDA
     rows = np.repeat(np.arange(length), period)
     positions = (rows + np.tile(np.arange(period), length)) % period
     columns = np.where(positions < length, positions, period - 1 - positions)
-    matrix = np.bincount(
-        rows * length + columns, weights=np.tile(folded, length), minlength=length * length
-    ).reshape(length, length)
+    matrix = np.bincount(rows * length + columns, weights=np.tile(folded, length), minlength=length * length).reshape(
+        length, length
+    )
     matrix.setflags(write=False)
     return matrix
 

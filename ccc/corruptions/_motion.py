@@ -104,9 +104,7 @@ def motion_blur_taps(radius: float, sigma: float, angle: float) -> MotionBlurTap
     return MotionBlurTaps(_tap_weights(width, sigma), column_offsets, row_offsets)
 
 
-def motion_blur_imagemagick(
-    image: NDArray[np.uint8], radius: float, sigma: float, angle: float
-) -> NDArray[np.uint8]:
+def motion_blur_imagemagick(image: NDArray[np.uint8], radius: float, sigma: float, angle: float) -> NDArray[np.uint8]:
     """ImageMagick 6's ``MagickMotionBlurImage`` through an 8-bit PNG round trip, without ImageMagick.
 
     Equal, value for value, to :func:`motion_blur_wand` (see ``docs/motion_blur.md``). Pure and

@@ -41,9 +41,10 @@ def as_random_source(rng: RngLike, parameter: str = "rng") -> RandomSource:
     )
 
 
-def draw_integers(rng: RandomSource, low: int, high: int, size: int | tuple[int, ...] | None = None) -> NDArray[np.int64]:
+def draw_integers(
+    rng: RandomSource, low: int, high: int, size: int | tuple[int, ...] | None = None
+) -> NDArray[np.int64]:
     """Integers uniform in [low, high): ``Generator.integers`` or, in legacy mode, ``RandomState.randint``."""
     if isinstance(rng, np.random.RandomState):
         return rng.randint(low, high, size=size)
     return rng.integers(low, high, size=size)
-

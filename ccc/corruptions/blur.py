@@ -75,7 +75,9 @@ def defocus_blur(image: NDArray[np.uint8], parameters: tuple[float, float], rng:
     return np.clip(blurred, 0, 1) * 255
 
 
-def glass_blur(image: NDArray[np.uint8], parameters: tuple[float, float, float], rng: RandomSource) -> NDArray[np.float64]:
+def glass_blur(
+    image: NDArray[np.uint8], parameters: tuple[float, float, float], rng: RandomSource
+) -> NDArray[np.float64]:
     """Gaussian blur, ``iterations`` passes of local pixel displacement, Gaussian blur again.
 
     ``parameters = (sigma, max_delta, iterations)``; offsets (dx, dy) are uniform integers in
@@ -100,7 +102,9 @@ def motion_blur(image: NDArray[np.uint8], parameters: tuple[float, float], rng: 
     return motion_blur_imagemagick(image, radius, sigma, angle)
 
 
-def zoom_blur(image: NDArray[np.uint8], parameters: tuple[float, float, float], rng: RandomSource) -> NDArray[np.float32]:
+def zoom_blur(
+    image: NDArray[np.uint8], parameters: tuple[float, float, float], rng: RandomSource
+) -> NDArray[np.float32]:
     """Average of the image and its centre zooms by ``numpy.arange(start, stop, step)``."""
     start, stop, step = parameters
     zoom_factors = np.arange(start, stop, step)

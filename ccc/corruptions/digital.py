@@ -88,13 +88,13 @@ def elastic(image: NDArray[np.uint8], parameters: tuple[float, float, float], rn
     height, width = unit.shape[:2]
     centre = np.float32((height, width)) // 2
     square = min(height, width) // 3
-    source_points = np.float32(
-        [centre + square, [centre[0] + square, centre[1] - square], centre - square]
-    )
+    source_points = np.float32([centre + square, [centre[0] + square, centre[1] - square], centre - square])
     target_points = source_points + rng.uniform(-jitter, jitter, size=source_points.shape).astype(np.float32)
     affine = cv2.getAffineTransform(source_points, target_points)
     unit = cv2.warpAffine(unit, affine, (width, height), borderMode=cv2.BORDER_REFLECT_101)
-    shift_columns = (gaussian_smooth_reflect(rng.uniform(-1, 1, size=(height, width)), sigma) * alpha).astype(np.float32)
+    shift_columns = (gaussian_smooth_reflect(rng.uniform(-1, 1, size=(height, width)), sigma) * alpha).astype(
+        np.float32
+    )
     shift_rows = (gaussian_smooth_reflect(rng.uniform(-1, 1, size=(height, width)), sigma) * alpha).astype(np.float32)
     rows, columns = np.meshgrid(np.arange(height, dtype=np.float64), np.arange(width, dtype=np.float64), indexing="ij")
     warped = sample_bilinear_reflect(unit, rows + shift_rows, columns + shift_columns)

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path
-from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_METHOD_OPTIONS, DEMO_METHODS, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
+from ccc.demo.demonstration import (
+    DEMO_DOMAIN_IMAGES,
+    DEMO_METHOD_OPTIONS,
+    DEMO_METHODS,
+    DEMO_NUM_IMAGES,
+    DEMO_SHARD_BYTES_PER_IMAGE,
+    DEMO_SPEED,
+)
 from ccc.demo.folder import DEMO_IMAGES_PER_CLASS, DEMO_SOURCE_IMAGES, EXPECTED_INDEX_SHA256, ensure_demo_folder
 from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 
@@ -67,7 +74,9 @@ def demo_image_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return ensure_demo_folder(cache_dir)
 
 
-def count_source_images(imagenet: str | os.PathLike[str] | None, demo: bool, classes: Sequence[str] | None = None) -> int:
+def count_source_images(
+    imagenet: str | os.PathLike[str] | None, demo: bool, classes: Sequence[str] | None = None
+) -> int:
     """Source images a stream draws from, listed without reading one: the demo world's 2,400 when
     ``demo``, else those of the ImageNet-layout folder ``imagenet`` (None: ``$CCC_IMAGENET``), only of
     ``classes`` when given. Raises ``ccc.stream.sources.ImageFolderError`` for a missing folder."""
@@ -75,7 +84,9 @@ def count_source_images(imagenet: str | os.PathLike[str] | None, demo: bool, cla
         return DEMO_SOURCE_IMAGES
     from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
 
-    return len(index_image_folder(resolve_imagenet_folder(imagenet), classes=classes, check_images=False, progress=False))
+    return len(
+        index_image_folder(resolve_imagenet_folder(imagenet), classes=classes, check_images=False, progress=False)
+    )
 
 
 def demo_model() -> nn.Module:

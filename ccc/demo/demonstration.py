@@ -58,7 +58,11 @@ DEMO_METHOD_OPTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         "eta": MappingProxyType({"learning_rate": DEMO_LEARNING_RATE, "redundancy_margin": DEMO_FILTER_MARGIN}),
         "eata": MappingProxyType({"learning_rate": DEMO_LEARNING_RATE, "redundancy_margin": DEMO_FILTER_MARGIN}),
         "rdumb": MappingProxyType(
-            {"learning_rate": DEMO_LEARNING_RATE, "redundancy_margin": DEMO_FILTER_MARGIN, "reset_every": DEMO_RESET_EVERY}
+            {
+                "learning_rate": DEMO_LEARNING_RATE,
+                "redundancy_margin": DEMO_FILTER_MARGIN,
+                "reset_every": DEMO_RESET_EVERY,
+            }
         ),
     }
 )

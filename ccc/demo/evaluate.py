@@ -60,7 +60,10 @@ def predict(model: nn.Module, images: NDArray[np.uint8], batch_size: int = 100) 
     model.eval()
     predictions = np.empty(len(images), dtype=np.int64)
     for start in range(0, len(images), batch_size):
-        batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size])).permute(0, 3, 1, 2).float() / 255.0
+        batch = (
+            torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size])).permute(0, 3, 1, 2).float()
+            / 255.0
+        )
         predictions[start : start + len(batch)] = model(batch).argmax(dim=1).numpy()
     return predictions
 
@@ -104,11 +107,21 @@ def measure_accuracies(
     finish = _jpeg_round_trip if crop == "random" else (lambda image: image)
     accuracies = {"clean": _percent(predict(model, np.stack([finish(image) for image in clean])), labels)}
     for number, name in enumerate(corruptions):
-        corrupted = np.stack([
-            finish(corrupt(image, name, severity, rng=np.random.default_rng(
-                np.random.SeedSequence(seed, spawn_key=(_CORRUPTION_PURPOSE, position, number)))))
-            for position, image in zip(chosen, clean)
-        ])
+        corrupted = np.stack(
+            [
+                finish(
+                    corrupt(
+                        image,
+                        name,
+                        severity,
+                        rng=np.random.default_rng(
+                            np.random.SeedSequence(seed, spawn_key=(_CORRUPTION_PURPOSE, position, number))
+                        ),
+                    )
+                )
+                for position, image in zip(chosen, clean)
+            ]
+        )
         accuracies[name] = _percent(predict(model, corrupted), labels)
     return accuracies
 

@@ -202,7 +202,8 @@ def ensure_demo_folder(cache_dir: str | os.PathLike[str] | None = None, workers:
             logger.warning(
                 "demo images differ from the reference build (content sha256 %s, expected %s): "
                 "other numpy/Pillow versions; the committed calibration may fit them slightly less well",
-                record["content_sha256"], EXPECTED_CONTENT_SHA256,
+                record["content_sha256"],
+                EXPECTED_CONTENT_SHA256,
             )
         try:
             os.rename(staging, folder)

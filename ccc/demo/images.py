@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.validation import check_integer
+
 PATTERNS: tuple[str, ...] = ("horizontal", "vertical", "checks", "plain")
 """Pattern names: horizontal stripes, vertical stripes, an axis-aligned checkerboard, no pattern."""
 
@@ -125,7 +126,9 @@ class DemoImageParameters:
     distractor: ObjectParameters | None
 
 
-def _draw_object(class_index: int, generator: np.random.Generator, centre: tuple[float, float], semi_axes: tuple[float, float]) -> ObjectParameters:
+def _draw_object(
+    class_index: int, generator: np.random.Generator, centre: tuple[float, float], semi_axes: tuple[float, float]
+) -> ObjectParameters:
     colour = DEMO_CLASSES[class_index].colour
     return ObjectParameters(
         class_index=class_index,
@@ -151,7 +154,9 @@ def draw_parameters(class_index: int, generator: np.random.Generator) -> DemoIma
     side = min(width, height)
     background_hue, background_saturation = generator.uniform(), generator.uniform(0.0, 0.12)
     centre = (width * (0.5 + generator.uniform(-0.1, 0.1)), height * (0.5 + generator.uniform(-0.1, 0.1)))
-    main = _draw_object(int(class_index), generator, centre, (side * generator.uniform(0.2, 0.32), side * generator.uniform(0.2, 0.32)))
+    main = _draw_object(
+        int(class_index), generator, centre, (side * generator.uniform(0.2, 0.32), side * generator.uniform(0.2, 0.32))
+    )
     distractor = None
     if generator.uniform() < DISTRACTOR_PROBABILITY:
         other = int(generator.integers(0, len(CLASS_NAMES) - 1))  # any class but the main one
@@ -160,7 +165,9 @@ def draw_parameters(class_index: int, generator: np.random.Generator) -> DemoIma
         direction = generator.uniform(0.0, 2.0 * math.pi)
         distance = side * generator.uniform(0.3, 0.45)
         place = (centre[0] + distance * math.cos(direction), centre[1] + distance * math.sin(direction))
-        distractor = _draw_object(other, generator, place, (side * generator.uniform(0.13, 0.2), side * generator.uniform(0.13, 0.2)))
+        distractor = _draw_object(
+            other, generator, place, (side * generator.uniform(0.13, 0.2), side * generator.uniform(0.13, 0.2))
+        )
     return DemoImageParameters((width, height), background_hue, background_saturation, main, distractor)
 
 
@@ -190,7 +197,9 @@ def _soft_sign(values: NDArray[np.float32]) -> NDArray[np.float32]:
     return values / np.sqrt(np.float32(1.0) + values * values)
 
 
-def pattern_profile(parameters: ObjectParameters, columns: NDArray[np.float32], rows: NDArray[np.float32]) -> NDArray[np.float32]:
+def pattern_profile(
+    parameters: ObjectParameters, columns: NDArray[np.float32], rows: NDArray[np.float32]
+) -> NDArray[np.float32]:
     """The object's pattern profile in [-1, 1] at pixel coordinates ``columns``, ``rows`` (same shape)."""
     pattern = DEMO_CLASSES[parameters.class_index].pattern
     if pattern == "plain":
@@ -204,7 +213,9 @@ def pattern_profile(parameters: ObjectParameters, columns: NDArray[np.float32], 
         return periodic_profile(across_columns + np.float32(parameters.phase_u))
     if pattern == "horizontal":
         return periodic_profile(across_rows + np.float32(parameters.phase_u))
-    product = periodic_profile(across_columns + np.float32(parameters.phase_u)) * periodic_profile(across_rows + np.float32(parameters.phase_v))
+    product = periodic_profile(across_columns + np.float32(parameters.phase_u)) * periodic_profile(
+        across_rows + np.float32(parameters.phase_v)
+    )
     return _soft_sign(np.float32(3.0) * product) / np.float32(3.0 / math.sqrt(10.0))
 
 
@@ -220,12 +231,18 @@ def _object_box(parameters: ObjectParameters, width: int, height: int) -> tuple[
     half_width = cos_rotation * semi_a + sin_rotation * semi_b + margin
     half_height = sin_rotation * semi_a + cos_rotation * semi_b + margin
     centre_x, centre_y = parameters.centre
-    columns = slice(min(width, max(0, math.floor(centre_x - half_width))), max(0, min(width, math.ceil(centre_x + half_width))))
-    rows = slice(min(height, max(0, math.floor(centre_y - half_height))), max(0, min(height, math.ceil(centre_y + half_height))))
+    columns = slice(
+        min(width, max(0, math.floor(centre_x - half_width))), max(0, min(width, math.ceil(centre_x + half_width)))
+    )
+    rows = slice(
+        min(height, max(0, math.floor(centre_y - half_height))), max(0, min(height, math.ceil(centre_y + half_height)))
+    )
     return rows, columns
 
 
-def object_mask(parameters: ObjectParameters, columns: NDArray[np.float32], rows: NDArray[np.float32]) -> NDArray[np.float32]:
+def object_mask(
+    parameters: ObjectParameters, columns: NDArray[np.float32], rows: NDArray[np.float32]
+) -> NDArray[np.float32]:
     """Coverage in [0, 1] of the object's superellipse at pixel coordinates (edge ramp :data:`EDGE_PIXELS` wide)."""
     centre_x, centre_y = parameters.centre
     semi_a, semi_b = parameters.semi_axes
@@ -270,7 +287,11 @@ def _paint_object(image: NDArray[np.float32], shading: NDArray[np.float32], para
     rows, columns = all_rows[box], all_columns[box]
     if rows.size == 0:
         return
-    value = np.clip(np.float32(parameters.value) + np.float32(parameters.contrast) * pattern_profile(parameters, columns, rows), 0.0, 1.0)
+    value = np.clip(
+        np.float32(parameters.value) + np.float32(parameters.contrast) * pattern_profile(parameters, columns, rows),
+        0.0,
+        1.0,
+    )
     texture = _tint(parameters.hue, parameters.saturation)[:, None, None] * (shading[box] * value)[None]
     region = image[:, box[0], box[1]]
     region += object_mask(parameters, columns, rows)[None] * (texture - region)
@@ -287,7 +308,9 @@ def render_demo_image(class_index: int, generator: np.random.Generator) -> NDArr
     background = np.float32(0.35) + np.float32(0.4) * _smooth_field(generator, width, height, 5)
     shading = np.float32(255.0 * 0.85) + np.float32(255.0 * 0.3) * _smooth_field(generator, width, height, 3)
     # Planar (3, H, W) layout: per-channel products run over whole rows.
-    image = _tint(parameters.background_hue, parameters.background_saturation)[:, None, None] * (shading * background)[None]
+    image = (
+        _tint(parameters.background_hue, parameters.background_saturation)[:, None, None] * (shading * background)[None]
+    )
     if parameters.distractor is not None:
         _paint_object(image, shading, parameters.distractor)
     _paint_object(image, shading, parameters.main)

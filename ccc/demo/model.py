@@ -81,7 +81,9 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def load_demo_weights(
-    model: nn.Module, path: str | os.PathLike[str] = DEMO_WEIGHTS_PATH, expected_sha256: str | None = DEMO_WEIGHTS_SHA256
+    model: nn.Module,
+    path: str | os.PathLike[str] = DEMO_WEIGHTS_PATH,
+    expected_sha256: str | None = DEMO_WEIGHTS_SHA256,
 ) -> nn.Module:
     """Load a state_dict file into ``model`` after checking the file's sha256; returns ``model``.
 

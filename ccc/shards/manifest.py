@@ -130,7 +130,9 @@ def save_manifest(manifest: Manifest, directory: Path) -> Path:
     except OSError as error:
         temporary.unlink(missing_ok=True)
         hint = " (no space left on device)" if error.errno == errno.ENOSPC else ""
-        raise ShardWriteError(error.errno or 0, f"could not write manifest {path}: {error.strerror or error}{hint}") from error
+        raise ShardWriteError(
+            error.errno or 0, f"could not write manifest {path}: {error.strerror or error}{hint}"
+        ) from error
     return path
 
 
@@ -171,11 +173,22 @@ def load_manifest(directory: Path) -> Manifest:
     entries = _manifest_field(path, document, "shards", list)
     shards = []
     for entry in entries:
-        if not isinstance(entry, dict) or set(entry) != {"index", "name", "first_sample", "sample_count", "sha256", "bytes"}:
+        if not isinstance(entry, dict) or set(entry) != {
+            "index",
+            "name",
+            "first_sample",
+            "sample_count",
+            "sha256",
+            "bytes",
+        }:
             raise ManifestError(f"{path}: malformed shard entry {entry!r}")
         info = ShardInfo(**entry)
-        if not (isinstance(info.sha256, str) and len(info.sha256) == 64 and isinstance(info.bytes, int) and info.bytes > 0):
-            raise ManifestError(f"{path}: shard entry needs a sha256 hex digest and a positive byte size, got {entry!r}")
+        if not (
+            isinstance(info.sha256, str) and len(info.sha256) == 64 and isinstance(info.bytes, int) and info.bytes > 0
+        ):
+            raise ManifestError(
+                f"{path}: shard entry needs a sha256 hex digest and a positive byte size, got {entry!r}"
+            )
         check_integer(f"{path}: shard index", info.index, 0, stream.num_shards - 1, error=ManifestError)
         expected = stream.shard_range(info.index)
         if (info.name, info.first_sample, info.sample_count) != (shard_name(info.index), expected.start, len(expected)):

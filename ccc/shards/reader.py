@@ -118,7 +118,10 @@ def _pax_path(data: bytes, location: str, where: str) -> str | None:
     while offset < len(data):
         length_text = data[offset : offset + 20].partition(b" ")[0]
         length = int(length_text) if length_text.isdigit() else -1
-        if not len(length_text) + 2 < length <= len(data) - offset or data[offset + length - 1 : offset + length] != b"\n":
+        if (
+            not len(length_text) + 2 < length <= len(data) - offset
+            or data[offset + length - 1 : offset + length] != b"\n"
+        ):
             raise ShardReadError(
                 f"shard {location}: damaged PAX extended header {where} (record length {length_text[:20]!r} "
                 f"at byte {offset} of {len(data)})"
@@ -148,7 +151,9 @@ def load_json_member(data: bytes, where: str) -> object:
         ShardReadError: too large, too deep, or not JSON; the message starts with ``where``.
     """
     if len(data) > MAX_JSON_BYTES:
-        raise ShardReadError(f"{where}: json member of {len(data):,} bytes exceeds the reader's limit of {MAX_JSON_BYTES:,}")
+        raise ShardReadError(
+            f"{where}: json member of {len(data):,} bytes exceeds the reader's limit of {MAX_JSON_BYTES:,}"
+        )
     if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _json_depth(data) > MAX_JSON_DEPTH:
         raise ShardReadError(f"{where}: json member nested deeper than the reader's limit of {MAX_JSON_DEPTH} levels")
     try:
@@ -205,14 +210,18 @@ class _Reader:
         if self.end is not None:
             remaining = self.end - self.handle.tell()
             if size > remaining:
-                raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {remaining})")
+                raise ShardReadError(
+                    f"shard {self.location}: truncated ({what}: expected {size} bytes, got {remaining})"
+                )
 
     def read(self, size: int, what: str) -> bytes:
         """The ``size`` bytes of a member (at most :data:`MAX_MEMBER_BYTES`), its padding consumed."""
         padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
         self._check_remaining(padded, what)
         if size > MAX_MEMBER_BYTES:
-            raise ShardReadError(f"shard {self.location}: {what} of {size:,} bytes exceeds the reader's limit of {MAX_MEMBER_BYTES:,}")
+            raise ShardReadError(
+                f"shard {self.location}: {what} of {size:,} bytes exceeds the reader's limit of {MAX_MEMBER_BYTES:,}"
+            )
         data = self.handle.read(padded)
         if len(data) != padded:
             raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {padded} bytes, got {len(data)})")
@@ -227,7 +236,9 @@ class _Reader:
         while remaining:
             chunk = self.handle.read(min(remaining, 1 << 20))
             if not chunk:
-                raise ShardReadError(f"shard {self.location}: truncated ({what}: expected {size} bytes, got {size - remaining})")
+                raise ShardReadError(
+                    f"shard {self.location}: truncated ({what}: expected {size} bytes, got {size - remaining})"
+                )
             remaining -= len(chunk)
 
 

@@ -127,12 +127,16 @@ def parse_info(text: str) -> InfoRecord:
     """Parse an ``info`` text; ValueError naming what is wrong when it is not in the public layout."""
     parts = text.strip().split("++")
     if len(parts) != 13 or parts[0] != "" or parts[1::2] != ["dir", "name", "n1", "s1", "n2", "s2"]:
-        raise ValueError(f"info must look like ++dir++<wnid>++name++<file>++n1++<a>++s1++<x>++n2++<b>++s2++<y>, got {text!r}")
+        raise ValueError(
+            f"info must look like ++dir++<wnid>++name++<file>++n1++<a>++s1++<x>++n2++<b>++s2++<y>, got {text!r}"
+        )
     fields = dict(zip(parts[1::2], parts[2::2]))
     try:
         s1, s2 = float(fields["s1"]), float(fields["s2"])
     except ValueError:
-        raise ValueError(f"info severities s1 and s2 must be numbers, got {fields['s1']!r} and {fields['s2']!r}") from None
+        raise ValueError(
+            f"info severities s1 and s2 must be numbers, got {fields['s1']!r} and {fields['s2']!r}"
+        ) from None
     return InfoRecord(f"{fields['dir']}/{fields['name']}", fields["n1"], s1, fields["n2"], s2)
 
 
@@ -219,19 +223,27 @@ def decode_members(members: Mapping[str, bytes], index: int, where: str) -> Samp
         ccc.shards.reader.ShardReadError: for a ``json`` member beyond the reader's limits.
     """
     if IMAGE_MEMBER not in members:
-        raise SampleRecordError(f"{where} has no {IMAGE_MEMBER} (image); members: {', '.join(sorted(members)) or 'none'}")
+        raise SampleRecordError(
+            f"{where} has no {IMAGE_MEMBER} (image); members: {', '.join(sorted(members)) or 'none'}"
+        )
     if LABEL_MEMBER not in members:
-        raise SampleRecordError(f"{where} has no {LABEL_MEMBER} (label); members: {', '.join(sorted(members)) or 'none'}")
+        raise SampleRecordError(
+            f"{where} has no {LABEL_MEMBER} (label); members: {', '.join(sorted(members)) or 'none'}"
+        )
     try:
         label = int(members[LABEL_MEMBER].decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
-        raise SampleRecordError(f"{where}: {LABEL_MEMBER} must hold a class index, got {members[LABEL_MEMBER][:40]!r}") from None
+        raise SampleRecordError(
+            f"{where}: {LABEL_MEMBER} must hold a class index, got {members[LABEL_MEMBER][:40]!r}"
+        ) from None
     record = None
     try:
         if JSON_MEMBER in members:
             record = load_json_member(members[JSON_MEMBER], where)
             if not isinstance(record, dict):
-                raise SampleRecordError(f"{where}: {JSON_MEMBER} member must hold an object, got {type(record).__name__}")
+                raise SampleRecordError(
+                    f"{where}: {JSON_MEMBER} member must hold an object, got {type(record).__name__}"
+                )
             metadata = record_metadata(record, index)
         elif INFO_MEMBER in members:
             info = parse_info(members[INFO_MEMBER].decode("utf-8"))

@@ -121,7 +121,11 @@ def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[st
                 if sample.position >= sample_count:
                     return "altered", f"holds more than the {sample_count} recorded samples", decoded
                 if sample.key != sample_key(index):
-                    return "altered", f"sample {sample.position} has key {sample.key}, expected {sample_key(index)}", decoded
+                    return (
+                        "altered",
+                        f"sample {sample.position} has key {sample.key}, expected {sample_key(index)}",
+                        decoded,
+                    )
                 assert sample.members is not None
                 where = sample_place(path.name, sample.key, index)
                 try:
@@ -165,7 +169,9 @@ def verify_shards(
     manifest = load_manifest(root)
     num_shards = manifest.stream.num_shards
     unrecorded_files = sorted(
-        int(match.group(1)) for path in root.iterdir() if (match := SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
+        int(match.group(1))
+        for path in root.iterdir()
+        if (match := SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
     )
     checks: list[ShardCheck] = []
     decoded_total = 0
@@ -181,7 +187,13 @@ def verify_shards(
         name = shard_name(begin) if end - begin == 1 else f"{shard_name(begin)} … {shard_name(end - 1)}"
         present = [shard_name(index) for index in unrecorded_files if begin <= index < end]
         listed = ", ".join(present[:5]) + (" …" if len(present) > 5 else "")
-        files = "" if not present else f" (an unrecorded file exists: {listed})" if len(present) == 1 else f" (unrecorded files exist: {listed})"
+        files = (
+            ""
+            if not present
+            else f" (an unrecorded file exists: {listed})"
+            if len(present) == 1
+            else f" (unrecorded files exist: {listed})"
+        )
         counted = "not" if end - begin == 1 else f"{end - begin:,} shards not"
         report(ShardCheck(begin, name, "unfinished", f"{counted} recorded as finished{files}", end - begin))
 

@@ -126,12 +126,18 @@ class ShardWriter:
     def __enter__(self) -> ShardWriter:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         if not self._finished:
             self.abort()
 
     def _error(self, error: OSError) -> ShardWriteError:
-        hint = " (no space left on device: free space, then re-run the same command to resume)" if error.errno == errno.ENOSPC else ""
+        hint = (
+            " (no space left on device: free space, then re-run the same command to resume)"
+            if error.errno == errno.ENOSPC
+            else ""
+        )
         return ShardWriteError(error.errno or 0, f"could not write shard {self.path}: {error.strerror or error}{hint}")
 
     def write(self, sample: RenderedSample) -> None:

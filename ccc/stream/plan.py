@@ -99,7 +99,6 @@ _RENDER_SEED_BOUND = 2**63
 _STEP_CACHE_SIZE = 4
 
 
-
 def sample_resized_crop(generator: np.random.Generator, width: int, height: int) -> tuple[int, int, int, int]:
     """Random-resized-crop box with torchvision's ``RandomResizedCrop.get_params`` semantics.
 
@@ -170,7 +169,9 @@ class StreamPlan:
         if cached is not None:
             self._step_images.move_to_end(key)
             return cached
-        sequence = np.random.SeedSequence(self.spec.seed, spawn_key=DOMAIN_IMAGES_KEY if domains else (STEP_IMAGES_PURPOSE, step))
+        sequence = np.random.SeedSequence(
+            self.spec.seed, spawn_key=DOMAIN_IMAGES_KEY if domains else (STEP_IMAGES_PURPOSE, step)
+        )
         positions = np.random.default_rng(sequence).choice(len(self.sources), size=self.spec.speed, replace=False)
         positions.setflags(write=False)
         self._step_images[key] = positions
@@ -179,7 +180,9 @@ class StreamPlan:
         return positions
 
 
-def build_stream_plan(spec: StreamSpec, table: Any, sources: SourceImages, schedule: StreamSchedule | None = None) -> StreamPlan:
+def build_stream_plan(
+    spec: StreamSpec, table: Any, sources: SourceImages, schedule: StreamSchedule | None = None
+) -> StreamPlan:
     """Bind ``spec`` to its schedule and ``sources``, computing the schedule from ``table`` unless given.
 
     Args:
@@ -219,12 +222,22 @@ def build_stream_plan(spec: StreamSpec, table: Any, sources: SourceImages, sched
     if spec.kind != CCC_KIND:
         return StreamPlan(spec, DomainSchedule(spec.kind, spec.corruptions, spec.severity), sources)
     if schedule is None:
-        schedule = build_schedule(table, spec.target_accuracy, spec.corruptions, spec.seed, spec.schedule, spec.path_objective)
+        schedule = build_schedule(
+            table, spec.target_accuracy, spec.corruptions, spec.seed, spec.schedule, spec.path_objective
+        )
     else:
-        given = (schedule.target_accuracy, schedule.corruptions, schedule.seed, schedule.schedule, schedule.path_objective)
+        given = (
+            schedule.target_accuracy,
+            schedule.corruptions,
+            schedule.seed,
+            schedule.schedule,
+            schedule.path_objective,
+        )
         expected = (spec.target_accuracy, spec.corruptions, spec.seed, spec.schedule, spec.path_objective)
         if given != expected:
-            raise PlanError(f"schedule (target, corruptions, seed, schedule, path objective) must be the spec's {expected}, got {given}")
+            raise PlanError(
+                f"schedule (target, corruptions, seed, schedule, path objective) must be the spec's {expected}, got {given}"
+            )
     return StreamPlan(spec, schedule, sources)
 
 
@@ -262,7 +275,9 @@ def plan_stream(
     if index.excluded:
         logger.warning("excluded %d unreadable images: %s", len(index.excluded), ", ".join(index.excluded[:10]))
     sources = load_source_images(index)
-    return build_stream_plan(resolve_stream_spec(definition, table, sources.index_checksum, len(sources)), table, sources, schedule)
+    return build_stream_plan(
+        resolve_stream_spec(definition, table, sources.index_checksum, len(sources)), table, sources, schedule
+    )
 
 
 def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
@@ -342,4 +357,3 @@ def plan_hash(plan: StreamPlan) -> str:
     }
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
     return hashlib.sha256(encoded).hexdigest()
-

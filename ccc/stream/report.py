@@ -77,7 +77,9 @@ def trace_schedule(schedule: StreamSchedule, speed: int, num_images: int) -> Sch
     accuracies = np.concatenate([np.asarray(visit.path.accuracies, dtype=np.float64) for visit in visits])[:num_steps]
     first_images = np.arange(num_steps, dtype=np.int64) * speed
     images_per_step = np.minimum(first_images + speed, num_images) - first_images
-    return ScheduleTrace(visits, first_images, cells[:, 0] * SEVERITY_STEP, cells[:, 1] * SEVERITY_STEP, accuracies, images_per_step)
+    return ScheduleTrace(
+        visits, first_images, cells[:, 0] * SEVERITY_STEP, cells[:, 1] * SEVERITY_STEP, accuracies, images_per_step
+    )
 
 
 def summarised_images(speed: int, num_images: int) -> int:
@@ -85,7 +87,9 @@ def summarised_images(speed: int, num_images: int) -> int:
     return min(num_images, SUMMARY_MAX_STEPS * speed)
 
 
-def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num_shards: int, shard_name: Callable[[int], str]) -> str:
+def describe_schedule(
+    schedule: StreamSchedule, speed: int, num_images: int, num_shards: int, shard_name: Callable[[int], str]
+) -> str:
     """A multi-line text description: settings, each pair with its path cells and accuracies, the shards.
 
     Covers the first :func:`summarised_images` images (all of them unless the stream has more than
@@ -105,7 +109,11 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num
         f"schedule: {schedule.schedule}   seed: {schedule.seed}",
         f"corruptions ({len(schedule.corruptions)}): {', '.join(schedule.corruptions)}",
         f"images: {num_images:,}   speed: {speed:,} images per step   steps: {total_steps:,}   "
-        + (f"pairs: {len(trace.visits):,}" if shown == num_images else f"pairs in the first {num_steps:,} steps: {len(trace.visits):,}"),
+        + (
+            f"pairs: {len(trace.visits):,}"
+            if shown == num_images
+            else f"pairs in the first {num_steps:,} steps: {len(trace.visits):,}"
+        ),
         f"calibrated accuracy over {scope}: mean {float(weights @ trace.accuracies):.2f} %, "
         f"mean |accuracy - target| {float(weights @ deviation):.2f}, max {float(deviation.max()):.2f} percentage points",
     ]
@@ -119,7 +127,11 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num
         last = min(first + len(visit.path.cells), num_steps) - 1
         first_image = int(trace.first_images[first])
         last_image = int(trace.first_images[last] + trace.images_per_step[last] - 1)
-        cut = f" ({'stream' if shown == num_images else 'summary'} ends inside this path)" if last < first + len(visit.path.cells) - 1 else ""
+        cut = (
+            f" ({'stream' if shown == num_images else 'summary'} ends inside this path)"
+            if last < first + len(visit.path.cells) - 1
+            else ""
+        )
         lines.append(
             f"  pair {visit.pair_index}: {visit.path.n1} -> {visit.path.n2}, steps {first}-{last}, "
             f"images {first_image:,}-{last_image:,}{cut}"
@@ -127,9 +139,17 @@ def describe_schedule(schedule: StreamSchedule, speed: int, num_images: int, num
         cells = visit.path.cells[: last - first + 1]
         accuracies = visit.path.accuracies[: last - first + 1]
         lines.append(
-            "    " + ", ".join(f"{i * SEVERITY_STEP:g}/{j * SEVERITY_STEP:g} = {accuracy:.1f}" for (i, j), accuracy in zip(cells, accuracies))
+            "    "
+            + ", ".join(
+                f"{i * SEVERITY_STEP:g}/{j * SEVERITY_STEP:g} = {accuracy:.1f}"
+                for (i, j), accuracy in zip(cells, accuracies)
+            )
         )
-    names = ", ".join(shard_name(index) for index in range(num_shards)) if num_shards <= 6 else f"{shard_name(0)} … {shard_name(num_shards - 1)}"
+    names = (
+        ", ".join(shard_name(index) for index in range(num_shards))
+        if num_shards <= 6
+        else f"{shard_name(0)} … {shard_name(num_shards - 1)}"
+    )
     lines += ["", f"shards to write ({num_shards:,}): {names}"]
     return "\n".join(lines)
 
@@ -208,13 +228,21 @@ def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Fi
     FigureCanvasAgg(figure)
     severity_axis, accuracy_axis = figure.subplots(2, 1, sharex=True)
     bounds = [
-        (int(edges[visit.first_step]), int(edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))]))
+        (
+            int(edges[visit.first_step]),
+            int(edges[min(visit.first_step + len(visit.path.cells), len(trace.first_images))]),
+        )
         for visit in trace.visits
     ]
     for axis in (severity_axis, accuracy_axis):
         # every other pair shaded over the panel's height (x in data units, y in axes units)
         spans = [[(first, 0), (last, 0), (last, 1), (first, 1)] for first, last in bounds[1::2]]
-        axis.add_collection(PolyCollection(spans, facecolors="black", alpha=0.06, linewidths=0, zorder=0, transform=axis.get_xaxis_transform()), autolim=False)
+        axis.add_collection(
+            PolyCollection(
+                spans, facecolors="black", alpha=0.06, linewidths=0, zorder=0, transform=axis.get_xaxis_transform()
+            ),
+            autolim=False,
+        )
     top = severity_axis.secondary_xaxis("top")
     named = len(trace.visits) <= PLOT_MAX_NAMED_PAIRS
     if named:
@@ -228,12 +256,27 @@ def schedule_figure(schedule: StreamSchedule, speed: int, num_images: int) -> Fi
     palette = [f"C{index}" for index in range(10)]
     for index, (name, severity) in enumerate(corruption_severities(trace).items()):
         # a step plot holding each step's value until the next edge; NaN leaves the gaps between visits
-        severity_axis.step(edges, np.append(severity, severity[-1]), where="post", color=palette[index % len(palette)], linewidth=1.5, label=name)
+        severity_axis.step(
+            edges,
+            np.append(severity, severity[-1]),
+            where="post",
+            color=palette[index % len(palette)],
+            linewidth=1.5,
+            label=name,
+        )
     severity_axis.set_ylabel("severity")
     severity_axis.set_ylim(-0.1, 5.1)
     # black and grey: the corruption colours of the panel above mean nothing here
-    accuracy_axis.stairs(trace.accuracies, edges, baseline=None, color="black", linewidth=1.3, label="calibrated accuracy")
-    accuracy_axis.axhline(schedule.target_accuracy, color="0.45", linestyle="--", linewidth=1.2, label=f"target {schedule.target_accuracy:g} %")
+    accuracy_axis.stairs(
+        trace.accuracies, edges, baseline=None, color="black", linewidth=1.3, label="calibrated accuracy"
+    )
+    accuracy_axis.axhline(
+        schedule.target_accuracy,
+        color="0.45",
+        linestyle="--",
+        linewidth=1.2,
+        label=f"target {schedule.target_accuracy:g} %",
+    )
     accuracy_axis.set_ylabel("accuracy (%)")
     accuracy_axis.set_xlabel("image index")
     accuracy_axis.xaxis.set_major_formatter(EngFormatter(sep=""))

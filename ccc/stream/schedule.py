@@ -117,7 +117,16 @@ class StreamSchedule:
     definition, not the cache.
     """
 
-    __slots__ = ("corruptions", "seed", "schedule", "path_objective", "target_accuracy", "pair_paths", "_chain", "_ends")
+    __slots__ = (
+        "corruptions",
+        "seed",
+        "schedule",
+        "path_objective",
+        "target_accuracy",
+        "pair_paths",
+        "_chain",
+        "_ends",
+    )
 
     def __init__(
         self,
@@ -243,7 +252,9 @@ def build_schedule(
         raise ScheduleError(f"corruptions must hold at least 2 distinct names, got {list(corruptions)}")
     missing = [(a, b) for a in names for b in names if a != b and not table.has_pair(a, b)]
     if missing:
-        listed = ", ".join(f"({a}, {b})" for a, b in missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        listed = ", ".join(f"({a}, {b})" for a, b in missing[:6]) + (
+            f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+        )
         raise ScheduleError(
             f"the calibration table lacks {len(missing)} of the {len(names) * (len(names) - 1)} ordered pairs "
             f"these corruptions need: {listed}"

@@ -75,12 +75,16 @@ def read_class_list(path: str | os.PathLike[str]) -> tuple[str, ...]:
     try:
         names = tuple(line.strip() for line in Path(path).read_text().splitlines() if line.strip())
     except (OSError, UnicodeDecodeError) as error:
-        raise ImageFolderError(f"--classes {path}: cannot read the class list: {getattr(error, 'strerror', None) or error}") from None
+        raise ImageFolderError(
+            f"--classes {path}: cannot read the class list: {getattr(error, 'strerror', None) or error}"
+        ) from None
     if not names:
         raise ImageFolderError(f"--classes {path}: the class list is empty; expected one class folder name per line")
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ImageFolderError(f"--classes {path}: each class may be listed once, got duplicates: {', '.join(duplicates[:10])}")
+        raise ImageFolderError(
+            f"--classes {path}: each class may be listed once, got duplicates: {', '.join(duplicates[:10])}"
+        )
     return names
 
 
@@ -106,7 +110,9 @@ def class_list(
     if classes is not None:
         unlisted = sorted(set(folders) - set(classes))
         if unlisted:
-            logger.warning("%s: %d folder(s) not in the class list are skipped: %s", where, len(unlisted), _listed(unlisted))
+            logger.warning(
+                "%s: %d folder(s) not in the class list are skipped: %s", where, len(unlisted), _listed(unlisted)
+            )
         return tuple(classes)
     standard = set(imagenet_wnids())
     if not standard.intersection(folders):
@@ -217,15 +223,27 @@ def class_folder_images(
     for name in sorted(os.listdir(folder)):
         if name.startswith(".") or not (folder / name).is_dir():
             continue
-        images = [] if name in NOT_CLASS_FOLDERS else sorted(
-            entry for entry in os.listdir(folder / name) if entry.lower().endswith(suffixes) and (folder / name / entry).is_file()
+        images = (
+            []
+            if name in NOT_CLASS_FOLDERS
+            else sorted(
+                entry
+                for entry in os.listdir(folder / name)
+                if entry.lower().endswith(suffixes) and (folder / name / entry).is_file()
+            )
         )
         if images:
             files[name] = images
         else:
             skipped.append(name)
     if skipped and note:
-        logger.warning("%s: skipped %d folder(s) that are not classes (no images, or %s): %s", folder, len(skipped), ", ".join(NOT_CLASS_FOLDERS), _listed(skipped))
+        logger.warning(
+            "%s: skipped %d folder(s) that are not classes (no images, or %s): %s",
+            folder,
+            len(skipped),
+            ", ".join(NOT_CLASS_FOLDERS),
+            _listed(skipped),
+        )
     return files
 
 
@@ -263,12 +281,18 @@ def index_image_folder(
     stray = [name for name in entries if _is_image(name) and (folder / name).is_file()]
     if not folders:
         hint = f" (found {len(stray)} images directly inside it)" if stray else ""
-        raise ImageFolderError(f"{folder} is not in ImageNet layout <folder>/<class>/<image>.JPEG: no class sub-folders{hint}")
+        raise ImageFolderError(
+            f"{folder} is not in ImageNet layout <folder>/<class>/<image>.JPEG: no class sub-folders{hint}"
+        )
     if stray:
-        raise ImageFolderError(f"{folder} mixes images and class sub-folders, e.g. {stray[0]}; expected <folder>/<class>/<image>.JPEG")
+        raise ImageFolderError(
+            f"{folder} mixes images and class sub-folders, e.g. {stray[0]}; expected <folder>/<class>/<image>.JPEG"
+        )
     files = class_folder_images(folder)
     if not files:
-        raise ImageFolderError(f"{folder} has {len(folders)} class folders but no images ({', '.join(IMAGE_EXTENSIONS)})")
+        raise ImageFolderError(
+            f"{folder} has {len(folders)} class folders but no images ({', '.join(IMAGE_EXTENSIONS)})"
+        )
     classes = class_list(list(files), classes, str(folder))
     images: list[SourceImage] = []
     for class_index, wnid in enumerate(classes):
@@ -291,10 +315,14 @@ def index_image_folder(
     return ImageIndex(folder, classes, tuple(images), excluded)
 
 
-def _find_unreadable(folder: Path, images: Sequence[SourceImage], threads: int | None, progress: bool) -> list[tuple[str, str]]:
+def _find_unreadable(
+    folder: Path, images: Sequence[SourceImage], threads: int | None, progress: bool
+) -> list[tuple[str, str]]:
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         results = pool.map(decode_problem, (folder / image.relative_path for image in images), chunksize=64)
-        checked = tqdm(results, total=len(images), desc="checking images", unit="img", disable=not progress, mininterval=5.0)
+        checked = tqdm(
+            results, total=len(images), desc="checking images", unit="img", disable=not progress, mininterval=5.0
+        )
         return [(image.relative_path, problem) for image, problem in zip(images, checked) if problem is not None]
 
 

@@ -88,13 +88,16 @@ DEFINITION_KEYS = (
 
 _SHA256_HEX_DIGITS = 64
 
+
 class PlanError(ValueError):
     """A stream definition or plan request is invalid; the message names the parameter."""
 
 
 def check_sha256(name: str, value: object) -> str:
     """``value`` if it is a sha256 hex digest (64 lowercase hex digits), else PlanError naming ``name``."""
-    if not (isinstance(value, str) and len(value) == _SHA256_HEX_DIGITS and all(c in "0123456789abcdef" for c in value)):
+    if not (
+        isinstance(value, str) and len(value) == _SHA256_HEX_DIGITS and all(c in "0123456789abcdef" for c in value)
+    ):
         raise PlanError(f"{name} must be a sha256 hex digest (64 lowercase hex digits), got {value!r}")
     return value
 
@@ -182,7 +185,11 @@ class StreamSpec:
 
     def _check_ccc(self) -> None:
         target = self.target_accuracy
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not (math.isfinite(target) and 0 <= target <= 100):
+        if (
+            isinstance(target, bool)
+            or not isinstance(target, (int, float))
+            or not (math.isfinite(target) and 0 <= target <= 100)
+        ):
             raise PlanError(f"target_accuracy must be a number in [0, 100] percent, got {target!r}")
         object.__setattr__(self, "target_accuracy", float(target))
         if len(set(self.corruptions)) != len(self.corruptions) or len(self.corruptions) < 2:
@@ -191,7 +198,9 @@ class StreamSpec:
         if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
             raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
         if self.severity is not None or self.crop != "random":
-            raise PlanError(f"a ccc stream has calibrated severities and random crops: severity must be None and crop 'random', got {self.severity!r} and {self.crop!r}")
+            raise PlanError(
+                f"a ccc stream has calibrated severities and random crops: severity must be None and crop 'random', got {self.severity!r} and {self.crop!r}"
+            )
 
     @property
     def num_shards(self) -> int:
@@ -373,7 +382,10 @@ def resolve_difficulty(
 
 
 def resolve_stream_spec(
-    definition: StreamSpec | Mapping[str, Any], table: _Presets | None, source_index_checksum: str, source_count: int | None = None
+    definition: StreamSpec | Mapping[str, Any],
+    table: _Presets | None,
+    source_index_checksum: str,
+    source_count: int | None = None,
 ) -> StreamSpec:
     """The :class:`StreamSpec` of a stream definition, bound to ``table`` and the source images.
 
@@ -408,7 +420,9 @@ def resolve_stream_spec(
         raise PlanError(f"a stream definition must be a StreamSpec or a mapping, got {type(definition).__name__}")
     unknown = sorted(set(definition) - set(DEFINITION_KEYS))
     if unknown:
-        raise PlanError(f"unknown stream definition key(s) {', '.join(unknown)}; valid: {', '.join(sorted(DEFINITION_KEYS))}")
+        raise PlanError(
+            f"unknown stream definition key(s) {', '.join(unknown)}; valid: {', '.join(sorted(DEFINITION_KEYS))}"
+        )
     kind = definition.get("kind") or CCC_KIND
     if kind not in KINDS:
         raise PlanError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -416,7 +430,9 @@ def resolve_stream_spec(
         return _resolve_domain_spec(kind, definition, source_index_checksum, source_count)
     unused = [key for key in ("severity", "crop") if definition.get(key) is not None]
     if unused:
-        raise PlanError(f"{' and '.join(unused)}: only for the cin-c and gradual kinds, not a ccc stream (its severities are calibrated, its crops random)")
+        raise PlanError(
+            f"{' and '.join(unused)}: only for the cin-c and gradual kinds, not a ccc stream (its severities are calibrated, its crops random)"
+        )
     if definition.get("speed") is None:
         raise PlanError("a stream definition needs speed (images per severity step)")
     if table is None:
@@ -439,7 +455,9 @@ def resolve_stream_spec(
     )
 
 
-def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_checksum: str, source_count: int | None) -> StreamSpec:
+def _resolve_domain_spec(
+    kind: str, definition: Mapping[str, Any], source_index_checksum: str, source_count: int | None
+) -> StreamSpec:
     """The spec of a ``cin-c`` or ``gradual`` definition (see :func:`resolve_stream_spec`)."""
     from ccc.corruptions import CORRUPTIONS, get_corruption
 
@@ -448,7 +466,9 @@ def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_
     if kind != "cin-c" and definition.get("severity") is not None:
         unused.append("severity")
     if unused:
-        raise PlanError(f"{', '.join(unused)}: not for a {kind} stream (it has no calibration table and sets its own severities; see docs/generator.md)")
+        raise PlanError(
+            f"{', '.join(unused)}: not for a {kind} stream (it has no calibration table and sets its own severities; see docs/generator.md)"
+        )
     names = definition.get("corruptions")
     if names is None:
         names = CORRUPTIONS
@@ -458,13 +478,17 @@ def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_
         corruptions = tuple(get_corruption(name).name for name in names)
     except ValueError as error:
         raise PlanError(str(error)) from None
-    severity = None if kind != "cin-c" else DEFAULT_SEVERITY if definition.get("severity") is None else definition["severity"]
+    severity = (
+        None if kind != "cin-c" else DEFAULT_SEVERITY if definition.get("severity") is None else definition["severity"]
+    )
     speed = definition.get("speed")
     if speed is None and kind == "gradual":
         speed = DEFAULT_GRADUAL_IMAGES
     elif speed is None:
         if source_count is None:
-            raise PlanError("a cin-c stream without speed shows every source image per corruption: give speed (images per domain) or the number of source images")
+            raise PlanError(
+                "a cin-c stream without speed shows every source image per corruption: give speed (images per domain) or the number of source images"
+            )
         speed = source_count
     speed = check_integer("speed", speed, 1, error=PlanError)
     return StreamSpec(
@@ -472,7 +496,9 @@ def _resolve_domain_spec(kind: str, definition: Mapping[str, Any], source_index_
         corruptions=corruptions,
         speed=speed,
         seed=definition.get("seed", DEFAULT_SEED),
-        num_images=len(domain_levels(kind, corruptions, severity)) * speed if definition.get("num_images") is None else definition["num_images"],
+        num_images=len(domain_levels(kind, corruptions, severity)) * speed
+        if definition.get("num_images") is None
+        else definition["num_images"],
         calibration_checksum=None,
         source_index_checksum=source_index_checksum,
         shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),

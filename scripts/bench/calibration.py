@@ -133,10 +133,17 @@ class TinyCNN(nn.Module):
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
         )
         self.head = nn.Linear(32, classes)
 
@@ -201,7 +208,9 @@ def make_job(
     """A calibration job on the setup's folder."""
     index = index_image_folder(setup.folder, progress=False)
     image_set = select_calibration_images(index, image_count, 0, preprocessing)
-    return CalibrationJob(image_set, tuple(corruptions), "bench TinyCNN", setup.model_digest, planner, block_size=block_size)
+    return CalibrationJob(
+        image_set, tuple(corruptions), "bench TinyCNN", setup.model_digest, planner, block_size=block_size
+    )
 
 
 def log(message: str) -> None:
@@ -234,7 +243,9 @@ def timed_functions(module: object, names: Sequence[str], totals: dict[str, floa
             setattr(module, name, function)
 
 
-def measure_throughput(setup: Setup, out: Path, image_count: int, corruptions: Sequence[str], crop: int) -> dict[str, float]:
+def measure_throughput(
+    setup: Setup, out: Path, image_count: int, corruptions: Sequence[str], crop: int
+) -> dict[str, float]:
     """Serial end-to-end run with a persistent work folder; time inside corruption and model compute."""
     torch.set_num_threads(1)
     planner = BruteForcePlanner(len(corruptions), -(-image_count // 25))
@@ -275,7 +286,9 @@ def measure_throughput(setup: Setup, out: Path, image_count: int, corruptions: S
 
 
 # ----------------------------------------------------------------------------- scaling
-def measure_scaling(setup: Setup, image_count: int, corruptions: Sequence[str], repeats: int, crop: int) -> dict[str, float]:
+def measure_scaling(
+    setup: Setup, image_count: int, corruptions: Sequence[str], repeats: int, crop: int
+) -> dict[str, float]:
     """Images/s on a local Ray cluster with 1 and 2 workers, pinned to 1 and 2 cores (median of
     ``repeats`` runs after a warm-up that imports and compiles in the workers)."""
     planner = BruteForcePlanner(len(corruptions), -(-image_count // 25))
@@ -409,9 +422,13 @@ def measure_adaptive(
     block_count = -(-image_count // block_size)
     settings = AdaptiveSettings(**{**(settings_overrides or {}), "targets": tuple(targets)})
     brute_job = make_job(setup, image_count, corruptions, BruteForcePlanner(count, block_count), block_size)
-    adaptive_job = dataclasses.replace(brute_job, planner=AdaptivePlanner(settings, count, block_count, block_size, image_count))
+    adaptive_job = dataclasses.replace(
+        brute_job, planner=AdaptivePlanner(settings, count, block_count, block_size, image_count)
+    )
     with open_executor(workers) as executor:
-        backend = ModelBackend(executor, brute_job.render_context(), setup.model, evaluators=evaluators, images_per_task=125)
+        backend = ModelBackend(
+            executor, brute_job.render_context(), setup.model, evaluators=evaluators, images_per_task=125
+        )
         with WorkFolder.open(out / "work" / "brute_force", brute_job.identity()) as folder:
             brute = compute_calibration(brute_job, backend, folder)
             recorded = dict(folder.results)
@@ -431,12 +448,21 @@ def measure_adaptive(
     half_blocks = block_count // 2
     sizes = [len(brute_job.render_context().block_positions(block)) for block in range(block_count)]
     half = compute_calibration(
-        dataclasses.replace(brute_job, planner=BruteForcePlanner(count, half_blocks)), ReplayBackend(recorded, sizes), MemoryResultStore()
+        dataclasses.replace(brute_job, planner=BruteForcePlanner(count, half_blocks)),
+        ReplayBackend(recorded, sizes),
+        MemoryResultStore(),
     )
     floor = {"images": half_blocks * block_size, **path_agreement(brute.table, half.table, targets)}
-    plain_planner = AdaptivePlanner(dataclasses.replace(settings, control_variates=False), count, block_count, block_size, image_count)
-    plain = compute_calibration(dataclasses.replace(brute_job, planner=plain_planner), ReplayBackend(recorded, sizes), MemoryResultStore())
-    real_plain = {"evaluation_ratio": brute.total_images / plain.total_images, **path_agreement(brute.table, plain.table, targets)}
+    plain_planner = AdaptivePlanner(
+        dataclasses.replace(settings, control_variates=False), count, block_count, block_size, image_count
+    )
+    plain = compute_calibration(
+        dataclasses.replace(brute_job, planner=plain_planner), ReplayBackend(recorded, sizes), MemoryResultStore()
+    )
+    real_plain = {
+        "evaluation_ratio": brute.total_images / plain.total_images,
+        **path_agreement(brute.table, plain.table, targets),
+    }
     truth = true_accuracies_from(brute.table, count)
     paper_blocks = PAPER_IMAGES // 50
     simulated = SimulatedBackend(truth, 50, paper_blocks, seed=simulation_seed)
@@ -445,10 +471,14 @@ def measure_adaptive(
         relative_paths=tuple(f"simulated/{k:05d}" for k in range(PAPER_IMAGES)),
         labels=tuple(k % 10 for k in range(PAPER_IMAGES)),
     )
-    paper_job = dataclasses.replace(brute_job, image_set=paper_set, block_size=50, planner=BruteForcePlanner(count, paper_blocks))
+    paper_job = dataclasses.replace(
+        brute_job, image_set=paper_set, block_size=50, planner=BruteForcePlanner(count, paper_blocks)
+    )
     paper_brute = compute_calibration(paper_job, simulated, MemoryResultStore())
     paper_planner = AdaptivePlanner(settings, count, paper_blocks, 50, PAPER_IMAGES)
-    paper_adaptive = compute_calibration(dataclasses.replace(paper_job, planner=paper_planner), simulated, MemoryResultStore())
+    paper_adaptive = compute_calibration(
+        dataclasses.replace(paper_job, planner=paper_planner), simulated, MemoryResultStore()
+    )
     paper = {
         "simulation_seed": simulation_seed,
         "evaluation_ratio": paper_brute.total_images / paper_adaptive.total_images,
@@ -460,14 +490,19 @@ def measure_adaptive(
     correlated_brute = compute_calibration(paper_job, correlated, MemoryResultStore())
     paper_correlated = {}
     for name, control in (("control_variates", True), ("plain_means", False)):
-        planner = AdaptivePlanner(dataclasses.replace(settings, control_variates=control), count, paper_blocks, 50, PAPER_IMAGES)
+        planner = AdaptivePlanner(
+            dataclasses.replace(settings, control_variates=control), count, paper_blocks, 50, PAPER_IMAGES
+        )
         outcome = compute_calibration(dataclasses.replace(paper_job, planner=planner), correlated, MemoryResultStore())
         paper_correlated[name] = {
             "evaluation_ratio": correlated_brute.total_images / outcome.total_images,
             **path_agreement(correlated_brute.table, outcome.table, targets),
         }
     paper_uniform = {}
-    for backend_name, backend, reference in (("independent", simulated, paper_brute), ("correlated", correlated, correlated_brute)):
+    for backend_name, backend, reference in (
+        ("independent", simulated, paper_brute),
+        ("correlated", correlated, correlated_brute),
+    ):
         for share in UNIFORM_SHARES:
             planner = BruteForcePlanner(count, paper_blocks // share)
             outcome = compute_calibration(dataclasses.replace(paper_job, planner=planner), backend, MemoryResultStore())
@@ -521,7 +556,15 @@ def measure_full_scale_costs(repeats: int) -> dict[str, float]:
     }
 
 
-def full_scale_estimate(costs: dict[str, float], ratio: float, corruption_call_ratio: float, cores: int, gpus: int, gpu_rate: float, overhead: float) -> dict[str, float]:
+def full_scale_estimate(
+    costs: dict[str, float],
+    ratio: float,
+    corruption_call_ratio: float,
+    cores: int,
+    gpus: int,
+    gpu_rate: float,
+    overhead: float,
+) -> dict[str, float]:
     """Hours for the 463M brute-force grid and the adaptive scheme on ``cores`` CPU cores and ``gpus`` GPUs.
 
     Brute force corrupts each evaluated pair-cell image once (the base is shared); the time is the
@@ -598,10 +641,22 @@ def render_report(results: dict[str, object]) -> str:
         ]  # fmt: skip
         for name, label in (("control_variates", "control variates"), ("plain_means", "plain means")):
             agreement = adaptive["paper_scale_correlated"][name]
-            rows.append((f"same, images correlated across cells (CorrelatedImagesBackend), {label}", agreement, agreement["evaluation_ratio"]))
+            rows.append(
+                (
+                    f"same, images correlated across cells (CorrelatedImagesBackend), {label}",
+                    agreement,
+                    agreement["evaluation_ratio"],
+                )
+            )
         for name, agreement in adaptive.get("paper_scale_uniform", {}).items():
             backend_name, share = name.split(", ")
-            rows.append((f"paper scale, {backend_name} images: brute force on {share} of the images per cell", agreement, agreement["evaluation_ratio"]))
+            rows.append(
+                (
+                    f"paper scale, {backend_name} images: brute force on {share} of the images per cell",
+                    agreement,
+                    agreement["evaluation_ratio"],
+                )
+            )
         for label, agreement, ratio in rows:
             rms = agreement.get("mean_abs_rms_excess")
             lines.append(
@@ -642,24 +697,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/bench_calibration"), help="output folder")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
-    parser.add_argument("--images-per-class", type=int, default=100, help="images per class of the texture folder (10 classes)")
+    parser.add_argument(
+        "--images-per-class", type=int, default=100, help="images per class of the texture folder (10 classes)"
+    )
     parser.add_argument("--training-steps", type=int, default=300, help="training steps of the tiny CNN")
     parser.add_argument("--throughput-images", type=int, default=50, help="images of the throughput and scaling jobs")
-    parser.add_argument("--throughput-crop", type=int, default=64, help="image side (pixels) of the throughput and scaling jobs")
-    parser.add_argument("--throughput-corruptions", default="gaussian_noise,contrast", help="corruptions of the throughput and scaling jobs")
+    parser.add_argument(
+        "--throughput-crop", type=int, default=64, help="image side (pixels) of the throughput and scaling jobs"
+    )
+    parser.add_argument(
+        "--throughput-corruptions",
+        default="gaussian_noise,contrast",
+        help="corruptions of the throughput and scaling jobs",
+    )
     parser.add_argument("--adaptive-images", type=int, default=500, help="images of the adaptive comparison")
     parser.add_argument("--block-size", type=int, default=25, help="images per block in the adaptive comparison")
     parser.add_argument("--workers", type=int, default=2, help="Ray workers for the adaptive comparison")
     parser.add_argument("--targets", default="50,30,15", help="target accuracies (percent) of the adaptive comparison")
     parser.add_argument("--evaluators", type=int, default=2, help="model actors for the adaptive comparison")
     parser.add_argument(
-        "--adaptive-setting", action="append", default=[], metavar="NAME=VALUE", type=adaptive_setting_argument,
+        "--adaptive-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=adaptive_setting_argument,
         help="override one AdaptiveSettings field in the adaptive comparison, e.g. explore_fraction=3/32 (repeatable)",
     )
-    parser.add_argument("--simulation-seed", type=int, default=0, help="seed of the simulated 5,000-image comparison (>= 0)")
+    parser.add_argument(
+        "--simulation-seed", type=int, default=0, help="seed of the simulated 5,000-image comparison (>= 0)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions of the scaling runs")
-    parser.add_argument("--gpu-images-per-second", type=float, default=2500.0, help="assumed ResNet-50 inference rate of one GPU")
-    parser.add_argument("--overhead", type=float, default=0.1, help="assumed CPU share outside corruption at full scale")
+    parser.add_argument(
+        "--gpu-images-per-second", type=float, default=2500.0, help="assumed ResNet-50 inference rate of one GPU"
+    )
+    parser.add_argument(
+        "--overhead", type=float, default=0.1, help="assumed CPU share outside corruption at full scale"
+    )
     return parser
 
 
@@ -681,18 +754,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results: dict[str, object] = json.loads(results_path.read_text()) if results_path.exists() else {}
-    results["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    results["machine"] = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}"
+    )
     setup = prepare(out, arguments.images_per_class, arguments.training_steps)
     corruptions = [name for name in arguments.throughput_corruptions.split(",") if name]
     if "throughput" in parts:
-        results["throughput"] = measure_throughput(setup, out, arguments.throughput_images, corruptions, arguments.throughput_crop)
+        results["throughput"] = measure_throughput(
+            setup, out, arguments.throughput_images, corruptions, arguments.throughput_crop
+        )
         log(f"throughput: {results['throughput']}")
     if "scaling" in parts:
-        results["scaling"] = measure_scaling(setup, arguments.throughput_images, corruptions, arguments.repeats, arguments.throughput_crop)
+        results["scaling"] = measure_scaling(
+            setup, arguments.throughput_images, corruptions, arguments.repeats, arguments.throughput_crop
+        )
     if "adaptive" in parts:
         results["adaptive"] = measure_adaptive(
-            setup, out, arguments.adaptive_images, arguments.block_size, arguments.workers, arguments.evaluators,
-            [float(value) for value in arguments.targets.split(",")], arguments.simulation_seed,
+            setup,
+            out,
+            arguments.adaptive_images,
+            arguments.block_size,
+            arguments.workers,
+            arguments.evaluators,
+            [float(value) for value in arguments.targets.split(",")],
+            arguments.simulation_seed,
             dict(arguments.adaptive_setting),
         )
     if "estimate" in parts:
@@ -700,7 +785,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         adaptive = results.get("adaptive")
         paper = adaptive["paper_scale_simulated"] if isinstance(adaptive, dict) else None
         ratio = float(paper["evaluation_ratio"]) if paper else 10.0
-        call_ratio = float(paper["brute_force_corruption_calls"]) / float(paper["adaptive_corruption_calls"]) if paper else ratio
+        call_ratio = (
+            float(paper["brute_force_corruption_calls"]) / float(paper["adaptive_corruption_calls"]) if paper else ratio
+        )
         results["estimate"] = {
             "costs": costs,
             "gpu_images_per_second": arguments.gpu_images_per_second,

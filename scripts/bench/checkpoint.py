@@ -41,7 +41,9 @@ MODELS = {"demo": ModelSpec("ccc.demo:demo_model"), "resnet50": ModelSpec("resne
 RUN_METHODS = ("source", "bn", "tent", "eta", "rdumb")
 
 
-def checkpoint_cost(model_name: str, methods: list[str], folder: Path, repeats: int, image_size: int) -> tuple[int, float]:
+def checkpoint_cost(
+    model_name: str, methods: list[str], folder: Path, repeats: int, image_size: int
+) -> tuple[int, float]:
     """(bytes, median seconds) of collecting the state of ``methods`` on model ``model_name`` and
     writing their checkpoint."""
     model = load_model(MODELS[model_name], torch.device("cpu"))
@@ -56,7 +58,9 @@ def checkpoint_cost(model_name: str, methods: list[str], folder: Path, repeats: 
     for _ in range(repeats):
         started = time.perf_counter()
         states = {name: method_state_dict(method) for name, method in modules.items()}
-        size = write_checkpoint(folder / CHECKPOINT_FILE, Checkpoint("{}", 0, 0, states, {}, {}, {}, {}, {}, {}).to_payload())
+        size = write_checkpoint(
+            folder / CHECKPOINT_FILE, Checkpoint("{}", 0, 0, states, {}, {}, {}, {}, {}, {}).to_payload()
+        )
         seconds.append(time.perf_counter() - started)
     return size, statistics.median(seconds)
 
@@ -89,7 +93,12 @@ def run_overhead(folder: Path, batches: int, every: int) -> dict[str, float]:
         wall = time.perf_counter() - started
     finally:
         Checkpointer.save = save  # type: ignore[method-assign]
-    return {"wall": wall, "checkpoints": float(len(timed)), "checkpoint_seconds": sum(timed), "samples": float(batches * 64)}
+    return {
+        "wall": wall,
+        "checkpoints": float(len(timed)),
+        "checkpoint_seconds": sum(timed),
+        "samples": float(batches * 64),
+    }
 
 
 def main() -> None:

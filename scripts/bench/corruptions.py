@@ -394,7 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-ccc", action="store_true", help="time only the reference-style implementation")
     parser.add_argument("--json", type=Path, help="write all results to this JSON file")
     parser.add_argument(
-        "--clock", choices=sorted(CLOCKS), default="cpu", help="cpu: CPU time of this process (default; per-core cost); wall: elapsed time"
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="cpu: CPU time of this process (default; per-core cost); wall: elapsed time",
     )
     return parser
 

@@ -34,7 +34,13 @@ from __future__ import annotations
 
 import os
 
-for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "MAGICK_THREAD_LIMIT"):
+for _variable in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "MAGICK_THREAD_LIMIT",
+):
     os.environ[_variable] = "1"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -64,6 +70,7 @@ from ccc.shards.record import format_info  # noqa: E402
 from ccc.shards.writer import ShardWriter  # noqa: E402
 from ccc.stream.plan import build_stream_plan, plan_sample  # noqa: E402
 from ccc.stream.spec import StreamSpec  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.reference_style
 from tests.reference_style import MAIN_CORRUPTIONS, WAND_CORRUPTIONS, reference_corrupt  # noqa: E402
 
@@ -75,15 +82,27 @@ def make_source_folder(root: Path, count: int, classes: int = 10, seed: int = 0)
     """``count`` ImageNet-size JPEGs (500×375 or 375×500, quality 90) from scikit-image photographs."""
     from skimage import data
 
-    photographs = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket(), data.immunohistochemistry(), data.hubble_deep_field()]
+    photographs = [
+        data.astronaut(),
+        data.coffee(),
+        data.chelsea(),
+        data.rocket(),
+        data.immunohistochemistry(),
+        data.hubble_deep_field(),
+    ]
     generator = np.random.default_rng(seed)
     for index in range(count):
         photograph = Image.fromarray(photographs[index % len(photographs)])
         width, height = photograph.size
         crop_width, crop_height = int(width * generator.uniform(0.6, 1)), int(height * generator.uniform(0.6, 1))
-        left, top = int(generator.integers(0, width - crop_width + 1)), int(generator.integers(0, height - crop_height + 1))
+        left, top = (
+            int(generator.integers(0, width - crop_width + 1)),
+            int(generator.integers(0, height - crop_height + 1)),
+        )
         size = (500, 375) if generator.random() < 0.75 else (375, 500)
-        image = photograph.crop((left, top, left + crop_width, top + crop_height)).resize(size, Image.Resampling.BICUBIC)
+        image = photograph.crop((left, top, left + crop_width, top + crop_height)).resize(
+            size, Image.Resampling.BICUBIC
+        )
         folder = root / f"n{index % classes:08d}"
         folder.mkdir(parents=True, exist_ok=True)
         image.save(folder / f"ILSVRC2012_val_{index:08d}.JPEG", quality=90)
@@ -104,10 +123,24 @@ def synthetic_table(seed: int = 0) -> CalibrationTable:
     metadata = CalibrationMetadata(
         model_name="synthetic benchmark model", preprocessing="none", image_set_description="none", image_count=5000,
     )  # fmt: skip
-    return CalibrationTable.from_grids(MAIN_CORRUPTIONS, grids, image_counts=5000, metadata=metadata, difficulty_presets=dict(RESNET50_DIFFICULTY_PRESETS))
+    return CalibrationTable.from_grids(
+        MAIN_CORRUPTIONS,
+        grids,
+        image_counts=5000,
+        metadata=metadata,
+        difficulty_presets=dict(RESNET50_DIFFICULTY_PRESETS),
+    )
 
 
-def make_plan(table: CalibrationTable, sources, difficulty: str, num_images: int, speed: int = 1, seed: int = 43, shard_size: int | None = None):
+def make_plan(
+    table: CalibrationTable,
+    sources,
+    difficulty: str,
+    num_images: int,
+    speed: int = 1,
+    seed: int = 43,
+    shard_size: int | None = None,
+):
     target, corruptions = table.difficulty_presets[difficulty]
     spec = StreamSpec(
         target_accuracy=target, corruptions=corruptions, speed=speed, seed=seed, num_images=num_images,
@@ -175,7 +208,14 @@ def reference_per_sample(plan, folder: Path, clock) -> list[float]:
                 array = reference_corrupt(array, spec.n2, spec.s2, state)
             buffer = io.BytesIO()
             Image.fromarray(array).save(buffer, format="JPEG", quality=85, optimize=True)
-            sink.write({"__key__": f"sample_{position}", "info": format_info(spec), "input.jpg": buffer.getvalue(), "output.cls": spec.class_index})
+            sink.write(
+                {
+                    "__key__": f"sample_{position}",
+                    "info": format_info(spec),
+                    "input.jpg": buffer.getvalue(),
+                    "output.cls": spec.class_index,
+                }
+            )
             times.append(clock() - started)
     return times
 
@@ -193,8 +233,20 @@ def run_ray(table, sources, workers_list: list[int], num_images: int, folder: Pa
     for workers in workers_list:
         with ray_session(workers=workers, object_store_bytes=200 * 2**20) as ray:
             executor = RayExecutor(ray)
-            generate_stream(make_plan(table, sources, "medium", 25 * 2 * workers, seed=7), folder / f"warmup{workers}", executor, progress=False, overwrite=True)
-            summary = generate_stream(make_plan(table, sources, "medium", num_images), folder / f"ray{workers}", executor, progress=False, overwrite=True)
+            generate_stream(
+                make_plan(table, sources, "medium", 25 * 2 * workers, seed=7),
+                folder / f"warmup{workers}",
+                executor,
+                progress=False,
+                overwrite=True,
+            )
+            summary = generate_stream(
+                make_plan(table, sources, "medium", num_images),
+                folder / f"ray{workers}",
+                executor,
+                progress=False,
+                overwrite=True,
+            )
             results[workers] = summary.images_per_second
     return results
 
@@ -259,18 +311,44 @@ def print_per_core_table(rows: list[dict], clock_name: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=300, help="samples per difficulty and pipeline (default 300; 0 skips the per-core comparison)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=300,
+        help="samples per difficulty and pipeline (default 300; 0 skips the per-core comparison)",
+    )
     parser.add_argument("--source-images", type=int, default=300, help="source JPEGs to create (default 300)")
     parser.add_argument("--difficulties", default="medium,easy", help="comma list of presets (default medium,easy)")
-    parser.add_argument("--ray-workers", default="", help="comma list of local Ray cluster sizes, e.g. 1,2 (default: skip)")
-    parser.add_argument("--ray-samples", type=int, default=1600, help="samples per Ray measurement (default 1600; short streams understate scaling)")
-    parser.add_argument("--memory-images", type=int, default=0, help="also render a stream of this length and track memory (default: skip)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="per-core timing: cpu (default, CPU time of this process) or wall")
+    parser.add_argument(
+        "--ray-workers", default="", help="comma list of local Ray cluster sizes, e.g. 1,2 (default: skip)"
+    )
+    parser.add_argument(
+        "--ray-samples",
+        type=int,
+        default=1600,
+        help="samples per Ray measurement (default 1600; short streams understate scaling)",
+    )
+    parser.add_argument(
+        "--memory-images",
+        type=int,
+        default=0,
+        help="also render a stream of this length and track memory (default: skip)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="per-core timing: cpu (default, CPU time of this process) or wall",
+    )
     parser.add_argument("--json", metavar="PATH", help="write all numbers as JSON")
     arguments = parser.parse_args()
     clock = CLOCKS[arguments.clock]
 
-    results: dict = {"library_versions": library_versions(), "cpu": platform.processor() or platform.machine(), "settings": vars(arguments)}
+    results: dict = {
+        "library_versions": library_versions(),
+        "cpu": platform.processor() or platform.machine(),
+        "settings": vars(arguments),
+    }
     with tempfile.TemporaryDirectory(prefix="ccc-bench-") as temporary:
         root = Path(temporary)
         print(f"creating {arguments.source_images} source images …", file=sys.stderr)

@@ -51,7 +51,11 @@ def webdataset_rate(urls: list[str], workers: int) -> float:
     """Samples/s of the bare webdataset decode pipeline."""
     import webdataset
 
-    dataset = webdataset.WebDataset(urls, shardshuffle=False, empty_check=False).decode("rgb8").to_tuple("input.jpg", "output.cls")
+    dataset = (
+        webdataset.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode("rgb8")
+        .to_tuple("input.jpg", "output.cls")
+    )
     started = time.perf_counter()
     if workers == 0:
         count = sum(1 for _ in dataset)
@@ -87,11 +91,15 @@ def main() -> int:
         warm_up()
         sources = load_source_images(index_image_folder(make_source_folder(root / "val", 200), progress=False))
         table = synthetic_table()
-        plan = make_plan(table, sources, "medium", arguments.samples, speed=100, shard_size=-(-arguments.samples // arguments.shards))
+        plan = make_plan(
+            table, sources, "medium", arguments.samples, speed=100, shard_size=-(-arguments.samples // arguments.shards)
+        )
         run = root / "run"
         generate_stream(plan, run, SerialExecutor(), progress=False)
         urls = sorted(str(path) for path in run.glob("serial_*.tar"))
-        rates: dict[str, dict[int, list[float]]] = {name: {w: [] for w in workers_list} for name in ("webdataset", "ccc", "ccc sha256")}
+        rates: dict[str, dict[int, list[float]]] = {
+            name: {w: [] for w in workers_list} for name in ("webdataset", "ccc", "ccc sha256")
+        }
         for workers in workers_list:
             webdataset_rate(urls, workers)
             ccc_rate(run, workers)
@@ -101,8 +109,12 @@ def main() -> int:
                 rates["webdataset"][workers].append(webdataset_rate(urls, workers))
                 rates["ccc"][workers].append(ccc_rate(run, workers))
                 rates["ccc sha256"][workers].append(ccc_rate(run, workers, verify="sha256"))
-    print(f"\n## Reading {arguments.samples} samples in {arguments.shards} shards (samples/s, median of {arguments.repeats})\n")
-    print("| DataLoader workers | webdataset decode | ccc.open_stream | ccc overhead | verify='sha256' | sha256 / plain rate |")
+    print(
+        f"\n## Reading {arguments.samples} samples in {arguments.shards} shards (samples/s, median of {arguments.repeats})\n"
+    )
+    print(
+        "| DataLoader workers | webdataset decode | ccc.open_stream | ccc overhead | verify='sha256' | sha256 / plain rate |"
+    )
     print("|---|---|---|---|---|---|")
     results = {}
     for workers in workers_list:

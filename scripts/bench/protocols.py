@@ -110,7 +110,9 @@ def run_once(protocol, method_name: str, model: nn.Module, batches: list, total:
         writer = CsvRecordWriter(handle)
         with TimedPredictions() as predictions:
             started = time.perf_counter()
-            for record in run_protocol({method_name: method}, stream, protocol, RunContext("cpu", False, Timing("cpu"), latency)):
+            for record in run_protocol(
+                {method_name: method}, stream, protocol, RunContext("cpu", False, Timing("cpu"), latency)
+            ):
                 table.append(record)
                 writer.write(record)
             elapsed = time.perf_counter() - started
@@ -159,7 +161,10 @@ def main() -> None:
         "offline": (OfflineProtocol(), latency),
         "alfarra (measured C)": (AlfarraProtocol(), latency),
         "discrete ρ=100 % b=1": (DiscreteProtocol(utilisation=1.0, buffer=1), latency),
-        "amortised (B spent halfway)": (AmortisedProtocol(budget=amortised_latency * arguments.batches / 2), amortised_latency),
+        "amortised (B spent halfway)": (
+            AmortisedProtocol(budget=amortised_latency * arguments.batches / 2),
+            amortised_latency,
+        ),
     }
     results: dict[str, list[dict]] = {name: [] for name in protocols}
     for _ in range(arguments.repeats):
@@ -170,7 +175,9 @@ def main() -> None:
         f"model {arguments.model}, batch {arguments.batch_size}×3×{size}², {arguments.batches:,} batches, method "
         f"{arguments.method}, {arguments.threads} thread(s), CPU, λ = {1e3 * latency:.2f} ms, median of {arguments.repeats}"
     )
-    print("| protocol | adapted batches | ms/batch | compute ms/batch | protocol overhead ms/batch | overhead (% of wall time) |")
+    print(
+        "| protocol | adapted batches | ms/batch | compute ms/batch | protocol overhead ms/batch | overhead (% of wall time) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name, runs in results.items():
         median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}

@@ -73,7 +73,14 @@ def _timed(stream: list, clock_start: list[float]) -> object:
 
 
 def method_rates(
-    model: torch.nn.Module, methods: list[str], device: torch.device, precision: str, channels_last: bool, batches: int, batch_size: int, clock: str
+    model: torch.nn.Module,
+    methods: list[str],
+    device: torch.device,
+    precision: str,
+    channels_last: bool,
+    batches: int,
+    batch_size: int,
+    clock: str,
 ) -> dict[str, float]:
     """Images/s of each method under the offline protocol: with clock "wall", from the median of the
     records' measured seconds per call (device synchronised); with "cpu", from this process's CPU
@@ -95,7 +102,11 @@ def method_rates(
             rates[name] = batches * batch_size / (time.process_time() - clock_start[0])
         else:
             rates[name] = batch_size / statistics.median(table.column("seconds")[WARMUP_BATCHES:])
-        print(f"  {name} {precision}{' channels-last' if channels_last else ''}: {rates[name]:.1f} images/s", file=sys.stderr, flush=True)
+        print(
+            f"  {name} {precision}{' channels-last' if channels_last else ''}: {rates[name]:.1f} images/s",
+            file=sys.stderr,
+            flush=True,
+        )
     return rates
 
 
@@ -104,9 +115,13 @@ RENDER_SEGMENTS = 8
 corruption pairs and severities, and so the cost per image, change along a stream)."""
 
 
-def _segment_rate(stream_text: str, start: int, workers: int, samples: int, batch_size: int, timer: object) -> tuple[int, float]:
+def _segment_rate(
+    stream_text: str, start: int, workers: int, samples: int, batch_size: int, timer: object
+) -> tuple[int, float]:
     """(samples, seconds) of reading ``samples`` from sample ``start`` on (first batch excluded with workers)."""
-    stream = open_stream_source(f"{stream_text},start={start}", StreamOptions(batch_size=batch_size, num_workers=workers))
+    stream = open_stream_source(
+        f"{stream_text},start={start}", StreamOptions(batch_size=batch_size, num_workers=workers)
+    )
     iterator = iter(stream)
     if workers:
         next(iterator)
@@ -130,7 +145,14 @@ def render_rate(stream_text: str, length: int, workers: int, samples: int, batch
         return seen / seconds
     timer = time.process_time if clock == "cpu" else time.perf_counter
     parts = [
-        _segment_rate(stream_text, index * length // RENDER_SEGMENTS, 0, max(batch_size, samples // RENDER_SEGMENTS), batch_size, timer)
+        _segment_rate(
+            stream_text,
+            index * length // RENDER_SEGMENTS,
+            0,
+            max(batch_size, samples // RENDER_SEGMENTS),
+            batch_size,
+            timer,
+        )
         for index in range(RENDER_SEGMENTS)
     ]
     return sum(seen for seen, _ in parts) / sum(seconds for _, seconds in parts)
@@ -155,16 +177,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("all", "methods", "render"), default="all")
     parser.add_argument("--model", action="append", help="demo or a torchvision name (repeatable; default: demo)")
-    parser.add_argument("--method", default=DEFAULT_METHODS, help=f"comma-separated methods (default {DEFAULT_METHODS})")
+    parser.add_argument(
+        "--method", default=DEFAULT_METHODS, help=f"comma-separated methods (default {DEFAULT_METHODS})"
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16, fp16 (reduced precision on CUDA only)")
-    parser.add_argument("--channels-last", action="store_true", help="also measure every precision with channels-last memory format")
+    parser.add_argument(
+        "--precision", default="fp32", help="comma-separated: fp32, bf16, fp16 (reduced precision on CUDA only)"
+    )
+    parser.add_argument(
+        "--channels-last", action="store_true", help="also measure every precision with channels-last memory format"
+    )
     parser.add_argument("--batches", type=int, default=10, help="timed batches per method (default 10)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the methods on the CPU (default 1)")
-    parser.add_argument("--render-samples", type=int, default=320, help="samples timed per render measurement (default 320)")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of the second render measurement (default 2)")
-    parser.add_argument("--clock", choices=("cpu", "wall"), default=None, help="cpu: CPU time of this process (default on the CPU; robust to other load), wall: elapsed (default on CUDA)")
+    parser.add_argument(
+        "--render-samples", type=int, default=320, help="samples timed per render measurement (default 320)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="DataLoader workers of the second render measurement (default 2)"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default=None,
+        help="cpu: CPU time of this process (default on the CPU; robust to other load), wall: elapsed (default on CUDA)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
@@ -189,22 +226,40 @@ def main() -> None:
                 for channels_last in (False, True) if arguments.channels_last else (False,):
                     key = f"{model_name} {precision}{' channels-last' if channels_last else ''}"
                     result["methods"][key] = method_rates(
-                        model, arguments.method.split(","), device, precision, channels_last, arguments.batches, arguments.batch_size, clock
+                        model,
+                        arguments.method.split(","),
+                        device,
+                        precision,
+                        channels_last,
+                        arguments.batches,
+                        arguments.batch_size,
+                        clock,
                     )
     if arguments.part in ("all", "render"):
         with tempfile.TemporaryDirectory() as folder:
             for label, (text, length) in render_streams(Path(folder)).items():
-                rates = {workers: render_rate(text, length, workers, arguments.render_samples, arguments.batch_size, clock) for workers in (0, arguments.workers)}
+                rates = {
+                    workers: render_rate(text, length, workers, arguments.render_samples, arguments.batch_size, clock)
+                    for workers in (0, arguments.workers)
+                }
                 result["render"][label] = rates
-                print(f"  render {label}: {', '.join(f'{workers} workers {rate:.1f} images/s' for workers, rate in rates.items())}", file=sys.stderr, flush=True)
-    print(f"device: {result['device']}, torch {result['torch']}, {arguments.threads} thread(s), batch {arguments.batch_size}, clock: {clock}")
+                print(
+                    f"  render {label}: {', '.join(f'{workers} workers {rate:.1f} images/s' for workers, rate in rates.items())}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(
+        f"device: {result['device']}, torch {result['torch']}, {arguments.threads} thread(s), batch {arguments.batch_size}, clock: {clock}"
+    )
     if result["methods"]:
         names = arguments.method.split(",")
         print("\n| model, precision | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
         for key, rates in result["methods"].items():
             print(f"| {key} | " + " | ".join(f"{rates[name]:.0f}" for name in names) + " |")
     if result["render"]:
-        print(f"\n| rendered stream (224 px, float) | images/s, 1 worker (in process, {clock} time) | images/s, {arguments.workers} workers (wall) |\n|---|---:|---:|")
+        print(
+            f"\n| rendered stream (224 px, float) | images/s, 1 worker (in process, {clock} time) | images/s, {arguments.workers} workers (wall) |\n|---|---:|---:|"
+        )
         for label, rates in result["render"].items():
             print(f"| {label} | {rates[0]:.1f} | {rates[arguments.workers]:.1f} |")
     if result["methods"] and result["render"]:

@@ -250,9 +250,14 @@ def main() -> None:
     parser.add_argument("--model", default="tiny", help="'tiny' (synthetic CNN) or a torchvision model name")
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--method", action="append", help="method to benchmark (repeatable; 'all' = every registered method)")
     parser.add_argument(
-        "--time-budget", type=float, default=float("inf"), help=f"seconds per method after which it stops (after >= {MIN_BATCHES} batches)"
+        "--method", action="append", help="method to benchmark (repeatable; 'all' = every registered method)"
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=float("inf"),
+        help=f"seconds per method after which it stops (after >= {MIN_BATCHES} batches)",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     arguments = parser.parse_args()
@@ -280,10 +285,14 @@ def main() -> None:
         process.start()
         results.append(queue.get())
         process.join()
-    print(f"model {arguments.model}, batch {arguments.batch_size}×3×{arguments.image_size}², up to {arguments.batches:,} batches, "
-          f"{arguments.threads} thread(s), CPU")
+    print(
+        f"model {arguments.model}, batch {arguments.batch_size}×3×{arguments.image_size}², up to {arguments.batches:,} batches, "
+        f"{arguments.threads} thread(s), CPU"
+    )
     print()
-    print("| method | batches | λ plain forward ms (median) | δ method ms (median) | δ/λ (median) | Tempora δ/λ (GPU) | Alfarra C (GPU) |")
+    print(
+        "| method | batches | λ plain forward ms (median) | δ method ms (median) | δ/λ (median) | Tempora δ/λ (GPU) | Alfarra C (GPU) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for result in results:
         name = result["method"]

@@ -83,14 +83,21 @@ def test_shards_hold_the_planned_samples(stream, reference, tmp_path: Path) -> N
     assert [(entry.first_sample, entry.sample_count) for entry in manifest.shards] == [(0, 16), (16, 16), (32, 8)]
     with tarfile.open(tmp_path / "serial_00002.tar") as archive:
         names = archive.getnames()
-        assert names[:4] == ["000000000032.info", "000000000032.input.jpg", "000000000032.json", "000000000032.output.cls"]
+        assert names[:4] == [
+            "000000000032.info",
+            "000000000032.input.jpg",
+            "000000000032.json",
+            "000000000032.output.cls",
+        ]
         assert len(names) == 32
         spec = plan_sample(plan, 39)
         record = json.loads(archive.extractfile("000000000039.json").read())  # type: ignore[union-attr]
         assert record == spec.to_json_dict()
         assert archive.extractfile("000000000039.output.cls").read() == str(spec.class_index).encode()  # type: ignore[union-attr]
         assert archive.extractfile("000000000039.info").read().decode() == format_info(spec)  # type: ignore[union-attr]
-    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST_NAME, *reference], "the lock file is removed at exit"
+    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST_NAME, *reference], (
+        "the lock file is removed at exit"
+    )
 
 
 def test_resume_keeps_good_shards_and_redoes_the_rest(stream, reference, tmp_path: Path) -> None:
@@ -109,7 +116,9 @@ def test_resume_keeps_good_shards_and_redoes_the_rest(stream, reference, tmp_pat
     assert not list(tmp_path.glob("*.partial")) and not list(tmp_path.glob(".*.partial"))
 
 
-def test_a_resume_with_other_library_versions_is_recorded(stream, reference, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_resume_with_other_library_versions_is_recorded(
+    stream, reference, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     plan = make_plan(stream)
     generate_stream(plan, tmp_path, SerialExecutor(), progress=False)
     document = json.loads((tmp_path / MANIFEST_NAME).read_text())
@@ -124,7 +133,10 @@ def test_a_resume_with_other_library_versions_is_recorded(stream, reference, tmp
 
 def test_a_folder_with_another_stream_is_refused(stream, reference, tmp_path: Path) -> None:
     generate_stream(make_plan(stream, num_images=8, shard_size=8), tmp_path, SerialExecutor(), progress=False)
-    with pytest.raises(OutputFolderError, match=r"holds a different stream \(num_images: 8 -> 40; shard_size: 8 -> 16\); .* --overwrite"):
+    with pytest.raises(
+        OutputFolderError,
+        match=r"holds a different stream \(num_images: 8 -> 40; shard_size: 8 -> 16\); .* --overwrite",
+    ):
         generate_stream(make_plan(stream), tmp_path, SerialExecutor(), progress=False)
     generate_stream(make_plan(stream), tmp_path, SerialExecutor(), progress=False, overwrite=True)
     assert shard_hashes(tmp_path) == reference
@@ -156,7 +168,9 @@ def test_deleting_the_lock_file_does_not_free_the_folder(stream, tmp_path: Path)
     generate_stream(make_plan(stream), tmp_path, SerialExecutor(), progress=False)
 
 
-def test_a_full_disk_stops_cleanly_and_the_run_resumes(stream, reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_stops_cleanly_and_the_run_resumes(
+    stream, reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_open = open
 
     def open_failing_second_shard(path, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]

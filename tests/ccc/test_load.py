@@ -87,14 +87,22 @@ def test_reads_every_sample_in_order_with_the_plan_metadata(world: dict) -> None
     for sample in samples:
         spec = plan_sample(world["plan"], sample.metadata["index"])
         assert sample.label == spec.class_index
-        assert (sample.metadata["n1"], sample.metadata["s1"], sample.metadata["n2"], sample.metadata["s2"]) == (spec.n1, spec.s1, spec.n2, spec.s2)
+        assert (sample.metadata["n1"], sample.metadata["s1"], sample.metadata["n2"], sample.metadata["s2"]) == (
+            spec.n1,
+            spec.s1,
+            spec.n2,
+            spec.s2,
+        )
         assert sample.metadata["path_step"] == spec.step
         assert sample.metadata["source_path"] == spec.source_path
         assert sample.image.dtype == torch.uint8 and tuple(sample.image.shape) == (3, 224, 224)
 
 
 def test_image_formats_agree(world: dict) -> None:
-    first = {name: next(iter(open_stream(world["run"], image_format=name, limit=1))).image for name in ("uint8", "float", "normalized", "pil", "jpeg")}
+    first = {
+        name: next(iter(open_stream(world["run"], image_format=name, limit=1))).image
+        for name in ("uint8", "float", "normalized", "pil", "jpeg")
+    }
     pixels = np.array(Image.open(io.BytesIO(first["jpeg"])).convert("RGB"))
     assert torch.equal(first["uint8"], torch.from_numpy(pixels).permute(2, 0, 1))
     assert np.array_equal(np.asarray(first["pil"]), pixels)
@@ -128,25 +136,45 @@ def test_loader_keeps_stream_order(world: dict, num_workers: int, batch_size: in
     order = [entry["index"] for _, _, metadata in batches for entry in metadata]
     assert order == list(range(NUM_IMAGES))
     assert all(images.shape[0] == batch_size for images, _, _ in batches[:-1])
-    assert torch.equal(torch.cat([labels for _, labels, _ in batches]), torch.tensor([plan_sample(world["plan"], i).class_index for i in range(NUM_IMAGES)]))
+    assert torch.equal(
+        torch.cat([labels for _, labels, _ in batches]),
+        torch.tensor([plan_sample(world["plan"], i).class_index for i in range(NUM_IMAGES)]),
+    )
 
 
 def test_fewer_shards_than_workers(world: dict, run_copy: Path) -> None:
-    order = [entry["index"] for _, _, metadata in stream_loader(open_stream(run_copy, limit=10), batch_size=4, num_workers=2) for entry in metadata]
+    order = [
+        entry["index"]
+        for _, _, metadata in stream_loader(open_stream(run_copy, limit=10), batch_size=4, num_workers=2)
+        for entry in metadata
+    ]
     assert order == list(range(10))
     one_shard = [str(run_copy / "serial_00002.tar")]
-    assert len([m for _, _, batch in stream_loader(open_stream(one_shard), batch_size=8, num_workers=2) for m in batch]) == 8
+    assert (
+        len([m for _, _, batch in stream_loader(open_stream(one_shard), batch_size=8, num_workers=2) for m in batch])
+        == 8
+    )
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("rank_split", ["interleaved", "contiguous"])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_ranks_split_without_loss_or_duplicates(world: dict, world_size: int, rank_split: str, num_workers: int) -> None:
+def test_ranks_split_without_loss_or_duplicates(
+    world: dict, world_size: int, rank_split: str, num_workers: int
+) -> None:
     start, limit, batch_size = 3, 35, 4
     per_rank = []
     for rank in range(world_size):
-        stream = open_stream(world["run"], start=start, limit=limit, rank=rank, world_size=world_size, rank_split=rank_split)
-        per_rank.append([m["index"] for _, _, batch in stream_loader(stream, batch_size=batch_size, num_workers=num_workers) for m in batch])
+        stream = open_stream(
+            world["run"], start=start, limit=limit, rank=rank, world_size=world_size, rank_split=rank_split
+        )
+        per_rank.append(
+            [
+                m["index"]
+                for _, _, batch in stream_loader(stream, batch_size=batch_size, num_workers=num_workers)
+                for m in batch
+            ]
+        )
     assert sorted(itertools.chain(*per_rank)) == list(range(start, start + limit))
     for rank, seen in enumerate(per_rank):
         assert seen == sorted(seen)
@@ -198,7 +226,9 @@ def test_contiguous_split_needs_a_known_length(world: dict) -> None:
 def test_brace_patterns_lists_and_pipes(world: dict) -> None:
     pattern = f"{world['run']}/serial_{{00000..00002}}.tar"
     assert indices(open_stream(pattern)) == list(range(NUM_IMAGES))
-    assert indices(open_stream([world["run"] / "serial_00000.tar", world["run"] / "serial_00001.tar"])) == list(range(32))
+    assert indices(open_stream([world["run"] / "serial_00000.tar", world["run"] / "serial_00001.tar"])) == list(
+        range(32)
+    )
     assert indices(open_stream(f"pipe:cat {world['run']}/serial_00001.tar", start=3, limit=4)) == [3, 4, 5, 6]
     assert indices(open_stream(world["run"] / "manifest.json", limit=3)) == [0, 1, 2]
 
@@ -215,7 +245,14 @@ def write_published_shard(path: Path, samples: list[tuple[bytes, int, str]], wri
 
         with webdataset.TarWriter(str(path), mtime=0) as sink:
             for number, (jpeg, label, info) in enumerate(samples):
-                sink.write({"__key__": f"sample_{number}", "info": info.encode(), "input.jpg": jpeg, "output.cls": str(label).encode()})
+                sink.write(
+                    {
+                        "__key__": f"sample_{number}",
+                        "info": info.encode(),
+                        "input.jpg": jpeg,
+                        "output.cls": str(label).encode(),
+                    }
+                )
         return
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as archive:
         for name, content in members:
@@ -228,7 +265,11 @@ def write_published_shard(path: Path, samples: list[tuple[bytes, int, str]], wri
 def test_published_format(world: dict, tmp_path: Path, writer: str) -> None:
     ours = list(open_stream(world["run"], image_format="jpeg", limit=6))
     rows = [
-        (sample.image, sample.label, f"++dir++n0144076{k}++name++ILSVRC2012_val_0000029{k}.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++{k * 0.25}")
+        (
+            sample.image,
+            sample.label,
+            f"++dir++n0144076{k}++name++ILSVRC2012_val_0000029{k}.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++{k * 0.25}",
+        )
         for k, sample in enumerate(ours)
     ]
     write_published_shard(tmp_path / "serial_00000.tar", rows[:4], writer)
@@ -238,14 +279,23 @@ def test_published_format(world: dict, tmp_path: Path, writer: str) -> None:
     assert [sample.label for sample in read] == [row[1] for row in rows]
     assert [sample.metadata["index"] for sample in read] == list(range(6))
     assert read[5].metadata["source_path"] == "n01440765/ILSVRC2012_val_00000295.JPEG"
-    assert (read[5].metadata["n1"], read[5].metadata["s1"], read[5].metadata["n2"], read[5].metadata["s2"]) == ("gaussian_noise", 1.25, "fog", 1.25)
+    assert (read[5].metadata["n1"], read[5].metadata["s1"], read[5].metadata["n2"], read[5].metadata["s2"]) == (
+        "gaussian_noise",
+        1.25,
+        "fog",
+        1.25,
+    )
     assert read[5].metadata["path_step"] is None and read[5].metadata["key"] == "sample_1"
     assert [s.metadata["index"] for s in open_stream(f"{tmp_path}/serial_{{00000..00001}}.tar", start=3)] == [3, 4, 5]
 
 
 def test_parse_info_rejects_other_layouts() -> None:
     assert parse_info("++dir++n1++name++a.JPEG++n1++fog++s1++0.0++n2++snow++s2++5.0").s2 == 5.0
-    for text in ("dir=n1", "++dir++n1++name++a++n1++fog++s1++x++n2++snow++s2++1", "++name++a++dir++n1++n1++fog++s1++1++n2++snow++s2++1"):
+    for text in (
+        "dir=n1",
+        "++dir++n1++name++a++n1++fog++s1++x++n2++snow++s2++1",
+        "++name++a++dir++n1++n1++fog++s1++1++n2++snow++s2++1",
+    ):
         with pytest.raises(ValueError, match="info"):
             parse_info(text)
 
@@ -253,9 +303,15 @@ def test_parse_info_rejects_other_layouts() -> None:
 # ----------------------------------------------------------------------------- rendering on the fly
 def test_render_stream_equals_the_shards(world: dict) -> None:
     shard_bytes = [sample.image for sample in open_stream(world["run"], image_format="jpeg")]
-    rendered = render_stream(world["run"], imagenet=world["folder"], calibration=world["table_path"], image_format="jpeg")
+    rendered = render_stream(
+        world["run"], imagenet=world["folder"], calibration=world["table_path"], image_format="jpeg"
+    )
     assert [sample.image for sample in rendered] == shard_bytes
-    loader = stream_loader(render_stream(world["run"], imagenet=world["folder"], calibration=world["table"], start=10, limit=12), batch_size=5, num_workers=2)
+    loader = stream_loader(
+        render_stream(world["run"], imagenet=world["folder"], calibration=world["table"], start=10, limit=12),
+        batch_size=5,
+        num_workers=2,
+    )
     images = torch.cat([batch[0] for batch in loader])
     assert torch.equal(images, torch.stack([sample.image for sample in open_stream(world["run"], start=10, limit=12)]))
 
@@ -270,7 +326,9 @@ def test_render_stream_uncompressed_and_unbounded(world: dict) -> None:
     difference = (samples[0].image.int() - compressed.image.int()).abs()
     assert 0 < difference.float().mean() < 8
     with pytest.raises(ValueError, match="compress"):
-        render_stream(definition, imagenet=world["folder"], calibration=world["table"], compress=False, image_format="jpeg")
+        render_stream(
+            definition, imagenet=world["folder"], calibration=world["table"], compress=False, image_format="jpeg"
+        )
 
 
 @pytest.mark.parametrize(
@@ -292,7 +350,9 @@ def test_render_stream_bad_definitions(world: dict, definition: object, message:
 def test_truncated_shard_names_the_shard_and_sample(world: dict, run_copy: Path) -> None:
     path = run_copy / "serial_00001.tar"
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(StreamError, match=r"serial_00001\.tar: truncated \([\d,]+ bytes, the manifest records [\d,]+\)"):
+    with pytest.raises(
+        StreamError, match=r"serial_00001\.tar: truncated \([\d,]+ bytes, the manifest records [\d,]+\)"
+    ):
         list(open_stream(run_copy))
     with pytest.warns(StreamWarning, match=r"skipped 16 samples"):
         assert indices(open_stream(run_copy, on_error="skip")) == list(range(16)) + list(range(32, 40))
@@ -332,14 +392,19 @@ def write_tar(path: Path, samples: list) -> None:  # type: ignore[type-arg]
 def test_a_shard_replaced_by_another_valid_shard_is_refused(run_copy: Path) -> None:
     shutil.copyfile(run_copy / "serial_00000.tar", run_copy / "serial_00001.tar")
     edit_manifest_entry(run_copy, 1, run_copy / "serial_00001.tar")
-    with pytest.raises(StreamError, match=r"serial_00001\.tar: altered .*key 000000000000, expected 000000000016 for stream index 16"):
+    with pytest.raises(
+        StreamError, match=r"serial_00001\.tar: altered .*key 000000000000, expected 000000000016 for stream index 16"
+    ):
         list(open_stream(run_copy))
     with pytest.warns(StreamWarning, match="skipped 16 samples in 1 place"):
         assert indices(open_stream(run_copy, on_error="skip")) == list(range(16)) + list(range(32, 40))
 
 
 def test_an_oversized_shard_never_duplicates_an_index(run_copy: Path) -> None:
-    write_tar(run_copy / "big.tar", read_all(str(run_copy / "serial_00000.tar")) + read_all(str(run_copy / "serial_00001.tar")))
+    write_tar(
+        run_copy / "big.tar",
+        read_all(str(run_copy / "serial_00000.tar")) + read_all(str(run_copy / "serial_00001.tar")),
+    )
     (run_copy / "big.tar").replace(run_copy / "serial_00000.tar")
     edit_manifest_entry(run_copy, 0, run_copy / "serial_00000.tar")
     with pytest.raises(StreamError, match=r"serial_00000\.tar: altered \(holds more than the 16 samples"):
@@ -396,8 +461,16 @@ def test_sample_without_label_and_undecodable_image(world: dict, tmp_path: Path)
     good = next(iter(open_stream(world["run"], image_format="jpeg", limit=1))).image
     info = "++dir++n01++name++a.JPEG++n1++fog++s1++1.0++n2++snow++s2++0.0"
     with tarfile.open(tmp_path / "bad.tar", "w") as archive:
-        for name, content in (("a.info", info.encode()), ("a.input.jpg", good), ("b.info", info.encode()), ("b.input.jpg", good), ("b.output.cls", b"3"),
-                              ("c.info", info.encode()), ("c.input.jpg", b"not a jpeg"), ("c.output.cls", b"4")):
+        for name, content in (
+            ("a.info", info.encode()),
+            ("a.input.jpg", good),
+            ("b.info", info.encode()),
+            ("b.input.jpg", good),
+            ("b.output.cls", b"3"),
+            ("c.info", info.encode()),
+            ("c.input.jpg", b"not a jpeg"),
+            ("c.output.cls", b"4"),
+        ):
             header = tarfile.TarInfo(name)
             header.size = len(content)
             archive.addfile(header, io.BytesIO(content))
@@ -429,12 +502,16 @@ def test_tar_reader_catches_header_damage_and_missing_end(world: dict, tmp_path:
     with pytest.raises(ShardReadError, match="end-of-archive"):
         read_all(str(tmp_path / "no_end.tar"))
     with open_shard(str(world["run"] / "serial_00002.tar")) as handle:
-        skipped = [sample.members is None for sample in read_samples(handle, "x", wanted=lambda position: position % 2 == 0)]
+        skipped = [
+            sample.members is None for sample in read_samples(handle, "x", wanted=lambda position: position % 2 == 0)
+        ]
     assert skipped == [False, True] * 4 and samples[0].key == "000000000032"
 
 
 # ----------------------------------------------------------------------------- ccc-verify
-def test_verify_accepts_an_intact_run_and_checks_the_plan_hash(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_accepts_an_intact_run_and_checks_the_plan_hash(
+    world: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = verify_run(world["run"], calibration=world["table_path"], imagenet=world["folder"])
     assert report.ok and report.plan_hash == "matches" and report.samples_decoded == NUM_IMAGES
     code = verify_main([str(world["run"]), "--no-progress", "--json", str(tmp_path / "report.json")])
@@ -464,7 +541,9 @@ def test_verify_checks_the_plan_hash_when_it_finds_the_table_and_images_else_say
     assert "is not a demo-world stream" in capsys.readouterr().err
 
 
-def test_verify_finds_a_flipped_byte_a_truncation_and_a_missing_shard(run_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_finds_a_flipped_byte_a_truncation_and_a_missing_shard(
+    run_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     first = run_copy / "serial_00000.tar"
     data = bytearray(first.read_bytes())
     data[5000] ^= 0x10
@@ -476,7 +555,11 @@ def test_verify_finds_a_flipped_byte_a_truncation_and_a_missing_shard(run_copy: 
     assert statuses == ["altered", "truncated", "missing"]
     assert verify_main([str(run_copy), "--no-progress"]) == 1
     output = capsys.readouterr().out
-    assert "serial_00000.tar: altered" in output and "serial_00001.tar: truncated" in output and "0 of 3 shards intact" in output
+    assert (
+        "serial_00000.tar: altered" in output
+        and "serial_00001.tar: truncated" in output
+        and "0 of 3 shards intact" in output
+    )
 
 
 def test_verify_finds_an_undecodable_shard_with_matching_records(run_copy: Path) -> None:
@@ -500,25 +583,56 @@ def test_verify_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 # ----------------------------------------------------------------------------- integration
-def test_a_manifest_claiming_10_15_images_costs_what_its_recorded_shards_cost(world: dict, run_copy: Path, tmp_path: Path) -> None:
+def test_a_manifest_claiming_10_15_images_costs_what_its_recorded_shards_cost(
+    world: dict, run_copy: Path, tmp_path: Path
+) -> None:
     manifest = json.loads((run_copy / "manifest.json").read_text())
     manifest["stream"]["num_images"] = manifest["num_images"] = 10**15
     manifest["num_shards"] = 10**15 // SHARD_SIZE
     manifest["shards"] = [entry for entry in manifest["shards"] if entry["index"] < 2]
     (run_copy / "manifest.json").write_text(json.dumps(manifest))
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    command = [sys.executable, "-m", "ccc.cli.verify", str(run_copy), "--no-progress", "--json", str(tmp_path / "report.json")]
+    command = [
+        sys.executable,
+        "-m",
+        "ccc.cli.verify",
+        str(run_copy),
+        "--no-progress",
+        "--json",
+        str(tmp_path / "report.json"),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
     assert result.returncode == 1, result.stderr
     assert result.stdout.splitlines()[0] == (
         "serial_00002.tar … serial_62499999999999.tar: unfinished — 62,499,999,999,998 shards not recorded as finished "
         "(an unrecorded file exists: serial_00002.tar)"
     )
-    assert "2 of 62,500,000,000,000 shards intact (1,000,000,000,000,000 images in the stream, 32 samples decoded)" in result.stdout
-    assert [check["count"] for check in json.loads((tmp_path / "report.json").read_text())["shards"]] == [1, 1, 10**15 // SHARD_SIZE - 2]
-    command = [sys.executable, "-m", "ccc.cli.verify", str(run_copy), "--calibration", str(world["table_path"]), "--imagenet", str(world["folder"]), "--no-progress"]
+    assert (
+        "2 of 62,500,000,000,000 shards intact (1,000,000,000,000,000 images in the stream, 32 samples decoded)"
+        in result.stdout
+    )
+    assert [check["count"] for check in json.loads((tmp_path / "report.json").read_text())["shards"]] == [
+        1,
+        1,
+        10**15 // SHARD_SIZE - 2,
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "ccc.cli.verify",
+        str(run_copy),
+        "--calibration",
+        str(world["table_path"]),
+        "--imagenet",
+        str(world["folder"]),
+        "--no-progress",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "is not recomputed (limit 10,000,000)" in result.stderr
+    assert (
+        result.returncode == 2
+        and result.stderr.count("\n") == 1
+        and "is not recomputed (limit 10,000,000)" in result.stderr
+    )
     read = []
     with pytest.raises(StreamError, match=r"serial_00002\.tar \(samples 32–47\) is not finished"):
         for images, _, metadata in open_stream_source(f"ccc:{run_copy}", StreamOptions(batch_size=16, num_workers=0)):

@@ -32,7 +32,9 @@ def test_timm_model_uses_the_normalisation_of_its_pretrained_cfg():
     assert model.std.flatten().tolist() == pytest.approx(list(expected["std"]))
     imagenet = load_model(ModelSpec("timm:test_vit", weights="none", normalization="imagenet"))
     assert imagenet.mean.flatten().tolist() == pytest.approx(list(IMAGENET_MEAN))
-    assert not isinstance(load_model(ModelSpec("timm:test_vit", weights="none", normalization="none")), NormalizedClassifier)
+    assert not isinstance(
+        load_model(ModelSpec("timm:test_vit", weights="none", normalization="none")), NormalizedClassifier
+    )
 
 
 def test_timm_weights_come_from_a_local_file(tmp_path):
@@ -49,7 +51,11 @@ def test_timm_weights_come_from_a_local_file(tmp_path):
     ("name", "weights", "message"),
     [
         ("timm:no_such_model", "none", r"^unknown timm model 'no_such_model'; timm.list_models\(\) lists the names$"),
-        ("timm:test_vit", "IMAGENET1K_V1", r"^weights for timm model 'timm:test_vit' must be an existing file or 'none', got 'IMAGENET1K_V1'$"),
+        (
+            "timm:test_vit",
+            "IMAGENET1K_V1",
+            r"^weights for timm model 'timm:test_vit' must be an existing file or 'none', got 'IMAGENET1K_V1'$",
+        ),
     ],
 )
 def test_timm_mistakes_are_named_in_one_line(name, weights, message):

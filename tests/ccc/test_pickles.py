@@ -25,7 +25,9 @@ def test_a_torch_file_of_tensors_and_plain_values_loads(tmp_path) -> None:
 @pytest.mark.parametrize("content", [b"", b"not a zip", pickle.dumps({"a": 1})])
 def test_anything_but_a_torch_zip_is_refused_in_one_line(tmp_path, content) -> None:
     (tmp_path / "state.pt").write_bytes(content)
-    with pytest.raises(ValueError, match=r"^state file '.*state.pt' cannot be read: it is not a file written by torch.save") as error:
+    with pytest.raises(
+        ValueError, match=r"^state file '.*state.pt' cannot be read: it is not a file written by torch.save"
+    ) as error:
         load_torch_file(tmp_path / "state.pt", "state file")
     assert "\n" not in str(error.value)
 
@@ -50,7 +52,12 @@ def test_the_legacy_format_loads_and_is_bounded_and_code_free(tmp_path) -> None:
     with pytest.raises(ValueError, match="objects other than tensors and plain values"):
         load_torch_file(tmp_path / "payload.pt", "weights file")
     assert not marker.exists()
-    flood = pickle.dumps(torch.serialization.MAGIC_NUMBER, protocol=2) + b"\x80\x02" + b"}" * (MAX_PICKLE_OPCODES + 10) + b"."
+    flood = (
+        pickle.dumps(torch.serialization.MAGIC_NUMBER, protocol=2)
+        + b"\x80\x02"
+        + b"}" * (MAX_PICKLE_OPCODES + 10)
+        + b"."
+    )
     (tmp_path / "flood.pt").write_bytes(flood)
     with pytest.raises(ValueError, match="more than 500,000 opcodes"):
         load_torch_file(tmp_path / "flood.pt", "weights file")
@@ -59,11 +66,15 @@ def test_the_legacy_format_loads_and_is_bounded_and_code_free(tmp_path) -> None:
 def test_a_weights_file_is_bounded_before_it_is_unpickled(tmp_path, monkeypatch) -> None:
     from ccc.models import ModelSpec, load_model
 
-    (tmp_path / "flood.pt").write_bytes(pickle.dumps(torch.serialization.MAGIC_NUMBER, protocol=2) + b"}" * (MAX_PICKLE_OPCODES + 10) + b".")
+    (tmp_path / "flood.pt").write_bytes(
+        pickle.dumps(torch.serialization.MAGIC_NUMBER, protocol=2) + b"}" * (MAX_PICKLE_OPCODES + 10) + b"."
+    )
 
     def unpickled(*arguments, **options):  # type: ignore[no-untyped-def]
         raise AssertionError("torch.load was called")
 
     monkeypatch.setattr(torch, "load", unpickled)
-    with pytest.raises(ValueError, match=r"weights file '.*flood.pt' cannot be read: its pickles hold more than 500,000 opcodes"):
+    with pytest.raises(
+        ValueError, match=r"weights file '.*flood.pt' cannot be read: its pickles hold more than 500,000 opcodes"
+    ):
         load_model(ModelSpec("tests.tta_eval.tta_helpers:make_tiny_cnn", weights=str(tmp_path / "flood.pt")))

@@ -27,30 +27,43 @@ def closed_port() -> int:
 def test_probe_names_a_dead_address_and_honours_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     port = closed_port()
     for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
-        with pytest.raises(RayUnavailableError, match=rf"cannot reach the Ray cluster at {address} \(127.0.0.1:{port}\): Connection refused"):
+        with pytest.raises(
+            RayUnavailableError,
+            match=rf"cannot reach the Ray cluster at {address} \(127.0.0.1:{port}\): Connection refused",
+        ):
             probe_ray_address(address, 5.0)
-    with pytest.raises(RayUnavailableError, match="--ray-address must look like auto, host:port or ray://host:port, got 'host:port:x'"):
+    with pytest.raises(
+        RayUnavailableError, match="--ray-address must look like auto, host:port or ray://host:port, got 'host:port:x'"
+    ):
         probe_ray_address("host:port:x", 5.0)
 
     def never_answers(endpoint, timeout):
         raise TimeoutError("timed out")
 
     monkeypatch.setattr(socket, "create_connection", never_answers)
-    with pytest.raises(RayUnavailableError, match=r"no answer within 0.5 s \(set CCC_RAY_CONNECT_TIMEOUT to wait longer\)"):
+    with pytest.raises(
+        RayUnavailableError, match=r"no answer within 0.5 s \(set CCC_RAY_CONNECT_TIMEOUT to wait longer\)"
+    ):
         probe_ray_address("10.0.0.1:6379", 0.5)
     monkeypatch.setenv("CCC_RAY_CONNECT_TIMEOUT", "0.5")
     assert connect_timeout_seconds() == 0.5
     monkeypatch.setenv("CCC_RAY_CONNECT_TIMEOUT", "-1")
-    with pytest.raises(RayUnavailableError, match="CCC_RAY_CONNECT_TIMEOUT must be a positive number of seconds, got '-1'"):
+    with pytest.raises(
+        RayUnavailableError, match="CCC_RAY_CONNECT_TIMEOUT must be a positive number of seconds, got '-1'"
+    ):
         connect_timeout_seconds()
 
 
 def run_command(module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    return subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *arguments], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
-def generate_and_calibrate(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+def generate_and_calibrate(
+    tmp_path: Path, *options: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     """ccc-generate and ccc-calibrate compute on tiny inputs, each given ``options`` (e.g. a Ray address)."""
     table = tmp_path / "table.npz"
     make_calibration_table().save(table)
@@ -75,7 +88,11 @@ def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None
     for result in (generate, calibrate):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and f"cannot reach the Ray cluster at {address}" in lines[0] and "Connection refused" in lines[0], result.stderr
+        assert (
+            len(lines) == 1
+            and f"cannot reach the Ray cluster at {address}" in lines[0]
+            and "Connection refused" in lines[0]
+        ), result.stderr
 
 
 def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> None:
@@ -96,7 +113,9 @@ def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> N
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot reach the Ray cluster at {address}" in lines[0], result.stderr
-    assert "accepts connections but does not answer as a Ray cluster within 2 s (set CCC_RAY_CONNECT_TIMEOUT" in lines[0]
+    assert (
+        "accepts connections but does not answer as a Ray cluster within 2 s (set CCC_RAY_CONNECT_TIMEOUT" in lines[0]
+    )
 
 
 def test_more_workers_than_this_machine_has_is_one_line_in_every_command(tmp_path: Path) -> None:
@@ -114,7 +133,11 @@ def test_more_workers_than_this_machine_has_is_one_line_in_every_command(tmp_pat
     for result in (generate, calibrate, evaluate):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and f"--workers must be in [1, {cpus}] for a local Ray cluster (this machine's CPUs), got {workers}" in lines[0], result.stderr
+        assert (
+            len(lines) == 1
+            and f"--workers must be in [1, {cpus}] for a local Ray cluster (this machine's CPUs), got {workers}"
+            in lines[0]
+        ), result.stderr
 
 
 def _alive(pid: int) -> bool:

@@ -51,12 +51,23 @@ def make_spec(**overrides: object) -> SampleSpec:
     return SampleSpec(**fields)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("box", [(0, 0, 500, 375), (40, 30, 340, 330), (123, 7, 180, 90), (1, 2, 499, 374), (60, 0, 110, 375)])
+@pytest.mark.parametrize(
+    "box", [(0, 0, 500, 375), (40, 30, 340, 330), (123, 7, 180, 90), (1, 2, 499, 374), (60, 0, 110, 375)]
+)
 @pytest.mark.parametrize("flip", [False, True])
 def test_crop_resize_flip_equals_torchvision_on_pil(box: tuple[int, int, int, int], flip: bool) -> None:
     image = Image.open(io.BytesIO(source_jpeg())).convert("RGB")
     left, top, right, bottom = box
-    expected = F.resized_crop(image, top, left, bottom - top, right - left, [OUTPUT_SIZE, OUTPUT_SIZE], InterpolationMode.BILINEAR, antialias=True)
+    expected = F.resized_crop(
+        image,
+        top,
+        left,
+        bottom - top,
+        right - left,
+        [OUTPUT_SIZE, OUTPUT_SIZE],
+        InterpolationMode.BILINEAR,
+        antialias=True,
+    )
     if flip:
         expected = F.hflip(expected)
     np.testing.assert_array_equal(crop_resize_flip(image, box, flip), np.asarray(expected))
@@ -67,7 +78,9 @@ def test_render_equals_its_definition() -> None:
     source = source_jpeg()
     image = Image.open(io.BytesIO(source)).convert("RGB")
     cropped = np.asarray(image.crop(spec.crop_box).resize((224, 224), Image.Resampling.BILINEAR))[:, ::-1]
-    corrupted = corrupt_pair(np.ascontiguousarray(cropped), "gaussian_noise", 1.25, "fog", 0.5, rng=np.random.default_rng(spec.seed))
+    corrupted = corrupt_pair(
+        np.ascontiguousarray(cropped), "gaussian_noise", 1.25, "fog", 0.5, rng=np.random.default_rng(spec.seed)
+    )
     buffer = io.BytesIO()
     Image.fromarray(corrupted).save(buffer, format="JPEG", quality=JPEG_QUALITY, optimize=True)
     rendered = render_sample(spec, source)
@@ -83,7 +96,10 @@ def test_the_render_seed_drives_the_corruption() -> None:
     first = render_sample(make_spec(seed=1), source).jpeg
     assert render_sample(make_spec(seed=2), source).jpeg != first
     clean = make_spec(s1=0.0, s2=0.0)
-    assert render_sample(dataclasses.replace(clean, seed=1), source).jpeg == render_sample(dataclasses.replace(clean, seed=2), source).jpeg
+    assert (
+        render_sample(dataclasses.replace(clean, seed=1), source).jpeg
+        == render_sample(dataclasses.replace(clean, seed=2), source).jpeg
+    )
 
 
 @pytest.mark.parametrize("mode", ["L", "CMYK"])
@@ -105,4 +121,6 @@ def test_info_text_has_the_public_layout() -> None:
         "++dir++n01440764++name++ILSVRC2012_val_00000293.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++0.5"
     )
     # The public code writes severities with str(float): 0 -> "0.0", 5 -> "5.0".
-    assert format_info(make_spec(s1=0.0, s2=5.0, n2="jpeg")).endswith("++n1++gaussian_noise++s1++0.0++n2++jpeg++s2++5.0")
+    assert format_info(make_spec(s1=0.0, s2=5.0, n2="jpeg")).endswith(
+        "++n1++gaussian_noise++s1++0.0++n2++jpeg++s2++5.0"
+    )

@@ -80,7 +80,9 @@ def refuse_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
 PAYLOADS = ["os.system, plain pickle", "exec, torch zip"]
 
 
-def interrupted_run(out: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
+def interrupted_run(
+    out: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *extra: str
+) -> Path:
     """The run folder of ``COMMAND`` stopped right after its first checkpoint."""
     original_save = Checkpointer.save
 
@@ -121,8 +123,12 @@ def test_an_opcode_flood_checkpoint_is_refused_before_unpickling(tmp_path, monke
 
 def test_a_checkpoint_of_format_1_is_refused_without_unpickling_its_modules(tmp_path) -> None:
     marker = tmp_path / "marker"
-    torch.save({"format": 1, "methods": {"tent": torch.nn.Linear(2, 2)}, "payload": Exec(marker)}, tmp_path / CHECKPOINT_FILE)
-    with pytest.raises(ValueError, match=r"objects other than tensors and plain values .*, as checkpoints of format 1") as error:
+    torch.save(
+        {"format": 1, "methods": {"tent": torch.nn.Linear(2, 2)}, "payload": Exec(marker)}, tmp_path / CHECKPOINT_FILE
+    )
+    with pytest.raises(
+        ValueError, match=r"objects other than tensors and plain values .*, as checkpoints of format 1"
+    ) as error:
         read_checkpoint(tmp_path)
     assert "\n" not in str(error.value) and not marker.exists()
 
@@ -145,7 +151,9 @@ def test_a_replaced_source_statistics_file_runs_nothing(tmp_path, tiny_cnn, name
 
 
 @pytest.mark.parametrize("name", ["petta", "ttac_nq"])
-def test_an_opcode_flood_of_source_statistics_is_refused_before_unpickling(tmp_path, tiny_cnn, monkeypatch, name) -> None:
+def test_an_opcode_flood_of_source_statistics_is_refused_before_unpickling(
+    tmp_path, tiny_cnn, monkeypatch, name
+) -> None:
     path = tmp_path / "source.ttac.pt"
     write_opcode_flood(path)
     refuse_unpickling(monkeypatch)
@@ -213,12 +221,16 @@ def test_a_deleted_config_with_an_unusable_checkpoint_says_what_to_do(tmp_path, 
     run_dir = stopped_after_first_checkpoint(settings(tmp_path), monkeypatch)
     (run_dir / CONFIG_FILE).unlink()
     (run_dir / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match=r"has no config.json to resume from, and checkpoint .* cannot be read: .*--overwrite") as error:
+    with pytest.raises(
+        ValueError, match=r"has no config.json to resume from, and checkpoint .* cannot be read: .*--overwrite"
+    ) as error:
         run_experiment(settings(tmp_path))
     assert "\n" not in str(error.value)
 
 
-def test_a_full_disk_while_a_checkpoint_is_written_is_one_line_and_keeps_the_previous(tmp_path, monkeypatch, capsys) -> None:
+def test_a_full_disk_while_a_checkpoint_is_written_is_one_line_and_keeps_the_previous(
+    tmp_path, monkeypatch, capsys
+) -> None:
     run_dir = interrupted_run(tmp_path, monkeypatch, capsys, "--method", "cotta")
     previous = (run_dir / CHECKPOINT_FILE).read_bytes()
     real_open = builtins.open
@@ -251,7 +263,11 @@ def test_a_full_disk_while_a_checkpoint_is_written_is_one_line_and_keeps_the_pre
     monkeypatch.setattr(tta_eval.checkpoint, "open", open_on_full_disk, raising=False)
     code, _, err = run_cli(capsys, *COMMAND, "--method", "cotta", "--out", str(tmp_path), "--name", "run")
     assert code == 2
-    assert err.strip().splitlines()[-1].startswith(f"tta-eval: error: {run_dir / CHECKPOINT_FILE}: No space left on device"), err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(f"tta-eval: error: {run_dir / CHECKPOINT_FILE}: No space left on device")
+    ), err
     assert (run_dir / CHECKPOINT_FILE).read_bytes() == previous
     assert not (run_dir / f".{CHECKPOINT_FILE}.tmp").exists()
 
@@ -263,7 +279,10 @@ def test_a_run_resumed_with_other_model_weights_is_refused_in_one_line(tmp_path,
     model = load_model(ModelSpec(FACTORY), "cpu")
     with torch.no_grad():
         next(model.parameters()).add_(0.01)
-    with pytest.raises(ValueError, match=r"was written with other model weights \(sha256 [0-9a-f]{12}…, now [0-9a-f]{12}…\); .*--overwrite") as error:
+    with pytest.raises(
+        ValueError,
+        match=r"was written with other model weights \(sha256 [0-9a-f]{12}…, now [0-9a-f]{12}…\); .*--overwrite",
+    ) as error:
         run_experiment(settings(tmp_path), model=model)
     assert "\n" not in str(error.value)
     assert (run_dir / CHECKPOINT_FILE).is_file()

@@ -51,7 +51,10 @@ def test_local_weights_file_for_a_factory_model(tmp_path):
     ("spec", "message"),
     [
         (ModelSpec("resnet5000"), r"unknown model 'resnet5000'; torchvision classification models: .*resnet50"),
-        (ModelSpec("resnet18", weights="IMAGENET9K"), r"unknown weights 'IMAGENET9K' for model 'resnet18'; available: DEFAULT, none, IMAGENET1K_V1"),
+        (
+            ModelSpec("resnet18", weights="IMAGENET9K"),
+            r"unknown weights 'IMAGENET9K' for model 'resnet18'; available: DEFAULT, none, IMAGENET1K_V1",
+        ),
         (ModelSpec("resnet18", weights="missing/weights.pt"), r"weights file 'missing/weights.pt' does not exist"),
         (ModelSpec("no_such_module_xyz:build"), r"model factory module 'no_such_module_xyz' cannot be imported"),
         (ModelSpec("tta_eval.synthetic:nothing"), r"module 'tta_eval.synthetic' has no callable 'nothing'"),
@@ -102,14 +105,15 @@ def test_image_folder_stream(tmp_path):
 
 
 def test_unknown_stream_source():
-    with pytest.raises(ValueError, match=r"stream 'nowhere/at/all' is neither an existing folder nor '<scheme>:<options>'"):
+    with pytest.raises(
+        ValueError, match=r"stream 'nowhere/at/all' is neither an existing folder nor '<scheme>:<options>'"
+    ):
         open_stream_source("nowhere/at/all", StreamOptions())
     with pytest.raises(ValueError, match="unknown synthetic stream option.* colours"):
         open_stream_source("synthetic:colours=3", StreamOptions())
 
 
 # --- command line ---------------------------------------------------------------------------------
-
 
 
 def test_methods_lists_every_method_with_defaults(capsys):
@@ -122,9 +126,24 @@ def test_methods_lists_every_method_with_defaults(capsys):
 
 def test_run_writes_a_complete_run_folder_and_compare_tabulates_runs(tmp_path, capsys):
     common = [
-        "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "rdumb:reset_every=2",
-        "--method", "tent", "--domain-key", "domain", "--window", "32", "--collapse-span", "32",
-        "--out", str(tmp_path / "results"), "--no-progress",
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "rdumb:reset_every=2",
+        "--method",
+        "tent",
+        "--domain-key",
+        "domain",
+        "--window",
+        "32",
+        "--collapse-span",
+        "32",
+        "--out",
+        str(tmp_path / "results"),
+        "--no-progress",
     ]
     code, out, err = run_cli(capsys, *common, "--name", "first")
     assert code == 0, err
@@ -144,9 +163,18 @@ def test_run_writes_a_complete_run_folder_and_compare_tabulates_runs(tmp_path, c
         assert (run_dir / f"accuracy.{suffix}").stat().st_size > 1000
 
     other_stream = SMALL_STREAM + ",seed=1"
-    code, _, err = run_cli(capsys, *[other_stream if part == SMALL_STREAM else part for part in common], "--name", "second", "--method", "bn")
+    code, _, err = run_cli(
+        capsys,
+        *[other_stream if part == SMALL_STREAM else part for part in common],
+        "--name",
+        "second",
+        "--method",
+        "bn",
+    )
     assert code == 0, err
-    code, out, err = run_cli(capsys, "compare", str(run_dir), str(tmp_path / "results" / "second"), "--out", str(tmp_path / "cmp"))
+    code, out, err = run_cli(
+        capsys, "compare", str(run_dir), str(tmp_path / "results" / "second"), "--out", str(tmp_path / "cmp")
+    )
     assert code == 0, err
     short, other = SMALL_STREAM, other_stream
     assert f"| method | {short} | {other} | mean |" in out
@@ -158,7 +186,12 @@ def test_run_writes_a_complete_run_folder_and_compare_tabulates_runs(tmp_path, c
 def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_refuses_duplicates(tmp_path, capsys):
     common = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--window", "32", "--no-progress"]
     assert run_cli(capsys, *common, "--method", "tent", "--out", str(tmp_path / "results" / "a"))[0] == 0
-    assert run_cli(capsys, *common, "--method", "bn", "--collapse-reference", "none", "--out", str(tmp_path / "results" / "b"))[0] == 0
+    assert (
+        run_cli(
+            capsys, *common, "--method", "bn", "--collapse-reference", "none", "--out", str(tmp_path / "results" / "b")
+        )[0]
+        == 0
+    )
     code, out, err = run_cli(capsys, "compare", str(tmp_path / "results"), "--out", str(tmp_path / "cmp"))
     assert code == 0, err
     table = out.split("\n\n")[0].splitlines()
@@ -175,7 +208,9 @@ def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_ref
     # the next-step hint: the folder of the run, or, once it holds a second run of the same stream and
     # method, the run folders compare takes together
     folder = tmp_path / "results" / "a"
-    code, out, _ = run_cli(capsys, *common, "--method", "bn", "--collapse-reference", "none", "--name", "bn", "--out", str(folder))
+    code, out, _ = run_cli(
+        capsys, *common, "--method", "bn", "--collapse-reference", "none", "--name", "bn", "--out", str(folder)
+    )
     assert code == 0 and f"tta-eval compare {folder}      # with the other runs there" in out
     code, out, _ = run_cli(capsys, *common, "--method", "tent", "--name", "again", "--out", str(folder))
     assert code == 0
@@ -190,8 +225,21 @@ def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_ref
 def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, capsys):
     # entropy_margin_fraction = 0.001 keeps only near-certain samples: the tiny untrained model has none.
     code, out, err = run_cli(
-        capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "eta:entropy_margin_fraction=0.001",
-        "--method", "tent", "--method", "bn", "--out", str(tmp_path), "--no-progress",
+        capsys,
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "eta:entropy_margin_fraction=0.001",
+        "--method",
+        "tent",
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
     )
     assert code == 0, err
     notes = [line for line in out.splitlines() if line.startswith("note:")]
@@ -215,7 +263,20 @@ def test_no_adaptation_note_where_the_protocol_skips_batches(tmp_path):
 
 
 def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
-    arguments = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "bn", "--out", str(tmp_path), "--name", "r", "--no-progress"]
+    arguments = [
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "r",
+        "--no-progress",
+    ]
     assert run_cli(capsys, *arguments)[0] == 0
     code, _, err = run_cli(capsys, *arguments)
     assert code == 2 and "already exists; choose another --name or pass --overwrite" in err
@@ -227,7 +288,10 @@ def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
     [
         (["--method", "tentt"], "unknown method 'tentt'; available: adabn, asr, bn, "),
         (["--method", "tent:lr=1"], "unknown option 'lr' for method 'tent'; valid options: learning_rate"),
-        (["--method", "tent:learning_rate"], "options of method 'tent' must be key=value pairs separated by ',', got 'learning_rate'"),
+        (
+            ["--method", "tent:learning_rate"],
+            "options of method 'tent' must be key=value pairs separated by ',', got 'learning_rate'",
+        ),
         (["--method", "tent", "--stream", "no/such/folder"], "stream 'no/such/folder' is neither an existing folder"),
         (["--method", "tent", "--model", "tta_eval.synthetic:missing"], "has no callable 'missing'"),
         (["--method", "tent", "--collapse-reference", "2"], "--collapse-reference accuracy must be in [0, 1], got 2.0"),
@@ -265,11 +329,26 @@ def nan_stream(location, options):
 def test_stop_policy_writes_the_run_folder_and_exits_with_1(tmp_path, capsys):
     if "nantest" not in stream_schemes():
         register_stream_source("nantest", nan_stream)
-    arguments = ["run", "--stream", "nantest:", "--model", TINY_FACTORY, "--method", "tent", "--out", str(tmp_path), "--name", "r", "--no-progress"]
+    arguments = [
+        "run",
+        "--stream",
+        "nantest:",
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "tent",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "r",
+        "--no-progress",
+    ]
     code, _, err = run_cli(capsys, *arguments, "--nonfinite-loss", "stop")
     assert code == 1 and "method 'tent' produced a non-finite loss" in err
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["stopped"].startswith("NonFiniteLossError") and summary["methods"]["tent"]["batches"] == 2
     code, _, err = run_cli(capsys, *arguments, "--overwrite")
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert code == 0 and summary["methods"]["tent"]["nonfinite_losses"] == 1 and summary["methods"]["tent"]["batches"] == 3
+    assert (
+        code == 0 and summary["methods"]["tent"]["nonfinite_losses"] == 1 and summary["methods"]["tent"]["batches"] == 3
+    )

@@ -21,7 +21,10 @@ from tta_eval.experiment import ExperimentSettings, MethodSpec, SweepSettings, r
 from tta_eval.protocols import CostModel, MethodCost
 from tta_eval.synthetic import pretrained_tiny_cnn
 
-STREAMS = ("synthetic:num_batches=6,batch_size=16,domain_length=2", "synthetic:num_batches=6,batch_size=16,domain_length=2,seed=1")
+STREAMS = (
+    "synthetic:num_batches=6,batch_size=16,domain_length=2",
+    "synthetic:num_batches=6,batch_size=16,domain_length=2,seed=1",
+)
 """Two 96-sample synthetic streams of 16×16 images (the pretrained tiny CNN's)."""
 
 MODEL = "tta_eval.synthetic:pretrained_tiny_cnn"
@@ -90,12 +93,17 @@ def settings_for(stream: str, out: Path, model: str = MODEL, **overrides) -> Exp
     from ccc.models import ModelSpec
 
     methods = tuple(MethodSpec(name, name) for name in ("bn", "tent"))
-    return ExperimentSettings(stream, methods, ModelSpec(model), out, cost_model=COSTS, progress=False, window=32, **overrides)
+    return ExperimentSettings(
+        stream, methods, ModelSpec(model), out, cost_model=COSTS, progress=False, window=32, **overrides
+    )
 
 
 def records_digests(root: Path) -> dict[str, str]:
     """sha256 of every records file below ``root``, by path relative to it."""
-    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(root.rglob("records/*.csv"))}
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("records/*.csv"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -125,44 +133,120 @@ def test_task_options_follow_the_device() -> None:
     assert task_options("cuda:1", False).gpus == 1
     with pytest.raises(ValueError, match="--gpus-per-task applies to --device cuda, got --device cpu"):
         task_options("cpu", True, 1)
-    with pytest.raises(ValueError, match=r"--device cuda:1 names a GPU of this machine; on a Ray cluster give --device cuda"):
+    with pytest.raises(
+        ValueError, match=r"--device cuda:1 names a GPU of this machine; on a Ray cluster give --device cuda"
+    ):
         task_options("cuda:1", True)
-    with pytest.raises(ValueError, match=r"--gpus-per-task: gpus must be a fraction in \(0, 1\] or a whole number, got 1.5"):
+    with pytest.raises(
+        ValueError, match=r"--gpus-per-task: gpus must be a fraction in \(0, 1\] or a whole number, got 1.5"
+    ):
         task_options("cuda", True, 1.5)
     with pytest.raises(ValueError, match="--gpus-per-task must be > 0, got 0"):
         task_options("cuda", True, 0)
 
 
 def test_several_streams_on_the_command_line_write_one_run_folder_each(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    arguments = ["run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL, "--method", "bn", "--out", str(tmp_path), "--no-progress"]
+    arguments = [
+        "run",
+        "--stream",
+        STREAMS[0],
+        "--stream",
+        STREAMS[1],
+        "--model",
+        MODEL,
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     code, out, err = run_cli(capsys, *arguments, "--window", "32")
     assert code == 0, err
     folders = sorted(path.parent for path in tmp_path.glob("*/summary.json"))
     assert len(folders) == 2
     assert "[2/2] run " in out and all(f"run folder: {folder}" in out for folder in folders)
     code, _, err = run_cli(capsys, *arguments, "--name", "one")
-    assert code == 2 and err.strip() == "tta-eval: error: --name names one run folder, but 2 streams were given: leave it out (each run folder is named after its stream)"
-    code, _, err = run_cli(capsys, "run", "--stream", STREAMS[0], "--stream", STREAMS[0], "--model", MODEL, "--method", "bn", "--out", str(tmp_path / "again"))
+    assert (
+        code == 2
+        and err.strip()
+        == "tta-eval: error: --name names one run folder, but 2 streams were given: leave it out (each run folder is named after its stream)"
+    )
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        STREAMS[0],
+        "--stream",
+        STREAMS[0],
+        "--model",
+        MODEL,
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path / "again"),
+    )
     assert code == 2 and "would both write run folder" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run_cli(capsys, "sweep", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL, "--method", "bn", "--speeds", "1")
-    assert code == 2 and err.strip() == "tta-eval: error: a sweep runs over one stream, got 2 --stream; run one sweep per stream"
-    code, _, err = run_cli(capsys, "run", "--stream", STREAMS[0], "--model", MODEL, "--method", "bn", "--gpus-per-task", "1", "--out", str(tmp_path / "g"))
+    code, _, err = run_cli(
+        capsys,
+        "sweep",
+        "--stream",
+        STREAMS[0],
+        "--stream",
+        STREAMS[1],
+        "--model",
+        MODEL,
+        "--method",
+        "bn",
+        "--speeds",
+        "1",
+    )
+    assert (
+        code == 2
+        and err.strip() == "tta-eval: error: a sweep runs over one stream, got 2 --stream; run one sweep per stream"
+    )
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        STREAMS[0],
+        "--model",
+        MODEL,
+        "--method",
+        "bn",
+        "--gpus-per-task",
+        "1",
+        "--out",
+        str(tmp_path / "g"),
+    )
     assert code == 2 and err.strip() == "tta-eval: error: --gpus-per-task applies to --device cuda, got --device cpu"
 
 
 def test_a_failed_run_does_not_stop_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ATTEMPTS_FILE, str(tmp_path / "attempts"))
-    runs = [resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:failing_model")), resolve_experiment(settings_for(STREAMS[1], tmp_path))]
+    runs = [
+        resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:failing_model")),
+        resolve_experiment(settings_for(STREAMS[1], tmp_path)),
+    ]
     ended = []
     with pytest.raises(ValueError, match="^this model cannot be built$"):
-        run_experiments(runs, SerialExecutor(), task_options("cpu", False), on_finished=lambda run, folder, error: ended.append((folder, error)))
+        run_experiments(
+            runs,
+            SerialExecutor(),
+            task_options("cpu", False),
+            on_finished=lambda run, folder, error: ended.append((folder, error)),
+        )
     assert [folder is None for folder, _ in ended] == [True, False]
     assert (ended[1][0] / "summary.json").exists()
 
 
 def test_the_paper_streams_recipe_lists_the_27_run_folders_or_names_the_missing(tmp_path: Path) -> None:
     script = REPOSITORY / "scripts" / "cluster" / "paper_streams.sh"
-    names = [f"baseline_{b}_transition+speed_{k}_seed_{s}" for b in (40, 20, 0) for k in (1000, 2000, 5000) for s in (43, 44, 45)]
+    names = [
+        f"baseline_{b}_transition+speed_{k}_seed_{s}"
+        for b in (40, 20, 0)
+        for k in (1000, 2000, 5000)
+        for s in (43, 44, 45)
+    ]
     for name in names:
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text("{}")
@@ -171,7 +255,10 @@ def test_the_paper_streams_recipe_lists_the_27_run_folders_or_names_the_missing(
     assert result.stdout.splitlines() == [f"--stream ccc:{tmp_path / name}" for name in names]
     (tmp_path / names[4] / "manifest.json").unlink()
     result = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2 and f"1 of the 27 paper streams are missing (no manifest.json): {tmp_path / names[4]}" in result.stderr
+    assert (
+        result.returncode == 2
+        and f"1 of the 27 paper streams are missing (no manifest.json): {tmp_path / names[4]}" in result.stderr
+    )
 
 
 # ----------------------------------------------------------------------------- Ray
@@ -205,7 +292,9 @@ def ray_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
                 os.environ[name] = value
 
 
-def test_two_ray_workers_write_the_serial_records(ray_module, serial_records: dict[str, str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_two_ray_workers_write_the_serial_records(
+    ray_module, serial_records: dict[str, str], tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
     """`tta-eval run --workers 2` (the command joins the module's local cluster)."""
     arguments = [
         "run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL, "--method", "bn", "--method", "tent",
@@ -218,14 +307,32 @@ def test_two_ray_workers_write_the_serial_records(ray_module, serial_records: di
     assert records_digests(tmp_path) == serial_records
 
 
-def test_a_gpu_run_on_a_cluster_without_gpus_is_one_line_before_anything_runs(ray_module, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    arguments = ["run", "--stream", STREAMS[0], "--model", MODEL, "--method", "bn", "--device", "cuda", "--workers", "2", "--out", str(tmp_path)]
+def test_a_gpu_run_on_a_cluster_without_gpus_is_one_line_before_anything_runs(
+    ray_module, tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    arguments = [
+        "run",
+        "--stream",
+        STREAMS[0],
+        "--model",
+        MODEL,
+        "--method",
+        "bn",
+        "--device",
+        "cuda",
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
     code, _, err = run_cli(capsys, *arguments)
     assert code == 2 and "each task asks for 1 CPUs and 1 GPUs, but no node of the Ray cluster has as much" in err
     assert len(err.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
 
 
-def test_a_run_whose_worker_died_is_retried_and_a_user_error_is_not(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_whose_worker_died_is_retried_and_a_user_error_is_not(
+    ray_module, serial_records: dict[str, str], tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     crashing = resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:crash_once_model"))
     fine = resolve_experiment(settings_for(STREAMS[1], tmp_path))
     run_experiments([crashing, fine], RayExecutor(ray_module, max_retries=2), task_options("cpu", True))
@@ -237,13 +344,19 @@ def test_a_run_whose_worker_died_is_retried_and_a_user_error_is_not(ray_module, 
     assert Path(os.environ[ATTEMPTS_FILE]).read_text() == "call\n"
 
 
-def test_a_run_whose_worker_died_midway_resumes_from_its_checkpoint(ray_module, serial_records: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_whose_worker_died_midway_resumes_from_its_checkpoint(
+    ray_module, serial_records: dict[str, str], tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     run = resolve_experiment(settings_for(STREAMS[0], tmp_path, f"{__name__}:crash_midway_model", checkpoint_every=32))
     run_experiments([run], RayExecutor(ray_module, max_retries=2), task_options("cpu", True))
     assert Path(os.environ[MIDWAY_MARKER]).exists()  # the first attempt died after its checkpoint at sample 32
     calls_after = len(Path(os.environ[MIDWAY_CALLS]).read_text().splitlines())
     assert 0 < calls_after < 18  # a run from the start makes 6 batches × 3 methods forward passes, at least
-    expected = {path: digest for path, digest in serial_records.items() if path.startswith(run.settings.resolved_run_name() + "/")}
+    expected = {
+        path: digest
+        for path, digest in serial_records.items()
+        if path.startswith(run.settings.resolved_run_name() + "/")
+    }
     assert records_digests(tmp_path) == expected
 
 

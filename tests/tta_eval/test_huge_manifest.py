@@ -31,7 +31,9 @@ def test_a_manifest_claiming_10_15_images_ends_the_run_in_one_line_after_its_rec
         "run", "--stream", f"ccc:{run}", "--model", TINY_FACTORY, "--method", "source", "--batch-size", "16",
         "--out", str(tmp_path / "results"), "--no-progress",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"tta-eval: error: shard {run / 'serial_00002.tar'} (samples 128–191) is not finished according to the manifest; "

@@ -51,8 +51,14 @@ CALLERS: dict[str, tuple[Callable[[str], Any], str, str]] = {
         ("{key}=", "option '{key}' of {owner} has no value ({key}=); write {key}=VALUE or leave the option out"),
         ("{key}=1,{key}=2", "option '{key}' of {owner} is given twice ({key}=1 and {key}=2); give it once"),
         ("{key}=0x10", "option '{key}' of {owner} must be a finite decimal number (e.g. 16, 0.5, 2e-4), got '0x10'"),
-        ("{key}=1e-400", "option '{key}' of {owner} must be a finite decimal number, got '1e-400' (underflows to 0 as a float)"),
-        ("{key}=1e999", "option '{key}' of {owner} must be a finite decimal number, got '1e999' (overflows as a float)"),
+        (
+            "{key}=1e-400",
+            "option '{key}' of {owner} must be a finite decimal number, got '1e-400' (underflows to 0 as a float)",
+        ),
+        (
+            "{key}=1e999",
+            "option '{key}' of {owner} must be a finite decimal number, got '1e999' (overflows as a float)",
+        ),
         ("{key}=nan", "option '{key}' of {owner} must be a finite decimal number (e.g. 16, 0.5, 2e-4), got 'nan'"),
     ],
 )
@@ -84,24 +90,58 @@ def test_no_images_is_refused_not_read_as_an_endless_stream(kind: str, num_image
     ("stream", "message"),
     [
         ("ccc-render:demo,num_images=", "option 'num_images' of stream 'ccc-render:' has no value (num_images=)"),
-        ("ccc-render:demo,difficulty=easy,num_images=", "option 'num_images' of stream 'ccc-render:' has no value (num_images=)"),
+        (
+            "ccc-render:demo,difficulty=easy,num_images=",
+            "option 'num_images' of stream 'ccc-render:' has no value (num_images=)",
+        ),
         ("ccc-render:demo,difficulty=easy,num_images=0", "num_images must be an integer >= 1, got 0"),
-        ("ccc-render:demo,difficulty=easy,speed=1,speed=2", "option 'speed' of stream 'ccc-render:' is given twice (speed=1 and speed=2)"),
+        (
+            "ccc-render:demo,difficulty=easy,speed=1,speed=2",
+            "option 'speed' of stream 'ccc-render:' is given twice (speed=1 and speed=2)",
+        ),
         ("synthetic:seed=0x10", "option 'seed' of stream 'synthetic:' must be a finite decimal number"),
     ],
 )
-def test_the_command_line_prints_one_line_and_exits_2(stream: str, message: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(capsys, "run", "--stream", stream, "--model", TINY_FACTORY, "--method", "source", "--out", str(tmp_path), "--no-progress")
+def test_the_command_line_prints_one_line_and_exits_2(
+    stream: str, message: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        stream,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "source",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert "Traceback" not in out + err and not any(tmp_path.iterdir())
 
 
 def test_method_and_policy_mistakes_on_the_command_line(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     for method, message in (
-        ("eta:reset=periodic:every=1:every=2", "option 'every' of reset policy 'periodic' is given twice (every=1 and every=2)"),
+        (
+            "eta:reset=periodic:every=1:every=2",
+            "option 'every' of reset policy 'periodic' is given twice (every=1 and every=2)",
+        ),
         ("tent:steps=1,steps=2", "option 'steps' of method 'tent' is given twice (steps=1 and steps=2)"),
     ):
-        code, _, err = run_cli(capsys, "run", "--stream", "synthetic:num_batches=2", "--model", TINY_FACTORY, "--method", method, "--out", str(tmp_path))
+        code, _, err = run_cli(
+            capsys,
+            "run",
+            "--stream",
+            "synthetic:num_batches=2",
+            "--model",
+            TINY_FACTORY,
+            "--method",
+            method,
+            "--out",
+            str(tmp_path),
+        )
         assert code == 2 and err.count("\n") == 1 and message in err, err
 
 

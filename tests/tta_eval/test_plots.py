@@ -47,11 +47,15 @@ def test_every_registered_method_has_its_own_colour() -> None:
 def test_a_method_has_the_same_colour_in_every_plot() -> None:
     accuracy = accuracy_figure({"tent": curve(0.6), "eta": curve(0.7)}, {"source": curve(0.3)})
     utility = utility_figure({"eta": ([1, 0.5], [0.7, 0.6]), "tent": ([1, 0.5], [0.6, 0.5])}, "stream speed η")
-    best = best_method_figure({("s1", "all"): ("tent", 0.6), ("s2", "all"): ("eta", 0.7)}, ["s1", "s2"], ["all"], ["eta", "tent"])
+    best = best_method_figure(
+        {("s1", "all"): ("tent", 0.6), ("s2", "all"): ("eta", 0.7)}, ["s1", "s2"], ["all"], ["eta", "tent"]
+    )
     first, second = line_colours(accuracy), line_colours(utility)
     for method in ("tent", "eta"):
         assert first[method] == second[method] == to_rgba(method_colour(method))
-    patches = {handle.get_label(): handle.get_facecolor() for legend in best.legends for handle in legend.legend_handles}
+    patches = {
+        handle.get_label(): handle.get_facecolor() for legend in best.legends for handle in legend.legend_handles
+    }
     assert patches["tent"] == to_rgba(method_colour("tent")) and patches["eta"] == to_rgba(method_colour("eta"))
     assert first["source"] == to_rgba("black")
     variants = accuracy_figure({"tent:learning_rate=0.01": curve(0.6), "tent:learning_rate=0.001": curve(0.7)})
@@ -62,13 +66,18 @@ def test_a_method_has_the_same_colour_in_every_plot() -> None:
 
 def test_accuracy_figure_has_title_window_outside_legend_and_named_pairs() -> None:
     segments = [DomainSegment("gaussian_noise→frost", 0, 4000), DomainSegment("frost→contrast", 4000, 9000)]
-    figure = accuracy_figure({"bn": curve(0.7)}, {"source": curve(0.3)}, "top-1 accuracy on RUN", {"bn": "bn"}, segments)
+    figure = accuracy_figure(
+        {"bn": curve(0.7)}, {"source": curve(0.3)}, "top-1 accuracy on RUN", {"bn": "bn"}, segments
+    )
     axes = figure.axes[0]
     assert figure.get_suptitle() == "top-1 accuracy on RUN"
     assert "300 samples" in axes.get_ylabel() and axes.get_xlabel() == "samples seen"
     assert axes.get_legend() is None and [text.get_text() for text in figure.legends[0].get_texts()] == ["source", "bn"]
     assert len(axes.child_axes) == 1
-    assert [label.get_text() for label in axes.child_axes[0].get_xticklabels()] == ["gaussian_noise\n→ frost", "frost\n→ contrast"]
+    assert [label.get_text() for label in axes.child_axes[0].get_xticklabels()] == [
+        "gaussian_noise\n→ frost",
+        "frost\n→ contrast",
+    ]
 
 
 def pair_names(figure) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -76,20 +85,34 @@ def pair_names(figure) -> list[list[str]]:  # type: ignore[no-untyped-def]
 
 
 def test_a_second_panel_shows_every_method_minus_the_baseline() -> None:
-    figure = accuracy_figure({"bn": curve(0.7), "tent": curve(0.6), "rdumb": curve(0.75)}, {"source": curve(0.3)}, baseline="bn")
+    figure = accuracy_figure(
+        {"bn": curve(0.7), "tent": curve(0.6), "rdumb": curve(0.75)}, {"source": curve(0.3)}, baseline="bn"
+    )
     accuracy_axes, difference_axes = figure.axes[:2]
     assert difference_axes.get_ylabel() == "minus bn (points)" and difference_axes.get_xlabel() == "samples seen"
-    by_colour = {line.get_color(): np.asarray(line.get_ydata()) for line in difference_axes.lines if len(line.get_ydata()) > 2}
+    by_colour = {
+        line.get_color(): np.asarray(line.get_ydata()) for line in difference_axes.lines if len(line.get_ydata()) > 2
+    }
     assert set(by_colour) == {method_colour("tent"), method_colour("rdumb")}
-    assert by_colour[method_colour("tent")] == pytest.approx(np.asarray(100 * (curve(0.6).accuracy - curve(0.7).accuracy)))
-    assert len(accuracy_figure({"tent": curve(0.6)}, baseline="bn").axes) == 1, "no baseline among the curves: one panel"
+    assert by_colour[method_colour("tent")] == pytest.approx(
+        np.asarray(100 * (curve(0.6).accuracy - curve(0.7).accuracy))
+    )
+    assert len(accuracy_figure({"tent": curve(0.6)}, baseline="bn").axes) == 1, (
+        "no baseline among the curves: one panel"
+    )
 
 
 def test_names_of_narrow_pairs_alternate_between_two_rows_or_turn() -> None:
     widths = [4000, 4000, 500, 4000]
     starts = np.cumsum([0, *widths])
-    segments = [DomainSegment(f"c{index}→c{index + 1}", int(start), int(start + width)) for index, (start, width) in enumerate(zip(starts, widths))]
-    assert pair_names(accuracy_figure({"bn": curve(0.7)}, segments=segments)) == [["c0\n→ c1", "c2\n→ c3"], ["c1\n→ c2", "c3\n→ c4"]]
+    segments = [
+        DomainSegment(f"c{index}→c{index + 1}", int(start), int(start + width))
+        for index, (start, width) in enumerate(zip(starts, widths))
+    ]
+    assert pair_names(accuracy_figure({"bn": curve(0.7)}, segments=segments)) == [
+        ["c0\n→ c1", "c2\n→ c3"],
+        ["c1\n→ c2", "c3\n→ c4"],
+    ]
     many = [DomainSegment(f"c{index}→c{index + 1}", 1000 * index, 1000 * (index + 1)) for index in range(12)]
     names = pair_names(accuracy_figure({"bn": curve(0.7)}, segments=many))
     assert names == [[f"c{index} → c{index + 1}" for index in range(12)]]
@@ -114,7 +137,10 @@ def test_compare_labels_runs_by_method_and_a_short_stream_tag(tmp_path: Path) ->
     mixed = accuracy_figure({"bn": curve(0.7, window=250)}, {"source": curve(0.3, window=300)})
     assert mixed.axes[0].get_ylabel() == "accuracy (%) per window of 250–300 samples"
     assert short_stream_tags(["a_b_seed_43", "a_b_seed_44"]) == ["seed 43", "seed 44"]
-    assert short_stream_tags(["baseline_20_transition+speed_2000", "baseline_20_transition+speed_1000"]) == ["speed 2000", "speed 1000"]
+    assert short_stream_tags(["baseline_20_transition+speed_2000", "baseline_20_transition+speed_1000"]) == [
+        "speed 2000",
+        "speed 1000",
+    ]
     assert short_stream_tags(["only"]) == ["only"]
 
 
@@ -134,7 +160,9 @@ def test_domain_segments_follow_the_stream_and_split_a_domain_that_returns() -> 
 
 def test_a_run_records_its_domain_segments_for_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     arguments = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "bn", "--domain-key", "domain"]
-    assert main([*arguments, "--window", "16", "--out", str(tmp_path), "--name", "r", "--no-progress"]) == 0, capsys.readouterr().err
+    assert main([*arguments, "--window", "16", "--out", str(tmp_path), "--name", "r", "--no-progress"]) == 0, (
+        capsys.readouterr().err
+    )
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert [segment["first_sample"] for segment in summary["domain_segments"]] == [0, 32, 64]
     assert (tmp_path / "r" / "accuracy.png").stat().st_size > 1000

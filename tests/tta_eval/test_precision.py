@@ -45,7 +45,9 @@ def test_fp32_changes_nothing() -> None:
     assert isinstance(precision_autocast("bf16", CPU), torch.autocast)
     batches = make_batches(4)
     default = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, OfflineProtocol(), RunContext())
-    explicit = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, OfflineProtocol(), RunContext(precision="fp32"))
+    explicit = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn())}, batches, OfflineProtocol(), RunContext(precision="fp32")
+    )
     assert list(default["tent"].column("correct")) == list(explicit["tent"].column("correct"))
     assert list(default["tent"].column("loss")) == list(explicit["tent"].column("loss"))
 
@@ -85,7 +87,9 @@ def test_fp16_scales_the_loss_with_one_scaler_per_method() -> None:
     method = create("tent", make_tiny_cnn())
     dtypes = _logit_dtypes(method.model)
     initial = [parameter.detach().clone() for parameter in method.model.parameters()]
-    table = evaluate_protocol({"tent": method}, make_batches(3), OfflineProtocol(), RunContext(precision="fp16"))["tent"]
+    table = evaluate_protocol({"tent": method}, make_batches(3), OfflineProtocol(), RunContext(precision="fp16"))[
+        "tent"
+    ]
     assert set(dtypes) == {torch.float16}
     assert all(math.isfinite(loss) for loss in table.column("loss"))
     assert any(not torch.equal(before, after) for before, after in zip(initial, method.model.parameters()))
@@ -137,7 +141,9 @@ def test_an_overflowing_loss_scale_skips_the_step_and_lowers_the_scale() -> None
 def test_channels_last_puts_the_networks_and_the_images_in_channels_last_format() -> None:
     methods = {"tent": create("tent", make_tiny_cnn()), "cotta": build("cotta", make_tiny_cnn())}
     with method_runners(methods, Timing("cpu"), CPU, channels_last=True):
-        convolutions = [module.weight for method in methods.values() for module in method.modules() if isinstance(module, nn.Conv2d)]
+        convolutions = [
+            module.weight for method in methods.values() for module in method.modules() if isinstance(module, nn.Conv2d)
+        ]
         assert len(convolutions) > 2
         assert all(weight.is_contiguous(memory_format=torch.channels_last) for weight in convolutions)
     batches = list(stream_batches(methods, make_batches(2), CPU, None, memory_format=torch.channels_last))
@@ -147,8 +153,12 @@ def test_channels_last_puts_the_networks_and_the_images_in_channels_last_format(
     method = create("tent", make_tiny_cnn())
     inputs: list[bool] = []
     first_convolution = next(module for module in method.model.modules() if isinstance(module, nn.Conv2d))
-    first_convolution.register_forward_pre_hook(lambda module, args: inputs.append(args[0].is_contiguous(memory_format=torch.channels_last)))
-    table = evaluate_protocol({"tent": method}, make_batches(3), OfflineProtocol(), RunContext(channels_last=True))["tent"]
+    first_convolution.register_forward_pre_hook(
+        lambda module, args: inputs.append(args[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    table = evaluate_protocol({"tent": method}, make_batches(3), OfflineProtocol(), RunContext(channels_last=True))[
+        "tent"
+    ]
     assert inputs and all(inputs) and len(table) == 3
 
 
@@ -157,17 +167,24 @@ def test_channels_last_puts_the_networks_and_the_images_in_channels_last_format(
     [
         (["--precision", "bf16"], "tta-eval: error: --precision bf16 needs a CUDA device; CPU runs use fp32"),
         (["--precision", "fp16"], "tta-eval: error: --precision fp16 needs a CUDA device; CPU runs use fp32"),
-        (["--channels-last"], "tta-eval: error: --channels-last needs a CUDA device; CPU runs use the default memory format"),
+        (
+            ["--channels-last"],
+            "tta-eval: error: --channels-last needs a CUDA device; CPU runs use the default memory format",
+        ),
     ],
 )
-def test_the_command_line_refuses_reduced_precision_on_the_cpu(options: list[str], message: str, tmp_path: Path) -> None:
+def test_the_command_line_refuses_reduced_precision_on_the_cpu(
+    options: list[str], message: str, tmp_path: Path
+) -> None:
     executable = shutil.which("tta-eval")
     assert executable is not None, "tta-eval is not installed (pip install -e .)"
     command = [
         executable, "run", "--stream", "synthetic:num_batches=2",
         "--model", "tta_eval.synthetic:pretrained_tiny_cnn", "--method", "tent", "--out", str(tmp_path), *options,
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, check=False)
+    result = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, check=False
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == message
     assert not any(tmp_path.iterdir())

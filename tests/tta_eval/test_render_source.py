@@ -42,14 +42,27 @@ def _batches(stream: object) -> list[tuple[torch.Tensor, torch.Tensor, list[dict
 
 
 def _definition(world: dict, *extra: str) -> str:
-    return ",".join(("difficulty=medium", f"speed={SPEED}", "seed=43", f"imagenet={world['folder']}", f"calibration={world['table']}", *extra))
+    return ",".join(
+        (
+            "difficulty=medium",
+            f"speed={SPEED}",
+            "seed=43",
+            f"imagenet={world['folder']}",
+            f"calibration={world['table']}",
+            *extra,
+        )
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_rendered_batches_equal_the_stored_shards(world: dict, workers: int) -> None:
     options = StreamOptions(batch_size=5, num_workers=workers)
     stored = _batches(open_stream_source(f"ccc:{world['run']}", options))
-    rendered = _batches(open_stream_source(f"ccc-render:{world['run']},imagenet={world['folder']},calibration={world['table']}", options))
+    rendered = _batches(
+        open_stream_source(
+            f"ccc-render:{world['run']},imagenet={world['folder']},calibration={world['table']}", options
+        )
+    )
     assert len(rendered) == len(stored) == 5
     for (images, labels, metadata), (stored_images, stored_labels, stored_metadata) in zip(rendered, stored):
         assert images.dtype == torch.float32 and torch.equal(images, stored_images)
@@ -62,7 +75,12 @@ def test_a_definition_renders_the_stream_ccc_generate_would_store(world: dict) -
     options = StreamOptions(batch_size=8)
     text = f"ccc-render:{_definition(world, f'num_images={NUM_IMAGES}')}"
     described = describe_stream_source(text, options)
-    assert (described.name, described.samples, described.world, described.num_classes) == (world["run"].name, NUM_IMAGES, "imagenet", None)
+    assert (described.name, described.samples, described.world, described.num_classes) == (
+        world["run"].name,
+        NUM_IMAGES,
+        "imagenet",
+        None,
+    )
     stream = open_stream_source(text, options)
     assert stream_length(stream) == NUM_IMAGES
     stored = torch.cat([images for images, _, _ in open_stream_source(f"ccc:{world['run']}", options)])
@@ -81,10 +99,20 @@ def test_an_unbounded_definition_has_no_length(world: dict) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_render_stream_started_at_k_gives_the_tail_of_the_full_render(world: dict, workers: int) -> None:
     definition = {"difficulty": "medium", "speed": SPEED, "seed": 43}
-    full = [sample for sample in itertools.islice(render_stream(definition, imagenet=world["folder"], calibration=world["table"]), 30)]
+    full = [
+        sample
+        for sample in itertools.islice(
+            render_stream(definition, imagenet=world["folder"], calibration=world["table"]), 30
+        )
+    ]
     for start in (1, 7, 13):
-        stream = render_stream(definition, imagenet=world["folder"], calibration=world["table"], start=start, limit=30 - start)
-        tail = [(images, labels, metadata) for images, labels, metadata in stream_loader(stream, batch_size=4, num_workers=workers)]
+        stream = render_stream(
+            definition, imagenet=world["folder"], calibration=world["table"], start=start, limit=30 - start
+        )
+        tail = [
+            (images, labels, metadata)
+            for images, labels, metadata in stream_loader(stream, batch_size=4, num_workers=workers)
+        ]
         images = torch.cat([batch[0] for batch in tail])
         assert torch.equal(images, torch.stack([sample.image for sample in full[start:]]))
         assert torch.cat([batch[1] for batch in tail]).tolist() == [sample.label for sample in full[start:]]
@@ -106,8 +134,16 @@ def test_the_source_starts_at_a_sample(world: dict) -> None:
 def test_parse_render_location() -> None:
     request = parse_render_location("demo,difficulty=hard,seed=44,corruptions=fog+snow,start=3")
     assert request.demo and request.start == 3 and request.imagenet is None and request.calibration.endswith("demo.npz")
-    assert request.definition == {"difficulty": "hard", "seed": 44, "corruptions": ("fog", "snow"), "speed": 100, "num_images": 30_000}
-    assert parse_render_location("shards/RUN,calibration=t.npz,imagenet=/data/val") == RenderRequest("shards/RUN", "/data/val", "t.npz")
+    assert request.definition == {
+        "difficulty": "hard",
+        "seed": 44,
+        "corruptions": ("fog", "snow"),
+        "speed": 100,
+        "num_images": 30_000,
+    }
+    assert parse_render_location("shards/RUN,calibration=t.npz,imagenet=/data/val") == RenderRequest(
+        "shards/RUN", "/data/val", "t.npz"
+    )
 
 
 @pytest.mark.parametrize(
@@ -117,7 +153,10 @@ def test_parse_render_location() -> None:
         ("difficulty=medium,speed=4", "needs calibration=PATH"),
         ("difficulty=medium,speed=4,calibration=t.npz,colour=red", "unknown ccc-render option.s. colour"),
         ("demo,imagenet=/data/val", "do not give imagenet= or calibration="),
-        ("shards/RUN,calibration=t.npz,speed=4", "takes its definition from the run folder's manifest; do not add speed"),
+        (
+            "shards/RUN,calibration=t.npz,speed=4",
+            "takes its definition from the run folder's manifest; do not add speed",
+        ),
         ("a,b,calibration=t.npz", "one run folder"),
         ("demo,start=-1", "start must be"),
     ],
@@ -138,7 +177,18 @@ def test_tta_eval_runs_on_a_rendered_stream(world: dict, tmp_path: Path, capsys:
     assert json.loads((run / "config.json").read_text())["stream_name"] == world["run"].name  # compare's column
     assert summary["status"] == "complete" and summary["methods"]["tent"]["samples"] == NUM_IMAGES
     assert all("→" in segment["domain"] for segment in summary["domain_segments"])
-    code, _, err = run_cli(capsys, "run", "--stream", "ccc-render:difficulty=medium,speed=4", "--model", TINY_FACTORY, "--method", "tent", "--out", str(tmp_path))
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        "ccc-render:difficulty=medium,speed=4",
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "tent",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 2 and err.count("\n") == 1 and "needs calibration=PATH" in err
 
 

@@ -173,7 +173,19 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path) -> None:
 
 
 def interrupted_run(out: Path) -> list[str]:
-    arguments = ["run", "--stream", STREAM, "--model", FACTORY, "--batch-size", "16", "--out", str(out), "--name", "run"]
+    arguments = [
+        "run",
+        "--stream",
+        STREAM,
+        "--model",
+        FACTORY,
+        "--batch-size",
+        "16",
+        "--out",
+        str(out),
+        "--name",
+        "run",
+    ]
     arguments += ["--no-progress", "--checkpoint-every", "48", "--baseline-latency-ms", "10", "--protocol", "alfarra"]
     for method in METHODS:
         arguments += ["--method", method]
@@ -233,7 +245,9 @@ def test_the_default_interval_is_a_recorded_choice_and_zero_writes_none(tmp_path
 
     notes = resolve_experiment(settings(tmp_path, "offline", stream=long_stream, checkpoint_every=None)).notes
     assert any("checkpoint every 100,000 samples" in note for note in notes)
-    assert not any("checkpoint" in note for note in resolve_experiment(settings(tmp_path, "offline", stream=long_stream)).notes)
+    assert not any(
+        "checkpoint" in note for note in resolve_experiment(settings(tmp_path, "offline", stream=long_stream)).notes
+    )
     written = []
     monkeypatch.setattr(tta_eval.checkpoint, "write_checkpoint", lambda path, payload: written.append(path) or 0)
     run_experiment(settings(tmp_path, "offline", checkpoint_every=0))
@@ -266,7 +280,9 @@ def test_a_checkpoint_write_is_atomic(tmp_path) -> None:
 
 def test_config_differences_name_nested_entries() -> None:
     saved = {"methods": {"tent": {"lr": 1}}, "window": 10, "choices": ["a"]}
-    assert config_differences(saved, {"methods": {"tent": {"lr": 2}}, "window": 10, "choices": ["a"]}) == ["methods.tent.lr"]
+    assert config_differences(saved, {"methods": {"tent": {"lr": 2}}, "window": 10, "choices": ["a"]}) == [
+        "methods.tent.lr"
+    ]
     assert config_differences(saved, {"methods": {}, "window": 11, "choices": ["a"]}) == ["methods.tent", "window"]
 
 
@@ -285,8 +301,14 @@ def test_a_ccc_stream_resumes_without_reading_the_shards_before_its_position(tmp
     assert list(open_stream_source(f"ccc:{run}", options, start=48)) == []
     batches = list(resumed)
     assert len(batches) == len(whole) - 2
-    for (images, labels, metadata), (expected_images, expected_labels, expected_metadata) in zip(batches, whole[2:], strict=True):
-        assert torch.equal(images, expected_images) and torch.equal(labels, expected_labels) and metadata == expected_metadata
+    for (images, labels, metadata), (expected_images, expected_labels, expected_metadata) in zip(
+        batches, whole[2:], strict=True
+    ):
+        assert (
+            torch.equal(images, expected_images)
+            and torch.equal(labels, expected_labels)
+            and metadata == expected_metadata
+        )
 
 
 def test_other_streams_resume_by_dropping_whole_batches(tmp_path) -> None:

@@ -25,7 +25,14 @@ POLL_SECONDS = 0.001
 
 
 def command(out: Path, protocol: str, batches: int) -> list[str]:
-    arguments = ["tta-eval", "run", "--stream", f"synthetic:num_batches={batches},domain_length=8,image_size=8", "--model", FACTORY]
+    arguments = [
+        "tta-eval",
+        "run",
+        "--stream",
+        f"synthetic:num_batches={batches},domain_length=8,image_size=8",
+        "--model",
+        FACTORY,
+    ]
     arguments += ["--batch-size", "16", "--out", str(out), "--name", "run", "--no-progress", "--checkpoint-every", "64"]
     arguments += ["--baseline-latency-ms", "10", "--protocol", protocol, "--domain-key", "domain"]
     for method in METHODS:

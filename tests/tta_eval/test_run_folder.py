@@ -25,7 +25,21 @@ from tta_eval.streams import register_stream_source, stream_schemes
 
 
 def run_arguments(out, name: str, stream: str = SMALL_STREAM, *extra: str) -> list[str]:
-    return ["run", "--stream", stream, "--model", TINY_FACTORY, "--method", "bn", "--out", str(out), "--name", name, "--no-progress", *extra]
+    return [
+        "run",
+        "--stream",
+        stream,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "bn",
+        "--out",
+        str(out),
+        "--name",
+        name,
+        "--no-progress",
+        *extra,
+    ]
 
 
 def assert_one_line(code: int, err: str, message: str) -> None:
@@ -62,9 +76,17 @@ def test_a_stopped_run_is_refused_by_compare_and_rescore(tmp_path, capsys, obser
     # Rows reach the file as they are written: a run killed after 3 batches leaves them.
     assert OBSERVED_LINES == [4]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["status"] == "stopped" and summary["stopped"] == "RuntimeError: the stream broke" and summary["samples"] == 24
+    assert (
+        summary["status"] == "stopped"
+        and summary["stopped"] == "RuntimeError: the stream broke"
+        and summary["samples"] == 24
+    )
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "r"), "--out", str(tmp_path / "cmp"))
-    assert_one_line(code, err, f"run folder '{tmp_path / 'r'}' is incomplete: it stopped after 24 samples (RuntimeError: the stream broke)")
+    assert_one_line(
+        code,
+        err,
+        f"run folder '{tmp_path / 'r'}' is incomplete: it stopped after 24 samples (RuntimeError: the stream broke)",
+    )
     code, _, err = run_cli(capsys, "rescore", str(tmp_path / "r"), "--threshold-ms", "50", "--baseline-latency-ms", "1")
     assert_one_line(code, err, "is incomplete: it stopped after 24 samples")
 
@@ -100,7 +122,11 @@ def test_a_summary_of_another_config_is_refused(tmp_path, capsys):
     config["window"] = 7
     (tmp_path / "r" / "config.json").write_text(json.dumps(config))
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "r"), "--out", str(tmp_path / "cmp"))
-    assert_one_line(code, err, f"run folder '{tmp_path / 'r'}' is inconsistent: its summary.json was written for another config.json")
+    assert_one_line(
+        code,
+        err,
+        f"run folder '{tmp_path / 'r'}' is inconsistent: its summary.json was written for another config.json",
+    )
     (tmp_path / "r" / "summary.json").unlink()
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "r"), "--out", str(tmp_path / "cmp"))
     assert_one_line(code, err, "is incomplete: it has config.json but no summary.json")
@@ -118,7 +144,9 @@ def test_a_full_disk_during_a_run_is_one_line_and_the_run_is_marked_incomplete(t
 
     monkeypatch.setattr(CsvRecordWriter, "write", write_until_full)
     code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", SMALL_STREAM, "--collapse-reference", "none"))
-    assert_one_line(code, err, f"{tmp_path / 'r' / 'records' / 'bn.csv'}: No space left on device; run 'r' is incomplete")
+    assert_one_line(
+        code, err, f"{tmp_path / 'r' / 'records' / 'bn.csv'}: No space left on device; run 'r' is incomplete"
+    )
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "r"), "--out", str(tmp_path / "cmp"))
     assert_one_line(code, err, "is incomplete: it stopped after 48 samples (OSError")
 
@@ -128,7 +156,11 @@ def test_a_full_disk_for_the_summary_leaves_the_run_unfinished(tmp_path, capsys,
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     real_write_json = tta_eval.run_folder.write_json
-    monkeypatch.setattr(tta_eval.run_folder, "write_json", lambda path, data: (full if path.name == "summary.json" else real_write_json)(path, data))
+    monkeypatch.setattr(
+        tta_eval.run_folder,
+        "write_json",
+        lambda path, data: (full if path.name == "summary.json" else real_write_json)(path, data),
+    )
     code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r"))
     assert_one_line(code, err, f"{tmp_path / 'r' / 'summary.json'}: No space left on device")
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "r"), "--out", str(tmp_path / "cmp"))
@@ -141,11 +173,38 @@ def test_outputs_that_cannot_be_written_give_one_line(tmp_path, capsys, monkeypa
     (tmp_path / "a_file").write_text("not a folder")
     (tmp_path / "a_folder").mkdir()
     cases = [
-        (run_arguments(tmp_path / "a_file", "x"), f"'{tmp_path / 'a_file'}' is an existing file, not a folder; choose another --out or --name"),
+        (
+            run_arguments(tmp_path / "a_file", "x"),
+            f"'{tmp_path / 'a_file'}' is an existing file, not a folder; choose another --out or --name",
+        ),
         (run_arguments(tmp_path, "a_file"), "is an existing file, not a folder; choose another --out or --name"),
         (["compare", run_dir, "--out", str(tmp_path / "a_file")], f"{tmp_path / 'a_file'}: File exists"),
-        (["rescore", run_dir, "--threshold-ms", "50", "--baseline-latency-ms", "1", "--json", str(tmp_path / "a_folder")], f"{tmp_path / 'a_folder'}: Is a directory"),
-        (["rescore", run_dir, "--threshold-ms", "50", "--baseline-latency-ms", "1", "--json", str(tmp_path / "a_file" / "x.json")], "Not a directory"),
+        (
+            [
+                "rescore",
+                run_dir,
+                "--threshold-ms",
+                "50",
+                "--baseline-latency-ms",
+                "1",
+                "--json",
+                str(tmp_path / "a_folder"),
+            ],
+            f"{tmp_path / 'a_folder'}: Is a directory",
+        ),
+        (
+            [
+                "rescore",
+                run_dir,
+                "--threshold-ms",
+                "50",
+                "--baseline-latency-ms",
+                "1",
+                "--json",
+                str(tmp_path / "a_file" / "x.json"),
+            ],
+            "Not a directory",
+        ),
     ]
     for arguments, message in cases:
         code, _, err = run_cli(capsys, *arguments)
@@ -169,8 +228,14 @@ def test_outputs_that_cannot_be_written_give_one_line(tmp_path, capsys, monkeypa
     ("arguments", "message"),
     [
         (["--batch-size", "100000000000"], "batch_size must be an integer in [1, 65,536], got 100,000,000,000"),
-        (["--window", "100000000000000000000"], "window must be an integer in [1, 1,000,000,000,000,000], got 100,000,000,000,000,000,000"),
-        (["--collapse-span", "100000000000000000000"], "collapse_span must be an integer in [1, 1,000,000,000,000,000]"),
+        (
+            ["--window", "100000000000000000000"],
+            "window must be an integer in [1, 1,000,000,000,000,000], got 100,000,000,000,000,000,000",
+        ),
+        (
+            ["--collapse-span", "100000000000000000000"],
+            "collapse_span must be an integer in [1, 1,000,000,000,000,000]",
+        ),
         (["--max-samples", "100000000000000000000"], "max_samples must be an integer in [1, 1,000,000,000,000,000]"),
         (["--image-size", "100000000"], "image_size must be an integer in [1, 16,384], got 100,000,000"),
     ],
@@ -218,8 +283,13 @@ def test_unreadable_images_in_a_folder_stream_are_named_or_skipped(tmp_path, cap
 
 def test_an_unreadable_image_read_by_a_worker_process_is_one_line(tmp_path, capsys):
     root = image_folder_with(tmp_path, "bomb.png", bomb_png())
-    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), "--batch-size", "4", "--image-size", "16", "--num-workers", "1"))
-    assert_one_line(code, err, f"unreadable image {root / 'b' / 'bomb.png'}: Image size (400000000 pixels) exceeds limit")
+    code, _, err = run_cli(
+        capsys,
+        *run_arguments(tmp_path, "r", str(root), "--batch-size", "4", "--image-size", "16", "--num-workers", "1"),
+    )
+    assert_one_line(
+        code, err, f"unreadable image {root / 'b' / 'bomb.png'}: Image size (400000000 pixels) exceeds limit"
+    )
 
 
 def folder_labels(root, **options) -> dict[str, int]:
@@ -258,10 +328,14 @@ def test_folder_stream_class_indices_follow_ccc_generate(tmp_path, capsys):
     assert "--classes FILE" in err
     (tmp_path / "classes.txt").write_text("extra\nn01440764\nn01443537\n")
     assert folder_labels(root, classes=str(tmp_path / "classes.txt")) == {"extra": 0, "n01440764": 1, "n01443537": 2}
-    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r", str(root), *common, "--classes", str(tmp_path / "classes.txt")))
+    code, _, err = run_cli(
+        capsys, *run_arguments(tmp_path, "r", str(root), *common, "--classes", str(tmp_path / "classes.txt"))
+    )
     assert code == 0, err
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["samples"] == 6
-    code, _, err = run_cli(capsys, *run_arguments(tmp_path, "m", str(root), *common, "--classes", str(tmp_path / "missing.txt")))
+    code, _, err = run_cli(
+        capsys, *run_arguments(tmp_path, "m", str(root), *common, "--classes", str(tmp_path / "missing.txt"))
+    )
     assert_one_line(code, err, f"--classes {tmp_path / 'missing.txt'}: cannot read the class list")
 
 
@@ -276,7 +350,11 @@ def test_a_folder_another_run_is_writing_is_refused_in_one_line_naming_it(tmp_pa
         holder = (run_dir / LOCK_FILE).read_text()
         assert holder.startswith(f"process {os.getpid()} on ")
         code, _, err = run_cli(capsys, *run_arguments(tmp_path, "r"))
-        assert_one_line(code, err, f"run folder '{run_dir}' is being written by another tta-eval run ({holder}); wait for it to end, or choose another --name")
+        assert_one_line(
+            code,
+            err,
+            f"run folder '{run_dir}' is being written by another tta-eval run ({holder}); wait for it to end, or choose another --name",
+        )
         sweep = ["sweep", *run_arguments(tmp_path, "r")[1:], "--speeds", "1"]
         code, _, err = run_cli(capsys, *sweep)
         assert_one_line(code, err, f"sweep folder '{run_dir}' is being written by another tta-eval sweep ({holder})")
@@ -287,7 +365,12 @@ def test_a_folder_another_run_is_writing_is_refused_in_one_line_naming_it(tmp_pa
 
 @pytest.mark.slow
 def test_a_second_identical_command_stops_at_once_naming_the_first(tmp_path):
-    command = [sys.executable, "-m", "tta_eval.cli", *run_arguments(tmp_path, "r", "synthetic:num_batches=20000,batch_size=4,image_size=8")]
+    command = [
+        sys.executable,
+        "-m",
+        "tta_eval.cli",
+        *run_arguments(tmp_path, "r", "synthetic:num_batches=20000,batch_size=4,image_size=8"),
+    ]
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     first = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -36,7 +36,9 @@ def run_arguments(run: Path, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_an_altered_shard_stops_the_run_in_one_line_before_its_samples_are_scored(altered_run, tmp_path, capsys, workers):
+def test_an_altered_shard_stops_the_run_in_one_line_before_its_samples_are_scored(
+    altered_run, tmp_path, capsys, workers
+):
     # with DataLoader workers the message is the worker's, not torch's "Caught StreamError … Traceback …"
     code, _, err = run_cli(capsys, *run_arguments(altered_run, tmp_path, "--num-workers", str(workers)))
     assert code == 2, err

@@ -20,7 +20,16 @@ from tta_eval.experiment import ExperimentSettings, MethodSpec, fitted_window, r
 
 @pytest.mark.parametrize(
     ("samples", "window"),
-    [(None, 10_000), (1, 1), (40, 2), (2_000, 100), (10_000, 500), (30_000, 1_000), (50_000, 2_000), (7_500_000, 10_000)],
+    [
+        (None, 10_000),
+        (1, 1),
+        (40, 2),
+        (2_000, 100),
+        (10_000, 500),
+        (30_000, 1_000),
+        (50_000, 2_000),
+        (7_500_000, 10_000),
+    ],
 )
 def test_fitted_window_gives_twenty_windows_or_the_papers_value(samples, window):
     assert fitted_window(samples) == window
@@ -33,18 +42,27 @@ def test_window_and_collapse_span_are_fitted_to_the_stream_unless_given():
     resolved = resolve_experiment(settings)
     assert (resolved.settings.window, resolved.settings.collapse_span) == (2, 10)
     assert resolved.stream.samples == 96
-    assert "window 2 samples and collapse span 10 (fitted to the stream's 96 samples; --window, --collapse-span to change)" in resolved.notes
+    assert (
+        "window 2 samples and collapse span 10 (fitted to the stream's 96 samples; --window, --collapse-span to change)"
+        in resolved.notes
+    )
     given = resolve_experiment(ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),), window=32))
     assert (given.settings.window, given.settings.collapse_span) == (32, 160)
     assert [note for note in given.notes if note.startswith("collapse span 160 (fitted")]
-    capped = resolve_experiment(ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),), max_samples=40))
+    capped = resolve_experiment(
+        ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),), max_samples=40)
+    )
     assert capped.settings.window == 2 and "fitted to the stream's 40 samples" in capped.notes[0]
 
 
 def test_a_reset_interval_longer_than_the_stream_gets_a_note_with_the_fix():
     stream = "synthetic:num_batches=20,image_size=8"  # 20 batches of 64 samples
     methods = tuple(MethodSpec.parse(text) for text in ("rdumb", "rdumb:reset_every=20", "rdumb:reset_every=19"))
-    notes = [note for note in resolve_experiment(ExperimentSettings(stream=stream, methods=methods)).notes if note.startswith("note:")]
+    notes = [
+        note
+        for note in resolve_experiment(ExperimentSettings(stream=stream, methods=methods)).notes
+        if note.startswith("note:")
+    ]
     assert notes == [
         "note: rdumb resets every 1,000 batches (64,000 samples), but the stream has 1,280 samples: it never resets and "
         "equals its method without resets; e.g. --method rdumb:reset_every=2",
@@ -54,7 +72,19 @@ def test_a_reset_interval_longer_than_the_stream_gets_a_note_with_the_fix():
 
 
 def test_run_prints_and_records_what_it_chose(tmp_path, capsys):
-    code, out, err = run_cli(capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "bn", "--out", str(tmp_path), "--no-progress")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert code == 0, err
     assert out.splitlines()[0].startswith("window 2 samples and collapse span 10 (fitted")
     run_dir = tmp_path / "synthetic_num_batches=6_batch_size=16_domain_length=2_image_size=8"
@@ -65,15 +95,36 @@ def test_run_prints_and_records_what_it_chose(tmp_path, capsys):
 
 
 def test_no_method_outside_the_demo_world_is_one_line(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--out", str(tmp_path), "--no-progress")
-    assert code == 2 and err.strip() == "tta-eval: error: pass at least one method (--method NAME, repeatable; see 'tta-eval methods')"
+    code, _, err = run_cli(
+        capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--out", str(tmp_path), "--no-progress"
+    )
+    assert (
+        code == 2
+        and err.strip()
+        == "tta-eval: error: pass at least one method (--method NAME, repeatable; see 'tta-eval methods')"
+    )
 
 
 def test_a_model_whose_classes_do_not_fit_the_stream_is_refused(tmp_path, capsys):
     stream = SMALL_STREAM + ",num_classes=20"
-    code, _, err = run_cli(capsys, "run", "--stream", stream, "--model", TINY_FACTORY, "--method", "bn", "--out", str(tmp_path), "--no-progress")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        stream,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "model 'tta_eval.synthetic:tiny_bn_cnn' predicts 10 classes, but the stream's labels come from 20 classes" in err
+    assert (
+        "model 'tta_eval.synthetic:tiny_bn_cnn' predicts 10 classes, but the stream's labels come from 20 classes"
+        in err
+    )
     assert not (tmp_path / "synthetic_num_batches=6_batch_size=16_domain_length=2_image_size=8_num_classes=20").exists()
 
 
@@ -82,7 +133,19 @@ def test_a_failed_weights_download_is_one_line_naming_the_remedy(tmp_path, capsy
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
     monkeypatch.setattr(torchvision.models, "get_model", offline)
-    code, _, err = run_cli(capsys, "run", "--stream", SMALL_STREAM, "--model", "resnet18", "--method", "bn", "--out", str(tmp_path), "--no-progress")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        "resnet18",
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "could not get the DEFAULT weights of resnet18 ([Errno -3] Temporary failure in name resolution)" in err
     assert "pass --weights FILE (a local state_dict) or --weights none" in err
@@ -95,7 +158,9 @@ def ccc_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_demo_model_is_refused_on_a_stream_of_another_world(ccc_run, tmp_path, capsys):
-    code, _, err = run_cli(capsys, "run", "--stream", f"ccc:{ccc_run}", "--demo", "--method", "bn", "--out", str(tmp_path), "--no-progress")
+    code, _, err = run_cli(
+        capsys, "run", "--stream", f"ccc:{ccc_run}", "--demo", "--method", "bn", "--out", str(tmp_path), "--no-progress"
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "the demo model (--demo) fits only streams of the demo world" in err and "drop --demo" in err
 
@@ -120,7 +185,17 @@ def test_a_demo_world_stream_chooses_the_demo_model_methods_and_options(ccc_run,
     assert config["methods"]["rdumb:reset_every=1"]["reset_every"] == 1
     assert config["methods"]["rdumb:reset_every=1"]["config"]["redundancy_margin"] == 0.4
 
-    code, out, err = run_cli(capsys, "run", "--stream", f"ccc:{ccc_run}", "--out", str(tmp_path / "all"), "--no-progress", "--max-samples", "64")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        f"ccc:{ccc_run}",
+        "--out",
+        str(tmp_path / "all"),
+        "--no-progress",
+        "--max-samples",
+        "64",
+    )
     assert code == 0, err
     assert out.splitlines()[0] == f"demo world: methods {', '.join(ccc.demo.DEMO_METHODS)} (pass --method to choose)"
     summary = json.loads((tmp_path / "all" / ccc_run.name / "summary.json").read_text())

@@ -20,7 +20,17 @@ from tta_eval.streams import default_domain_key
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("kinds")
     images = make_image_folder(root / "val")
-    common = ["--imagenet", str(images), "--out", str(root), "--workers", "1", "--no-progress", "--images-per-domain", "8"]
+    common = [
+        "--imagenet",
+        str(images),
+        "--out",
+        str(root),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--images-per-domain",
+        "8",
+    ]
     assert generate([*common, "--kind", "cin-c", "--corruptions", "fog,contrast,snow", "--name", "cinc"]) == 0
     assert generate([*common, "--kind", "gradual", "--corruptions", "contrast", "--name", "gradual"]) == 0
     return {"cinc": root / "cinc", "gradual": root / "gradual", "ccc": make_ccc_run(root / "ccc", 8, 4, 8)}
@@ -54,7 +64,9 @@ def test_domain_key_severity_gives_accuracy_per_severity_of_a_gradual_stream(run
     result = summary(capsys, tmp_path, runs["gradual"], "--domain-key", "severity")
     assert [segment["domain"] for segment in result["domain_segments"]] == ["1", "2", "3", "4", "5", "4", "3", "2", "1"]
     per_domain = result["methods"]["source"]["per_domain_accuracy"]
-    assert {name: entry["samples"] for name, entry in per_domain.items()} == {str(level): 16 if level < 5 else 8 for level in range(1, 6)}
+    assert {name: entry["samples"] for name, entry in per_domain.items()} == {
+        str(level): 16 if level < 5 else 8 for level in range(1, 6)
+    }
 
 
 def test_a_cin_c_stream_rendered_on_the_fly_equals_its_shards(runs) -> None:
@@ -66,7 +78,9 @@ def test_a_cin_c_stream_rendered_on_the_fly_equals_its_shards(runs) -> None:
     definition = f"ccc-render:kind=cin-c,corruptions=fog+contrast+snow,speed=8,imagenet={images}"
     description = describe_stream_source(definition, StreamOptions())
     assert (description.name, description.samples) == ("cin-c_severity_5_images_8_crop_random_seed_43", 24)
-    assert default_domain_key(definition) == default_domain_key(f"ccc-render:{runs['cinc']},imagenet={images}") == "domain"
+    assert (
+        default_domain_key(definition) == default_domain_key(f"ccc-render:{runs['cinc']},imagenet={images}") == "domain"
+    )
     options = StreamOptions(batch_size=8)
     stored = list(open_stream_source(f"ccc:{runs['cinc']}", options))
     for location in (definition, f"ccc-render:{runs['cinc']},imagenet={images}"):
@@ -84,8 +98,13 @@ def test_a_cin_c_definition_without_speed_is_named_by_every_image_of_its_folder(
 
     images = runs["cinc"].parent / "val"
     count = sum(1 for path in images.glob("*/*") if path.is_file())
-    description = describe_stream_source(f"ccc-render:kind=cin-c,corruptions=fog+snow,imagenet={images}", StreamOptions())
-    assert (description.name, description.samples) == (f"cin-c_severity_5_images_{count}_crop_random_seed_43", 2 * count)
+    description = describe_stream_source(
+        f"ccc-render:kind=cin-c,corruptions=fog+snow,imagenet={images}", StreamOptions()
+    )
+    assert (description.name, description.samples) == (
+        f"cin-c_severity_5_images_{count}_crop_random_seed_43",
+        2 * count,
+    )
     demo = describe_stream_source("ccc-render:demo,kind=cin-c", StreamOptions())
     assert (demo.name, demo.samples) == ("demo_cin-c_severity_5_images_2400_crop_random_seed_43", 15 * 2400)
     gradual = describe_stream_source("ccc-render:demo,kind=gradual", StreamOptions())

@@ -90,11 +90,16 @@ def make_groupnorm_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
-def make_batches(count: int, batch_size: int = 16, num_classes: int = 10, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def make_batches(
+    count: int, batch_size: int = 16, num_classes: int = 10, seed: int = 1
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``count`` random (images in [0, 1] N×3×8×8, labels) batches."""
     generator = torch.Generator().manual_seed(seed)
     return [
-        (torch.rand(batch_size, 3, 8, 8, generator=generator), torch.randint(0, num_classes, (batch_size,), generator=generator))
+        (
+            torch.rand(batch_size, 3, 8, 8, generator=generator),
+            torch.randint(0, num_classes, (batch_size,), generator=generator),
+        )
         for _ in range(count)
     ]
 

@@ -43,7 +43,9 @@ def running_statistics_updated_first(model: nn.Module, momentum: float) -> Itera
             if layer.num_batches_tracked is not None:
                 layer.num_batches_tracked.add_(1)
 
-    handles = [layer.register_forward_pre_hook(update) for layer in batchnorm_layers(model) if layer.running_mean is not None]
+    handles = [
+        layer.register_forward_pre_hook(update) for layer in batchnorm_layers(model) if layer.running_mean is not None
+    ]
     try:
         yield
     finally:

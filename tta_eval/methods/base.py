@@ -153,11 +153,7 @@ def require_batchnorm(model: nn.Module, method_name: str) -> None:
     if batchnorm_layers(model):
         return
     normalisation_types = sorted(
-        {
-            type(module).__name__
-            for module in model.modules()
-            if "Norm" in type(module).__name__ and module is not model
-        }
+        {type(module).__name__ for module in model.modules() if "Norm" in type(module).__name__ and module is not model}
     )
     found = ", ".join(normalisation_types) if normalisation_types else "no normalisation layer"
     raise ValueError(
@@ -199,8 +195,14 @@ class _Constant(Exception):
 
 
 def _is_constant(value: Any) -> bool:
-    frozen_dataclass = dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen
-    return frozen_dataclass or isinstance(value, (type, nn.Parameter)) or (callable(value) and not isinstance(value, nn.Module))
+    frozen_dataclass = (
+        dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen
+    )
+    return (
+        frozen_dataclass
+        or isinstance(value, (type, nn.Parameter))
+        or (callable(value) and not isinstance(value, nn.Module))
+    )
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -271,7 +273,9 @@ def _restored(current: Any, saved: Any, module: nn.Module) -> Any:
     # Created lazily (RoTTA's memory): the class must be one of the method's own module's.
     cls = getattr(sys.modules[type(module).__module__], saved[_CLASS], None)
     if current is not None or not callable(getattr(cls, "from_state_dict", None)):
-        raise ValueError(f"{type(module).__name__} cannot restore a saved {saved[_CLASS]} over {type(current).__name__}")
+        raise ValueError(
+            f"{type(module).__name__} cannot restore a saved {saved[_CLASS]} over {type(current).__name__}"
+        )
     return cls.from_state_dict(saved[_STATE])
 
 
@@ -284,7 +288,9 @@ def load_method_state_dict(method: nn.Module, state: Mapping[str, Any]) -> None:
     try:
         method.load_state_dict(state["tensors"])
     except RuntimeError as error:
-        raise ValueError(f"the saved state of {type(method).__name__} does not fit it: {' '.join(str(error).split())}") from None
+        raise ValueError(
+            f"the saved state of {type(method).__name__} does not fit it: {' '.join(str(error).split())}"
+        ) from None
     for name, saved in state["attributes"].items():
         module = modules[name]
         for key, value in saved.items():

@@ -67,7 +67,11 @@ def weight_and_bias_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter
     ``named_parameters`` order: CoTTA's "all" (the public ``collect_params`` of qinenergy/cotta and
     mariodoebler/test-time-adaptation), which leaves out e.g. a ViT's class token, position embedding
     and the attention's ``in_proj_weight``/``in_proj_bias``."""
-    return [(name, parameter) for name, parameter in model.named_parameters() if name.rsplit(".", 1)[-1] in ("weight", "bias")]
+    return [
+        (name, parameter)
+        for name, parameter in model.named_parameters()
+        if name.rsplit(".", 1)[-1] in ("weight", "bias")
+    ]
 
 
 class CoTTA(AdaptationMethod):
@@ -114,7 +118,10 @@ class CoTTA(AdaptationMethod):
         anchor_confidence = self.anchor(images).softmax(1).max(1).values.mean()
         teacher_logits = self.teacher(images)
         if float(anchor_confidence) < config.augmentation_threshold:
-            views = [self.teacher(augment_batch(images, self.generator, config.noise_std)) for _ in range(config.augmentation_count)]
+            views = [
+                self.teacher(augment_batch(images, self.generator, config.noise_std))
+                for _ in range(config.augmentation_count)
+            ]
             teacher_logits = torch.stack(views).mean(0)
         return teacher_logits
 

@@ -67,7 +67,9 @@ def shuffle_patches(images: torch.Tensor, grid: int, generator: torch.Generator)
     return TF.resize(shuffled, [height, width], antialias=True) if resized else shuffled
 
 
-def pseudo_label_probability_difference(probabilities: torch.Tensor, transformed_probabilities: torch.Tensor) -> torch.Tensor:
+def pseudo_label_probability_difference(
+    probabilities: torch.Tensor, transformed_probabilities: torch.Tensor
+) -> torch.Tensor:
     """PLPD = p(ŷ | x) − p(ŷ | x'), ŷ = arg-max of p(· | x); both N×C softmax outputs; values in [−1, 1]."""
     labels = probabilities.argmax(1, keepdim=True)
     return (probabilities.gather(1, labels) - transformed_probabilities.gather(1, labels)).squeeze(1)

@@ -88,9 +88,7 @@ class EATA(ETA):
                 f"{self.config.fisher_samples} stream images (the protocols do this)"
             )
         parameters = dict(self.model.named_parameters())
-        penalty = sum(
-            (self.fisher[name] * (parameters[name] - self.anchor[name]) ** 2).sum() for name in self.fisher
-        )
+        penalty = sum((self.fisher[name] * (parameters[name] - self.anchor[name]) ** 2).sum() for name in self.fisher)
         return self.config.fisher_weight * penalty
 
     def _regularisation(self) -> torch.Tensor:

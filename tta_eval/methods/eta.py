@@ -93,7 +93,9 @@ class ETA(NormalizationGradientMethod):
         entropies = softmax_entropy(logits)
         reliable = self._reliable(entropies.detach(), margin)
         reliable_probabilities = logits[reliable].softmax(1).detach()
-        kept_within_reliable = select_non_redundant(reliable_probabilities, self.mean_prediction, config.redundancy_margin)
+        kept_within_reliable = select_non_redundant(
+            reliable_probabilities, self.mean_prediction, config.redundancy_margin
+        )
         kept = reliable[kept_within_reliable]
         if kept.numel() == 0:
             self.last_step = StepInfo()

@@ -80,7 +80,12 @@ def random_resized_crop_box(height: int, width: int, generator: torch.Generator)
         crop_width = int(round(math.sqrt(target_area * aspect)))
         crop_height = int(round(math.sqrt(target_area / aspect)))
         if 0 < crop_width <= width and 0 < crop_height <= height:
-            return _randint(generator, 0, height - crop_height + 1), _randint(generator, 0, width - crop_width + 1), crop_height, crop_width
+            return (
+                _randint(generator, 0, height - crop_height + 1),
+                _randint(generator, 0, width - crop_width + 1),
+                crop_height,
+                crop_width,
+            )
     ratio = width / height
     if ratio < CROP_RATIO[0]:
         crop_width, crop_height = width, int(round(width / CROP_RATIO[0]))
@@ -216,7 +221,9 @@ class MEMO(AdaptationMethod):
         if not parameters:
             raise ValueError("method 'memo' found no parameter to adapt")
         model.requires_grad_(True)
-        self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
+        self.optimizer = make_sgd(
+            parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
+        )
         self._seeded_generator(config.seed)
         attach_prediction_network(self, BatchNormPriorNetwork(model, self.prior))
         self._remember_initial_state()

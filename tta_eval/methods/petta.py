@@ -85,7 +85,9 @@ class PeTTAConfig:
         check_choice("classification_loss", self.classification_loss, CLASSIFICATION_LOSSES)
 
 
-def collapse_score(prototypes: torch.Tensor, source_means: torch.Tensor, source_variances: torch.Tensor) -> torch.Tensor:
+def collapse_score(
+    prototypes: torch.Tensor, source_means: torch.Tensor, source_variances: torch.Tensor
+) -> torch.Tensor:
     """PeTTA's γ = 1 − exp(−D) in [0, 1) with D = mean over the K×D entries of (μ̂ − μ)² / (σ² + 1e-6).
 
     prototypes μ̂, source_means μ, source_variances σ²: K×D rows of the classes predicted in the

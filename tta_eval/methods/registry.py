@@ -152,7 +152,9 @@ def parse_reset_policy(value: Any) -> ResetPolicy:
     name = name.strip()
     policy_class = RESET_POLICIES.get(name)
     if policy_class is None:
-        raise ValueError(f"unknown reset policy {name!r}; valid policies: {', '.join(RESET_POLICIES)} (e.g. reset=periodic:every=1000)")
+        raise ValueError(
+            f"unknown reset policy {name!r}; valid policies: {', '.join(RESET_POLICIES)} (e.g. reset=periodic:every=1000)"
+        )
     fields = {field.name: field for field in dataclasses.fields(policy_class)}
     owner = f"reset policy {name!r}"
     default_policy = policy_class()
@@ -191,7 +193,9 @@ def resolve_config(name: str, **overrides: Any) -> tuple[Any, ResetPolicy]:
         )
     if RESET_OPTION in overrides:
         reset_every = overrides.pop(RESET_OPTION)
-        policy: ResetPolicy = NeverReset() if reset_every is None else PeriodicPolicy(check_positive_int(RESET_OPTION, reset_every))
+        policy: ResetPolicy = (
+            NeverReset() if reset_every is None else PeriodicPolicy(check_positive_int(RESET_OPTION, reset_every))
+        )
     else:
         policy = parse_reset_policy(overrides.pop(RESET_POLICY_OPTION, entry.reset))
     default_config = entry.config_class()

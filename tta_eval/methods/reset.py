@@ -179,7 +179,9 @@ class ASRPolicy:
 
 
 ResetPolicy = NeverReset | PeriodicPolicy | DriftPolicy | ASRPolicy
-RESET_POLICIES: dict[str, type] = {policy.name: policy for policy in (NeverReset, PeriodicPolicy, DriftPolicy, ASRPolicy)}
+RESET_POLICIES: dict[str, type] = {
+    policy.name: policy for policy in (NeverReset, PeriodicPolicy, DriftPolicy, ASRPolicy)
+}
 """Policy classes by name, in the order they are listed."""
 
 
@@ -354,7 +356,9 @@ class DriftReset(ResetPolicyWrapper):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Decide on the method's prediction pass, reset and predict again when it drifted, adapt."""
         resets_before = self.resets
-        buffers_before = [buffer.detach().clone() for buffer in self.method.buffers()] if self.policy.mode == "soft" else []
+        buffers_before = (
+            [buffer.detach().clone() for buffer in self.method.buffers()] if self.policy.mode == "soft" else []
+        )
         shown: list[bool] = []
 
         def observe(prediction: torch.Tensor) -> bool:
@@ -402,14 +406,21 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
         super().__init__(method)
         model = getattr(method, "model", None)
         if not isinstance(model, nn.Module):
-            raise ValueError(f"reset policy 'asr' needs a method with a 'model' (an nn.Module), got {type(method).__name__}")
+            raise ValueError(
+                f"reset policy 'asr' needs a method with a 'model' (an nn.Module), got {type(method).__name__}"
+            )
         self.policy = policy
         self.source_model = copy.deepcopy(model).requires_grad_(False)
         self.source_modes = [module.training for module in self.source_model.modules()]
         optimizer = getattr(method, "optimizer", None)
         names = {id(parameter): name for name, parameter in model.named_parameters()}
         self.parameter_names = (
-            [names[id(parameter)] for group in optimizer.param_groups for parameter in group["params"] if id(parameter) in names]
+            [
+                names[id(parameter)]
+                for group in optimizer.param_groups
+                for parameter in group["params"]
+                if id(parameter) in names
+            ]
             if optimizer is not None
             else []
         )
@@ -444,7 +455,8 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
         """Accumulate grad² of the method's loss, then add the regulariser's gradient."""
         parameters = self.adapted_parameters()
         squares = [
-            parameter.grad.square() if parameter.grad is not None else torch.zeros_like(parameter) for parameter in parameters
+            parameter.grad.square() if parameter.grad is not None else torch.zeros_like(parameter)
+            for parameter in parameters
         ]
         if self.fisher_sum is None:
             self.fisher_sum = squares
@@ -479,7 +491,9 @@ class AdaptiveSelectiveReset(ResetPolicyWrapper):
         else:
             momentum = ASR_ESTIMATE_MOMENTUM
             self.fisher = [momentum * old + (1 - momentum) * new for old, new in zip(self.fisher, episode_fisher)]
-            self.parameter_mean = [momentum * old + (1 - momentum) * new for old, new in zip(self.parameter_mean, episode_mean)]
+            self.parameter_mean = [
+                momentum * old + (1 - momentum) * new for old, new in zip(self.parameter_mean, episode_mean)
+            ]
 
     @torch.no_grad()
     def _selective_reset(self, entropy: float, classes: int) -> None:

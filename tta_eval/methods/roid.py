@@ -162,7 +162,9 @@ class ROID(NormalizationGradientMethod):
             with torch.no_grad():
                 weights, kept_mask = roid_sample_weights(logits.detach(), self.class_average, config.weight_temperature)
                 momentum = config.prediction_momentum
-                self.class_average = momentum * self.class_average + (1.0 - momentum) * logits.detach().softmax(1).mean(0)
+                self.class_average = momentum * self.class_average + (1.0 - momentum) * logits.detach().softmax(1).mean(
+                    0
+                )
             kept = torch.nonzero(kept_mask, as_tuple=True)[0]
         else:
             weights = torch.ones(count, dtype=logits.dtype, device=logits.device)

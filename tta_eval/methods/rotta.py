@@ -17,7 +17,13 @@ from tta_eval.methods.base import BATCHNORM_TYPES, AdaptationMethod, StepInfo, r
 from tta_eval.methods.layers import batch_statistics
 from tta_eval.methods.losses import cross_entropy_to_teacher
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int, check_non_negative_int
+from ccc.validation import (
+    check_in_range,
+    check_non_negative,
+    check_positive,
+    check_positive_int,
+    check_non_negative_int,
+)
 
 UNCERTAINTY_LOG_FLOOR = 1e-6
 
@@ -181,9 +187,9 @@ class CategoryBalancedMemory:
 
     def score(self, age: int, uncertainty: float) -> float:
         """Eviction score of an item (higher = evicted first)."""
-        return self.timeliness_weight / (1.0 + math.exp(-age / self.capacity)) + self.uncertainty_weight * uncertainty / math.log(
-            self.num_classes
-        )
+        return self.timeliness_weight / (
+            1.0 + math.exp(-age / self.capacity)
+        ) + self.uncertainty_weight * uncertainty / math.log(self.num_classes)
 
     def _evict_from(self, classes: list[int], new_score: float) -> bool:
         """Remove the highest-scoring item (last one on ties) of ``classes`` if it scores above ``new_score``."""
@@ -245,7 +251,10 @@ class CategoryBalancedMemory:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the items ``state_dict`` returned (a memory of the same number of classes)."""
         self.items = [
-            [MemoryItem(image, uncertainty, age) for image, uncertainty, age in zip(images, uncertainties, ages, strict=True)]
+            [
+                MemoryItem(image, uncertainty, age)
+                for image, uncertainty, age in zip(images, uncertainties, ages, strict=True)
+            ]
             for images, uncertainties, ages in zip(state["images"], state["uncertainties"], state["ages"], strict=True)
         ]
 
@@ -300,7 +309,9 @@ class RoTTA(AdaptationMethod):
         if not images:
             return StepInfo()
         memory_batch = torch.stack(images)
-        weights = timeliness_weights(torch.tensor(ages, dtype=memory_batch.dtype, device=memory_batch.device) / config.memory_capacity)
+        weights = timeliness_weights(
+            torch.tensor(ages, dtype=memory_batch.dtype, device=memory_batch.device) / config.memory_capacity
+        )
         self._set_robust_training(True)
         try:
             with torch.no_grad():
@@ -312,7 +323,9 @@ class RoTTA(AdaptationMethod):
         step = self._take_step(loss, len(images))
         with torch.no_grad():
             for teacher_parameter, student_parameter in zip(self.teacher.parameters(), self.model.parameters()):
-                teacher_parameter.mul_(config.teacher_momentum).add_(student_parameter, alpha=1.0 - config.teacher_momentum)
+                teacher_parameter.mul_(config.teacher_momentum).add_(
+                    student_parameter, alpha=1.0 - config.teacher_momentum
+                )
         return step
 
     @torch.enable_grad()

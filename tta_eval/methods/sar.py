@@ -121,7 +121,9 @@ class SAR(NormalizationGradientMethod):
             return StepInfo(samples_adapted=int(kept.numel()), loss=second_value, nonfinite_loss=True)
         momentum = self.config.recovery_momentum
         self.loss_average = (
-            second_value if self.loss_average is None else momentum * self.loss_average + (1.0 - momentum) * second_value
+            second_value
+            if self.loss_average is None
+            else momentum * self.loss_average + (1.0 - momentum) * second_value
         )
         backward(second_loss)
         self._restore(originals)

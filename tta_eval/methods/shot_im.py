@@ -47,7 +47,9 @@ class SHOTIM(AdaptationMethod):
         super().__init__(model, config)
         self.head_name = find_classifier_head(model, self.method_name)
         parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
-        self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
+        self.optimizer = make_sgd(
+            parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
+        )
         self._remember_initial_state()
 
     def _apply_layer_modes(self) -> None:

@@ -58,7 +58,10 @@ class SLR(NormalizationGradientMethod):
 
     def _make_optimizer(self, parameters: list[nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.Adam(
-            parameters, lr=self.config.learning_rate, betas=(self.config.adam_beta1, self.config.adam_beta2), foreach=True
+            parameters,
+            lr=self.config.learning_rate,
+            betas=(self.config.adam_beta1, self.config.adam_beta2),
+            foreach=True,
         )
 
     def _reset_method_buffers(self) -> None:
@@ -78,7 +81,9 @@ class SLR(NormalizationGradientMethod):
         if self.mean_prediction is None:
             mean_prediction = batch_mean
         else:
-            mean_prediction = config.diversity_momentum * self.mean_prediction + (1 - config.diversity_momentum) * batch_mean
+            mean_prediction = (
+                config.diversity_momentum * self.mean_prediction + (1 - config.diversity_momentum) * batch_mean
+            )
         loss = soft_likelihood_ratio(logits, labels).mean() + config.diversity_weight * kl_to_uniform(mean_prediction)
         self.last_step = self._take_step(loss, images.shape[0])
         self.mean_prediction = mean_prediction.detach()

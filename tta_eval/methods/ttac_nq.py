@@ -234,7 +234,9 @@ def symmetric_gaussian_kl(
     trace_q_inverse_p = torch.cholesky_solve(covariance_p, cholesky_q).diagonal().sum()
     trace_p_inverse_q = torch.cholesky_solve(covariance_q, cholesky_p).diagonal().sum()
     difference = (mean_q - mean_p).unsqueeze(1)
-    quadratic = (difference * (torch.cholesky_solve(difference, cholesky_p) + torch.cholesky_solve(difference, cholesky_q))).sum()
+    quadratic = (
+        difference * (torch.cholesky_solve(difference, cholesky_p) + torch.cholesky_solve(difference, cholesky_q))
+    ).sum()
     return 0.5 * (trace_q_inverse_p + trace_p_inverse_q + quadratic) - dimension
 
 
@@ -243,9 +245,15 @@ def symmetric_diagonal_gaussian_kl(
 ) -> torch.Tensor:
     """Symmetric KL of normals with diagonal covariances, one value per row of the K×D inputs (nats)."""
     squared_difference = (mean_q - mean_p) ** 2
-    return 0.5 * (
-        variance_p / variance_q + variance_q / variance_p + squared_difference * (1.0 / variance_p + 1.0 / variance_q)
-    ).sum(-1) - mean_p.shape[-1]
+    return (
+        0.5
+        * (
+            variance_p / variance_q
+            + variance_q / variance_p
+            + squared_difference * (1.0 / variance_p + 1.0 / variance_q)
+        ).sum(-1)
+        - mean_p.shape[-1]
+    )
 
 
 class TTACNQ(AdaptationMethod):
@@ -276,7 +284,9 @@ class TTACNQ(AdaptationMethod):
         )
         head = model.get_submodule(self.head_name)
         parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
-        self.optimizer = make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
+        self.optimizer = make_sgd(
+            parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
+        )
         self._register_statistics(source_statistics, head.weight.device)
         attach_prediction_network(self, EvaluationModeNetwork(model))
         self._remember_initial_state()
@@ -294,7 +304,9 @@ class TTACNQ(AdaptationMethod):
         self.register_buffer("source_class_variances", statistics.class_variances.float().to(device))
         self.register_buffer("target_class_means", statistics.class_means.float().clone().to(device))
         self.register_buffer("target_class_variances", statistics.class_variances.float().clone().to(device))
-        self.register_buffer("target_class_counts", torch.full((classes,), float(config.class_ema_length), device=device))
+        self.register_buffer(
+            "target_class_counts", torch.full((classes,), float(config.class_ema_length), device=device)
+        )
         self.register_buffer("target_mean", torch.zeros(dimension, device=device))
         self.register_buffer("target_covariance", torch.zeros(dimension, dimension, device=device))
         self.register_buffer("target_samples", torch.zeros((), dtype=torch.float64, device=device))
@@ -348,12 +360,18 @@ class TTACNQ(AdaptationMethod):
         differences = features - self.target_mean
         shift = rate * differences.sum(0)
         mean = self.target_mean + shift
-        covariance = self.target_covariance + rate * (differences.t() @ differences - count * self.target_covariance) - torch.outer(shift, shift)
+        covariance = (
+            self.target_covariance
+            + rate * (differences.t() @ differences - count * self.target_covariance)
+            - torch.outer(shift, shift)
+        )
         with torch.no_grad():
             self.target_mean.copy_(mean)
             self.target_covariance.copy_(covariance)
         ridge = self.covariance_bias * torch.eye(features.shape[1], dtype=features.dtype, device=features.device)
-        return symmetric_gaussian_kl(self.source_mean, self.source_covariance, mean, covariance + ridge, self.source_cholesky)
+        return symmetric_gaussian_kl(
+            self.source_mean, self.source_covariance, mean, covariance + ridge, self.source_cholesky
+        )
 
     @torch.enable_grad()
     def forward(self, images: torch.Tensor) -> torch.Tensor:

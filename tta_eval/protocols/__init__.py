@@ -36,6 +36,7 @@ from tta_eval.protocols._base import (
     register,
     seconds_from_ms,
 )
+
 # Importing a protocol's module registers it; the order of these lines is the registry's (the
 # choices of --protocol, the order of a sweep's scenarios). A new protocol adds its line here.
 from tta_eval.protocols.offline import OfflineProtocol, run_offline

@@ -27,11 +27,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from ccc.validation import check_choice, check_positive_int
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     import torch
 
     from tta_eval.checkpoint import Checkpoint, Checkpointer
+    from tta_eval.methods.base import TTAMethod
     from tta_eval.protocols.timing import Timing
-    from tta_eval.records import RecordTable
+    from tta_eval.records import BatchRecord, RecordTable
 
 RESET_MODES = ("never", "domain", "batches")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -205,7 +208,9 @@ records, each with "scenario", "protocol", "utility" (a fraction), the score col
 "per_domain" (domain → the same scores)."""
 
 
-def _no_scores(table: RecordTable, settings: EpisodeSettings, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+def _no_scores(
+    table: RecordTable, settings: EpisodeSettings, baseline_latency: float | None, label: str
+) -> list[dict[str, Any]]:
     return []
 
 
@@ -243,13 +248,17 @@ def register(entry: ProtocolEntry) -> ProtocolEntry:
     """Add ``entry`` to the registry (at import of its module); ValueError for a name or an option
     flag that is already registered, or a name that differs from its settings class's."""
     if entry.name != entry.settings.name:
-        raise ValueError(f"protocol entry {entry.name!r} must carry its settings class's name, got {entry.settings.name!r}")
+        raise ValueError(
+            f"protocol entry {entry.name!r} must carry its settings class's name, got {entry.settings.name!r}"
+        )
     if entry.name in _REGISTRY:
         raise ValueError(f"protocol {entry.name!r} is already registered")
     taken = {option.flag: other.name for other in _REGISTRY.values() for option in other.options}
     for option in entry.options:
         if option.flag in taken:
-            raise ValueError(f"option {option.flag} of protocol {entry.name!r} is already protocol {taken[option.flag]!r}'s")
+            raise ValueError(
+                f"option {option.flag} of protocol {entry.name!r} is already protocol {taken[option.flag]!r}'s"
+            )
     _REGISTRY[entry.name] = entry
     return entry
 
@@ -278,7 +287,9 @@ def protocol_from_json(data: Mapping[str, Any]) -> EpisodeSettings:
     valid = {item.name for item in dataclasses.fields(cls)}
     unknown = sorted(set(values) - valid)
     if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(unknown)} for protocol {cls.name!r}; valid: {', '.join(sorted(valid))}")
+        raise ValueError(
+            f"unknown field(s) {', '.join(unknown)} for protocol {cls.name!r}; valid: {', '.join(sorted(valid))}"
+        )
     values = {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
     return cls(**values)
 

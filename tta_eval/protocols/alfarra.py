@@ -145,7 +145,8 @@ def alfarra_score(table: RecordTable, protocol: AlfarraProtocol) -> dict[str, An
     adapted = table.column("adapted")
     speeds = table.column("relative_speed")[adapted]
     per_domain = {
-        domain: {"utility": value.accuracy, "accuracy": value.accuracy} for domain, value in per_domain_accuracy(table).items()
+        domain: {"utility": value.accuracy, "accuracy": value.accuracy}
+        for domain, value in per_domain_accuracy(table).items()
     }
     accuracy = overall_accuracy(table)
     return {
@@ -161,7 +162,9 @@ def alfarra_score(table: RecordTable, protocol: AlfarraProtocol) -> dict[str, An
     }
 
 
-def _score(table: RecordTable, protocol: AlfarraProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+def _score(
+    table: RecordTable, protocol: AlfarraProtocol, baseline_latency: float | None, label: str
+) -> list[dict[str, Any]]:
     return [alfarra_score(table, protocol)]
 
 
@@ -205,7 +208,10 @@ register(
             ),
             CliOption(
                 "--relative-speed",
-                {"type": int, "help": "alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) instead of measuring it"},
+                {
+                    "type": int,
+                    "help": "alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) instead of measuring it",
+                },
             ),
             CliOption("--strict", {"action": "store_true", "help": "alfarra: skip C batches, not C - 1"}),
             CliOption("--single-model", {"action": "store_true", "help": "alfarra: skipped batches get no prediction"}),

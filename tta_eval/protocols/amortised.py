@@ -127,11 +127,15 @@ def amortised_score(table: RecordTable, protocol: AmortisedProtocol, baseline_la
         "budget_seconds": protocol.budget,
         **amortised_utility(accuracy, adapted),
         "overhead_spent_seconds": float(overhead.sum()),
-        "per_domain": {domain: amortised_utility(accuracy[mask], adapted[mask]) for domain, mask in domain_masks(table).items()},
+        "per_domain": {
+            domain: amortised_utility(accuracy[mask], adapted[mask]) for domain, mask in domain_masks(table).items()
+        },
     }
 
 
-def _score(table: RecordTable, protocol: AmortisedProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+def _score(
+    table: RecordTable, protocol: AmortisedProtocol, baseline_latency: float | None, label: str
+) -> list[dict[str, Any]]:
     if baseline_latency is None:
         raise ValueError("amortised utility needs the baseline latency λ, got None")
     return [amortised_score(table, protocol, baseline_latency)]
@@ -166,7 +170,10 @@ register(
         options=(
             CliOption(
                 "--budget-s",
-                {"type": float, "help": "amortised: overhead budget B in seconds, the adaptation time beyond λ a method may spend in total"},
+                {
+                    "type": float,
+                    "help": "amortised: overhead budget B in seconds, the adaptation time beyond λ a method may spend in total",
+                },
             ),
         ),
         example=("--budget-s", "0.05"),

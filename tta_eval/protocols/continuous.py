@@ -103,13 +103,17 @@ def continuous_scores(
                 "protocol": "continuous",
                 "threshold_seconds": threshold,
                 **utility_decomposition(accuracy, decay),
-                "per_domain": {domain: utility_decomposition(accuracy[mask], decay[mask]) for domain, mask in masks.items()},
+                "per_domain": {
+                    domain: utility_decomposition(accuracy[mask], decay[mask]) for domain, mask in masks.items()
+                },
             }
         )
     return scores
 
 
-def _score(table: RecordTable, protocol: ContinuousProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+def _score(
+    table: RecordTable, protocol: ContinuousProtocol, baseline_latency: float | None, label: str
+) -> list[dict[str, Any]]:
     if baseline_latency is None:
         raise ValueError("continuous utility needs the baseline latency λ, got None")
     return continuous_scores(table, baseline_latency, protocol.thresholds, label)
@@ -118,7 +122,9 @@ def _score(table: RecordTable, protocol: ContinuousProtocol, baseline_latency: f
 def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> ContinuousProtocol:
     if not values["threshold_ms"]:
         raise ValueError("--protocol continuous needs at least one --threshold-ms T")
-    return ContinuousProtocol(**episode, thresholds=tuple(seconds_from_ms("--threshold-ms", value) for value in values["threshold_ms"]))
+    return ContinuousProtocol(
+        **episode, thresholds=tuple(seconds_from_ms("--threshold-ms", value) for value in values["threshold_ms"])
+    )
 
 
 def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple[str, EpisodeSettings]]:

@@ -170,7 +170,13 @@ def run_discrete(
                 yield record
                 check_nonfinite(record, protocol)
 
-    with lockstep(methods, batches, protocol, context, functools.partial(_DiscreteState, interval=interval, buffer=protocol.buffer)) as (state, stream):
+    with lockstep(
+        methods,
+        batches,
+        protocol,
+        context,
+        functools.partial(_DiscreteState, interval=interval, buffer=protocol.buffer),
+    ) as (state, stream):
         pipelines = state.pipelines
         for batch, new_episode in stream:
             if new_episode:
@@ -197,7 +203,11 @@ def discrete_score(table: RecordTable, protocol: DiscreteProtocol, baseline_late
         utilisation = baseline_latency / interval
     accuracy = batch_accuracy(table)
     served = table.column("predicted")
-    pressure = f"ρ={100 * protocol.utilisation:.4g}%" if protocol.utilisation is not None else f"γ={format_milliseconds(interval)}"
+    pressure = (
+        f"ρ={100 * protocol.utilisation:.4g}%"
+        if protocol.utilisation is not None
+        else f"γ={format_milliseconds(interval)}"
+    )
     return {
         "scenario": f"discrete {pressure} b={protocol.buffer}",
         "protocol": "discrete",
@@ -205,11 +215,15 @@ def discrete_score(table: RecordTable, protocol: DiscreteProtocol, baseline_late
         "utilisation": utilisation,
         "buffer": protocol.buffer,
         **discrete_utility(accuracy, served),
-        "per_domain": {domain: discrete_utility(accuracy[mask], served[mask]) for domain, mask in domain_masks(table).items()},
+        "per_domain": {
+            domain: discrete_utility(accuracy[mask], served[mask]) for domain, mask in domain_masks(table).items()
+        },
     }
 
 
-def _score(table: RecordTable, protocol: DiscreteProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+def _score(
+    table: RecordTable, protocol: DiscreteProtocol, baseline_latency: float | None, label: str
+) -> list[dict[str, Any]]:
     return [discrete_score(table, protocol, baseline_latency)]
 
 
@@ -226,7 +240,9 @@ def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> Discret
 
 def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple[str, EpisodeSettings]]:
     """One run per utilisation ρ."""
-    return [(f"discrete_rho={utilisation:g}", DiscreteProtocol(**base, utilisation=utilisation)) for utilisation in values]
+    return [
+        (f"discrete_rho={utilisation:g}", DiscreteProtocol(**base, utilisation=utilisation)) for utilisation in values
+    ]
 
 
 register(
@@ -252,11 +268,17 @@ register(
             ),
             CliOption(
                 "--interval-ms",
-                {"type": float, "help": "discrete: arrival interval γ in ms, the time between two batches (instead of --utilisation)"},
+                {
+                    "type": float,
+                    "help": "discrete: arrival interval γ in ms, the time between two batches (instead of --utilisation)",
+                },
             ),
             CliOption(
                 "--buffer",
-                {"type": int, "help": "discrete: buffer slots b >= 0, batches that may wait while the method is busy (default: 1)"},
+                {
+                    "type": int,
+                    "help": "discrete: buffer slots b >= 0, batches that may wait while the method is busy (default: 1)",
+                },
             ),
         ),
         example=("--utilisation", "0.5"),

@@ -271,7 +271,12 @@ class MethodRunner:
     """
 
     def __init__(
-        self, label: str, method: TTAMethod, timing: Timing, precision: str = "fp32", device: torch.device = torch.device("cpu")
+        self,
+        label: str,
+        method: TTAMethod,
+        timing: Timing,
+        precision: str = "fp32",
+        device: torch.device = torch.device("cpu"),
     ) -> None:
         self.label = label
         self.method = method
@@ -307,7 +312,12 @@ class MethodRunner:
         (None when not frozen) and, under fp16, its loss scaler's state (scale and growth tracker)."""
         scaler = None if self.grad_scaler is None else self.grad_scaler.state_dict()
         frozen = None if self.frozen_network is None else self.frozen_network.state_dict()
-        return {"reset_pending": self._reset_pending, "called": self._called, "frozen_network": frozen, "grad_scaler": scaler}
+        return {
+            "reset_pending": self._reset_pending,
+            "called": self._called,
+            "frozen_network": frozen,
+            "grad_scaler": scaler,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned (after the method's own state: the frozen copy is
@@ -434,7 +444,11 @@ class MethodRunner:
 
 @contextlib.contextmanager
 def method_runners(
-    methods: Mapping[str, TTAMethod], timing: Timing, device: torch.device, precision: str = "fp32", channels_last: bool = False
+    methods: Mapping[str, TTAMethod],
+    timing: Timing,
+    device: torch.device,
+    precision: str = "fp32",
+    channels_last: bool = False,
 ) -> Iterator[list[MethodRunner]]:
     """Runners for ``methods`` (moved to ``device``, in channels-last format if ``channels_last``),
     calling them in ``precision`` (see ``MethodRunner``), closed when the block ends."""
@@ -500,7 +514,9 @@ def lockstep(
             state.load_state_dict(resume.protocol)
             start = (resume.batches, resume.samples)
             restore_random = functools.partial(restore_rng_states, resume.rng)
-        stream = stream_batches(methods, batches, device, settings.domain_key, context.progress, start, restore_random, memory_format)
+        stream = stream_batches(
+            methods, batches, device, settings.domain_key, context.progress, start, restore_random, memory_format
+        )
         yield state, _with_checkpoints(stream, episodes, state, context.checkpoint)
 
 

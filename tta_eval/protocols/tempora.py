@@ -193,9 +193,7 @@ def decay_factors(
     prediction = _check_times("pickup_to_prediction", pickup_to_prediction)
     ready = _check_times("prediction_to_ready", prediction_to_ready)
     if ready.shape != prediction.shape:
-        raise ValueError(
-            f"prediction_to_ready must have one value per batch ({prediction.size}), got {ready.size}"
-        )
+        raise ValueError(f"prediction_to_ready must have one value per batch ({prediction.size}), got {ready.size}")
     check_positive("baseline_latency", baseline_latency)
     check_positive("threshold", threshold)
     if threshold <= baseline_latency:
@@ -240,9 +238,7 @@ def continuous_utility(
         raise ValueError("continuous utility needs at least one batch, got none")
     decay = decay_factors(pickup_to_prediction, prediction_to_ready, baseline_latency, threshold)
     if decay.shape != accuracy.shape:
-        raise ValueError(
-            f"pickup_to_prediction must have one value per batch ({accuracy.size}), got {decay.size}"
-        )
+        raise ValueError(f"pickup_to_prediction must have one value per batch ({accuracy.size}), got {decay.size}")
     return utility_decomposition(accuracy, decay)
 
 

@@ -85,7 +85,9 @@ class MethodCost:
         each a decimal number as in every option string (``ccc.options.parse_value``)."""
         values = [parse_value("cost", part, "--cost") if part.strip() else part for part in text.split("+")]
         if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
-            raise ValueError(f"a cost must be 'TOTAL' or 'PREDICTION+READY' in units of λ, e.g. 2.5 or 1+1.5; got {text!r}")
+            raise ValueError(
+                f"a cost must be 'TOTAL' or 'PREDICTION+READY' in units of λ, e.g. 2.5 or 1+1.5; got {text!r}"
+            )
         values = [float(value) for value in values]
         if len(values) == 1:
             total = values[0]
@@ -185,8 +187,9 @@ class CostModel:
         Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
 
-
-def measured_cost(pickup_to_prediction: np.ndarray, prediction_to_ready: np.ndarray, baseline_latency: float) -> MethodCost:
+def measured_cost(
+    pickup_to_prediction: np.ndarray, prediction_to_ready: np.ndarray, baseline_latency: float
+) -> MethodCost:
     """Mean e / λ and ℓ / λ of measured steps (seconds); ValueError without any step."""
     check_positive("baseline_latency", baseline_latency)
     if pickup_to_prediction.size == 0:
@@ -290,8 +293,12 @@ class DeterministicClock:
     mode = "deterministic"
 
     def __init__(self, cost: MethodCost, plain: MethodCost, baseline_latency: float) -> None:
-        self._adapting = StepTime(cost.pickup_to_prediction * baseline_latency, cost.prediction_to_ready * baseline_latency)
-        self._predicting = StepTime(plain.pickup_to_prediction * baseline_latency, plain.prediction_to_ready * baseline_latency)
+        self._adapting = StepTime(
+            cost.pickup_to_prediction * baseline_latency, cost.prediction_to_ready * baseline_latency
+        )
+        self._predicting = StepTime(
+            plain.pickup_to_prediction * baseline_latency, plain.prediction_to_ready * baseline_latency
+        )
         self._baseline_latency = baseline_latency
 
     def attach(self) -> None:
@@ -347,7 +354,7 @@ class Timing:
 
     @property
     def mode(self) -> str:
-        """"measured" or "deterministic"."""
+        """ "measured" or "deterministic"."""
         return "measured" if self.cost_model is None else "deterministic"
 
     def clock_for(self, label: str, network: nn.Module) -> Clock:
@@ -442,5 +449,7 @@ def calibrate_baseline_latency(
     latency = mean + CALIBRATION_SIGMAS * std
     if not math.isfinite(latency) or latency <= 0:
         raise ValueError(f"calibrated baseline latency must be a positive number of seconds, got {latency}")
-    logger.info("baseline latency λ = %.3f ms (mean %.3f ms, σ %.3f ms, %d calls)", 1e3 * latency, 1e3 * mean, 1e3 * std, calls)
+    logger.info(
+        "baseline latency λ = %.3f ms (mean %.3f ms, σ %.3f ms, %d calls)", 1e3 * latency, 1e3 * mean, 1e3 * std, calls
+    )
     return LatencyCalibration(latency, mean, std, calls, warmup, tuple(images.shape))

@@ -78,7 +78,13 @@ class _UnitWorker:
 
 
 def _start_unit_worker(
-    context: RenderContext, model: ModelSource, device: str, batch_size: int, amp: bool, images_per_task: int, one_thread: bool
+    context: RenderContext,
+    model: ModelSource,
+    device: str,
+    batch_size: int,
+    amp: bool,
+    images_per_task: int,
+    one_thread: bool,
 ) -> _UnitWorker:
     if one_thread:
         torch.set_num_threads(1)
@@ -149,12 +155,26 @@ class ModelBackend:
             cpus = executor.cpus
             count = evaluators or cpus if executor.distributed else 1
             if count > cpus:
-                raise ValueError(f"evaluators must be at most the cluster's {cpus} CPUs on device cpu (each takes one), got {count}")
+                raise ValueError(
+                    f"evaluators must be at most the cluster's {cpus} CPUs on device cpu (each takes one), got {count}"
+                )
             self._workers = executor.start_workers(
-                _start_unit_worker, context_handle, model, device, batch_size, amp, images_per_task, executor.distributed,
+                _start_unit_worker,
+                context_handle,
+                model,
+                device,
+                batch_size,
+                amp,
+                images_per_task,
+                executor.distributed,
                 count=count,
             )
-        logger.info("calibration: %d %s on %s", count, "model worker(s)" if self._split else "worker(s) rendering and predicting", device)
+        logger.info(
+            "calibration: %d %s on %s",
+            count,
+            "model worker(s)" if self._split else "worker(s) rendering and predicting",
+            device,
+        )
 
     def run(self, units: Sequence[WorkUnit], on_result: ResultCallback) -> None:
         """Execute ``units``; ``on_result`` runs in this process as units finish."""

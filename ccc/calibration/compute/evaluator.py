@@ -33,7 +33,9 @@ class ModelEvaluator:
         amp: float16 autocast (CUDA only).
     """
 
-    def __init__(self, model: nn.Module, device: torch.device | str = "cpu", batch_size: int = 64, amp: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, device: torch.device | str = "cpu", batch_size: int = 64, amp: bool = False
+    ) -> None:
         check_positive_int("batch_size", batch_size, at_most=MAX_BATCH_SIZE)
         self.device = torch.device(device)
         if amp and self.device.type != "cuda":

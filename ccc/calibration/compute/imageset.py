@@ -60,13 +60,13 @@ class Preprocessing:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"preprocessing {name} must be an integer number of pixels, got {value!r}")
             if value > MAX_PREPROCESSING_SIDE:
-                raise ValueError(f"preprocessing {name} must be at most {MAX_PREPROCESSING_SIDE:,} pixels, got {value:,}")
+                raise ValueError(
+                    f"preprocessing {name} must be at most {MAX_PREPROCESSING_SIDE:,} pixels, got {value:,}"
+                )
         if self.crop < MIN_IMAGE_SIDE:
             raise ValueError(f"preprocessing crop must be >= {MIN_IMAGE_SIDE} pixels, got {self.crop}")
         if self.resize < self.crop:
-            raise ValueError(
-                f"preprocessing resize must be >= crop ({self.crop}) pixels, got {self.resize}"
-            )
+            raise ValueError(f"preprocessing resize must be >= crop ({self.crop}) pixels, got {self.resize}")
 
     def describe(self) -> str:
         """One line for the table metadata, e.g. ``"resize shorter side to 256 (PIL bilinear) …"``."""
@@ -140,9 +140,7 @@ class CalibrationImageSet:
         Any run of this order mixes all classes, so a cell measured on a few blocks (as the adaptive
         scheme does, :func:`ccc.calibration.compute.job.cell_blocks`) sees a random subset of the set.
         """
-        generator = np.random.default_rng(
-            np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,))
-        )
+        generator = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,)))
         return generator.permutation(len(self)).astype(np.int64)
 
     def load(self, positions: Sequence[int]) -> NDArray[np.uint8]:
@@ -176,9 +174,7 @@ def select_calibration_images(
         ValueError: for a count outside [1, len(index)] or a negative seed.
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(index):
-        raise ValueError(
-            f"images must be an integer in [1, {len(index)}] (the images of {index.root}), got {count!r}"
-        )
+        raise ValueError(f"images must be an integer in [1, {len(index)}] (the images of {index.root}), got {count!r}")
     check_non_negative_int("seed", seed)
     generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_SELECTION_STREAM,)))
     by_class: list[list[int]] = [[] for _ in index.classes]

@@ -103,6 +103,7 @@ def cell_blocks(cell: Cell, count: int, block_count: int) -> list[int]:
     offset = zlib.crc32(struct.pack("<4i", *cell)) % block_count
     return [(offset + step) % block_count for step in range(count)]
 
+
 RESNET50_MODEL_NAME = "torchvision resnet50 IMAGENET1K_V1"
 
 
@@ -141,9 +142,7 @@ class CalibrationPlanner(Protocol):
         """How the table's values were obtained (stored in the metadata notes)."""
 
 
-def measured_grids(
-    corruption_count: int, measured: Measurements
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def measured_grids(corruption_count: int, measured: Measurements) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Correct predictions and images per grid cell, two [P, 21, 21] int arrays (0 where unmeasured)."""
     pairs = ordered_pairs(corruption_count)
     correct = np.zeros((len(pairs), GRID_SIZE, GRID_SIZE), dtype=np.int64)

@@ -65,7 +65,9 @@ class CorrelatedImagesBackend:
         generator = np.random.default_rng(seed)
         images = sum(self.block_sizes)
         easiness = generator.standard_normal(images)
-        corruptions = sorted({cell.n1 for cell in accuracies if cell.n1 >= 0} | {cell.n2 for cell in accuracies if cell.n2 >= 0})
+        corruptions = sorted(
+            {cell.n1 for cell in accuracies if cell.n1 >= 0} | {cell.n2 for cell in accuracies if cell.n2 >= 0}
+        )
         robustness = {corruption: generator.standard_normal(images) for corruption in corruptions}
         private = {
             pair: generator.standard_normal(images)

@@ -119,7 +119,9 @@ class WorkFolder:
             lock = FolderLock.acquire(folder, LOCK_FILE)
         except FolderInUseError as error:
             holder = f" ({error.holder})" if error.holder else ""
-            raise WorkFolderError(f"work folder {folder} is in use by another ccc-calibrate run{holder}; wait for it or stop it") from None
+            raise WorkFolderError(
+                f"work folder {folder} is in use by another ccc-calibrate run{holder}; wait for it or stop it"
+            ) from None
         try:
             _check_identity(folder, identity)
             results = _read_results(folder / RESULTS_FILE, identity)
@@ -166,7 +168,9 @@ def _check_identity(folder: Path, identity: Mapping[str, Any]) -> None:
     try:
         stored = json.loads(identity_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise WorkFolderError(f"work folder {folder}: {IDENTITY_FILE} is unreadable ({error}); delete the folder to start over") from None
+        raise WorkFolderError(
+            f"work folder {folder}: {IDENTITY_FILE} is unreadable ({error}); delete the folder to start over"
+        ) from None
     if stored == expected:
         return
     keys = sorted(set(stored) | set(expected)) if isinstance(stored, dict) else sorted(expected)
@@ -198,8 +202,7 @@ def _read_results(path: Path, identity: Mapping[str, Any]) -> dict[tuple[Cell, i
                     handle.truncate(valid_bytes)
                 break
             raise WorkFolderError(
-                f"{path} line {number} is damaged (not an interrupted last write); "
-                "move the folder away to start over"
+                f"{path} line {number} is damaged (not an interrupted last write); move the folder away to start over"
             )
         _check_record(entries, identity, path, number)
         _merge(results, entries, path, number)
@@ -207,7 +210,9 @@ def _read_results(path: Path, identity: Mapping[str, Any]) -> dict[tuple[Cell, i
     return results
 
 
-def _check_record(entries: Iterable[tuple[Cell, int, int]], identity: Mapping[str, Any], path: Path, number: int) -> None:
+def _check_record(
+    entries: Iterable[tuple[Cell, int, int]], identity: Mapping[str, Any], path: Path, number: int
+) -> None:
     """Refuse a record that the run of ``identity`` cannot have written: a cell outside its corruptions
     or the 21-step grid, a block outside its image set, or more correct predictions than the block has
     images (checked for the identity fields present: corruptions, image_count, block_size)."""
@@ -234,7 +239,9 @@ def _check_record(entries: Iterable[tuple[Cell, int, int]], identity: Mapping[st
             )
 
 
-def _merge(results: dict[tuple[Cell, int], int], entries: Iterable[tuple[Cell, int, int]], path: Path, number: int) -> None:
+def _merge(
+    results: dict[tuple[Cell, int], int], entries: Iterable[tuple[Cell, int, int]], path: Path, number: int
+) -> None:
     for cell, block, value in entries:
         key = (Cell(*cell), block)
         previous = results.setdefault(key, value)

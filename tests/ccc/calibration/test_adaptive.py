@@ -67,7 +67,9 @@ class SyntheticModel:
             if kind == 0:  # effects add up on the logit scale, with a mild interaction
                 logit = clean_logit - first - second - generator.uniform(-0.05, 0.1) * first * second
             elif kind == 1:  # the second corruption partly masks the first (e.g. blur after noise)
-                logit = clean_logit - np.maximum(first, second) - generator.uniform(0.3, 0.8) * np.minimum(first, second)
+                logit = (
+                    clean_logit - np.maximum(first, second) - generator.uniform(0.3, 0.8) * np.minimum(first, second)
+                )
             else:  # a bumpy interaction
                 logit = clean_logit - first - second + 0.4 * np.sin(first) * np.sin(second)
             pair_logits[(a, b)] = logit
@@ -133,9 +135,15 @@ def run_both(corruptions: int, images: int, block_size: int, seed: int, settings
     blocks = -(-images // block_size)
     block_sizes = [min(block_size, images - b * block_size) for b in range(blocks)]
     backend = SimulatedBackend(SyntheticModel.draw(corruptions, seed), block_sizes, seed)
-    brute = compute_calibration(synthetic_job(corruptions, images, block_size, BruteForcePlanner(corruptions, blocks)), backend, MemoryResultStore())
+    brute = compute_calibration(
+        synthetic_job(corruptions, images, block_size, BruteForcePlanner(corruptions, blocks)),
+        backend,
+        MemoryResultStore(),
+    )
     planner = AdaptivePlanner(settings, corruptions, blocks, block_size, images)
-    adaptive = compute_calibration(synthetic_job(corruptions, images, block_size, planner), backend, MemoryResultStore())
+    adaptive = compute_calibration(
+        synthetic_job(corruptions, images, block_size, planner), backend, MemoryResultStore()
+    )
     return brute, adaptive
 
 
@@ -365,7 +373,13 @@ def test_a_cell_measured_on_every_image_keeps_the_brute_force_number() -> None:
 
 
 def test_correlated_images_backend_keeps_each_cells_accuracy() -> None:
-    accuracies = {Cell(-1, 0, -1, 0): 0.8, Cell(0, 4, -1, 0): 0.6, Cell(1, 4, -1, 0): 0.5, Cell(0, 4, 1, 4): 0.3, Cell(1, 4, 0, 4): 0.0}
+    accuracies = {
+        Cell(-1, 0, -1, 0): 0.8,
+        Cell(0, 4, -1, 0): 0.6,
+        Cell(1, 4, -1, 0): 0.5,
+        Cell(0, 4, 1, 4): 0.3,
+        Cell(1, 4, 0, 4): 0.0,
+    }
     backend = CorrelatedImagesBackend(accuracies, [100] * 100, seed=3)
     for cell, accuracy in accuracies.items():
         rate = backend.counts[cell].sum() / 10_000
@@ -392,13 +406,17 @@ def test_control_variates_bring_measured_cells_closer_to_brute_force(seed: int) 
     cells = {grid_cell(a, b, i, j) for a, b in ordered_pairs(corruptions) for i in range(GRID) for j in range(GRID)}
     backend = CorrelatedImagesBackend({cell: model.accuracy(cell) for cell in cells}, [block_size] * blocks, seed)
     brute = compute_calibration(
-        synthetic_job(corruptions, images, block_size, BruteForcePlanner(corruptions, blocks)), backend, MemoryResultStore()
+        synthetic_job(corruptions, images, block_size, BruteForcePlanner(corruptions, blocks)),
+        backend,
+        MemoryResultStore(),
     )
     errors = {}
     for control in (True, False):
         settings = AdaptiveSettings(targets=(40.0, 20.0), control_variates=control, borrow_orders=False)
         planner = AdaptivePlanner(settings, corruptions, blocks, block_size, images)
-        adaptive = compute_calibration(synthetic_job(corruptions, images, block_size, planner), backend, MemoryResultStore())
+        adaptive = compute_calibration(
+            synthetic_job(corruptions, images, block_size, planner), backend, MemoryResultStore()
+        )
         differences = []
         for p, (n1, n2) in enumerate(brute.table.pairs()):
             measured = adaptive.table.image_counts_array[p] > 0
@@ -433,7 +451,9 @@ def test_path_cells_far_from_the_target_get_only_explored_images() -> None:
     estimate[0, :] = estimate[:, 0] = 100.0
     error = np.full((GRID, GRID), 1.0)
     error[0, :] = error[:, 0] = 0.0
-    settings = AdaptiveSettings(targets=(target,), optimism=0.0, path_objective="mean_abs", path_fraction=3 / 16, explore_fraction=1 / 8)
+    settings = AdaptiveSettings(
+        targets=(target,), optimism=0.0, path_objective="mean_abs", path_fraction=3 / 16, explore_fraction=1 / 8
+    )
     planner = AdaptivePlanner(settings, 2, 100, 50, 5000)
     assert planner.explore_blocks < planner.path_blocks
     path = [(i, j) for i, j in find_path(estimate, target, "mean_abs") if i > 0 and j > 0]
@@ -449,7 +469,9 @@ def test_path_cells_far_from_the_target_get_only_explored_images() -> None:
 
 
 def test_settings_are_validated() -> None:
-    with pytest.raises(ValueError, match=r"targets must be one or more accuracies in \[0, 100\] percent, got \[120.0\]"):
+    with pytest.raises(
+        ValueError, match=r"targets must be one or more accuracies in \[0, 100\] percent, got \[120.0\]"
+    ):
         AdaptiveSettings(targets=(120.0,))
     with pytest.raises(ValueError, match="band must be a positive number, got 0"):
         AdaptiveSettings(band=0)
@@ -497,7 +519,10 @@ def test_bad_setting_text_is_refused_with_a_reason(text: str, message: str) -> N
 
 
 def test_settings_are_read_by_the_strict_option_parser() -> None:
-    with pytest.raises(ValueError, match=r"^option 'optimism' of the adaptive settings must be a finite decimal number, got '1e-400' \(underflows to 0 as a float\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^option 'optimism' of the adaptive settings must be a finite decimal number, got '1e-400' \(underflows to 0 as a float\)$",
+    ):
         parse_adaptive_setting("optimism=1e-400")
     with pytest.raises(ValueError, match=r"^option 'growth' of the adaptive settings has no value \(growth=\)"):
         parse_adaptive_setting("growth=")
@@ -519,7 +544,9 @@ def test_rounds_start_with_exact_singles_and_then_only_grow() -> None:
     assert any(blocks == 4 for cell, blocks in requested.items() if not (cell.is_single or cell.is_clean))
 
 
-def run_rounds(planner: AdaptivePlanner, truth: SyntheticModel, requested: dict[Cell, int]) -> tuple[dict[Cell, int], int]:
+def run_rounds(
+    planner: AdaptivePlanner, truth: SyntheticModel, requested: dict[Cell, int]
+) -> tuple[dict[Cell, int], int]:
     """Play the planner's rounds to the end on noiseless counts (25 images per block); check that
     requests only grow and stay within ``path_blocks``. Returns (final requests, rounds played)."""
     rounds = 0
@@ -527,7 +554,10 @@ def run_rounds(planner: AdaptivePlanner, truth: SyntheticModel, requested: dict[
         per_block = {cell: round(truth.accuracy(cell) * 25) for cell in requested}
         measured = {
             cell: CellMeasurement(
-                per_block[cell] * count, 25 * count, tuple(cell_blocks(cell, count, planner.block_count)), (per_block[cell],) * count
+                per_block[cell] * count,
+                25 * count,
+                tuple(cell_blocks(cell, count, planner.block_count)),
+                (per_block[cell],) * count,
             )
             for cell, count in requested.items()
         }
@@ -535,7 +565,10 @@ def run_rounds(planner: AdaptivePlanner, truth: SyntheticModel, requested: dict[
         if wanted is None:
             return requested, rounds
         assert all(wanted[cell] >= blocks for cell, blocks in requested.items())
-        assert max(blocks for cell, blocks in wanted.items() if not (cell.is_single or cell.is_clean)) <= planner.path_blocks
+        assert (
+            max(blocks for cell, blocks in wanted.items() if not (cell.is_single or cell.is_clean))
+            <= planner.path_blocks
+        )
         requested, rounds = wanted, rounds + 1
 
 
@@ -544,9 +577,16 @@ def test_cells_grow_by_the_growth_factor() -> None:
     capped at path_blocks); doubling would only ever give powers of two below the cap."""
     reached = {}
     for growth in (2.0, 1.5):
-        settings = AdaptiveSettings(targets=(40.0,), path_fraction=1 / 2, explore_fraction=1 / 8, growth=growth, borrow_orders=False)
+        settings = AdaptiveSettings(
+            targets=(40.0,), path_fraction=1 / 2, explore_fraction=1 / 8, growth=growth, borrow_orders=False
+        )
         planner = AdaptivePlanner(settings, 2, 32, 25, 800)
-        assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (1, 2, 4, 16)
+        assert (planner.coarse_blocks, planner.refine_blocks, planner.explore_blocks, planner.path_blocks) == (
+            1,
+            2,
+            4,
+            16,
+        )
         first = planner.next_round({}, {})
         assert first is not None
         requested, _ = run_rounds(planner, SyntheticModel.draw(2, 3), first)
@@ -569,7 +609,9 @@ def test_cells_of_a_commuting_pair_stop_growing_when_both_orders_measured_them()
         assert first is not None
         requested, _ = run_rounds(planner, truth, first)
         pair_cells = {cell: blocks for cell, blocks in requested.items() if not (cell.is_single or cell.is_clean)}
-        twins = [(blocks, pair_cells.get(Cell(cell.n2, cell.s2, cell.n1, cell.s1), 0)) for cell, blocks in pair_cells.items()]
+        twins = [
+            (blocks, pair_cells.get(Cell(cell.n2, cell.s2, cell.n1, cell.s1), 0)) for cell, blocks in pair_cells.items()
+        ]
         final[borrow] = (sum(pair_cells.values()), [blocks for blocks, twin in twins if blocks == twin and blocks > 4])
     assert final[False][1] and set(final[False][1]) == {planner.path_blocks}
     assert final[True][1] and max(final[True][1]) < planner.path_blocks

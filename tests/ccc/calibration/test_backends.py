@@ -30,14 +30,23 @@ class OneGpuExecutor(SerialExecutor):
 def job(tmp_path_factory) -> CalibrationJob:
     folder = make_texture_folder(tmp_path_factory.mktemp("textures") / "val", images_per_class=3)
     image_set = select_calibration_images(index_image_folder(folder, progress=False), 6, 0, Preprocessing(36, 32))
-    return CalibrationJob(image_set, ("gaussian_noise", "contrast"), "tiny", "0" * 64, BruteForcePlanner(2, 2), block_size=3)
+    return CalibrationJob(
+        image_set, ("gaussian_noise", "contrast"), "tiny", "0" * 64, BruteForcePlanner(2, 2), block_size=3
+    )
 
 
 def test_the_split_layout_gives_the_whole_unit_table(job: CalibrationJob, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_texture_classifier()
-    whole_units = compute_calibration(job, ModelBackend(SerialExecutor(), job.render_context(), model), MemoryResultStore(), created="2026-01-01T00:00:00")
+    whole_units = compute_calibration(
+        job,
+        ModelBackend(SerialExecutor(), job.render_context(), model),
+        MemoryResultStore(),
+        created="2026-01-01T00:00:00",
+    )
     # the model workers of the split layout predict on "cuda"; here they run on the CPU
-    monkeypatch.setattr(backends, "build_evaluator", lambda module, device, batch_size, amp: ModelEvaluator(module, "cpu", batch_size))
+    monkeypatch.setattr(
+        backends, "build_evaluator", lambda module, device, batch_size, amp: ModelEvaluator(module, "cpu", batch_size)
+    )
     split = ModelBackend(OneGpuExecutor(), job.render_context(), model, device="cuda", batch_size=5, images_per_task=7)
     outcome = compute_calibration(job, split, MemoryResultStore(), created="2026-01-01T00:00:00")
     assert outcome.table.checksum() == whole_units.table.checksum()

@@ -51,7 +51,9 @@ def model() -> torch.nn.Module:
     return tiny_texture_classifier()
 
 
-def make_job(folder: Path, model: torch.nn.Module, corruptions=("gaussian_noise", "contrast"), images=4, block_size=2, seed=0) -> CalibrationJob:
+def make_job(
+    folder: Path, model: torch.nn.Module, corruptions=("gaussian_noise", "contrast"), images=4, block_size=2, seed=0
+) -> CalibrationJob:
     index = index_image_folder(folder, progress=False)
     image_set = select_calibration_images(index, images, 0, SMALL)
     blocks = -(-images // block_size)
@@ -77,7 +79,9 @@ def test_preprocessing_validates_sizes() -> None:
 
 
 def test_selection_is_class_balanced_deterministic_and_sorted(tmp_path: Path) -> None:
-    index = index_image_folder(make_image_folder(tmp_path / "val", classes=4, images_per_class=6, size=(40, 40)), progress=False)
+    index = index_image_folder(
+        make_image_folder(tmp_path / "val", classes=4, images_per_class=6, size=(40, 40)), progress=False
+    )
     chosen = select_calibration_images(index, 8, seed=3)
     assert sorted(chosen.labels) == [0, 0, 1, 1, 2, 2, 3, 3]
     assert list(chosen.relative_paths) == sorted(chosen.relative_paths)
@@ -93,7 +97,9 @@ def test_selection_is_class_balanced_deterministic_and_sorted(tmp_path: Path) ->
 
 
 def test_selection_rejects_bad_counts(tmp_path: Path) -> None:
-    index = index_image_folder(make_image_folder(tmp_path / "val", classes=2, images_per_class=2, size=(40, 40)), progress=False)
+    index = index_image_folder(
+        make_image_folder(tmp_path / "val", classes=2, images_per_class=2, size=(40, 40)), progress=False
+    )
     with pytest.raises(ValueError, match=r"images must be an integer in \[1, 4\].*got 5"):
         select_calibration_images(index, 5)
     with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
@@ -102,14 +108,21 @@ def test_selection_rejects_bad_counts(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- rendering and seeds
 def test_rendering_follows_the_documented_per_image_seeds(texture_folder: Path, model) -> None:
-    context = make_job(texture_folder, model, ("gaussian_noise", "fog"), images=6, block_size=3, seed=11).render_context()
+    context = make_job(
+        texture_folder, model, ("gaussian_noise", "fog"), images=6, block_size=3, seed=11
+    ).render_context()
     positions = context.block_positions(1)
     clean = context.image_set.load(positions)
     base = render_base(context, 0, 7, 1)
     targets = render_targets(context, base, 0, 7, 1, [(1, 3), (1, 20)])
     noise, fog = corruption_identifier("gaussian_noise"), corruption_identifier("fog")
     for slot, k in enumerate(positions):
-        expected_base = corrupt(clean[slot], "gaussian_noise", 1.75, np.random.default_rng(np.random.SeedSequence(11, spawn_key=(k, noise, 7))))
+        expected_base = corrupt(
+            clean[slot],
+            "gaussian_noise",
+            1.75,
+            np.random.default_rng(np.random.SeedSequence(11, spawn_key=(k, noise, 7))),
+        )
         np.testing.assert_array_equal(base[slot], expected_base)
         for t, (severity_index, severity) in enumerate([(3, 0.75), (20, 5.0)]):
             seed = np.random.SeedSequence(11, spawn_key=(k, noise, 7, fog, severity_index))
@@ -142,8 +155,15 @@ def test_pending_units_group_targets_by_base_and_skip_done_work() -> None:
     units = pending_units(requests, done={done}, block_count=4)
     keys = [(unit.corruption, unit.severity, unit.block) for unit in units]
     assert keys == sorted(set(keys))
-    assert [key for key, unit in zip(keys, units) if unit.evaluate_base] == [(-1, 0, 0), (-1, 0, 1), (0, 3, 0), (0, 3, 1)]
-    covered = sorted((Cell(unit.corruption, unit.severity, n2, s2), unit.block) for unit in units for n2, s2 in unit.targets)
+    assert [key for key, unit in zip(keys, units) if unit.evaluate_base] == [
+        (-1, 0, 0),
+        (-1, 0, 1),
+        (0, 3, 0),
+        (0, 3, 1),
+    ]
+    covered = sorted(
+        (Cell(unit.corruption, unit.severity, n2, s2), unit.block) for unit in units for n2, s2 in unit.targets
+    )
     wanted = sorted(
         (cell, block)
         for cell, count in requests.items()
@@ -199,7 +219,9 @@ def test_brute_force_corrupts_each_base_once_and_each_cell_once(texture_folder: 
 # ----------------------------------------------------------------------------- serial engine → table
 def test_serial_brute_force_table_holds_the_measured_accuracies(texture_folder: Path, model) -> None:
     job = make_job(texture_folder, model, images=4, block_size=3)
-    outcome = compute_calibration(job, ModelBackend(SerialExecutor(), job.render_context(), model, batch_size=7), MemoryResultStore())
+    outcome = compute_calibration(
+        job, ModelBackend(SerialExecutor(), job.render_context(), model, batch_size=7), MemoryResultStore()
+    )
     table = outcome.table
     assert table.pairs() == (("gaussian_noise", "contrast"), ("contrast", "gaussian_noise"))
     assert (table.image_counts_array == 4).all()
@@ -227,13 +249,19 @@ def test_serial_brute_force_table_holds_the_measured_accuracies(texture_folder: 
 
 def test_results_do_not_depend_on_batch_size_or_unit_order(texture_folder: Path, model) -> None:
     job = make_job(texture_folder, model, images=4, block_size=2)
-    first = compute_calibration(job, ModelBackend(SerialExecutor(), job.render_context(), model, batch_size=64), MemoryResultStore())
+    first = compute_calibration(
+        job, ModelBackend(SerialExecutor(), job.render_context(), model, batch_size=64), MemoryResultStore()
+    )
 
     class ReversedBackend(ModelBackend):
         def run(self, units, on_result):
             super().run(list(reversed(units)), on_result)
 
-    second = compute_calibration(job, ReversedBackend(SerialExecutor(), job.render_context(), model, batch_size=5, images_per_task=7), MemoryResultStore())
+    second = compute_calibration(
+        job,
+        ReversedBackend(SerialExecutor(), job.render_context(), model, batch_size=5, images_per_task=7),
+        MemoryResultStore(),
+    )
     assert second.table.checksum() == first.table.checksum()
 
 
@@ -241,7 +269,9 @@ def test_seed_changes_the_noise(texture_folder: Path, model) -> None:
     context = make_job(texture_folder, model, images=2, block_size=2).render_context()
     other = dataclasses.replace(make_job(texture_folder, model, images=2, block_size=2, seed=1).render_context())
     assert not np.array_equal(render_base(context, 0, 10, 0), render_base(other, 0, 10, 0))
-    np.testing.assert_array_equal(render_base(context, 1, 10, 0), render_base(other, 1, 10, 0))  # contrast is deterministic
+    np.testing.assert_array_equal(
+        render_base(context, 1, 10, 0), render_base(other, 1, 10, 0)
+    )  # contrast is deterministic
 
 
 def test_job_and_evaluator_validate_their_inputs(texture_folder: Path, model) -> None:

@@ -189,7 +189,9 @@ def test_import_local_pickle_all_protocols(tmp_path, published_matrices, protoco
     assert len(table.pairs()) == 210
     for a, b in [("fog", "snow"), ("jpeg", "gaussian_noise"), ("elastic", "contrast")]:
         np.testing.assert_array_equal(table.grid(a, b), published_matrices[f"n1_{a}_n2_{b}"])
-    np.testing.assert_array_equal(table.grid("jpeg_compression", "elastic_transform"), published_matrices["n1_jpeg_n2_elastic"])
+    np.testing.assert_array_equal(
+        table.grid("jpeg_compression", "elastic_transform"), published_matrices["n1_jpeg_n2_elastic"]
+    )
     assert (table.image_counts_array == 5000).all()
     assert dict(table.difficulty_presets) == dict(RESNET50_DIFFICULTY_PRESETS)
     metadata = table.metadata
@@ -232,8 +234,14 @@ def mutated(matrices: dict, edit) -> bytes:
         (lambda m: m.pop("n1_fog_n2_snow"), r"got 209 keys; missing 1 \(e\.g\. \['n1_fog_n2_snow'\]\)"),
         (lambda m: m.update(n1_fog_n2_fog=np.zeros((21, 21))), r"unexpected 1 \(e\.g\. \['n1_fog_n2_fog'\]\)"),
         (lambda m: m.update(n1_rain_n2_fog=np.zeros((21, 21))), r"unexpected 1 \(e\.g\. \['n1_rain_n2_fog'\]\)"),
-        (lambda m: m.update(n1_fog_n2_snow=np.zeros((21, 20))), r"'n1_fog_n2_snow' must be 21×21, got shape \[21, 20\]"),
-        (lambda m: m["n1_snow_n2_fog"].__setitem__((2, 3), np.nan), r"'n1_snow_n2_fog' must be finite .* got nan at \[2, 3\]"),
+        (
+            lambda m: m.update(n1_fog_n2_snow=np.zeros((21, 20))),
+            r"'n1_fog_n2_snow' must be 21×21, got shape \[21, 20\]",
+        ),
+        (
+            lambda m: m["n1_snow_n2_fog"].__setitem__((2, 3), np.nan),
+            r"'n1_snow_n2_fog' must be finite .* got nan at \[2, 3\]",
+        ),
         (lambda m: m["n1_snow_n2_fog"].__setitem__((0, 1), 100.5), r"got 100\.5 at \[0, 1\]"),
         (lambda m: m["n1_snow_n2_fog"].__setitem__((0, 1), -1.0), r"got -1\.0 at \[0, 1\]"),
         (lambda m: m.update({5: np.zeros((21, 21))}), "matrix keys must be strings, got 5"),
@@ -292,8 +300,14 @@ class Reducer:
 def hostile_payloads(marker: Path) -> dict[str, tuple[object, str]]:
     return {
         "os.system": (Reducer(os.system, f"touch {marker}"), r"global (posix|os)\.system"),
-        "builtins.eval": (Reducer(builtins.eval, f"open({str(marker)!r}, 'w')"), r"global (__builtin__|builtins)\.eval"),
-        "builtins.exec": (Reducer(builtins.exec, f"open({str(marker)!r}, 'w')"), r"global (__builtin__|builtins)\.exec"),
+        "builtins.eval": (
+            Reducer(builtins.eval, f"open({str(marker)!r}, 'w')"),
+            r"global (__builtin__|builtins)\.eval",
+        ),
+        "builtins.exec": (
+            Reducer(builtins.exec, f"open({str(marker)!r}, 'w')"),
+            r"global (__builtin__|builtins)\.exec",
+        ),
         "subprocess.Popen": (Reducer(subprocess.Popen, ["touch", str(marker)]), r"global (subprocess|commands)\.Popen"),
         "builtins.open": (Reducer(builtins.open, str(marker), "w"), r"global (io|__builtin__|builtins)\.open"),
         "numpy.load": (Reducer(np.load, str(marker)), r"global numpy\..*load"),
@@ -312,8 +326,18 @@ def hostile_payloads(marker: Path) -> dict[str, tuple[object, str]]:
 
 @pytest.mark.parametrize(
     "case",
-    ["os.system", "builtins.eval", "builtins.exec", "subprocess.Popen", "builtins.open", "numpy.load",
-     "nested in a valid dict", "array reconstruct of a non-array", "codec other than latin-1", "dtype from an object"],
+    [
+        "os.system",
+        "builtins.eval",
+        "builtins.exec",
+        "subprocess.Popen",
+        "builtins.open",
+        "numpy.load",
+        "nested in a valid dict",
+        "array reconstruct of a non-array",
+        "codec other than latin-1",
+        "dtype from an object",
+    ],
 )
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 def test_hostile_pickles_are_refused_without_running(tmp_path, case, protocol):
@@ -341,7 +365,9 @@ def text(value: str) -> bytes:
 
 # BUILD with a (None, {name: value}) state runs setattr(target, name, value) on the object on the stack.
 BUILD_ATTACKS = {
-    "add a method to a stand-in class": b"\x80\x02cnumpy\nndarray\nN}" + text("__call__") + b"c_codecs\nencode\ns\x86b.",
+    "add a method to a stand-in class": b"\x80\x02cnumpy\nndarray\nN}"
+    + text("__call__")
+    + b"c_codecs\nencode\ns\x86b.",
     "re-point an admitted function": b"\x80\x02cnumpy\ndtype\nN}" + text("_function") + b"c_codecs\nencode\ns\x86b.",
     # numpy.dtype('f8', align=False, copy=False) would be numpy's shared float64; BUILD makes it big-endian.
     "reach a shared numpy dtype": b"\x80\x02cnumpy\ndtype\n"
@@ -578,7 +604,11 @@ class _DeclaredArray:
         self.shape = shape
 
     def __reduce__(self):
-        return (np._core.multiarray._reconstruct, (np.ndarray, (0,), b"b"), (1, self.shape, np.dtype("O"), False, [None]))
+        return (
+            np._core.multiarray._reconstruct,
+            (np.ndarray, (0,), b"b"),
+            (1, self.shape, np.dtype("O"), False, [None]),
+        )
 
 
 def test_small_opcodes_cannot_build_gigabytes(tmp_path):
@@ -597,7 +627,9 @@ def test_small_opcodes_cannot_build_gigabytes(tmp_path):
 
 
 def test_a_declared_huge_array_and_shared_nested_lists_are_refused():
-    with pytest.raises(CalibrationError, match=r"array of shape \[1000000000\], more than the limit of 1,048,576 elements"):
+    with pytest.raises(
+        CalibrationError, match=r"array of shape \[1000000000\], more than the limit of 1,048,576 elements"
+    ):
         read_matrix_pickle(pickle.dumps({"n1_fog_n2_snow": _DeclaredArray((10**9,))}, protocol=4))
     nested: list = [0.5]
     for _ in range(40):
@@ -614,12 +646,18 @@ def test_nested_list_matrices_stay_within_the_opcode_budget(published_matrices):
         data = pickle.dumps(as_lists, protocol=protocol)
         assert sum(1 for _ in pickletools.genops(data)) < published.MAX_PICKLE_OPCODES
         assert set(read_matrix_pickle(data)) == set(published_matrices)
+
+
 def test_a_slow_server_hits_the_overall_time_limit(tmp_path, server):
     from ccc.cache import download_to_cache
 
     server.routes["/slow/table.pickle"] = (200, b"x" * 500, None)
-    with pytest.raises(DownloadError, match=r"download of .*/slow/table.pickle was too slow: \d+ bytes after the overall limit"):
-        download_to_cache(url_of(server, "/slow/table.pickle"), cache_dir=tmp_path, total_timeout_seconds=0.2, progress=False)
+    with pytest.raises(
+        DownloadError, match=r"download of .*/slow/table.pickle was too slow: \d+ bytes after the overall limit"
+    ):
+        download_to_cache(
+            url_of(server, "/slow/table.pickle"), cache_dir=tmp_path, total_timeout_seconds=0.2, progress=False
+        )
     assert cache_files(tmp_path) == []
 
 

@@ -29,7 +29,6 @@ from tests.builders import REPOSITORY, make_texture_folder
 IDENTITY = {"corruptions": ["fog", "snow"], "seed": 0}
 
 
-
 def result(block: int, base_correct: int | None = 3, targets=((1, 4, 2), (1, 5, 0))) -> UnitResult:
     unit = WorkUnit(0, 7, block, base_correct is not None, tuple((n2, s2) for n2, s2, _ in targets))
     values = ([base_correct] if base_correct is not None else []) + [value for _, _, value in targets]
@@ -41,7 +40,10 @@ def test_record_round_trip_and_damage_detection() -> None:
     line = encode_record(result(2))
     assert line.endswith(b"\n")
     assert decode_record(line) == [(Cell(0, 7, -1, 0), 2, 3), (Cell(0, 7, 1, 4), 2, 2), (Cell(0, 7, 1, 5), 2, 0)]
-    assert decode_record(encode_record(result(1, base_correct=None))) == [(Cell(0, 7, 1, 4), 1, 2), (Cell(0, 7, 1, 5), 1, 0)]
+    assert decode_record(encode_record(result(1, base_correct=None))) == [
+        (Cell(0, 7, 1, 4), 1, 2),
+        (Cell(0, 7, 1, 5), 1, 0),
+    ]
     assert decode_record(line[:-1]) is None
     assert decode_record(line[:20]) is None
     flipped = line.replace(b'"block":2', b'"block":3')
@@ -107,7 +109,10 @@ def test_impossible_counts_are_refused_when_read(tmp_path: Path, record: UnitRes
     with WorkFolder.open(folder_path, identity) as folder:
         folder.append(result(1))
         folder.append(record)
-    with pytest.raises(WorkFolderError, match=rf"results.log line 2 records an impossible result for cell .*: {re.escape(problem)}; move the folder away"):
+    with pytest.raises(
+        WorkFolderError,
+        match=rf"results.log line 2 records an impossible result for cell .*: {re.escape(problem)}; move the folder away",
+    ):
         WorkFolder.open(folder_path, identity)
 
 

@@ -16,7 +16,6 @@ from ccc.models import ModelSpec
 from tests.builders import make_texture_folder
 
 
-
 @pytest.fixture(scope="module")
 def texture_folder(tmp_path_factory) -> Path:
     return make_texture_folder(tmp_path_factory.mktemp("textures") / "val", images_per_class=1)
@@ -31,7 +30,10 @@ def config(folder: Path, out: Path, **changes) -> CalibrationConfig:
 
 
 def test_calibrate_from_python_gives_the_command_line_table(texture_folder: Path, tmp_path: Path) -> None:
-    presets = {"easy": DifficultyPreset(50.0, ("gaussian_noise", "contrast", "fog")), "gone": DifficultyPreset(10.0, ("fog", "snow"))}
+    presets = {
+        "easy": DifficultyPreset(50.0, ("gaussian_noise", "contrast", "fog")),
+        "gone": DifficultyPreset(10.0, ("fog", "snow")),
+    }
     run = calibrate(config(texture_folder, tmp_path / "library.npz", presets=presets))
     assert run.written == tmp_path / "library.npz"
     assert not default_work_folder(run.written).exists()

@@ -46,14 +46,12 @@ def coded_grid(first: int, second: int) -> np.ndarray:
 
 
 def make_table(names=NAMES, presets=None, image_counts=100, **metadata_changes) -> CalibrationTable:
-    grids = {
-        (a, b): coded_grid(ia, ib)
-        for ia, a in enumerate(names)
-        for ib, b in enumerate(names)
-        if a != b
-    }
+    grids = {(a, b): coded_grid(ia, ib) for ia, a in enumerate(names) for ib, b in enumerate(names) if a != b}
     return CalibrationTable.from_grids(
-        names, grids, image_counts=image_counts, metadata=make_metadata(**metadata_changes),
+        names,
+        grids,
+        image_counts=image_counts,
+        metadata=make_metadata(**metadata_changes),
         difficulty_presets=presets,
     )
 
@@ -63,7 +61,12 @@ def test_grid_orientation_and_pairs():
     table = make_table()
     assert table.corruptions == NAMES
     assert table.pairs() == (
-        ("fog", "snow"), ("fog", "jpeg"), ("snow", "fog"), ("snow", "jpeg"), ("jpeg", "fog"), ("jpeg", "snow")
+        ("fog", "snow"),
+        ("fog", "jpeg"),
+        ("snow", "fog"),
+        ("snow", "jpeg"),
+        ("jpeg", "fog"),
+        ("jpeg", "snow"),
     )
     grid = table.grid("snow", "jpeg")
     assert grid.shape == (21, 21)
@@ -95,9 +98,7 @@ def test_partial_table_and_missing_pair_error():
 
 def test_arrays_are_read_only_and_independent_of_inputs():
     grid = coded_grid(0, 1)
-    table = CalibrationTable.from_grids(
-        NAMES, {("fog", "snow"): grid}, image_counts=100, metadata=make_metadata()
-    )
+    table = CalibrationTable.from_grids(NAMES, {("fog", "snow"): grid}, image_counts=100, metadata=make_metadata())
     grid[0, 0] = 99.0
     assert table.grid("fog", "snow")[0, 0] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="read-only"):
@@ -160,9 +161,7 @@ def test_image_counts_as_mapping():
 )
 def test_invalid_grids_are_rejected(grid, counts, match):
     with pytest.raises(CalibrationError, match=match):
-        CalibrationTable.from_grids(
-            NAMES, {("fog", "snow"): grid}, image_counts=counts, metadata=make_metadata()
-        )
+        CalibrationTable.from_grids(NAMES, {("fog", "snow"): grid}, image_counts=counts, metadata=make_metadata())
 
 
 def test_invalid_pairs_are_rejected():
@@ -176,7 +175,9 @@ def test_invalid_pairs_are_rejected():
             metadata=make_metadata(),
         )
     with pytest.raises(CalibrationError, match="unknown corruption 'rain'; available: fog, snow, jpeg"):
-        CalibrationTable.from_grids(NAMES, {("rain", "fog"): coded_grid(0, 0)}, image_counts=1, metadata=make_metadata())
+        CalibrationTable.from_grids(
+            NAMES, {("rain", "fog"): coded_grid(0, 0)}, image_counts=1, metadata=make_metadata()
+        )
 
 
 @pytest.mark.parametrize(
@@ -435,9 +436,14 @@ def bad_files(good: bytes, tmp_path: Path):
             "created must be an ISO 8601",
         ),
         "preset_unknown_corruption": (
-            dict(metadata__json=edited_document(
-                good, lambda d: d.update(difficulty_presets=[{"name": "x", "target_accuracy": 1, "corruptions": ["fog", "rain"]}])
-            )),
+            dict(
+                metadata__json=edited_document(
+                    good,
+                    lambda d: d.update(
+                        difficulty_presets=[{"name": "x", "target_accuracy": 1, "corruptions": ["fog", "rain"]}]
+                    ),
+                )
+            ),
             "unknown corruption 'rain'",
         ),
         "missing_presets_key": (
@@ -448,11 +454,30 @@ def bad_files(good: bytes, tmp_path: Path):
 
 
 BAD_FILE_NAMES = [
-    "not_zip", "pickle_file", "truncated_zip", "missing_member", "extra_member", "accuracy_shape",
-    "accuracy_above_100", "accuracy_nan", "accuracy_int", "negative_counts", "pairs_unknown",
-    "pairs_duplicated", "pairs_same", "pairs_float", "object_array", "raw_pickle_member", "invalid_json",
-    "format_version", "format_name", "missing_metadata_field", "unexpected_metadata_field", "bad_created",
-    "preset_unknown_corruption", "missing_presets_key",
+    "not_zip",
+    "pickle_file",
+    "truncated_zip",
+    "missing_member",
+    "extra_member",
+    "accuracy_shape",
+    "accuracy_above_100",
+    "accuracy_nan",
+    "accuracy_int",
+    "negative_counts",
+    "pairs_unknown",
+    "pairs_duplicated",
+    "pairs_same",
+    "pairs_float",
+    "object_array",
+    "raw_pickle_member",
+    "invalid_json",
+    "format_version",
+    "format_name",
+    "missing_metadata_field",
+    "unexpected_metadata_field",
+    "bad_created",
+    "preset_unknown_corruption",
+    "missing_presets_key",
 ]
 
 
@@ -501,7 +526,10 @@ def npy_header_only(shape: tuple[int, ...]) -> bytes:
 def test_a_npy_header_declaring_a_huge_array_is_refused_before_allocating(tmp_path: Path) -> None:
     good = make_table().to_bytes()
     path = rewrite(good, tmp_path / "huge.npz", accuracy=npy_header_only((10**12, 21, 21)))
-    with pytest.raises(CalibrationError, match=r"huge\.npz: member accuracy\.npy declares a 1000000000000×21×21 float64 array \(3,528,000,000,000,000 bytes\) but holds 8 bytes"):
+    with pytest.raises(
+        CalibrationError,
+        match=r"huge\.npz: member accuracy\.npy declares a 1000000000000×21×21 float64 array \(3,528,000,000,000,000 bytes\) but holds 8 bytes",
+    ):
         CalibrationTable.load(path)
 
 
@@ -515,5 +543,8 @@ def test_a_member_inflating_beyond_its_limit_is_refused_before_reading(tmp_path:
         for name, data in contents.items():
             archive.writestr(name, data)
     assert path.stat().st_size < MAX_METADATA_BYTES // 100
-    with pytest.raises(CalibrationError, match=r"bomb\.npz: member metadata\.json inflates to [\d,]+ bytes, more than the limit of 4,194,304"):
+    with pytest.raises(
+        CalibrationError,
+        match=r"bomb\.npz: member metadata\.json inflates to [\d,]+ bytes, more than the limit of 4,194,304",
+    ):
         CalibrationTable.load(path)

@@ -16,10 +16,7 @@ from ccc.cli.calibrate import SUBCOMMANDS, build_parser, main
 def published_pickle(tmp_path_factory):
     rng = np.random.default_rng(3)
     matrices = {
-        f"n1_{a}_n2_{b}": rng.uniform(5.0, 75.0, (21, 21))
-        for a in CCC_CORRUPTIONS
-        for b in CCC_CORRUPTIONS
-        if a != b
+        f"n1_{a}_n2_{b}": rng.uniform(5.0, 75.0, (21, 21)) for a in CCC_CORRUPTIONS for b in CCC_CORRUPTIONS if a != b
     }
     matrices["n1_fog_n2_snow"][0, 0] = 80.0
     matrices["n1_snow_n2_fog"][20, 20] = 1.0

@@ -15,7 +15,6 @@ from ccc.cli.calibrate import main
 from tests.builders import REPOSITORY, make_calibration_table, make_texture_folder
 
 
-
 def not_a_model():
     return "a string"
 
@@ -80,17 +79,44 @@ def test_compute_summary_reports_images_and_rate(texture_folder: Path, tmp_path:
     assert (table.image_counts_array[:, 1:, 1:] < 4).any()  # pair cells on a subset of the images
 
 
-def test_adaptive_settings_from_the_command_line_are_used_and_recorded(texture_folder: Path, tmp_path: Path, capsys) -> None:
+def test_adaptive_settings_from_the_command_line_are_used_and_recorded(
+    texture_folder: Path, tmp_path: Path, capsys
+) -> None:
     out = tmp_path / "tuned.npz"
-    extra = ("--workers", "0", "--adaptive", "--targets", "75,60", "--adaptive-setting", "growth=2", "--adaptive-setting", "path_fraction=2/2")
+    extra = (
+        "--workers",
+        "0",
+        "--adaptive",
+        "--targets",
+        "75,60",
+        "--adaptive-setting",
+        "growth=2",
+        "--adaptive-setting",
+        "path_fraction=2/2",
+    )
     assert main(arguments(texture_folder, out, *extra)) == 0
     notes = CalibrationTable.load(out).metadata.notes
     assert "; path_fraction=1.0; growth=2.0" in notes
     assert "pair cells measured on 2-4 images" in notes  # path cells may reach both blocks (by default 1)
     capsys.readouterr()
-    assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--adaptive-setting", "growth=1.5")) == 2
+    assert (
+        main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--adaptive-setting", "growth=1.5")) == 2
+    )
     assert_one_line_error(capsys, "--adaptive-setting only applies with --adaptive")
-    assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--adaptive", "--adaptive-setting", "explore_fraction=0")) == 2
+    assert (
+        main(
+            arguments(
+                texture_folder,
+                tmp_path / "t.npz",
+                "--workers",
+                "0",
+                "--adaptive",
+                "--adaptive-setting",
+                "explore_fraction=0",
+            )
+        )
+        == 2
+    )
     assert_one_line_error(capsys, "explore_fraction must be in (0, 1], got 0.0")
     assert not default_work_folder(tmp_path / "t.npz").exists()
     with pytest.raises(SystemExit) as exit_info:
@@ -203,7 +229,18 @@ def test_unknown_corruption_and_bad_options(texture_folder: Path, tmp_path: Path
     assert_one_line_error(capsys, "--batch-size must be an integer in [1, 65,536], got 100,000,000,000")
     assert main(arguments(texture_folder, tmp_path / "t.npz", "--workers", "0", "--resize", "100000000000")) == 2
     assert_one_line_error(capsys, "preprocessing resize must be at most 16,384 pixels, got 100,000,000,000")
-    assert main([*arguments(texture_folder, tmp_path / "t.npz", "--workers", "0"), "--crop", "100000000", "--resize", "100000000"]) == 2
+    assert (
+        main(
+            [
+                *arguments(texture_folder, tmp_path / "t.npz", "--workers", "0"),
+                "--crop",
+                "100000000",
+                "--resize",
+                "100000000",
+            ]
+        )
+        == 2
+    )
     assert_one_line_error(capsys, "preprocessing resize must be at most 16,384 pixels, got 100,000,000")
 
 
@@ -219,7 +256,21 @@ def test_plot_writes_a_png_with_paths(tmp_path: Path, capsys) -> None:
     table_path = tmp_path / "synthetic.npz"
     make_calibration_table().save(table_path)
     png = tmp_path / "grids.png"
-    assert main(["plot", str(table_path), "--out", str(png), "--pairs", "jpeg:contrast,pixelate:brightness", "--target", "30"]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                str(table_path),
+                "--out",
+                str(png),
+                "--pairs",
+                "jpeg:contrast,pixelate:brightness",
+                "--target",
+                "30",
+            ]
+        )
+        == 0
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"wrote {png}" in capsys.readouterr().out
     everything = tmp_path / "all.png"
@@ -231,7 +282,10 @@ def test_plot_into_a_folder_or_without_suffix_prints_the_file_written(tmp_path: 
     table_path = tmp_path / "synthetic.npz"
     make_calibration_table().save(table_path)
     (tmp_path / "plots").mkdir()
-    for out, written in [(tmp_path / "plots", tmp_path / "plots" / "calibration.png"), (tmp_path / "grid", tmp_path / "grid.png")]:
+    for out, written in [
+        (tmp_path / "plots", tmp_path / "plots" / "calibration.png"),
+        (tmp_path / "grid", tmp_path / "grid.png"),
+    ]:
         assert main(["plot", str(table_path), "--out", str(out), "--max-pairs", "2"]) == 0
         assert capsys.readouterr().out.strip() == f"wrote {written}"
         assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

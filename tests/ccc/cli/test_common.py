@@ -76,20 +76,45 @@ def test_run_command_reports_a_stopped_run_with_exit_code_1(capsys) -> None:
 @pytest.mark.parametrize(
     ("module", "argv", "message"),
     [
-        ("ccc.cli.generate", ["--demo", "--imagenet", "/nonexistent"], "ccc-generate: error: --demo uses the demo world's own images"),
+        (
+            "ccc.cli.generate",
+            ["--demo", "--imagenet", "/nonexistent"],
+            "ccc-generate: error: --demo uses the demo world's own images",
+        ),
         ("ccc.cli.verify", ["/nonexistent"], "ccc-verify: error: /nonexistent is not a folder"),
-        ("ccc.cli.verify", [".", "--calibration", "table.npz"], "ccc-verify: error: pass both --calibration and --imagenet"),
-        ("ccc.cli.calibrate", ["info", "/nonexistent.npz"], "ccc-calibrate: error: /nonexistent.npz: cannot read calibration table"),
-        ("ccc.cli.corruption_grid", ["--image", "/nonexistent.png"], "ccc-corruption-grid: error: cannot read --image /nonexistent.png"),
+        (
+            "ccc.cli.verify",
+            [".", "--calibration", "table.npz"],
+            "ccc-verify: error: pass both --calibration and --imagenet",
+        ),
+        (
+            "ccc.cli.calibrate",
+            ["info", "/nonexistent.npz"],
+            "ccc-calibrate: error: /nonexistent.npz: cannot read calibration table",
+        ),
+        (
+            "ccc.cli.corruption_grid",
+            ["--image", "/nonexistent.png"],
+            "ccc-corruption-grid: error: cannot read --image /nonexistent.png",
+        ),
         ("tta_eval.cli", ["methods", "no-such-method"], "tta-eval: error: no method matches 'no-such-method'"),
     ],
     ids=["ccc-generate", "ccc-verify", "ccc-verify-options", "ccc-calibrate", "ccc-corruption-grid", "tta-eval"],
 )
-def test_every_console_script_reports_a_user_error_in_one_line(module: str, argv: list[str], message: str, tmp_path: Path) -> None:
+def test_every_console_script_reports_a_user_error_in_one_line(
+    module: str, argv: list[str], message: str, tmp_path: Path
+) -> None:
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     result = subprocess.run(
-        [sys.executable, "-m", module, *argv], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
+        [sys.executable, "-m", module, *argv],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert result.returncode == USER_ERROR_EXIT_CODE, result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(message), result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(message), (
+        result.stderr
+    )

@@ -51,7 +51,9 @@ def run_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return lines[0]
 
 
-def test_missing_calibration_says_what_to_provide(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_calibration_says_what_to_provide(
+    inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     argv = [a for a in arguments(inputs, tmp_path) if a not in ("--calibration", str(inputs["table"]))]
     line = run_error(capsys, argv)
@@ -64,7 +66,12 @@ def test_missing_calibration_says_what_to_provide(inputs, tmp_path: Path, capsys
 def test_the_headline_command_in_an_empty_folder_names_every_way_forward(tmp_path: Path) -> None:
     environment = {key: value for key, value in os.environ.items() if key != "CCC_IMAGENET"}
     result = subprocess.run(
-        ["ccc-generate", "--difficulty", "medium", "--speed", "2000"], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120
+        ["ccc-generate", "--difficulty", "medium", "--speed", "2000"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.strip().splitlines()
@@ -98,7 +105,9 @@ def test_a_published_pickle_is_accepted_as_calibration_and_converted_once(tmp_pa
     assert "using the table converted earlier" in capsys.readouterr().err
 
 
-def test_the_default_calibration_table_is_found(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_calibration_table_is_found(
+    inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "calibration").mkdir()
     (tmp_path / "calibration" / "resnet50.npz").write_bytes(inputs["table"].read_bytes())
@@ -119,7 +128,10 @@ def test_missing_imagenet_says_what_to_provide(inputs, tmp_path: Path, capsys, m
     [
         (["--difficulty", "extreme"], "unknown difficulty 'extreme'; the calibration table defines: medium"),
         (["--corruptions", "fog,jpeg"], "unknown corruption 'fog'; available: brightness, jpeg, pixelate, contrast"),
-        (["--baseline-accuracy", "130"], "argument --baseline-accuracy: must be an accuracy in percent in [0, 100], got 130"),
+        (
+            ["--baseline-accuracy", "130"],
+            "argument --baseline-accuracy: must be an accuracy in percent in [0, 100], got 130",
+        ),
         (["--speed", "0"], "argument --speed: must be an integer >= 1, got 0"),
         (["--speed", "13"], "speed must be at most the number of source images (12)"),
         (["--num-images", "-5"], "argument --num-images: must be an integer >= 1, got -5"),
@@ -133,7 +145,11 @@ def test_a_table_lacking_a_pair_is_named(inputs, tmp_path: Path, capsys) -> None
     table = CalibrationTable.load(inputs["table"])
     grids = {pair: table.grid(*pair) for pair in table.pairs() if pair != ("pixelate", "brightness")}
     partial = CalibrationTable.from_grids(
-        table.corruptions, grids, image_counts=100, metadata=table.metadata, difficulty_presets=dict(table.difficulty_presets)
+        table.corruptions,
+        grids,
+        image_counts=100,
+        metadata=table.metadata,
+        difficulty_presets=dict(table.difficulty_presets),
     )
     partial.save(tmp_path / "partial.npz")
     line = run_error(capsys, [*arguments(inputs, tmp_path), "--calibration", str(tmp_path / "partial.npz")])
@@ -149,8 +165,17 @@ def test_bad_image_folders_fail_fast_or_are_skipped(inputs, tmp_path: Path, caps
     victim = broken / "n00000001" / "ILSVRC2012_val_00000005.JPEG"
     victim.write_bytes(victim.read_bytes()[:300])
     line = run_error(capsys, [*arguments(inputs, tmp_path), "--imagenet", str(broken)])
-    assert "1 unreadable image(s)" in line and "n00000001/ILSVRC2012_val_00000005.JPEG" in line and "--skip-bad-images" in line
-    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(broken), "--skip-bad-images", "--num-images", "4"]) == 0
+    assert (
+        "1 unreadable image(s)" in line
+        and "n00000001/ILSVRC2012_val_00000005.JPEG" in line
+        and "--skip-bad-images" in line
+    )
+    assert (
+        main(
+            [*arguments(inputs, tmp_path / "out"), "--imagenet", str(broken), "--skip-bad-images", "--num-images", "4"]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
     assert all(record["source_path"] != "n00000001/ILSVRC2012_val_00000005.JPEG" for record in records)
 
@@ -160,7 +185,12 @@ def test_a_decompression_bomb_is_named_or_skipped(inputs, tmp_path: Path, capsys
     (folder / "n00000001" / "bomb.png").write_bytes(bomb_png())
     line = run_error(capsys, [*arguments(inputs, tmp_path), "--imagenet", str(folder)])
     assert "1 unreadable image(s)" in line and "n00000001/bomb.png: Image size (400000000 pixels) exceeds limit" in line
-    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--skip-bad-images", "--num-images", "12"]) == 0
+    assert (
+        main(
+            [*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--skip-bad-images", "--num-images", "12"]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
     assert len(records) == 12 and all(record["source_path"] != "n00000001/bomb.png" for record in records)
 
@@ -173,12 +203,37 @@ def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(i
     assert "looks like ImageNet but has 2 folder(s) that are not ImageNet classes: n00000000, n00000002" in line
     assert "999 of the 1,000 classes missing" in line and "--classes FILE" in line
     (tmp_path / "classes.txt").write_text("n00000000\nn01443537\nn00000002\n")
-    assert main([*arguments(inputs, tmp_path / "out"), "--imagenet", str(folder), "--classes", str(tmp_path / "classes.txt"), "--num-images", "12"]) == 0
+    assert (
+        main(
+            [
+                *arguments(inputs, tmp_path / "out"),
+                "--imagenet",
+                str(folder),
+                "--classes",
+                str(tmp_path / "classes.txt"),
+                "--num-images",
+                "12",
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
-    assert {record["source_path"].split("/")[0]: record["class_index"] for record in records} == {"n00000000": 0, "n01443537": 1, "n00000002": 2}
+    assert {record["source_path"].split("/")[0]: record["class_index"] for record in records} == {
+        "n00000000": 0,
+        "n01443537": 1,
+        "n00000002": 2,
+    }
     from ccc.cli.verify import main as verify_main
 
-    check = [str(tmp_path / "out" / RUN_NAME), "--no-progress", "--no-decode", "--calibration", str(inputs["table"]), "--imagenet", str(folder)]
+    check = [
+        str(tmp_path / "out" / RUN_NAME),
+        "--no-progress",
+        "--no-decode",
+        "--calibration",
+        str(inputs["table"]),
+        "--imagenet",
+        str(folder),
+    ]
     assert verify_main(check) == 2
     assert "looks like ImageNet" in capsys.readouterr().err
     assert verify_main([*check, "--classes", str(tmp_path / "classes.txt")]) == 0
@@ -195,7 +250,9 @@ def _json_records(path: Path) -> list[bytes]:
         return [archive.extractfile(member).read() for member in archive.getmembers() if member.name.endswith(".json")]  # type: ignore[union-attr]
 
 
-def test_dry_run_prints_the_schedule_and_plots_it(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_prints_the_schedule_and_plots_it(
+    inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     argv = [a for a in arguments(inputs, tmp_path / "out") if a not in ("--imagenet", str(inputs["images"]))]
     assert main([*argv, "--dry-run", "--num-images", "1000", "--shard-size", "300"]) == 0
@@ -215,18 +272,38 @@ def test_dry_run_cost_does_not_grow_with_the_stream_length(inputs, tmp_path: Pat
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     listings = {}
     for num_images in (10**6, 10**12):
-        command = [sys.executable, "-m", "ccc.cli.generate", *argv, "--dry-run", "--num-images", str(num_images), "--plot", str(tmp_path / f"{num_images}.png")]
+        command = [
+            sys.executable,
+            "-m",
+            "ccc.cli.generate",
+            *argv,
+            "--dry-run",
+            "--num-images",
+            str(num_images),
+            "--plot",
+            str(tmp_path / f"{num_images}.png"),
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
         assert result.returncode == 0, result.stderr
-        assert f"images: {num_images:,}" in result.stdout and "calibrated accuracy over the first 400,000 images" in result.stdout
-        listings[num_images] = result.stdout[result.stdout.index("pairs (each cell") : result.stdout.index("shards to write")]
+        assert (
+            f"images: {num_images:,}" in result.stdout
+            and "calibrated accuracy over the first 400,000 images" in result.stdout
+        )
+        listings[num_images] = result.stdout[
+            result.stdout.index("pairs (each cell") : result.stdout.index("shards to write")
+        ]
         assert (tmp_path / f"{num_images}.png").read_bytes()[:4] == b"\x89PNG"
     assert listings[10**6] == listings[10**12]
     assert "shards to write (40,000,000): serial_00000.tar … serial_39999999.tar" in result.stdout
+
+
 def test_dry_run_plot_into_a_folder_or_without_suffix_prints_the_file_written(inputs, tmp_path: Path, capsys) -> None:
     argv = [a for a in arguments(inputs, tmp_path) if a not in ("--imagenet", str(inputs["images"]))]
     (tmp_path / "plots").mkdir()
-    for plot, written in [(tmp_path / "plots", tmp_path / "plots" / "schedule.png"), (tmp_path / "sched", tmp_path / "sched.png")]:
+    for plot, written in [
+        (tmp_path / "plots", tmp_path / "plots" / "schedule.png"),
+        (tmp_path / "sched", tmp_path / "sched.png"),
+    ]:
         assert main([*argv, "--dry-run", "--num-images", "100", "--plot", str(plot)]) == 0
         assert capsys.readouterr().out.endswith(f"plot: {written}\n")
         assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -266,7 +343,16 @@ def _sha256_of_shards(run_dir: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_identical_shards(inputs, tmp_path: Path) -> None:
     """SIGKILL a running ccc-generate after its second shard, restart it, compare with an uninterrupted run."""
-    base = [sys.executable, "-m", "ccc.cli.generate", *arguments(inputs, tmp_path / "x"), "--num-images", "96", "--shard-size", "8"]
+    base = [
+        sys.executable,
+        "-m",
+        "ccc.cli.generate",
+        *arguments(inputs, tmp_path / "x"),
+        "--num-images",
+        "96",
+        "--shard-size",
+        "8",
+    ]
     killed_out, clean_out = tmp_path / "killed", tmp_path / "clean"
     command = [*base, "--out", str(killed_out)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -299,7 +385,9 @@ def test_a_killed_run_resumes_to_identical_shards(inputs, tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_workers_two_from_the_command_line_gives_the_serial_shards(inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_two_from_the_command_line_gives_the_serial_shards(
+    inputs, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--workers 2`` starts a local Ray cluster of 2 CPUs; its shards equal those of ``--workers 1``."""
     from ccc.cli.verify import main as verify_main
 
@@ -311,5 +399,17 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(inputs, tmp_p
     assert main(parallel) == 0
     assert "wrote 3 shards (24 images" in capsys.readouterr().out
     assert _sha256_of_shards(tmp_path / "ray" / RUN_NAME) == _sha256_of_shards(tmp_path / "serial" / RUN_NAME)
-    assert verify_main([str(tmp_path / "ray" / RUN_NAME), "--no-progress", "--calibration", str(inputs["table"]), "--imagenet", str(inputs["images"])]) == 0
+    assert (
+        verify_main(
+            [
+                str(tmp_path / "ray" / RUN_NAME),
+                "--no-progress",
+                "--calibration",
+                str(inputs["table"]),
+                "--imagenet",
+                str(inputs["images"]),
+            ]
+        )
+        == 0
+    )
     assert "plan hash matches" in capsys.readouterr().out

@@ -30,7 +30,18 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def common(images: Path, out: Path, *extra: str) -> list[str]:
-    return ["--imagenet", str(images), "--out", str(out), "--workers", "1", "--no-progress", "--shard-size", "8", *extra]
+    return [
+        "--imagenet",
+        str(images),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--shard-size",
+        "8",
+        *extra,
+    ]
 
 
 def shard_digests(folder: Path) -> dict[str, str]:
@@ -40,14 +51,29 @@ def shard_digests(folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--severity", "3", "--difficulty", "medium", "--speed", "4"], "--severity does not apply to --kind ccc (the default)"),
-        (["--kind", "ccc", "--crop", "center", "--images-per-domain", "4"], "--images-per-domain, --crop do not apply to --kind ccc"),
+        (
+            ["--severity", "3", "--difficulty", "medium", "--speed", "4"],
+            "--severity does not apply to --kind ccc (the default)",
+        ),
+        (
+            ["--kind", "ccc", "--crop", "center", "--images-per-domain", "4"],
+            "--images-per-domain, --crop do not apply to --kind ccc",
+        ),
         (["--kind", "cin-c", "--speed", "4"], "--speed does not apply to --kind cin-c: it needs no calibration table"),
-        (["--kind", "cin-c", "--difficulty", "medium", "--calibration", "t.npz"], "--difficulty, --calibration do not apply to --kind cin-c"),
-        (["--kind", "gradual", "--severity", "2"], "--severity does not apply to --kind gradual: it needs no calibration table, its severities are 1 2 3 4 5 4 3 2 1"),
+        (
+            ["--kind", "cin-c", "--difficulty", "medium", "--calibration", "t.npz"],
+            "--difficulty, --calibration do not apply to --kind cin-c",
+        ),
+        (
+            ["--kind", "gradual", "--severity", "2"],
+            "--severity does not apply to --kind gradual: it needs no calibration table, its severities are 1 2 3 4 5 4 3 2 1",
+        ),
         (["--kind", "gradual", "--schedule", "reference"], "--schedule does not apply to --kind gradual"),
         (["--kind", "cin-c", "--severity", "7"], "argument --severity: invalid choice: 7 (choose from 1, 2, 3, 4, 5)"),
-        (["--kind", "cin-c", "--images-per-domain", "13"], "images per domain (speed, --images-per-domain) must be at most the number of source images (12)"),
+        (
+            ["--kind", "cin-c", "--images-per-domain", "13"],
+            "images per domain (speed, --images-per-domain) must be at most the number of source images (12)",
+        ),
         (["--kind", "cin-c", "--corruptions", "fog,haze"], "unknown corruption 'haze'"),
     ],
 )
@@ -63,7 +89,9 @@ def test_the_dry_run_lists_the_domains_without_images(tmp_path, capsys, monkeypa
     out = capsys.readouterr().out
     assert out.startswith("gradual stream: 18 domains × 10 images = 180 images per pass")
     rows = [line.split() for line in out.splitlines() if "–" in line and line.strip()[0].isdigit()]
-    assert [(row[3], int(row[4])) for row in rows] == [(name, level) for name in ("fog", "contrast") for level in (1, 2, 3, 4, 5, 4, 3, 2, 1)]
+    assert [(row[3], int(row[4])) for row in rows] == [
+        (name, level) for name in ("fog", "contrast") for level in (1, 2, 3, 4, 5, 4, 3, 2, 1)
+    ]
     assert "run folder: shards/gradual_images_10_crop_random_seed_43" in out
     assert not (tmp_path / "shards").exists()
 
@@ -80,18 +108,36 @@ def test_cin_c_shards_are_byte_stable_and_verified_without_a_table(images, tmp_p
     assert shard_digests(first) == shard_digests(tmp_path / "b") and len(shard_digests(first)) == 6
     capsys.readouterr()
     assert verify_main([str(first), "--imagenet", str(images), "--no-progress"]) == 0
-    assert "6 of 6 shards intact (45 images in the stream, 45 samples decoded); plan hash matches" in capsys.readouterr().out
+    assert (
+        "6 of 6 shards intact (45 images in the stream, 45 samples decoded); plan hash matches"
+        in capsys.readouterr().out
+    )
     assert verify_main([str(first), "--imagenet", str(images), "--calibration", "t.npz"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "--calibration: a cin-c stream has no calibration table" in error[0], error
 
 
 def test_gradual_shards_carry_domain_and_severity_and_render_stream_gives_the_same_images(images, tmp_path) -> None:
-    argv = common(images, tmp_path, "--kind", "gradual", "--corruptions", "fog,contrast", "--images-per-domain", "2", "--crop", "center", "--seed", "5")
+    argv = common(
+        images,
+        tmp_path,
+        "--kind",
+        "gradual",
+        "--corruptions",
+        "fog,contrast",
+        "--images-per-domain",
+        "2",
+        "--crop",
+        "center",
+        "--seed",
+        "5",
+    )
     assert main(argv) == 0
     run = tmp_path / GRADUAL_NAME
     read = list(open_stream(run, image_format="jpeg"))
-    expected = [(name, level) for name in ("fog", "contrast") for level in (1, 2, 3, 4, 5, 4, 3, 2, 1) for _ in range(2)]
+    expected = [
+        (name, level) for name in ("fog", "contrast") for level in (1, 2, 3, 4, 5, 4, 3, 2, 1) for _ in range(2)
+    ]
     assert [(sample.metadata["domain"], sample.metadata["severity"]) for sample in read] == expected
     assert all(sample.metadata["calibrated_accuracy"] is None for sample in read)
     rendered = list(render_stream(run, imagenet=images, image_format="jpeg"))
@@ -102,7 +148,9 @@ def test_gradual_shards_carry_domain_and_severity_and_render_stream_gives_the_sa
     assert shard_digests(run) == before
 
 
-def test_a_cin_c_dry_run_without_images_per_domain_counts_every_image_of_the_folder(images, tmp_path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cin_c_dry_run_without_images_per_domain_counts_every_image_of_the_folder(
+    images, tmp_path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["--kind", "cin-c", "--corruptions", "fog,contrast", "--imagenet", str(images), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -126,13 +174,28 @@ def test_render_stream_needs_a_table_only_for_the_ccc_kind(images) -> None:
 
 
 def test_a_demo_cin_c_stream_needs_no_table_and_verifies_without_arguments(tmp_path, capsys) -> None:
-    argv = ["--demo", "--kind", "cin-c", "--corruptions", "fog,jpeg_compression", "--images-per-domain", "3", "--out", str(tmp_path), "--workers", "1", "--no-progress"]
+    argv = [
+        "--demo",
+        "--kind",
+        "cin-c",
+        "--corruptions",
+        "fog,jpeg_compression",
+        "--images-per-domain",
+        "3",
+        "--out",
+        str(tmp_path),
+        "--workers",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     run = tmp_path / "demo_cin-c_severity_5_images_3_crop_random_seed_43"
     assert load_manifest(run).stream.corruptions == ("fog", "jpeg")
     capsys.readouterr()
     assert verify_main([str(run), "--no-progress"]) == 0
-    assert "1 of 1 shard intact (6 images in the stream, 6 samples decoded); plan hash matches" in capsys.readouterr().out
+    assert (
+        "1 of 1 shard intact (6 images in the stream, 6 samples decoded); plan hash matches" in capsys.readouterr().out
+    )
 
 
 @pytest.mark.slow
@@ -140,8 +203,13 @@ def test_gradual_shards_are_the_same_from_two_ray_workers(images, tmp_path) -> N
     pytest.importorskip("ray")
     from ccc.execution import RayExecutor, ray_session
 
-    plan = plan_stream({"kind": "gradual", "corruptions": "contrast,fog", "speed": 3, "shard_size": 10, "crop": "center"}, None, images)
+    plan = plan_stream(
+        {"kind": "gradual", "corruptions": "contrast,fog", "speed": 3, "shard_size": 10, "crop": "center"}, None, images
+    )
     generate_stream(plan, tmp_path / "serial", SerialExecutor(), progress=False)
     with ray_session(workers=2, object_store_bytes=100 * 2**20) as ray:
         generate_stream(plan, tmp_path / "ray", RayExecutor(ray), chunk_size=2, progress=False)
-    assert shard_digests(tmp_path / "serial") == shard_digests(tmp_path / "ray") and len(shard_digests(tmp_path / "ray")) == 6
+    assert (
+        shard_digests(tmp_path / "serial") == shard_digests(tmp_path / "ray")
+        and len(shard_digests(tmp_path / "ray")) == 6
+    )

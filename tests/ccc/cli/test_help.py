@@ -36,7 +36,9 @@ print(json.dumps({{"help": text.getvalue(), "heavy": [name for name in {heavy!r}
 def _help_in_fresh_process(module: str, words: list[str]) -> dict:
     code = PROBE.format(module=module, argv=[*words, "--help"], heavy=HEAVY_MODULES)
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=120, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=120, check=True
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -63,7 +65,11 @@ def _all_parsers() -> list[argparse.ArgumentParser]:
     from ccc.cli.verify import build_parser as verify_parser
     from tta_eval.cli import _build_parser as tta_parser
 
-    return [parser for build in (generate_parser, verify_parser, grid_parser, calibrate_parser, tta_parser) for parser in _parsers(build())]
+    return [
+        parser
+        for build in (generate_parser, verify_parser, grid_parser, calibrate_parser, tta_parser)
+        for parser in _parsers(build())
+    ]
 
 
 def test_every_command_ends_with_examples() -> None:
@@ -72,8 +78,15 @@ def test_every_command_ends_with_examples() -> None:
     for parser in parsers:
         text = parser.format_help()
         assert "examples:" in text, parser.prog
-        commands = [line for line in text.split("examples:")[-1].splitlines() if line.startswith("  ") and not line.startswith("  #")]
-        assert len(commands) >= 1 and all(line.split()[0] in ("ccc-generate", "ccc-verify", "ccc-calibrate", "tta-eval", "ccc-corruption-grid") for line in commands), parser.prog
+        commands = [
+            line
+            for line in text.split("examples:")[-1].splitlines()
+            if line.startswith("  ") and not line.startswith("  #")
+        ]
+        assert len(commands) >= 1 and all(
+            line.split()[0] in ("ccc-generate", "ccc-verify", "ccc-calibrate", "tta-eval", "ccc-corruption-grid")
+            for line in commands
+        ), parser.prog
 
 
 def test_every_option_with_a_default_shows_it() -> None:
@@ -128,7 +141,9 @@ def test_num_images_states_images_and_disk() -> None:
 
 
 def test_help_formatter_appends_defaults_only_where_they_say_something() -> None:
-    parser = argparse.ArgumentParser(prog="demo", formatter_class=HelpFormatter, epilog=examples("demo --rate 2", ("demo --fast", "quick")))
+    parser = argparse.ArgumentParser(
+        prog="demo", formatter_class=HelpFormatter, epilog=examples("demo --rate 2", ("demo --fast", "quick"))
+    )
     parser.add_argument("--rate", type=float, default=0.5, help="a rate in %% per step")
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2], help="sizes")
     parser.add_argument("--name", default=None, help="a name")
@@ -143,7 +158,9 @@ def test_help_formatter_appends_defaults_only_where_they_say_something() -> None
     assert text.endswith("examples:\n  demo --rate 2\n  # quick\n  demo --fast\n")
 
 
-@pytest.mark.parametrize(("number", "expected"), [(0, "0 shards"), (1, "1 shard"), (2, "2 shards"), (25_000, "25,000 shards")])
+@pytest.mark.parametrize(
+    ("number", "expected"), [(0, "0 shards"), (1, "1 shard"), (2, "2 shards"), (25_000, "25,000 shards")]
+)
 def test_count_uses_the_plural_except_for_one(number: int, expected: str) -> None:
     assert count(number, "shard") == expected
     assert count(1, "pair of images", "pairs of images") == "1 pair of images"

@@ -138,20 +138,27 @@ RISE_TOLERANCE_DB = {
 def test_psnr_falls_with_severity(name, golden_images):
     grid = np.arange(1, 21) / 4
     curve = np.array(
-        [np.mean([psnr(corrupt(image, name, s, rng=seed), image) for image in golden_images for seed in range(3)]) for s in grid]
+        [
+            np.mean([psnr(corrupt(image, name, s, rng=seed), image) for image in golden_images for seed in range(3)])
+            for s in grid
+        ]
     )
     segments = NON_MONOTONE_SEGMENTS.get(name, [(0.25, 5.0)])
     tolerance = RISE_TOLERANCE_DB.get(name, 0.3)
     for low, high in segments:
         inside = curve[(grid >= low) & (grid <= high)]
         rises = np.diff(inside)
-        assert rises.max() <= tolerance, f"{name}: PSNR rises by {rises.max():.2f} dB within [{low}, {high}]: {curve.round(1)}"
+        assert rises.max() <= tolerance, (
+            f"{name}: PSNR rises by {rises.max():.2f} dB within [{low}, {high}]: {curve.round(1)}"
+        )
         assert inside[-1] < inside[0] - 0.5, f"{name}: PSNR does not fall over [{low}, {high}]: {curve.round(1)}"
     if name in NON_MONOTONE_SEGMENTS:
         assert np.diff(curve).max() > 1.0, f"{name}: the documented non-monotone step disappeared: {curve.round(1)}"
 
 
-@pytest.mark.parametrize("n1, n2", [("snow", "jpeg"), ("gaussian_noise", "fog"), ("elastic", "motion_blur"), ("contrast", "contrast")])
+@pytest.mark.parametrize(
+    "n1, n2", [("snow", "jpeg"), ("gaussian_noise", "fog"), ("elastic", "motion_blur"), ("contrast", "contrast")]
+)
 def test_pair_is_sequential_composition(n1, n2, golden_images):
     image = golden_images[0]
     expected = corrupt(corrupt(image, n1, 1.25, rng=(generator := np.random.default_rng(8))), n2, 3.5, rng=generator)
@@ -175,7 +182,9 @@ def test_pair_truncates_between_stages(golden_images):
     float_first = np.clip((unit - means) * get_corruption("contrast").parameters(2.3) + means, 0, 1) * 255
     np.testing.assert_array_equal(first, float_first.astype(np.uint8))
     assert not np.array_equal(first, np.round(float_first).astype(np.uint8))
-    np.testing.assert_array_equal(corrupt_pair(image, "contrast", 2.3, "brightness", 1.0), corrupt(first, "brightness", 1.0))
+    np.testing.assert_array_equal(
+        corrupt_pair(image, "contrast", 2.3, "brightness", 1.0), corrupt(first, "brightness", 1.0)
+    )
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -227,7 +236,9 @@ def test_bad_severities_are_never_clipped(severity, message):
 
 
 def test_unknown_names_list_valid_ones():
-    with pytest.raises(ValueError, match="unknown corruption 'fogg'.*available: gaussian_noise.*saturate.*jpeg_compression"):
+    with pytest.raises(
+        ValueError, match="unknown corruption 'fogg'.*available: gaussian_noise.*saturate.*jpeg_compression"
+    ):
         corrupt(np.zeros((32, 32, 3), dtype=np.uint8), "fogg", 1.0)
     with pytest.raises(ValueError, match="unknown corruption 'blurr' for n2"):
         corrupt_pair(np.zeros((32, 32, 3), dtype=np.uint8), "fog", 1.0, "blurr", 1.0)

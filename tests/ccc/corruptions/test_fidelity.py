@@ -80,11 +80,19 @@ def test_generator_mode_has_the_reference_distribution(name, severity, golden_im
     """
     seeds = range(DISTRIBUTION_SEEDS.get(name, 64))
     legacy = per_image_statistics(name, severity, golden_images, _legacy(seeds))
-    ours = per_image_statistics(name, severity, golden_images, [lambda seed=seed: np.random.default_rng(seed) for seed in seeds])
+    ours = per_image_statistics(
+        name, severity, golden_images, [lambda seed=seed: np.random.default_rng(seed) for seed in seeds]
+    )
     for statistic in ours:
         difference = ours[statistic].mean() - legacy[statistic].mean()
-        standard_error = math.sqrt(ours[statistic].var() / len(ours[statistic]) + legacy[statistic].var() / len(legacy[statistic]))
-        assert abs(difference) <= 4 * standard_error + 1e-9, (statistic, ours[statistic].mean(), legacy[statistic].mean())
+        standard_error = math.sqrt(
+            ours[statistic].var() / len(ours[statistic]) + legacy[statistic].var() / len(legacy[statistic])
+        )
+        assert abs(difference) <= 4 * standard_error + 1e-9, (
+            statistic,
+            ours[statistic].mean(),
+            legacy[statistic].mean(),
+        )
     relative_error = math.sqrt(ours["psnr"].var() / len(ours["psnr"])) / ours["psnr"].mean()
     if relative_error < 0.005:
         assert ours["psnr"].mean() == pytest.approx(legacy["psnr"].mean(), rel=0.02)
@@ -140,7 +148,17 @@ def test_interpolation_is_scipy_interp1d(name):
 
 def test_spatter_switch_is_not_interpolated():
     entry = get_corruption("spatter")
-    assert [entry.parameters(s)[-1] for s in (0.5, 1.0, 2.5, 3.0, 3.01, 3.5, 4.0, 4.5, 5.0)] == [0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert [entry.parameters(s)[-1] for s in (0.5, 1.0, 2.5, 3.0, 3.01, 3.5, 4.0, 4.5, 5.0)] == [
+        0,
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+        1,
+    ]
 
 
 @pytest.mark.parametrize("sigma", [0.5, 2.44, 30.0, 170.8, 791.95, 999.0])
@@ -179,7 +197,10 @@ def test_bilinear_reflect_sampling_equals_map_coordinates():
 
 
 def test_hsv_adjustment_is_bit_identical_to_scikit_image(golden_images):
-    unit = np.concatenate([golden_images[0], np.full((1, 224, 3), 0, np.uint8), np.full((1, 224, 3), 255, np.uint8)]) / 255.0
+    unit = (
+        np.concatenate([golden_images[0], np.full((1, 224, 3), 0, np.uint8), np.full((1, 224, 3), 255, np.uint8)])
+        / 255.0
+    )
     for value_shift, scale, shift in [(0.3, 1.0, 0.0), (0.0, 0.1, 0.0), (0.0, 5.0, 0.1), (0.17, 1.0, 0.0)]:
         hsv = color.rgb2hsv(unit)
         hsv[..., 2] = np.clip(hsv[..., 2] + value_shift, 0, 1)
@@ -192,5 +213,7 @@ def test_legacy_bulk_integer_draws_equal_per_pixel_draws():
     per-pixel ``randint(-m, m, size=2)`` calls."""
     bulk = np.random.RandomState(5).randint(-3, 3, size=(2, 50, 50, 2))
     sequential_state = np.random.RandomState(5)
-    sequential = np.array([sequential_state.randint(-3, 3, size=(2,)) for _ in range(2 * 50 * 50)]).reshape(2, 50, 50, 2)
+    sequential = np.array([sequential_state.randint(-3, 3, size=(2,)) for _ in range(2 * 50 * 50)]).reshape(
+        2, 50, 50, 2
+    )
     np.testing.assert_array_equal(bulk, sequential)

@@ -46,7 +46,11 @@ def test_readme_command_1_demonstrates_the_benchmark(tmp_path: Path) -> None:
     assert generate.returncode == 0, generate.stderr
     assert f"tta-eval run --stream ccc:shards/{RUN_NAME}" in generate.stdout
     evaluate = subprocess.run(
-        ["tta-eval", "run", "--stream", f"ccc:shards/{RUN_NAME}", "--no-progress"], cwd=tmp_path, capture_output=True, text=True, timeout=1800
+        ["tta-eval", "run", "--stream", f"ccc:shards/{RUN_NAME}", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert evaluate.returncode == 0, evaluate.stderr
     assert "demo world stream: evaluating the demo model" in evaluate.stdout
@@ -79,4 +83,6 @@ def test_readme_command_1_demonstrates_the_benchmark(tmp_path: Path) -> None:
 
     tent_first, tent_last = fifths("tent")
     rdumb_first, rdumb_last = fifths("rdumb")
-    assert tent_last < tent_first and rdumb_last >= rdumb_first, "Tent ends below its own early accuracy, RDumb does not"
+    assert tent_last < tent_first and rdumb_last >= rdumb_first, (
+        "Tent ends below its own early accuracy, RDumb does not"
+    )

@@ -31,7 +31,9 @@ CROP_ALLOWANCE = 10.0
 (centre-crop) numbers: the demo classes lose accuracy on small crops, as ImageNet models do."""
 
 
-def test_the_report_refuses_a_difficulty_given_twice(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_refuses_a_difficulty_given_twice(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     specification = importlib.util.spec_from_file_location("demo_report", REPOSITORY / "scripts" / "demo_report.py")
     demo_report = importlib.util.module_from_spec(specification)
     monkeypatch.setitem(sys.modules, "demo_report", demo_report)
@@ -43,7 +45,9 @@ def test_the_report_refuses_a_difficulty_given_twice(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.slow
-def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_world_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     table_path = tmp_path / "demo_small.npz"
     assert calibrate_main([
@@ -66,7 +70,10 @@ def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     run = runs[0]
     assert f"ccc-verify {run}" in output
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["complete"] and [entry["name"] for entry in manifest["shards"]] == ["serial_00000.tar", "serial_00001.tar"]
+    assert manifest["complete"] and [entry["name"] for entry in manifest["shards"]] == [
+        "serial_00000.tar",
+        "serial_00001.tar",
+    ]
 
     assert verify_main([str(run), "--no-progress"]) == 0
     assert "2 of 2 shards intact" in capsys.readouterr().out
@@ -77,7 +84,9 @@ def test_demo_world_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     correct = 0
     calibrated = []
     with torch.inference_mode():
-        for images, labels, metadata in stream_loader(open_stream(run, image_format="float"), batch_size=100, num_workers=2):
+        for images, labels, metadata in stream_loader(
+            open_stream(run, image_format="float"), batch_size=100, num_workers=2
+        ):
             correct += int((model(images).argmax(dim=1) == labels).sum())
             calibrated += [entry["calibrated_accuracy"] for entry in metadata]
     assert len(calibrated) == STREAM_IMAGES

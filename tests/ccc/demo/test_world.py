@@ -30,7 +30,14 @@ from ccc.demo.folder import (
     write_demo_folder,
 )
 from ccc.demo.images import IMAGE_SIZES, PATTERNS, draw_parameters, periodic_profile, render_demo_image
-from ccc.demo.model import DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256, DemoNet, WeightsChecksumError, file_sha256, load_demo_weights
+from ccc.demo.model import (
+    DEMO_WEIGHTS_PATH,
+    DEMO_WEIGHTS_SHA256,
+    DemoNet,
+    WeightsChecksumError,
+    file_sha256,
+    load_demo_weights,
+)
 from ccc.models import ModelSpec, load_model
 from ccc.stream.paths import find_path
 from ccc.stream.sources import ImageIndex, index_image_folder
@@ -86,9 +93,11 @@ def test_splits_and_seeds_give_different_images() -> None:
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
-    [({"images_per_class": 0}, "images_per_class must be an integer >= 1, got 0"),
-     ({"seed": -1}, "seed must be an integer >= 0, got -1"),
-     ({"split": "test"}, "split must be one of val, train, got 'test'")],
+    [
+        ({"images_per_class": 0}, "images_per_class must be an integer >= 1, got 0"),
+        ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+        ({"split": "test"}, "split must be one of val, train, got 'test'"),
+    ],
 )
 def test_bad_image_spec_is_refused(arguments: dict, message: str) -> None:
     with pytest.raises(DemoImagesError, match=message):
@@ -264,8 +273,20 @@ def _training_script():
 
 def test_training_is_deterministic(tmp_path: Path) -> None:
     script = _training_script()
-    arguments = ["--train-images-per-class", "4", "--epochs", "1", "--batch-size", "32", "--workers", "1",
-                 "--monitor-images-per-class", "0", "--eval-images-per-class", "0"]
+    arguments = [
+        "--train-images-per-class",
+        "4",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--workers",
+        "1",
+        "--monitor-images-per-class",
+        "0",
+        "--eval-images-per-class",
+        "0",
+    ]
     threads = torch.get_num_threads()
     try:
         for run in ("first", "second"):

@@ -76,14 +76,33 @@ def read_bounded(source: Path | str, **options: object) -> list:  # type: ignore
         (member(b"pax", b"0 path=a\n", b"x") + END, r"damaged PAX extended header at the start \(record length b'0'"),
         (member(b"pax", b"-5 path=a\n", b"x") + END, r"damaged PAX extended header.*b'-5'"),
         (member(b"pax", b"99 path=a\n", b"x") + END, r"damaged PAX extended header.*b'99'"),
-        (member(b"pax", b"11 path=\xff\xfe\n", b"x") + member(b"a.cls", b"1") + END, r"PAX path at the start is not UTF-8"),
+        (
+            member(b"pax", b"11 path=\xff\xfe\n", b"x") + member(b"a.cls", b"1") + END,
+            r"PAX path at the start is not UTF-8",
+        ),
         (header(b"a.input.jpg", b"-0000000001") + END, r"damaged tar header at the start \(size field"),
-        (header(b"a.input.jpg", b"\x80" + (2**40).to_bytes(11, "big")) + END, r"truncated \(sample a, member input\.jpg: expected 1099511627776 bytes"),
-        (member(b"a.output.cls", b"1") + header(b"a.input.jpg", b"\x80" + (2**40).to_bytes(11, "big")) + END, r"truncated \(sample a, member input\.jpg"),
+        (
+            header(b"a.input.jpg", b"\x80" + (2**40).to_bytes(11, "big")) + END,
+            r"truncated \(sample a, member input\.jpg: expected 1099511627776 bytes",
+        ),
+        (
+            member(b"a.output.cls", b"1") + header(b"a.input.jpg", b"\x80" + (2**40).to_bytes(11, "big")) + END,
+            r"truncated \(sample a, member input\.jpg",
+        ),
         (member(b"\xff\xfe.input.jpg", b"x") + END, r"member name at the start is not UTF-8"),
         (member(b"././@LongLink", b"\xff\xfe.jpg\0", b"L") + END, r"GNU long name at the start is not UTF-8"),
     ],
-    ids=["pax-length-0", "pax-negative", "pax-beyond", "pax-not-utf8", "negative-size", "size-2^40", "size-2^40-second", "name-not-utf8", "long-name-not-utf8"],
+    ids=[
+        "pax-length-0",
+        "pax-negative",
+        "pax-beyond",
+        "pax-not-utf8",
+        "negative-size",
+        "size-2^40",
+        "size-2^40-second",
+        "name-not-utf8",
+        "long-name-not-utf8",
+    ],
 )
 def test_crafted_headers_end_in_one_named_error(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "crafted.tar"
@@ -98,8 +117,13 @@ def test_crafted_headers_end_in_one_named_error(tmp_path: Path, content: bytes, 
 
 def test_a_huge_member_from_a_pipe_is_refused_without_allocating_it(tmp_path: Path) -> None:
     path = tmp_path / "crafted.tar"
-    path.write_bytes(header(b"a.input.jpg", f"{MAX_MEMBER_BYTES + 1:011o}".encode()) + bytes(MAX_MEMBER_BYTES + BLOCK_BYTES) + END)
-    with pytest.raises(StreamError, match=rf"shard pipe:cat {path}: sample a, member input\.jpg of 67,108,865 bytes exceeds the reader's limit of 67,108,864"):
+    path.write_bytes(
+        header(b"a.input.jpg", f"{MAX_MEMBER_BYTES + 1:011o}".encode()) + bytes(MAX_MEMBER_BYTES + BLOCK_BYTES) + END
+    )
+    with pytest.raises(
+        StreamError,
+        match=rf"shard pipe:cat {path}: sample a, member input\.jpg of 67,108,865 bytes exceeds the reader's limit of 67,108,864",
+    ):
         read_bounded(f"pipe:cat {path}")
 
 
@@ -107,7 +131,10 @@ def test_a_huge_member_from_a_pipe_is_refused_without_allocating_it(tmp_path: Pa
     ("record", "message"),
     [
         (b"[" * 100_000 + b"]" * 100_000, "nested deeper than the reader's limit of 32 levels"),
-        (b'{"a": "' + b"x" * MAX_JSON_BYTES + b'"}', "json member of 1,048,585 bytes exceeds the reader's limit of 1,048,576"),
+        (
+            b'{"a": "' + b"x" * MAX_JSON_BYTES + b'"}',
+            "json member of 1,048,585 bytes exceeds the reader's limit of 1,048,576",
+        ),
         (b"{not json", "json member is not JSON"),
         (b"[1, 2]", "json member must hold an object, got list"),
     ],
@@ -119,7 +146,9 @@ def test_json_members_have_a_size_and_depth_limit(tmp_path: Path, record: bytes,
     from PIL import Image
 
     Image.new("RGB", (8, 8)).save(jpeg, "JPEG")
-    path.write_bytes(member(b"a.input.jpg", jpeg.getvalue()) + member(b"a.json", record) + member(b"a.output.cls", b"1") + END)
+    path.write_bytes(
+        member(b"a.input.jpg", jpeg.getvalue()) + member(b"a.json", record) + member(b"a.output.cls", b"1") + END
+    )
     with pytest.raises(StreamError, match=rf"^shard {path}: sample a \(stream index 0\).*{message}"):
         read_bounded(str(path))
 
@@ -161,7 +190,10 @@ def damaged_copies(data: bytes, seed: int, flips: int, truncations: int) -> Iter
 def pax_copy(data: bytes) -> bytes:
     """The same shard rewritten in PAX format with an explicit path record per member."""
     output = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(data)) as source, tarfile.open(fileobj=output, mode="w", format=tarfile.PAX_FORMAT) as target:
+    with (
+        tarfile.open(fileobj=io.BytesIO(data)) as source,
+        tarfile.open(fileobj=output, mode="w", format=tarfile.PAX_FORMAT) as target,
+    ):
         for info in source.getmembers():
             content = source.extractfile(info).read()  # type: ignore[union-attr]
             info.pax_headers = {"path": info.name}
@@ -190,7 +222,9 @@ def test_fuzzed_shards_end_in_a_named_error_or_correct_samples(small_run: Path, 
     assert outcomes["error"] > 100 and outcomes["read"] > 0
 
 
-def test_fuzzed_shards_under_the_manifest_with_sha256_give_only_correct_samples(small_run: Path, tmp_path: Path) -> None:
+def test_fuzzed_shards_under_the_manifest_with_sha256_give_only_correct_samples(
+    small_run: Path, tmp_path: Path
+) -> None:
     run = Path(shutil.copytree(small_run, tmp_path / "run"))
     path = run / "serial_00000.tar"
     data = path.read_bytes()
@@ -208,9 +242,13 @@ def test_fuzzed_shards_under_the_manifest_with_sha256_give_only_correct_samples(
             assert str(error).startswith("shard "), case
         else:
             assert [sample.metadata["index"] for sample in samples] == [0, 1, 2], case
-            assert [sample.metadata["key"] for sample in samples] == ["000000000000", "000000000001", "000000000002"], case
+            assert [sample.metadata["key"] for sample in samples] == ["000000000000", "000000000001", "000000000002"], (
+                case
+            )
         manifest["shards"][0]["bytes"] = len(data)
     path.write_bytes(data)
     (run / "manifest.json").write_text(json.dumps(manifest))
-    assert [(sample.image, sample.label) for sample in read_bounded(run, image_format="jpeg", verify="sha256")] == expected
+    assert [
+        (sample.image, sample.label) for sample in read_bounded(run, image_format="jpeg", verify="sha256")
+    ] == expected
     assert hashlib.sha256(data).hexdigest() == manifest["shards"][0]["sha256"]

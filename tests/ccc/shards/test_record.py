@@ -42,7 +42,11 @@ def members_of(spec: SampleSpec, jpeg: bytes = b"\xff\xd8jpeg") -> dict[str, byt
 def test_members_are_written_in_order_under_the_sample_key() -> None:
     names = [name for name, _ in encode_members(make_spec(7), b"jpeg")]
     assert names == [f"{sample_key(7)}.{member}" for member in MEMBER_ORDER]
-    assert MEMBER_ORDER == (INFO_MEMBER, IMAGE_MEMBER, JSON_MEMBER, LABEL_MEMBER) == ("info", "input.jpg", "json", "output.cls")
+    assert (
+        MEMBER_ORDER
+        == (INFO_MEMBER, IMAGE_MEMBER, JSON_MEMBER, LABEL_MEMBER)
+        == ("info", "input.jpg", "json", "output.cls")
+    )
     assert sample_key(7) == "000000000007"
 
 
@@ -97,4 +101,7 @@ def test_shard_names_and_their_pattern_agree() -> None:
     assert all(int(SHARD_FILE.fullmatch(shard_name(index)).group(1)) == index for index in (0, 12, 123456))  # type: ignore[union-attr]
     assert SHARD_FILE.fullmatch(temporary_shard_name(3)) is None and temporary_shard_name(3).startswith(".")
     assert shard_pattern(300) == "serial_{00000..00299}.tar"
-    assert sample_place("serial_00000.tar", sample_key(7), 7) == "shard serial_00000.tar: sample 000000000007 (stream index 7)"
+    assert (
+        sample_place("serial_00000.tar", sample_key(7), 7)
+        == "shard serial_00000.tar: sample 000000000007 (stream index 7)"
+    )

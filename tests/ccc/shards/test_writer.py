@@ -53,7 +53,9 @@ def test_shard_layout_and_fixed_headers(tmp_path: Path) -> None:
             "000000000030.info", "000000000030.input.jpg", "000000000030.json", "000000000030.output.cls",
         ]  # fmt: skip
         assert len(members) == 16
-        assert {(m.mtime, m.mode, m.uid, m.gid, m.uname, m.gname, m.type) for m in members} == {(0, 0o444, 0, 0, "ccc", "ccc", tarfile.REGTYPE)}
+        assert {(m.mtime, m.mode, m.uid, m.gid, m.uname, m.gname, m.type) for m in members} == {
+            (0, 0o444, 0, 0, "ccc", "ccc", tarfile.REGTYPE)
+        }
         sample = make_sample(31)
         assert archive.extractfile("000000000031.input.jpg").read() == sample.jpeg  # type: ignore[union-attr]
         assert archive.extractfile("000000000031.output.cls").read() == b"1"  # type: ignore[union-attr]
@@ -111,15 +113,27 @@ class FullDisk(io.FileIO):
 
 
 def test_a_full_disk_gives_a_clear_error_and_no_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ccc.shards.writer, "open", lambda path, mode="rb", **kw: FullDisk(path, mode.replace("b", "")), raising=False)
-    with pytest.raises(ShardWriteError, match=r"could not write shard .*serial_00000.tar: No space left on device \(no space left on device: free space, then re-run"):
+    monkeypatch.setattr(
+        ccc.shards.writer, "open", lambda path, mode="rb", **kw: FullDisk(path, mode.replace("b", "")), raising=False
+    )
+    with pytest.raises(
+        ShardWriteError,
+        match=r"could not write shard .*serial_00000.tar: No space left on device \(no space left on device: free space, then re-run",
+    ):
         write(tmp_path, 0, 0, 20)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_full_disk_behind_a_buffer_leaves_no_partial_file_and_no_raw_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_behind_a_buffer_leaves_no_partial_file_and_no_raw_errno(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # As with open(path, "wb"): closing the buffered handle in abort() hits the full disk again.
-    monkeypatch.setattr(ccc.shards.writer, "open", lambda path, mode="rb", **kw: io.BufferedWriter(FullDisk(path, "w"), 1024), raising=False)
+    monkeypatch.setattr(
+        ccc.shards.writer,
+        "open",
+        lambda path, mode="rb", **kw: io.BufferedWriter(FullDisk(path, "w"), 1024),
+        raising=False,
+    )
     with pytest.raises(ShardWriteError) as raised:
         write(tmp_path, 0, 0, 20)
     assert str(raised.value).startswith("could not write shard ") and "[Errno" not in str(raised.value)
@@ -154,9 +168,15 @@ def test_manifest_round_trip(tmp_path: Path) -> None:
     ("edit", "message"),
     [
         (lambda d: "not json", "not a JSON manifest"),
-        (lambda d: {**d, "format_version": 9}, "format must be 'ccc-stream-manifest' version 1, got 'ccc-stream-manifest' version 9"),
+        (
+            lambda d: {**d, "format_version": 9},
+            "format must be 'ccc-stream-manifest' version 1, got 'ccc-stream-manifest' version 9",
+        ),
         (lambda d: {**d, "stream": {**d["stream"], "speed": 0}}, "speed must be an integer >= 1, got 0"),
-        (lambda d: {**d, "shards": [{**d["shards"][0], "sample_count": 3}]}, "does not match the stream's shard layout"),
+        (
+            lambda d: {**d, "shards": [{**d["shards"][0], "sample_count": 3}]},
+            "does not match the stream's shard layout",
+        ),
         (lambda d: {**d, "shards": [d["shards"][0], d["shards"][0]]}, "listed more than once"),
         (lambda d: {**d, "plan_hash": 5}, "field 'plan_hash' must be str, got 5"),
     ],

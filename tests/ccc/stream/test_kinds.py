@@ -74,12 +74,20 @@ def test_cin_c_shows_every_source_image_once_per_corruption_by_default(images: P
     assert sorted(first) == sorted(plan.sources.relative_paths)  # each image once
     assert [s.source_path for s in samples[13:26]] == first and [s.source_path for s in samples[26:]] == first
     assert first != sorted(first)  # a seeded order, not the folder's
-    assert [s.source_path for s in (plan_sample(plan_stream({"kind": "cin-c", "corruptions": "fog", "seed": 44}, None, images), i) for i in range(13))] != first
+    assert [
+        s.source_path
+        for s in (
+            plan_sample(plan_stream({"kind": "cin-c", "corruptions": "fog", "seed": 44}, None, images), i)
+            for i in range(13)
+        )
+    ] != first
 
 
 def test_the_default_images_per_domain_need_the_image_count_for_cin_c_only() -> None:
     assert resolve_stream_spec({"kind": "cin-c"}, None, CHECKSUM, 50_000).speed == 50_000
-    assert resolve_stream_spec({"kind": "gradual"}, None, CHECKSUM).speed == 5000  # mariodoebler's gradual: RobustBench's 5,000
+    assert (
+        resolve_stream_spec({"kind": "gradual"}, None, CHECKSUM).speed == 5000
+    )  # mariodoebler's gradual: RobustBench's 5,000
     with pytest.raises(PlanError, match="a cin-c stream without speed shows every source image per corruption"):
         resolve_stream_spec({"kind": "cin-c"}, None, CHECKSUM)
 
@@ -87,7 +95,9 @@ def test_the_default_images_per_domain_need_the_image_count_for_cin_c_only() -> 
 def test_gradual_plan_goes_1_to_5_to_1_for_every_corruption(images: Path) -> None:
     plan = plan_stream({"kind": "gradual", "corruptions": "fog,jpeg_compression,snow", "speed": 2}, None, images)
     assert plan.spec.corruptions == ("fog", "jpeg", "snow") and plan.spec.num_images == 3 * 9 * 2
-    expected = [(name, float(level), name, 0.0) for name in ("fog", "jpeg", "snow") for level in GRADUAL for _ in range(2)]
+    expected = [
+        (name, float(level), name, 0.0) for name in ("fog", "jpeg", "snow") for level in GRADUAL for _ in range(2)
+    ]
     assert levels(plan, plan.spec.num_images) == expected
     samples = [plan_sample(plan, index) for index in range(plan.spec.num_images)]
     assert [s.pair_index for s in samples] == [k // 18 for k in range(54)]
@@ -129,13 +139,17 @@ def center_crop_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder.parent
 
 
-def test_center_crops_are_torchvision_resize_256_then_center_crop_224_pixel_for_pixel(center_crop_sources: Path) -> None:
+def test_center_crops_are_torchvision_resize_256_then_center_crop_224_pixel_for_pixel(
+    center_crop_sources: Path,
+) -> None:
     """ImageNet-C's preprocessing (hendrycks/robustness make_imagenet_c.py): Resize(256), CenterCrop(224) on a PIL image."""
     from torchvision import transforms
 
     imagenet_c = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])
     count = len(CENTER_CROP_SIZES)
-    plan = plan_stream({"kind": "cin-c", "corruptions": "fog", "speed": count, "crop": "center"}, None, center_crop_sources)
+    plan = plan_stream(
+        {"kind": "cin-c", "corruptions": "fog", "speed": count, "crop": "center"}, None, center_crop_sources
+    )
     samples = [plan_sample(plan, index) for index in range(count)]
     assert sorted(s.source_size for s in samples) == sorted(CENTER_CROP_SIZES)
     for sample in samples:
@@ -145,7 +159,9 @@ def test_center_crops_are_torchvision_resize_256_then_center_crop_224_pixel_for_
         uncorrupted = dataclasses.replace(sample, s1=0.0)  # both stages at severity 0: the crop alone
         assert np.array_equal(render_pixels(uncorrupted, source), expected), sample.source_size
         assert sample.flip is False and sample.to_json_dict()["resize"] == list(sample.resize)
-        generator = np.random.default_rng(np.random.SeedSequence(plan.spec.seed, spawn_key=(SAMPLE_PURPOSE, sample.index)))
+        generator = np.random.default_rng(
+            np.random.SeedSequence(plan.spec.seed, spawn_key=(SAMPLE_PURPOSE, sample.index))
+        )
         assert sample.seed == int(generator.integers(0, 2**63))
 
 
@@ -200,7 +216,10 @@ def test_domain_specs_round_trip_and_their_hash_depends_on_the_definition(images
 @pytest.mark.parametrize(
     ("definition", "message"),
     [
-        ({"kind": "ccc", "difficulty": "medium", "speed": 4, "severity": 5}, "severity: only for the cin-c and gradual kinds"),
+        (
+            {"kind": "ccc", "difficulty": "medium", "speed": 4, "severity": 5},
+            "severity: only for the cin-c and gradual kinds",
+        ),
         ({"kind": "cin-c", "difficulty": "medium"}, "difficulty: not for a cin-c stream"),
         ({"kind": "gradual", "severity": 3}, "severity: not for a gradual stream"),
         ({"kind": "cin-c", "severity": 6}, "severity must be an integer in [1, 5], got 6"),
@@ -220,7 +239,10 @@ def test_bad_definitions_name_the_parameter(definition: dict, message: str) -> N
 
 
 def test_more_images_per_domain_than_the_folder_holds_is_refused(images: Path) -> None:
-    with pytest.raises(PlanError, match=r"images per domain \(speed, --images-per-domain\) must be at most the number of source images \(13\)"):
+    with pytest.raises(
+        PlanError,
+        match=r"images per domain \(speed, --images-per-domain\) must be at most the number of source images \(13\)",
+    ):
         plan_stream({"kind": "cin-c", "speed": 14}, None, images)
 
 

@@ -123,7 +123,9 @@ def test_schedule_reports_missing_pairs_and_bad_arguments(table) -> None:
     from ccc.calibration import CalibrationTable
 
     partial = CalibrationTable.from_grids(table.corruptions, grids, image_counts=100, metadata=table.metadata)
-    with pytest.raises(ScheduleError, match=r"lacks 1 of the 12 ordered pairs these corruptions need: \(jpeg, contrast\)"):
+    with pytest.raises(
+        ScheduleError, match=r"lacks 1 of the 12 ordered pairs these corruptions need: \(jpeg, contrast\)"
+    ):
         build_schedule(partial, 30.0, table.corruptions, 0)
     with pytest.raises(ScheduleError, match=r"unknown corruption 'fogg'; available: brightness, jpeg"):
         build_schedule(table, 30.0, ("fogg", "jpeg"), 0)
@@ -251,7 +253,10 @@ def test_samples_follow_the_schedule_and_draw_distinct_images_per_step(table) ->
     for step in range(plan.spec.num_images // speed):
         group = samples[step * speed : (step + 1) * speed]
         scheduled = plan.schedule.step(step)
-        assert all(s.step == step and (s.n1, s.s1, s.n2, s.s2) == (scheduled.n1, scheduled.s1, scheduled.n2, scheduled.s2) for s in group)
+        assert all(
+            s.step == step and (s.n1, s.s1, s.n2, s.s2) == (scheduled.n1, scheduled.s1, scheduled.n2, scheduled.s2)
+            for s in group
+        )
         assert len({s.source_position for s in group}) == speed
     sample = samples[17]
     assert sample.source_path == plan.sources.relative_paths[sample.source_position]

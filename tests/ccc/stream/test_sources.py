@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ccc.stream.sources import ImageFolderError, imagenet_wnids, index_image_folder, read_class_list, resolve_imagenet_folder
+from ccc.stream.sources import (
+    ImageFolderError,
+    imagenet_wnids,
+    index_image_folder,
+    read_class_list,
+    resolve_imagenet_folder,
+)
 from tests.builders import make_image_folder
 
 
@@ -30,7 +36,10 @@ def test_bad_images_are_named_or_skipped(image_folder):
     truncated = image_folder / "n00000002" / "ILSVRC2012_val_00000010.JPEG"
     truncated.write_bytes(truncated.read_bytes()[:300])
     (image_folder / "n00000000" / "broken.JPEG").write_bytes(b"not a jpeg")
-    with pytest.raises(ImageFolderError, match=r"2 unreadable image\(s\).*n00000000/broken.JPEG.*ILSVRC2012_val_00000010.*--skip-bad-images"):
+    with pytest.raises(
+        ImageFolderError,
+        match=r"2 unreadable image\(s\).*n00000000/broken.JPEG.*ILSVRC2012_val_00000010.*--skip-bad-images",
+    ):
         index_image_folder(image_folder, progress=False)
     index = index_image_folder(image_folder, skip_bad_images=True, progress=False)
     assert index.excluded == ("n00000000/broken.JPEG", "n00000002/ILSVRC2012_val_00000010.JPEG")
@@ -104,10 +113,15 @@ def test_an_imagenet_folder_gets_the_standard_index_whatever_else_it_holds(tmp_p
 def test_an_imagenet_folder_with_extra_or_missing_classes_is_refused(tmp_path):
     wnids = imagenet_wnids()
     root = make_imagenet_layout(tmp_path / "val", wnids[1:])
-    with pytest.raises(ImageFolderError, match=r"looks like ImageNet but has 1 of the 1,000 classes missing or without images: n01440764; .*--classes FILE"):
+    with pytest.raises(
+        ImageFolderError,
+        match=r"looks like ImageNet but has 1 of the 1,000 classes missing or without images: n01440764; .*--classes FILE",
+    ):
         index_image_folder(root, check_images=False)
     make_imagenet_layout(root, ["extra_class"])
-    with pytest.raises(ImageFolderError, match=r"1 folder\(s\) that are not ImageNet classes: extra_class and 1 of the 1,000"):
+    with pytest.raises(
+        ImageFolderError, match=r"1 folder\(s\) that are not ImageNet classes: extra_class and 1 of the 1,000"
+    ):
         index_image_folder(root, check_images=False)
     # An explicit list: the standard one gives the standard labels to a subset; unlisted folders are skipped.
     listing = tmp_path / "classes.txt"
@@ -123,7 +137,10 @@ def test_an_explicit_class_list_sets_the_labels_and_the_checksum(image_folder, t
     index = index_image_folder(image_folder, classes=read_class_list(listing), progress=False)
     assert [image.class_index for image in index if image.wnid == "n00000002"] == [0] * 4
     assert index.checksum() != index_image_folder(image_folder, progress=False).checksum()
-    for text, message in [("", "the class list is empty"), ("a\nb\na\n", "each class may be listed once, got duplicates: a")]:
+    for text, message in [
+        ("", "the class list is empty"),
+        ("a\nb\na\n", "each class may be listed once, got duplicates: a"),
+    ]:
         listing.write_text(text)
         with pytest.raises(ImageFolderError, match=message):
             read_class_list(listing)

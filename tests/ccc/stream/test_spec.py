@@ -25,12 +25,18 @@ CHECKSUM = "0" * 64
 
 @pytest.fixture(scope="module")
 def table():
-    return make_calibration_table(presets={"medium": (30.0, ("brightness", "jpeg", "pixelate")), "hard": (10.0, ("jpeg", "contrast"))})
+    return make_calibration_table(
+        presets={"medium": (30.0, ("brightness", "jpeg", "pixelate")), "hard": (10.0, ("jpeg", "contrast"))}
+    )
 
 
 def test_a_preset_gives_its_target_and_corruptions(table) -> None:
     spec = resolve_stream_spec({"difficulty": "medium", "speed": 7}, table, CHECKSUM)
-    assert (spec.target_accuracy, spec.corruptions, spec.difficulty) == (30.0, ("brightness", "jpeg", "pixelate"), "medium")
+    assert (spec.target_accuracy, spec.corruptions, spec.difficulty) == (
+        30.0,
+        ("brightness", "jpeg", "pixelate"),
+        "medium",
+    )
     assert (spec.seed, spec.num_images, spec.shard_size) == (DEFAULT_SEED, UNBOUNDED_IMAGES, DEFAULT_SHARD_SIZE)
     assert (spec.calibration_checksum, spec.source_index_checksum) == (table.checksum(), CHECKSUM)
 
@@ -43,14 +49,27 @@ def test_a_preset_gives_its_target_and_corruptions(table) -> None:
         ({"corruptions": "contrast, jpeg_compression"}, 30.0, ("contrast", "jpeg")),
     ],
 )
-def test_overrides_replace_the_preset_and_drop_its_name(table, overrides: dict, target: float, corruptions: tuple) -> None:
+def test_overrides_replace_the_preset_and_drop_its_name(
+    table, overrides: dict, target: float, corruptions: tuple
+) -> None:
     spec = resolve_stream_spec({"difficulty": "medium", "speed": 7, **overrides}, table, CHECKSUM)
     assert (spec.target_accuracy, spec.corruptions, spec.difficulty) == (target, corruptions, None)
 
 
 def test_explicit_definitions_need_no_preset(table) -> None:
     assert resolve_difficulty(table, None, 12, ("jpeg", "contrast")) == (12.0, ("jpeg", "contrast"), None)
-    spec = resolve_stream_spec({"baseline_accuracy": 12, "corruptions": ("jpeg", "contrast"), "speed": 3, "seed": 5, "num_images": 99, "shard_size": 10}, table, CHECKSUM)
+    spec = resolve_stream_spec(
+        {
+            "baseline_accuracy": 12,
+            "corruptions": ("jpeg", "contrast"),
+            "speed": 3,
+            "seed": 5,
+            "num_images": 99,
+            "shard_size": 10,
+        },
+        table,
+        CHECKSUM,
+    )
     assert (spec.seed, spec.num_images, spec.shard_size, spec.difficulty) == (5, 99, 10, None)
 
 
@@ -62,8 +81,14 @@ def test_a_spec_is_returned_as_is(table) -> None:
 @pytest.mark.parametrize(
     ("definition", "message"),
     [
-        ({"difficulty": "extreme", "speed": 4}, r"unknown difficulty 'extreme'; the calibration table defines: medium, hard"),
-        ({"speed": 4, "baseline_accuracy": 20}, r"needs a difficulty \(one of: medium, hard\) or both baseline_accuracy and corruptions"),
+        (
+            {"difficulty": "extreme", "speed": 4},
+            r"unknown difficulty 'extreme'; the calibration table defines: medium, hard",
+        ),
+        (
+            {"speed": 4, "baseline_accuracy": 20},
+            r"needs a difficulty \(one of: medium, hard\) or both baseline_accuracy and corruptions",
+        ),
         ({"difficulty": "medium"}, r"needs speed"),
         ({"difficulty": "medium", "speed": 4, "colour": 1}, r"unknown stream definition key\(s\) colour; valid: "),
         ({"difficulty": "medium", "speed": 4, "corruptions": "jpeg,mist"}, r"mist"),

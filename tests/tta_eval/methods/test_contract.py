@@ -69,7 +69,11 @@ def same(first: typing.Any, second: typing.Any) -> bool:
     if isinstance(first, tuple) or isinstance(first, list):
         return type(first) is type(second) and len(first) == len(second) and all(map(same, first, second))
     if isinstance(first, dict):
-        return isinstance(second, dict) and first.keys() == second.keys() and all(same(first[key], second[key]) for key in first)
+        return (
+            isinstance(second, dict)
+            and first.keys() == second.keys()
+            and all(same(first[key], second[key]) for key in first)
+        )
     if isinstance(first, float) and isinstance(second, float) and math.isnan(first) and math.isnan(second):
         return True
     return first == second
@@ -82,7 +86,11 @@ def full_state(method: nn.Module) -> dict[str, typing.Any]:
     inner = method.method if isinstance(method, ResetPolicyWrapper) else method
     attributes = {key: value for key, value in vars(inner).items() if not key.startswith("_") and key != "last_step"}
     if inner is not method:
-        attributes |= {f"policy.{key}": value for key, value in vars(method).items() if not key.startswith("_") and key != "last_step"}
+        attributes |= {
+            f"policy.{key}": value
+            for key, value in vars(method).items()
+            if not key.startswith("_") and key != "last_step"
+        }
     return {"state_dict": snapshot(dict(method.state_dict())), "attributes": snapshot(attributes)}
 
 
@@ -115,7 +123,9 @@ def assert_one_line(error: pytest.ExceptionInfo, *needles: str) -> None:
 def test_the_method_has_its_module_and_its_docs_entry(name):
     assert importlib.util.find_spec(f"tta_eval.methods.{name}") is not None, f"tta_eval/methods/{name}.py"
     headings = [line for line in METHODS_DOC.read_text().splitlines() if line.startswith("### ")]
-    assert any(re.search(rf"\b{re.escape(name)}\b", heading) for heading in headings), f"no '### {name}' in docs/methods.md"
+    assert any(re.search(rf"\b{re.escape(name)}\b", heading) for heading in headings), (
+        f"no '### {name}' in docs/methods.md"
+    )
 
 
 @pytest.mark.parametrize("name", list_methods())
@@ -284,5 +294,7 @@ def test_a_model_the_method_cannot_adapt_is_refused_in_one_line(name, model_kind
 @pytest.mark.parametrize("name", [name for name in list_methods() if get_method(name).needs_batchnorm])
 def test_batchnorm_methods_name_the_normalisation_layers_they_found(name):
     model = MODELS_WITHOUT_BATCHNORM["layernorm"]()
-    with pytest.raises(ValueError, match=rf"^method '{name}' adapts BatchNorm layers, but the model has none \(found: LayerNorm\)"):
+    with pytest.raises(
+        ValueError, match=rf"^method '{name}' adapts BatchNorm layers, but the model has none \(found: LayerNorm\)"
+    ):
         create(name, model)

@@ -11,7 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.tta_eval.method_helpers import TEST_OPTIONS, build, prepared
-from tests.tta_eval.tta_helpers import ConstructedLogits, make_batches, make_tiny_cnn, optimizer_of, optimizer_states_equal, states_equal
+from tests.tta_eval.tta_helpers import (
+    ConstructedLogits,
+    make_batches,
+    make_tiny_cnn,
+    optimizer_of,
+    optimizer_states_equal,
+    states_equal,
+)
 from tta_eval.methods import (
     ETA,
     RDUMB_RESET_EVERY,
@@ -76,7 +83,9 @@ def test_unknown_method_lists_the_available_ones(tiny_cnn):
 
 
 def test_unknown_option_lists_the_valid_ones(tiny_cnn):
-    with pytest.raises(ValueError, match=r"unknown option 'lr' for method 'tent'; valid options: learning_rate, momentum"):
+    with pytest.raises(
+        ValueError, match=r"unknown option 'lr' for method 'tent'; valid options: learning_rate, momentum"
+    ):
         create("tent", tiny_cnn, lr=0.1)
 
 
@@ -422,7 +431,11 @@ def test_conjugate_loss_matches_the_linear_solve_formula(epsilon):
 def test_conjugate_pseudo_labels_solve_the_system():
     probabilities = torch.randn(4, 7, dtype=torch.float64).softmax(1)
     pseudo = conjugate_pseudo_labels(probabilities, 8.0)
-    matrix = torch.eye(7, dtype=torch.float64) + 8.0 * torch.diag_embed(probabilities) - 8.0 * probabilities.unsqueeze(2) @ probabilities.unsqueeze(1)
+    matrix = (
+        torch.eye(7, dtype=torch.float64)
+        + 8.0 * torch.diag_embed(probabilities)
+        - 8.0 * probabilities.unsqueeze(2) @ probabilities.unsqueeze(1)
+    )
     assert torch.allclose((matrix @ pseudo.unsqueeze(2)).squeeze(2), probabilities, atol=1e-12)
 
 

@@ -34,7 +34,20 @@ from tta_eval.methods.shot import centroid_pseudo_labels
 from tta_eval.methods.shot_im import information_maximization_loss
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, train_source_model
 
-TIME_CONSTRAINED_METHODS = ["adabn", "lame", "neo", "pl", "shot_im", "shot", "sar", "deyo", "memo", "rotta", "cmf", "ttac_nq"]
+TIME_CONSTRAINED_METHODS = [
+    "adabn",
+    "lame",
+    "neo",
+    "pl",
+    "shot_im",
+    "shot",
+    "sar",
+    "deyo",
+    "memo",
+    "rotta",
+    "cmf",
+    "ttac_nq",
+]
 """The methods the time-constrained papers compare (the contract tests in test_methods_contract.py run
 over every registered one)."""
 
@@ -66,18 +79,55 @@ def test_published_defaults():
         "pl": {"confidence_threshold": 0.9, "learning_rate": 0.01, "momentum": 0.9},
         "shot_im": {"learning_rate": 2.5e-4, "momentum": 0.9, "diversity_weight": 1.0},
         "shot": {"learning_rate": 2.5e-4, "pseudo_label_weight": 0.3, "clustering_rounds": 2},
-        "sar": {"learning_rate": 2.5e-4, "sam_radius": 0.05, "recovery_threshold": 0.2, "recovery_momentum": 0.9,
-                "entropy_margin_fraction": 0.4, "excluded_modules": "layer4"},
-        "deyo": {"learning_rate": 2.5e-4, "filter_margin_fraction": 0.5, "weight_margin_fraction": 0.4,
-                 "plpd_threshold": 0.2, "patch_grid": 4, "excluded_modules": "layer4"},
-        "memo": {"learning_rate": 2.5e-4, "momentum": 0.0, "augmentation_count": 64, "prior_strength": 16.0,
-                 "adaptation_steps": 1},
-        "rotta": {"learning_rate": 1e-3, "memory_capacity": 64, "update_every": 64, "teacher_momentum": 0.999,
-                  "robust_bn_momentum": 0.05, "timeliness_weight": 1.0, "uncertainty_weight": 1.0},
-        "cmf": {"learning_rate": 2.5e-4, "nesterov": True, "hidden_momentum": 0.99, "ensemble_momentum": 0.99,
-                "process_noise": 0.005, "weight_temperature": 1 / 3, "prior_correction": "logits"},
-        "ttac_nq": {"learning_rate": pytest.approx(7.07107e-4), "confidence_threshold": 0.9, "class_ema_length": 64,
-                    "global_ema_length": 1280, "loss_scale": 0.05, "source_statistics": ""},
+        "sar": {
+            "learning_rate": 2.5e-4,
+            "sam_radius": 0.05,
+            "recovery_threshold": 0.2,
+            "recovery_momentum": 0.9,
+            "entropy_margin_fraction": 0.4,
+            "excluded_modules": "layer4",
+        },
+        "deyo": {
+            "learning_rate": 2.5e-4,
+            "filter_margin_fraction": 0.5,
+            "weight_margin_fraction": 0.4,
+            "plpd_threshold": 0.2,
+            "patch_grid": 4,
+            "excluded_modules": "layer4",
+        },
+        "memo": {
+            "learning_rate": 2.5e-4,
+            "momentum": 0.0,
+            "augmentation_count": 64,
+            "prior_strength": 16.0,
+            "adaptation_steps": 1,
+        },
+        "rotta": {
+            "learning_rate": 1e-3,
+            "memory_capacity": 64,
+            "update_every": 64,
+            "teacher_momentum": 0.999,
+            "robust_bn_momentum": 0.05,
+            "timeliness_weight": 1.0,
+            "uncertainty_weight": 1.0,
+        },
+        "cmf": {
+            "learning_rate": 2.5e-4,
+            "nesterov": True,
+            "hidden_momentum": 0.99,
+            "ensemble_momentum": 0.99,
+            "process_noise": 0.005,
+            "weight_temperature": 1 / 3,
+            "prior_correction": "logits",
+        },
+        "ttac_nq": {
+            "learning_rate": pytest.approx(7.07107e-4),
+            "confidence_threshold": 0.9,
+            "class_ema_length": 64,
+            "global_ema_length": 1280,
+            "loss_scale": 0.05,
+            "source_statistics": "",
+        },
     }
     assert set(expected) == set(TIME_CONSTRAINED_METHODS)
     for name, values in expected.items():
@@ -122,7 +172,11 @@ def test_prediction_networks_reproduce_each_methods_own_prediction_rule(tiny_cnn
         ("deyo", {"plpd_threshold": 2.0}, r"plpd_threshold must be in \[-1, 1\], got 2.0"),
         ("memo", {"augmentation_count": 0}, r"augmentation_count must be an integer >= 1, got 0"),
         ("rotta", {"memory_capacity": -4}, r"memory_capacity must be an integer >= 1, got -4"),
-        ("cmf", {"prior_correction": "softmax"}, r"prior_correction must be one of logits, none, probabilities; got 'softmax'"),
+        (
+            "cmf",
+            {"prior_correction": "softmax"},
+            r"prior_correction must be one of logits, none, probabilities; got 'softmax'",
+        ),
         ("sar", {"sam_radius": -0.1}, r"sam_radius must be a finite number >= 0, got -0.1"),
     ],
 )
@@ -160,7 +214,9 @@ def test_a_head_whose_output_is_transformed_is_refused():
 
 
 def test_ttac_without_statistics_explains_how_to_compute_them(tiny_cnn, tmp_path):
-    with pytest.raises(ValueError, match=r"ttac_nq' needs source feature statistics: compute them .*compute_source_statistics"):
+    with pytest.raises(
+        ValueError, match=r"ttac_nq' needs source feature statistics: compute them .*compute_source_statistics"
+    ):
         create("ttac_nq", tiny_cnn)
     with pytest.raises(ValueError, match=r"source_statistics file '.*missing.pt' does not exist"):
         create("ttac_nq", tiny_cnn, source_statistics=str(tmp_path / "missing.pt"))
@@ -378,7 +434,9 @@ def test_neo_continual_variant_uses_an_exponential_average(tiny_cnn):
 def test_pl_keeps_only_confident_samples_and_uses_their_cross_entropy():
     classes = 10
     method = create("pl", ConstructedLogits(classes))
-    logits = torch.stack([confident(classes, 0, 10.0), torch.zeros(classes), confident(classes, 3, 3.0), confident(classes, 5, 6.0)])
+    logits = torch.stack(
+        [confident(classes, 0, 10.0), torch.zeros(classes), confident(classes, 3, 3.0), confident(classes, 5, 6.0)]
+    )
     probabilities = logits.softmax(1)
     kept = [index for index in range(4) if float(probabilities[index].max()) > 0.9]
     assert kept == [0, 3]

@@ -54,7 +54,10 @@ def reference_sar_update(model, images, margin, radius, learning_rate):
     kept = second < margin
     second_loss = second[kept].mean()
     second_gradients = torch.autograd.grad(second_loss, parameters)
-    expected = {name: original - learning_rate * gradient for (name, _), original, gradient in zip(named, originals, second_gradients)}
+    expected = {
+        name: original - learning_rate * gradient
+        for (name, _), original, gradient in zip(named, originals, second_gradients)
+    }
     return expected, float(second_loss.detach()), int(reliable.sum()), int(kept.sum()), reference
 
 
@@ -68,7 +71,9 @@ def test_sar_takes_a_sharpness_aware_step_on_the_twice_filtered_samples():
     method = create(
         "sar", model, entropy_margin_fraction=margin / math.log(10), sam_radius=radius, learning_rate=learning_rate
     )
-    expected, second_loss, reliable, kept, reference = reference_sar_update(model, images, margin, radius, learning_rate)
+    expected, second_loss, reliable, kept, reference = reference_sar_update(
+        model, images, margin, radius, learning_rate
+    )
     assert reliable == 8 and kept < reliable, "both filters should remove samples in this construction"
 
     logits = method(images)
@@ -247,7 +252,9 @@ def test_pil_affine_translates_exactly_and_follows_pil_geometry():
     assert torch.equal(shifted[:, :, :-2], image[:, :, 2:]) and torch.all(shifted[:, :, -2:] == 128)
     for coefficients in [(1.0, 0.03, 0.0, 0.0, 1.0, 0.0), (0.9994, 0.0349, -0.4, -0.0349, 0.9994, 0.4)]:
         expected = np.asarray(
-            Image.fromarray(array).transform((16, 12), Image.AFFINE, coefficients, resample=Image.BILINEAR, fillcolor=(128,) * 3)
+            Image.fromarray(array).transform(
+                (16, 12), Image.AFFINE, coefficients, resample=Image.BILINEAR, fillcolor=(128,) * 3
+            )
         ).astype(int)
         ours = pil_affine(image, coefficients).permute(1, 2, 0).numpy().astype(int)
         # Inside the one-pixel border every value is within 1 of PIL's; PIL's edge rule differs.
@@ -307,7 +314,9 @@ def test_robust_batchnorm_mixes_global_and_batch_statistics_with_gradient():
     inputs = torch.randn(4, 3, 5, 5, generator=torch.Generator().manual_seed(0), requires_grad=True)
     mean = 0.95 * layer.running_mean + 0.05 * inputs.mean((0, 2, 3))
     variance = 0.95 * layer.running_var + 0.05 * inputs.var((0, 2, 3), unbiased=False)
-    expected = (inputs - mean.view(1, 3, 1, 1)) / torch.sqrt(variance.view(1, 3, 1, 1) + 1e-5) * layer.weight.view(1, 3, 1, 1)
+    expected = (
+        (inputs - mean.view(1, 3, 1, 1)) / torch.sqrt(variance.view(1, 3, 1, 1) + 1e-5) * layer.weight.view(1, 3, 1, 1)
+    )
     output = robust(inputs)
     assert torch.allclose(output, expected, atol=1e-6)
     weights = torch.rand(output.shape, generator=torch.Generator().manual_seed(1))
@@ -330,7 +339,15 @@ def test_category_balanced_memory_evicts_by_timeliness_and_uncertainty():
     samples = {name: torch.full((1,), float(index)) for index, name in enumerate("ABCDEFG")}
     # Scores: sigmoid(age / 4) + uncertainty / ln 2. C replaces A (score 1.34 > 0.79); D (1.80) is
     # rejected since the worst of class 0 is C (0.85); G (0.50) replaces E (1.06) in class 1.
-    for name, label, uncertainty in [("A", 0, 0.5), ("B", 0, 0.1), ("C", 0, 0.2), ("D", 0, 0.9), ("E", 1, 0.3), ("F", 1, 0.3), ("G", 1, 0.0)]:
+    for name, label, uncertainty in [
+        ("A", 0, 0.5),
+        ("B", 0, 0.1),
+        ("C", 0, 0.2),
+        ("D", 0, 0.9),
+        ("E", 1, 0.3),
+        ("F", 1, 0.3),
+        ("G", 1, 0.0),
+    ]:
         memory.add(samples[name], label, uncertainty)
     images, ages = memory.contents()
     assert [int(image) for image in images] == [1, 2, 5, 6]  # B, C, F, G
@@ -375,7 +392,9 @@ def test_rotta_update_matches_the_papers_loss_and_teacher_rule(tiny_cnn):
     assert math.isclose(method.last_step.loss, float(loss.detach()), rel_tol=1e-5)
     for (name, parameter), expected in zip(method.model.named_parameters(), student.parameters()):
         assert torch.allclose(parameter, expected, atol=1e-6), name
-    for (name, parameter), initial, updated in zip(method.teacher.named_parameters(), teacher.parameters(), student.parameters()):
+    for (name, parameter), initial, updated in zip(
+        method.teacher.named_parameters(), teacher.parameters(), student.parameters()
+    ):
         assert torch.allclose(parameter, 0.5 * initial + 0.5 * updated, atol=1e-7), name
     assert not torch.equal(method.teacher[1].weight, teacher[1].weight)
     assert torch.allclose(method.teacher[1].running_mean, teacher[1].running_mean)
@@ -454,7 +473,9 @@ def test_cmf_filters_the_parameters_after_the_sgd_step(tiny_cnn):
     for (name, stepped), hidden in zip(named, method.hidden_parameters.tensors()):
         expected_hidden = beta * source[name] + (1 - beta) * stepped
         assert torch.allclose(hidden, expected_hidden, atol=1e-6), name
-        assert torch.allclose(method.model.get_parameter(name), 0.99 * stepped + 0.01 * expected_hidden, atol=1e-6), name
+        assert torch.allclose(method.model.get_parameter(name), 0.99 * stepped + 0.01 * expected_hidden, atol=1e-6), (
+            name
+        )
     assert math.isclose(method.last_step.loss, float(loss.detach()), rel_tol=1e-5)
     assert torch.allclose(logits, batch_statistics_copy(tiny_cnn)(images), atol=1e-6)
 
@@ -518,7 +539,10 @@ def test_source_statistics_files_round_trip_and_bad_files_are_explained(tiny_cnn
     with pytest.raises(ValueError, match=r"needs at least one clean image, got none"):
         compute_source_statistics(tiny_cnn, [])
     other = nn.Sequential(nn.Flatten(), nn.BatchNorm1d(192), nn.Linear(192, 5))
-    with pytest.raises(ValueError, match=r"source statistics have 8 features and 10 classes, but the model's head '2' maps 192 features to 5 classes"):
+    with pytest.raises(
+        ValueError,
+        match=r"source statistics have 8 features and 10 classes, but the model's head '2' maps 192 features to 5 classes",
+    ):
         create("ttac_nq", other, source_statistics=str(tmp_path / "stats.pt"))
 
 
@@ -533,12 +557,16 @@ def test_symmetric_kl_matches_torch_distributions():
     expected = torch.distributions.kl_divergence(p, q) + torch.distributions.kl_divergence(q, p)
     ours = symmetric_gaussian_kl(mean_p, covariance_p, mean_q, covariance_q)
     assert torch.allclose(ours, expected, rtol=1e-10)
-    given_factor = symmetric_gaussian_kl(mean_p, covariance_p, mean_q, covariance_q, torch.linalg.cholesky(covariance_p))
+    given_factor = symmetric_gaussian_kl(
+        mean_p, covariance_p, mean_q, covariance_q, torch.linalg.cholesky(covariance_p)
+    )
     assert torch.allclose(given_factor, expected, rtol=1e-10)
     variance_p, variance_q = covariance_p.diagonal(), covariance_q.diagonal()
     diagonal_p = torch.distributions.MultivariateNormal(mean_p, torch.diag(variance_p))
     diagonal_q = torch.distributions.MultivariateNormal(mean_q, torch.diag(variance_q))
-    expected = torch.distributions.kl_divergence(diagonal_p, diagonal_q) + torch.distributions.kl_divergence(diagonal_q, diagonal_p)
+    expected = torch.distributions.kl_divergence(diagonal_p, diagonal_q) + torch.distributions.kl_divergence(
+        diagonal_q, diagonal_p
+    )
     assert torch.allclose(symmetric_diagonal_gaussian_kl(mean_p, variance_p, mean_q, variance_q), expected, rtol=1e-10)
 
 
@@ -566,9 +594,13 @@ def test_ttac_loss_aligns_class_and_global_feature_statistics(tiny_cnn, tmp_path
         source_mean, source_variance = statistics.class_means[label], statistics.class_variances[label]
         shift = ((members - source_mean).sum(0)) / 64
         mean = source_mean + shift
-        variance = source_variance + (((members - source_mean) ** 2).sum(0) - len(members) * source_variance) / 64 - shift**2
+        variance = (
+            source_variance + (((members - source_mean) ** 2).sum(0) - len(members) * source_variance) / 64 - shift**2
+        )
         expected_means[label] = mean
-        class_loss = class_loss + symmetric_kl(source_mean, torch.diag(source_variance) + ridge, mean, torch.diag(variance) + ridge)
+        class_loss = class_loss + symmetric_kl(
+            source_mean, torch.diag(source_variance) + ridge, mean, torch.diag(variance) + ridge
+        )
     batch_mean = features.mean(0)
     batch_covariance = (features - batch_mean).t() @ (features - batch_mean) / 16
     global_loss = symmetric_kl(statistics.mean, statistics.covariance + ridge, batch_mean, batch_covariance + ridge)
@@ -601,7 +633,9 @@ def test_batchnorm_prior_keeps_running_statistics_for_a_single_value_per_channel
 def test_adabn_refuses_a_single_value_per_channel():
     model = nn.Sequential(nn.Flatten(), nn.BatchNorm1d(12), nn.Linear(12, 3))
     method = create("adabn", model)
-    with pytest.raises(ValueError, match=r"BatchNorm batch statistics need more than 1 value per channel, got input shape \(1, 12\)"):
+    with pytest.raises(
+        ValueError, match=r"BatchNorm batch statistics need more than 1 value per channel, got input shape \(1, 12\)"
+    ):
         method(torch.rand(1, 3, 2, 2))
 
 
@@ -616,7 +650,21 @@ class AuthorsRDumbPP:
     pulls the weights towards them (soft) and the batch is predicted again; then ETA with the 20 %
     lowest-entropy fallback adapts on that prediction. Statistics are tensors, as in the author's code."""
 
-    def __init__(self, model, *, signal, mode, margin, redundancy, learning_rate, threshold, mean_weight, warmup, cooldown, strength):
+    def __init__(
+        self,
+        model,
+        *,
+        signal,
+        mode,
+        margin,
+        redundancy,
+        learning_rate,
+        threshold,
+        mean_weight,
+        warmup,
+        cooldown,
+        strength,
+    ):
         self.model = copy.deepcopy(model).train().requires_grad_(False)
         parameters = []
         for module in self.model.modules():
@@ -628,7 +676,13 @@ class AuthorsRDumbPP:
         self.initial_model = copy.deepcopy(self.model.state_dict())
         self.initial_optimizer = copy.deepcopy(self.optimizer.state_dict())
         self.signal, self.mode, self.margin, self.redundancy = signal, mode, margin, redundancy
-        self.threshold, self.mean_weight, self.warmup, self.cooldown, self.strength = threshold, mean_weight, warmup, cooldown, strength
+        self.threshold, self.mean_weight, self.warmup, self.cooldown, self.strength = (
+            threshold,
+            mean_weight,
+            warmup,
+            cooldown,
+            strength,
+        )
         self.mean = self.variance = self.reference = self.class_average = None
         self.batches = self.since_reset = 0
         self.reset_batches: list[int] = []
@@ -657,7 +711,11 @@ class AuthorsRDumbPP:
     def __call__(self, images):
         with torch.enable_grad():
             outputs = self.model(images)
-            if self.batches >= self.warmup and self.since_reset >= self.cooldown and self.score(outputs) > self.threshold:
+            if (
+                self.batches >= self.warmup
+                and self.since_reset >= self.cooldown
+                and self.score(outputs) > self.threshold
+            ):
                 if self.mode == "full":
                     self.model.load_state_dict(self.initial_model)
                     self.optimizer.load_state_dict(copy.deepcopy(self.initial_optimizer))
@@ -677,7 +735,9 @@ class AuthorsRDumbPP:
             selected = entropies[reliable]
             probabilities = outputs.softmax(1)[reliable].detach()
             if self.class_average is not None:
-                similar = F.cosine_similarity(self.class_average.unsqueeze(0), probabilities, dim=1).abs() < self.redundancy
+                similar = (
+                    F.cosine_similarity(self.class_average.unsqueeze(0), probabilities, dim=1).abs() < self.redundancy
+                )
                 selected, probabilities = selected[similar], probabilities[similar]
             if len(probabilities):
                 average = probabilities.mean(0)
@@ -701,13 +761,30 @@ def test_rdumbpp_replays_the_authors_code_batch_by_batch(tiny_cnn, signal, mode,
     so the fallback selects the samples). A reachable threshold (the score stays below 1/√0.4 = 1.58;
     each one at least 0.04 from every score of the run), a large learning rate and short warm-up and
     cool-down make the detector fire."""
-    options = {"signal": signal, "mode": mode, "threshold": threshold, "momentum": 0.75, "warmup": 2, "cooldown": 3, "strength": 0.4}
+    options = {
+        "signal": signal,
+        "mode": mode,
+        "threshold": threshold,
+        "momentum": 0.75,
+        "warmup": 2,
+        "cooldown": 3,
+        "strength": 0.4,
+    }
     policy = ":".join(["rdumbpp"] + [f"{key}={value}" for key, value in options.items()])
     ours = create("rdumbpp", tiny_cnn, redundancy_margin=0.999, learning_rate=2.0, reset=policy)
     margin = ours.method.config.entropy_margin(10)
     authors = AuthorsRDumbPP(
-        tiny_cnn, signal=signal, mode=mode, margin=margin, redundancy=0.999, learning_rate=2.0, threshold=threshold,
-        mean_weight=0.75, warmup=2, cooldown=3, strength=0.4,
+        tiny_cnn,
+        signal=signal,
+        mode=mode,
+        margin=margin,
+        redundancy=0.999,
+        learning_rate=2.0,
+        threshold=threshold,
+        mean_weight=0.75,
+        warmup=2,
+        cooldown=3,
+        strength=0.4,
     )
     reset_batches = []
     for index, (images, _) in enumerate(make_batches(24)):

@@ -26,12 +26,27 @@ BATCHNORM_POSITIONS = (1, 4)
 
 def test_published_imagenet_c_defaults():
     defaults = get_method("petta").defaults()
-    expected = {"learning_rate": 1e-3, "adam_beta1": 0.9, "adam_beta2": 0.999, "weight_decay": 0.0,
-                "robust_bn_momentum": 0.05, "memory_capacity": 64, "timeliness_weight": 1.0,
-                "uncertainty_weight": 1.0, "noise_std": 0.005, "teacher_update_rate": 0.001,
-                "regularization_weight": 10.0, "regularizer": "cosine", "anchor_weight": 1.0,
-                "adaptive_lambda": True, "adaptive_alpha": True, "prototype_rate": 0.05,
-                "classification_loss": "ce", "source_statistics": "", "reset_every": None}
+    expected = {
+        "learning_rate": 1e-3,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.999,
+        "weight_decay": 0.0,
+        "robust_bn_momentum": 0.05,
+        "memory_capacity": 64,
+        "timeliness_weight": 1.0,
+        "uncertainty_weight": 1.0,
+        "noise_std": 0.005,
+        "teacher_update_rate": 0.001,
+        "regularization_weight": 10.0,
+        "regularizer": "cosine",
+        "anchor_weight": 1.0,
+        "adaptive_lambda": True,
+        "adaptive_alpha": True,
+        "prototype_rate": 0.05,
+        "classification_loss": "ce",
+        "source_statistics": "",
+        "reset_every": None,
+    }
     assert {name: defaults[name] for name in expected} == expected
 
 
@@ -43,7 +58,9 @@ def test_collapse_score_on_hand_computed_values():
     divergence = (1.0 / (1.0 + 1e-6) + 4.0 / (3.0 + 1e-6) + 0.0 + 1.0 / 1e-6) / 4.0
     assert math.isclose(float(collapse_score(prototypes, means, variances)), 1.0 - math.exp(-divergence), rel_tol=1e-6)
     first_row = (1.0 / (1.0 + 1e-6) + 4.0 / (3.0 + 1e-6)) / 2.0
-    assert math.isclose(float(collapse_score(prototypes[:1], means[:1], variances[:1])), 1.0 - math.exp(-first_row), rel_tol=1e-6)
+    assert math.isclose(
+        float(collapse_score(prototypes[:1], means[:1], variances[:1])), 1.0 - math.exp(-first_row), rel_tol=1e-6
+    )
     assert float(collapse_score(means, means, variances)) == 0.0
 
 
@@ -60,7 +77,9 @@ def test_regularizers_on_hand_computed_values():
     parameters = [torch.tensor([1.0, 0.0]), torch.tensor([2.0, 2.0, 0.0])]
     sources = [torch.tensor([1.0, 1.0]), torch.tensor([0.0, 0.0, 3.0])]
     # cosines 1/√2 and 0; l2 distances 1 and 4 + 4 + 9
-    assert math.isclose(float(parameter_regularizer(parameters, sources, "cosine")), -(1 / math.sqrt(2) + 0.0) / 2, rel_tol=1e-6)
+    assert math.isclose(
+        float(parameter_regularizer(parameters, sources, "cosine")), -(1 / math.sqrt(2) + 0.0) / 2, rel_tol=1e-6
+    )
     assert math.isclose(float(parameter_regularizer(parameters, sources, "l2")), (1.0 + 17.0) / 2, rel_tol=1e-6)
     assert float(parameter_regularizer(parameters, sources, "none")) == 0.0
 
@@ -164,7 +183,11 @@ def test_one_update_equals_the_rule_written_out(tiny_cnn):
             torch.testing.assert_close(teacher[clear], expected_teacher[clear], rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(teacher, (1.0 - alpha) * initial[k] + alpha * adapted, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(getattr(method.anchor[position], name), initial[k])
-        for network, expected in ((method.model, student_statistics), (method.teacher, teacher_statistics), (method.anchor, anchor_statistics)):
+        for network, expected in (
+            (method.model, student_statistics),
+            (method.teacher, teacher_statistics),
+            (method.anchor, anchor_statistics),
+        ):
             torch.testing.assert_close(network[position].running_mean, expected[position][0], rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(network[position].running_var, expected[position][1], rtol=1e-5, atol=1e-6)
     updated = prototypes.clone()
@@ -175,7 +198,9 @@ def test_one_update_equals_the_rule_written_out(tiny_cnn):
 
 def test_fixed_lambda_and_alpha_leave_the_prototypes_alone(tiny_cnn):
     statistics = hand_statistics()
-    method = PeTTA(copy.deepcopy(tiny_cnn), PeTTAConfig(adaptive_lambda=False, adaptive_alpha=False), source_statistics=statistics)
+    method = PeTTA(
+        copy.deepcopy(tiny_cnn), PeTTAConfig(adaptive_lambda=False, adaptive_alpha=False), source_statistics=statistics
+    )
     method(make_batches(1)[0][0])
     assert method.last_step.updated and method.last_collapse_score is None
     torch.testing.assert_close(method.prototypes, statistics.class_means)
@@ -189,14 +214,18 @@ def test_symmetric_self_training_loss_is_the_public_four_term_form(tiny_cnn):
     def cross(target: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         return -(target.softmax(1) * output.log_softmax(1)).sum(1)
 
-    expected = (0.25 * (cross(teacher, clean) + cross(clean, teacher) + cross(teacher, augmented) + cross(augmented, teacher))).mean()
+    expected = (
+        0.25 * (cross(teacher, clean) + cross(clean, teacher) + cross(teacher, augmented) + cross(augmented, teacher))
+    ).mean()
     torch.testing.assert_close(method._classification_loss(teacher, clean, augmented), expected)
     method(make_batches(1)[0][0])
     assert method.last_step.updated
 
 
 def test_missing_statistics_are_explained_in_one_line(tiny_cnn, tmp_path):
-    with pytest.raises(ValueError, match=r"^method 'petta' needs source feature statistics: compute them .*compute_source_statistics"):
+    with pytest.raises(
+        ValueError, match=r"^method 'petta' needs source feature statistics: compute them .*compute_source_statistics"
+    ):
         create("petta", tiny_cnn)
     with pytest.raises(ValueError, match=r"source_statistics file '.*missing.pt' does not exist"):
         create("petta", tiny_cnn, source_statistics=str(tmp_path / "missing.pt"))
@@ -227,8 +256,23 @@ def test_tta_eval_runs_petta_next_to_rotta(tmp_path, capsys):
     compute_source_statistics(model, clean).save(path)
     petta = f"petta:source_statistics={path}"
     code, _, err = run_cli(
-        capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "rotta:update_every=8",
-        "--method", petta, "--window", "32", "--out", str(tmp_path / "results"), "--name", "petta", "--no-progress",
+        capsys,
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "rotta:update_every=8",
+        "--method",
+        petta,
+        "--window",
+        "32",
+        "--out",
+        str(tmp_path / "results"),
+        "--name",
+        "petta",
+        "--no-progress",
     )
     assert code == 0, err
     run_dir = tmp_path / "results" / "petta"
@@ -240,7 +284,16 @@ def test_tta_eval_runs_petta_next_to_rotta(tmp_path, capsys):
     assert config["methods"][petta]["config"]["regularization_weight"] == 10.0
 
     code, _, err = run_cli(
-        capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "petta",
-        "--out", str(tmp_path / "results"), "--no-progress",
+        capsys,
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "petta",
+        "--out",
+        str(tmp_path / "results"),
+        "--no-progress",
     )
     assert code == 2 and "method 'petta' needs source feature statistics" in err and "Traceback" not in err

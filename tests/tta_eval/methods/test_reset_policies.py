@@ -82,7 +82,9 @@ def test_bad_policies_fail_in_one_line_naming_the_valid_ones(value, needles):
 
 
 def test_reset_and_reset_every_are_one_option(tiny_cnn):
-    with pytest.raises(ValueError, match=r"^give either 'reset' or its short form 'reset_every' for method 'eta', not both"):
+    with pytest.raises(
+        ValueError, match=r"^give either 'reset' or its short form 'reset_every' for method 'eta', not both"
+    ):
         create("eta", tiny_cnn, reset="asr", reset_every=3)
     assert isinstance(create("rdumb", tiny_cnn, reset="never"), ETA)
     assert isinstance(create("rdumb", tiny_cnn, reset_every=None), ETA)
@@ -94,7 +96,9 @@ def test_method_specs_take_policies_after_reset_with_colons():
     spec = MethodSpec.parse("roid:reset=asr:r0=0.25,learning_rate=0.001")
     assert spec.name == "roid" and dict(spec.options) == {"reset": "asr:r0=0.25", "learning_rate": 0.001}
     assert MethodSpec.parse("eta:reset=periodic:every=1000").options == (("reset", "periodic:every=1000"),)
-    with pytest.raises(ValueError, match=r"unknown reset policy 'rdumb'; valid policies: never, periodic, rdumbpp, asr"):
+    with pytest.raises(
+        ValueError, match=r"unknown reset policy 'rdumb'; valid policies: never, periodic, rdumbpp, asr"
+    ):
         MethodSpec.parse("eta:reset=rdumb")
 
 
@@ -112,8 +116,13 @@ def test_methods_command_lists_the_new_methods_and_their_policies(capsys):
     assert "\nrdumbpp: " in out and f"reset = '{DriftPolicy().text()}'" in out
     code, out, _ = run_cli(capsys, "methods", "asr")
     assert code == 0 and f"reset = '{ASRPolicy().text()}'" in out and "YonseiML/asr" in out
-    policies = out[out.index("reset policies, for any method"):].splitlines()[1:]
-    assert [line.strip() for line in policies] == ["never", "periodic:every=1000", DriftPolicy().text(), ASRPolicy().text()]
+    policies = out[out.index("reset policies, for any method") :].splitlines()[1:]
+    assert [line.strip() for line in policies] == [
+        "never",
+        "periodic:every=1000",
+        DriftPolicy().text(),
+        ASRPolicy().text(),
+    ]
 
 
 # --- periodic = reset_every --------------------------------------------------------------------------
@@ -139,7 +148,16 @@ def test_periodic_policy_run_records_equal_the_reset_every_run(tmp_path, capsys)
     run = tmp_path / "periodic"
     first, second = (RecordTable.read_csv(path) for path in sorted((run / "records").glob("rdumb*.csv")))
     assert len(first) == len(second) == 6
-    for column in ("batch_index", "correct", "samples_adapted", "loss", "nonfinite_loss", "reset", "predicted", "adapted"):
+    for column in (
+        "batch_index",
+        "correct",
+        "samples_adapted",
+        "loss",
+        "nonfinite_loss",
+        "reset",
+        "predicted",
+        "adapted",
+    ):
         numpy.testing.assert_array_equal(first.column(column), second.column(column), err_msg=column)
     assert list(first.column("reset")) == [0, 0, 1, 0, 1, 0] and first.column("samples_adapted").sum() > 0
     config = json.loads((run / "config.json").read_text())["methods"]
@@ -187,7 +205,9 @@ def test_the_drift_score_follows_the_authors_formula_and_stays_below_its_bound()
         for _ in range(5):
             wrapped(entropy_logits(1.0))
         signal = float(softmax_entropy(entropy_logits(1.0)).mean())
-        assert wrapped.signal_mean == pytest.approx(signal, rel=1e-12) and wrapped.last_score == pytest.approx(0.0, abs=1e-3)
+        assert wrapped.signal_mean == pytest.approx(signal, rel=1e-12) and wrapped.last_score == pytest.approx(
+            0.0, abs=1e-3
+        )
         variance = wrapped.signal_variance
         wrapped(entropy_logits(20.0))
         deviation = float(softmax_entropy(entropy_logits(20.0)).mean()) - signal
@@ -283,7 +303,9 @@ def test_asr_resets_only_the_deep_part_and_learns_fisher_and_means(name, tiny_cn
     assert wrapped.method.optimizer.state_dict()["state"] == {}
     if name == "roid":
         assert wrapped.method.class_average is None
-        for source, initial_source in zip(wrapped.method.source_parameters.tensors(), fresh.source_parameters.tensors()):
+        for source, initial_source in zip(
+            wrapped.method.source_parameters.tensors(), fresh.source_parameters.tensors()
+        ):
             assert torch.equal(source, initial_source)
     [step_gradients] = gradients
     for fisher, gradient in zip(wrapped.fisher, step_gradients):
@@ -323,7 +345,9 @@ def test_asr_regulariser_adds_the_gradient_of_its_penalty(tiny_cnn):
     for parameter, gradient in zip(parameters, gradients):
         parameter.grad = gradient.clone()
     wrapped._before_optimizer_step(wrapped.method.optimizer, (), {})
-    for parameter, gradient, fisher, mean, total in zip(parameters, gradients, wrapped.fisher, wrapped.parameter_mean, wrapped.fisher_sum):
+    for parameter, gradient, fisher, mean, total in zip(
+        parameters, gradients, wrapped.fisher, wrapped.parameter_mean, wrapped.fisher_sum
+    ):
         with torch.enable_grad():
             copy_ = parameter.detach().clone().requires_grad_(True)
             (0.7 * (fisher * (copy_ - mean) ** 2).sum()).backward()
@@ -408,7 +432,18 @@ def test_wrapped_methods_pickle_and_continue_identically(reset, tiny_cnn):
 
 def test_tta_eval_runs_roid_with_asr_and_rdumbpp(tmp_path, capsys):
     labels = ("roid:reset=asr", "rdumbpp", "asr")
-    arguments = ["run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--out", str(tmp_path), "--name", "policies", "--no-progress"]
+    arguments = [
+        "run",
+        "--stream",
+        SMALL_STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--out",
+        str(tmp_path),
+        "--name",
+        "policies",
+        "--no-progress",
+    ]
     for label in labels:
         arguments += ["--method", label]
     code, out, err = run_cli(capsys, *arguments)
@@ -436,7 +471,11 @@ def test_a_policy_given_on_a_demo_world_stream_replaces_the_worlds_reset_every(t
     from tta_eval.experiment import ExperimentSettings, resolve_experiment
 
     run = make_ccc_run(tmp_path / "shards", num_images=64, speed=8, shard_size=64)
-    monkeypatch.setattr(ccc.demo, "EXPECTED_INDEX_SHA256", json.loads((run / "manifest.json").read_text())["stream"]["source_index_checksum"])
+    monkeypatch.setattr(
+        ccc.demo,
+        "EXPECTED_INDEX_SHA256",
+        json.loads((run / "manifest.json").read_text())["stream"]["source_index_checksum"],
+    )
     methods = tuple(MethodSpec.parse(text) for text in ("rdumb", "rdumb:reset=asr", "rdumb:reset_every=3"))
     resolved = resolve_experiment(ExperimentSettings(stream=f"ccc:{run}", methods=methods)).settings.methods
     options = {method.label: dict(method.options) for method in resolved}

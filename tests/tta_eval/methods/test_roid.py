@@ -19,13 +19,24 @@ from tta_eval.methods.roid import ensemble_with_source, prior_corrected, smoothe
 
 def test_published_ccc_defaults():
     defaults = get_method("roid").defaults()
-    expected = {"learning_rate": 2.5e-4, "momentum": 0.9, "nesterov": True, "weight_decay": 0.0,
-                "prediction_momentum": 0.9, "weight_temperature": 1 / 3, "ensemble_momentum": 0.99,
-                "use_weighting": True, "use_consistency": True, "prior_correction": "logits"}
+    expected = {
+        "learning_rate": 2.5e-4,
+        "momentum": 0.9,
+        "nesterov": True,
+        "weight_decay": 0.0,
+        "prediction_momentum": 0.9,
+        "weight_temperature": 1 / 3,
+        "ensemble_momentum": 0.99,
+        "use_weighting": True,
+        "use_consistency": True,
+        "prior_correction": "logits",
+    }
     assert {name: defaults[name] for name in expected} == expected
 
 
-def hand_loss(model: torch.nn.Module, images: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+def hand_loss(
+    model: torch.nn.Module, images: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """ROID's first-batch loss written out: (loss, logits, kept count), p̄ uniform, seed-0 augmentation."""
     logits = model(images)
     count, classes = logits.shape
@@ -42,7 +53,9 @@ def hand_loss(model: torch.nn.Module, images: torch.Tensor, temperature: float) 
     clipped = probabilities.clamp(max=0.99)
     likelihood_ratio = -(clipped * torch.log(clipped / (1.0 - clipped) + 1e-5)).sum(1)
     loss = (likelihood_ratio * weights)[kept].sum() / count
-    augmented_images = augment_batch(images[kept], torch.Generator().manual_seed(0), 0.0, padding_mode="reflect", blur=False)
+    augmented_images = augment_batch(
+        images[kept], torch.Generator().manual_seed(0), 0.0, padding_mode="reflect", blur=False
+    )
     augmented = model(augmented_images)
     teacher = logits[kept]
     symmetric = -0.5 * (teacher.softmax(1) * augmented.log_softmax(1)).sum(1) - 0.5 * (
@@ -75,7 +88,9 @@ def test_one_step_equals_the_update_rule_by_hand(tiny_cnn):
         torch.testing.assert_close(adapted.detach(), expected, rtol=1e-5, atol=1e-6, msg=name)
     prior = logits.detach().softmax(1).mean(0)
     smoothing = max(1 / 16, 1 / 10) / prior.max()
-    torch.testing.assert_close(returned, logits.detach() * (prior + smoothing) / (1 + 10 * smoothing), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        returned, logits.detach() * (prior + smoothing) / (1 + 10 * smoothing), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_without_ensembling_or_prior_correction_the_step_is_plain_sgd(tiny_cnn):

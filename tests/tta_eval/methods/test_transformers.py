@@ -62,7 +62,9 @@ def prepare_on(method: nn.Module, model_kind: str) -> nn.Module:
 
 
 def test_the_expected_methods_support_layernorm_and_groupnorm():
-    assert {"tent", "eta", "eata", "rdumb", "rpl", "cpl", "pl", "slr", "sar", "deyo", "cmf"} <= set(NORMALIZATION_METHODS)
+    assert {"tent", "eta", "eata", "rdumb", "rpl", "cpl", "pl", "slr", "sar", "deyo", "cmf"} <= set(
+        NORMALIZATION_METHODS
+    )
     assert set(BATCHNORM_ONLY) == {"bn", "adabn", "rotta", "petta"}
     assert "cotta" in SUPPORTING
 
@@ -114,13 +116,17 @@ def test_batchnorm_rules_refuse_in_one_line(name, model_kind):
     with pytest.raises(ValueError) as error:
         create(name, MODELS[model_kind][0]())
     message = str(error.value)
-    assert "\n" not in message and message.startswith(f"method '{name}' adapts BatchNorm layers, but the model has none")
+    assert "\n" not in message and message.startswith(
+        f"method '{name}' adapts BatchNorm layers, but the model has none"
+    )
     assert f"(found: {NORM_TYPES[model_kind].__name__})" in message and "LayerNorm and GroupNorm" in message
 
 
 def test_a_layer_without_affine_parameters_is_named():
     model = nn.Sequential(nn.Flatten(), nn.LayerNorm(192, elementwise_affine=False), nn.Linear(192, 10))
-    with pytest.raises(ValueError, match=r"^method 'tent' adapts the affine parameters .* none of them has affine parameters"):
+    with pytest.raises(
+        ValueError, match=r"^method 'tent' adapts the affine parameters .* none of them has affine parameters"
+    ):
         create("tent", model)
 
 
@@ -168,8 +174,17 @@ def test_every_supporting_method_runs_through_tta_eval_on_a_tiny_vit(tmp_path, c
 
 def test_batchnorm_rules_are_refused_in_one_line_by_tta_eval(tmp_path, capsys):
     code, _, err = run_cli(
-        capsys, "run", "--stream", VIT_STREAM, "--model", TINY_VIT_FACTORY, "--method", "bn",
-        "--out", str(tmp_path / "results"), "--no-progress",
+        capsys,
+        "run",
+        "--stream",
+        VIT_STREAM,
+        "--model",
+        TINY_VIT_FACTORY,
+        "--method",
+        "bn",
+        "--out",
+        str(tmp_path / "results"),
+        "--no-progress",
     )
     assert code == 2 and "method 'bn' adapts BatchNorm layers, but the model has none (found: LayerNorm)" in err
     assert "Traceback" not in err
@@ -178,8 +193,19 @@ def test_batchnorm_rules_are_refused_in_one_line_by_tta_eval(tmp_path, capsys):
 def test_a_missing_timm_is_reported_by_tta_eval_in_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "timm", None)
     code, _, err = run_cli(
-        capsys, "run", "--stream", VIT_STREAM, "--model", "timm:vit_base_patch16_224", "--weights", "none",
-        "--method", "tent", "--out", str(tmp_path / "results"), "--no-progress",
+        capsys,
+        "run",
+        "--stream",
+        VIT_STREAM,
+        "--model",
+        "timm:vit_base_patch16_224",
+        "--weights",
+        "none",
+        "--method",
+        "tent",
+        "--out",
+        str(tmp_path / "results"),
+        "--no-progress",
     )
     assert code == 2 and "timm is not installed: pip install timm" in err and "Traceback" not in err
 
@@ -256,7 +282,9 @@ def test_cotta_all_adapts_the_parameters_named_weight_or_bias_as_the_public_coll
     method = create("cotta", model, adapted_parameters="all", augmentation_count=2)
     every = {name for name, _ in model.named_parameters()}
     assert set(method.adapted_parameter_names) == every - left_out
-    assert [name for name, parameter in method.model.named_parameters() if parameter.requires_grad] == method.adapted_parameter_names
+    assert [
+        name for name, parameter in method.model.named_parameters() if parameter.requires_grad
+    ] == method.adapted_parameter_names
     if make_model is make_tiny_vit:
         assert (len(every), len(method.adapted_parameter_names)) == (32, 26)
     source = dict(model.named_parameters())

@@ -35,7 +35,9 @@ class EveryKthProtocol(EpisodeSettings):
         check_positive_int("period", self.period)
 
 
-def run_every_kth(methods: Mapping[str, Any], batches: Iterable[Any], protocol: EveryKthProtocol, context: RunContext) -> Iterator[BatchRecord]:
+def run_every_kth(
+    methods: Mapping[str, Any], batches: Iterable[Any], protocol: EveryKthProtocol, context: RunContext
+) -> Iterator[BatchRecord]:
     with lockstep(methods, batches, protocol, context) as (state, stream):
         for batch, new_episode in stream:
             for runner in state.runners:
@@ -49,7 +51,9 @@ def run_every_kth(methods: Mapping[str, Any], batches: Iterable[Any], protocol: 
                 check_nonfinite(record, protocol)
 
 
-def score_every_kth(table: RecordTable, protocol: EveryKthProtocol, baseline_latency: float | None, label: str) -> list[dict[str, Any]]:
+def score_every_kth(
+    table: RecordTable, protocol: EveryKthProtocol, baseline_latency: float | None, label: str
+) -> list[dict[str, Any]]:
     accuracy = batch_accuracy(table)
     adapted = table.column("adapted")
     return [
@@ -59,7 +63,9 @@ def score_every_kth(table: RecordTable, protocol: EveryKthProtocol, baseline_lat
             "period": protocol.period,
             "utility": float(accuracy.mean()),
             "adapted_share": float(adapted.mean()),
-            "per_domain": {domain: {"utility": float(accuracy[mask].mean())} for domain, mask in domain_masks(table).items()},
+            "per_domain": {
+                domain: {"utility": float(accuracy[mask].mean())} for domain, mask in domain_masks(table).items()
+            },
         }
     ]
 
@@ -86,7 +92,9 @@ ENTRY = ProtocolEntry(
         help="every_kth periods",
         score_key="period",
         label="period K",
-        scenarios=lambda values, base: [(f"every_{int(value)}", EveryKthProtocol(**base, period=int(value))) for value in values],
+        scenarios=lambda values, base: [
+            (f"every_{int(value)}", EveryKthProtocol(**base, period=int(value))) for value in values
+        ],
     ),
 )
 
@@ -100,22 +108,47 @@ def registered():  # type: ignore[no-untyped-def]
 
 def common(tmp_path, command: str) -> list[str]:  # type: ignore[no-untyped-def]
     return [
-        command, "--stream", STREAM, "--model", TINY_FACTORY, "--method", "tent", "--domain-key", "domain",
-        "--out", str(tmp_path), "--no-progress", "--cost", "tent=2", "--baseline-latency-ms", "10",
+        command,
+        "--stream",
+        STREAM,
+        "--model",
+        TINY_FACTORY,
+        "--method",
+        "tent",
+        "--domain-key",
+        "domain",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--cost",
+        "tent=2",
+        "--baseline-latency-ms",
+        "10",
     ]
 
 
 def test_a_registered_protocol_runs_scores_and_sweeps_from_the_command_line(tmp_path, capsys, registered):
-    code, out, err = run_cli(capsys, *common(tmp_path, "run"), "--name", "run", "--protocol", "every_kth", "--period", "3")
+    code, out, err = run_cli(
+        capsys, *common(tmp_path, "run"), "--name", "run", "--protocol", "every_kth", "--period", "3"
+    )
     assert code == 0, err
     assert "every 3th:" in out and "| adapted share (%) |" in out
     code, _, err = run_cli(capsys, *common(tmp_path, "run"), "--name", "wrong", "--period", "3")
-    assert code == 2 and err.strip() == "tta-eval: error: --period applies to --protocol every_kth, got --protocol offline"
+    assert (
+        code == 2 and err.strip() == "tta-eval: error: --period applies to --protocol every_kth, got --protocol offline"
+    )
     code, out, err = run_cli(capsys, *common(tmp_path, "sweep"), "--name", "sweep", "--periods", "2,3")
     assert code == 0, err
     with open(tmp_path / "sweep" / "results.csv", newline="") as handle:
-        rows = [row for row in csv.DictReader(handle) if row["protocol"] == "every_kth" and row["domain"] == "all" and row["method"] == "tent"]
-    assert {row["parameter"]: float(row["adapted_share"]) for row in rows} == {"2": pytest.approx(3 / 6), "3": pytest.approx(2 / 6)}
+        rows = [
+            row
+            for row in csv.DictReader(handle)
+            if row["protocol"] == "every_kth" and row["domain"] == "all" and row["method"] == "tent"
+        ]
+    assert {row["parameter"]: float(row["adapted_share"]) for row in rows} == {
+        "2": pytest.approx(3 / 6),
+        "3": pytest.approx(2 / 6),
+    }
     assert (tmp_path / "sweep" / "utility_every_kth.png").is_file()
 
 

@@ -71,7 +71,11 @@ def test_episodic_reset_at_domain_changes_restores_the_method():
 
 def test_episodic_reset_every_n_batches():
     batches = make_batches(5)
-    records = list(run_offline({"bn": create("bn", make_tiny_cnn())}, batches, OfflineProtocol(reset="batches", reset_every_batches=2)))
+    records = list(
+        run_offline(
+            {"bn": create("bn", make_tiny_cnn())}, batches, OfflineProtocol(reset="batches", reset_every_batches=2)
+        )
+    )
     assert [record.reset for record in records] == [False, False, True, False, True]
 
 
@@ -88,7 +92,10 @@ def test_eata_gets_the_stream_head_and_every_batch_is_still_evaluated():
 def test_label_range_mismatch_is_reported():
     images, labels = make_batches(1)[0]
     labels[3] = 999
-    with pytest.raises(ValueError, match=r"labels must be in \[0, 10\) for a model with 10 outputs, got labels in \[\d+, 999\] in stream batch 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"labels must be in \[0, 10\) for a model with 10 outputs, got labels in \[\d+, 999\] in stream batch 0",
+    ):
         evaluate_protocol({"source": create("source", make_tiny_cnn())}, [(images, labels)])
 
 
@@ -110,7 +117,9 @@ def test_nonfinite_loss_policy_stop_raises_after_recording():
     batches[1][0][0, 0, 0, 0] = float("nan")
     records = []
     with pytest.raises(NonFiniteLossError, match="method 'tent' produced a non-finite loss .* on stream batch 1"):
-        for record in run_offline({"tent": create("tent", make_tiny_cnn())}, batches, OfflineProtocol(nonfinite_loss="stop")):
+        for record in run_offline(
+            {"tent": create("tent", make_tiny_cnn())}, batches, OfflineProtocol(nonfinite_loss="stop")
+        ):
             records.append(record)
     assert [record.nonfinite_loss for record in records] == [False, True]
 
@@ -118,10 +127,19 @@ def test_nonfinite_loss_policy_stop_raises_after_recording():
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        ((torch.rand(4, 3, 8, 8),), r"stream batch 0 must be \(images, labels\) or \(images, labels, metadata\), got tuple of length 1"),
-        ((torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4, dtype=torch.long)), r"images must be a float tensor N×C×H×W, got \(4, 3, 8, 8\) torch.uint8"),
+        (
+            (torch.rand(4, 3, 8, 8),),
+            r"stream batch 0 must be \(images, labels\) or \(images, labels, metadata\), got tuple of length 1",
+        ),
+        (
+            (torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4, dtype=torch.long)),
+            r"images must be a float tensor N×C×H×W, got \(4, 3, 8, 8\) torch.uint8",
+        ),
         ((torch.rand(4, 3, 8, 8), torch.zeros(3, dtype=torch.long)), r"4 images but 3 labels"),
-        ((torch.rand(4, 3, 8, 8), torch.zeros(4)), r"labels must be an integer tensor \(N,\), got \(4,\) torch.float32"),
+        (
+            (torch.rand(4, 3, 8, 8), torch.zeros(4)),
+            r"labels must be an integer tensor \(N,\), got \(4,\) torch.float32",
+        ),
     ],
 )
 def test_malformed_batches_are_rejected(item, message):
@@ -140,7 +158,9 @@ def test_protocol_settings_are_validated():
 
 def test_missing_domain_key_lists_the_available_keys():
     batches = [(images, labels, {"corruption": ["fog"] * 16}) for images, labels in make_batches(1)]
-    with pytest.raises(ValueError, match=r"domain key 'domain' not in the metadata of stream batch 0; available keys: corruption"):
+    with pytest.raises(
+        ValueError, match=r"domain key 'domain' not in the metadata of stream batch 0; available keys: corruption"
+    ):
         evaluate_protocol({"source": create("source", make_tiny_cnn())}, batches, OfflineProtocol(domain_key="domain"))
 
 
@@ -165,7 +185,17 @@ def test_records_round_trip_through_csv(tmp_path):
     table.append(BatchRecord("m", 1, 64, 64, 11, 0, math.nan, True, False, 0.125, ""))
     table.write_csv(tmp_path / "records.csv")
     loaded = RecordTable.read_csv(tmp_path / "records.csv")
-    for name in ("batch_index", "sample_start", "batch_size", "correct", "samples_adapted", "nonfinite_loss", "reset", "seconds", "domain"):
+    for name in (
+        "batch_index",
+        "sample_start",
+        "batch_size",
+        "correct",
+        "samples_adapted",
+        "nonfinite_loss",
+        "reset",
+        "seconds",
+        "domain",
+    ):
         assert loaded.column(name).tolist() == table.column(name).tolist(), name
     assert loaded.column("loss")[0] == 0.5 and math.isnan(loaded.column("loss")[1])
 

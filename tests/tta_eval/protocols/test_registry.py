@@ -41,7 +41,10 @@ VALUED_OPTIONS = [
 """(protocol, option) of every protocol option taking a value."""
 
 FOREIGN_OPTIONS = [
-    (entry.name, other.name, option) for entry in protocol_entries() for other in protocol_entries() if other is not entry
+    (entry.name, other.name, option)
+    for entry in protocol_entries()
+    for other in protocol_entries()
+    if other is not entry
     for option in other.options[:1]
 ]
 """(protocol, another protocol, one of the other's options)."""
@@ -50,7 +53,9 @@ FOREIGN_OPTIONS = [
 def example_settings(name: str):  # type: ignore[no-untyped-def]
     """The settings ``tta-eval run --protocol NAME`` with the protocol's example options gives."""
     entry = get_protocol(name)
-    arguments = _build_parser().parse_args(["run", "--stream", STREAM, "--protocol", name, "--domain-key", "domain", *entry.example])
+    arguments = _build_parser().parse_args(
+        ["run", "--stream", STREAM, "--protocol", name, "--domain-key", "domain", *entry.example]
+    )
     return _protocol(arguments)
 
 
@@ -105,7 +110,10 @@ def test_deterministic_timing_gives_identical_records_twice(name):
     first, second = run_records(name), run_records(name)
     for label in METHODS:
         for column in RECORD_COLUMNS:
-            assert repr(first[label].column(column).tolist()) == repr(second[label].column(column).tolist()), (label, column)
+            assert repr(first[label].column(column).tolist()) == repr(second[label].column(column).tolist()), (
+                label,
+                column,
+            )
 
 
 @pytest.mark.parametrize(("name", "flag"), VALUED_OPTIONS)
@@ -114,7 +122,21 @@ def test_a_bad_option_value_is_refused_in_one_line(tmp_path, capsys, name, flag)
     example = list(entry.example)
     if flag in example:
         del example[example.index(flag) : example.index(flag) + 2]
-    code, _, err = run_cli(capsys, "run", "--stream", STREAM, "--method", "tent", "--out", str(tmp_path), "--protocol", name, *example, flag, "-1")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        STREAM,
+        "--method",
+        "tent",
+        "--out",
+        str(tmp_path),
+        "--protocol",
+        name,
+        *example,
+        flag,
+        "-1",
+    )
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     stem = flag.lstrip("-").removesuffix("-ms").removesuffix("-s").replace("-", "_")
@@ -124,7 +146,20 @@ def test_a_bad_option_value_is_refused_in_one_line(tmp_path, capsys, name, flag)
 @pytest.mark.parametrize(("name", "other", "option"), FOREIGN_OPTIONS, ids=lambda value: getattr(value, "flag", value))
 def test_another_protocols_option_is_refused_in_one_line(tmp_path, capsys, name, other, option):
     value = [] if option.arguments.get("action") == "store_true" else ["1"]
-    code, _, err = run_cli(capsys, "run", "--stream", STREAM, "--method", "tent", "--out", str(tmp_path), "--protocol", name, option.flag, *value)
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--stream",
+        STREAM,
+        "--method",
+        "tent",
+        "--out",
+        str(tmp_path),
+        "--protocol",
+        name,
+        option.flag,
+        *value,
+    )
     assert code == 2, err
     assert err.strip() == f"tta-eval: error: {option.flag} applies to --protocol {other}, got --protocol {name}"
 
@@ -142,7 +177,17 @@ def test_its_sweep_axis_builds_its_own_settings(name):
 def test_a_run_through_the_command_line_reports_its_scores(tmp_path, capsys, name):
     entry = get_protocol(name)
     arguments = ["run", "--stream", STREAM, "--model", TINY_FACTORY, "--method", "tent", "--domain-key", "domain"]
-    arguments += ["--out", str(tmp_path), "--name", name, "--no-progress", "--protocol", name, *entry.example, *DETERMINISTIC]
+    arguments += [
+        "--out",
+        str(tmp_path),
+        "--name",
+        name,
+        "--no-progress",
+        "--protocol",
+        name,
+        *entry.example,
+        *DETERMINISTIC,
+    ]
     code, out, err = run_cli(capsys, *arguments)
     assert code == 0, err
     run = load_run(tmp_path / name)
@@ -155,7 +200,10 @@ def test_a_run_through_the_command_line_reports_its_scores(tmp_path, capsys, nam
 
 def test_sweep_settings_name_what_is_wrong():
     experiment = ExperimentSettings(stream=STREAM)
-    with pytest.raises(ValueError, match="protocol 'offline' has no sweep axis; protocols that can be swept: continuous, alfarra, discrete, amortised"):
+    with pytest.raises(
+        ValueError,
+        match="protocol 'offline' has no sweep axis; protocols that can be swept: continuous, alfarra, discrete, amortised",
+    ):
         SweepSettings(experiment=experiment, grids=(("offline", (1.0,)),))
     with pytest.raises(ValueError, match="sweep options must be among --strict, --single-model, --buffer, got --speed"):
         SweepSettings(experiment=experiment, grids=(("alfarra", (1.0,)),), options=(("--speed", 1.0),))

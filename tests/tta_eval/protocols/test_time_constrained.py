@@ -174,19 +174,30 @@ def test_discrete_and_amortised_decompositions():
     amortised = amortised_utility(accuracy, [True, True, True, False])
     beta = amortised["adapted_fraction"]
     assert beta == 0.75 and amortised["frozen_accuracy"] == 0.75
-    assert amortised["utility"] == pytest.approx(beta * amortised["adapt_accuracy"] + (1 - beta) * amortised["frozen_accuracy"])
+    assert amortised["utility"] == pytest.approx(
+        beta * amortised["adapt_accuracy"] + (1 - beta) * amortised["frozen_accuracy"]
+    )
     assert math.isnan(discrete_utility([0.5], [False])["served_accuracy"])
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: continuous_utility([0.5], [0.1], [0.1], 0.1, 0.1), r"threshold must be greater than the baseline latency λ = 0.1"),
-        (lambda: continuous_utility([0.5, 0.5], [0.1], [0.1], 0.05, 0.1), r"must have one value per batch \(2\), got 1"),
+        (
+            lambda: continuous_utility([0.5], [0.1], [0.1], 0.1, 0.1),
+            r"threshold must be greater than the baseline latency λ = 0.1",
+        ),
+        (
+            lambda: continuous_utility([0.5, 0.5], [0.1], [0.1], 0.05, 0.1),
+            r"must have one value per batch \(2\), got 1",
+        ),
         (lambda: continuous_utility([1.5], [0.1], [0.1], 0.05, 0.1), r"correct_fraction must be in \[0, 1\]"),
         (lambda: continuous_utility([], [], [], 0.05, 0.1), r"needs at least one batch"),
         (lambda: continuous_utility([0.5], [0.1], [-0.1], 0.05, 0.1), r"prediction_to_ready must be >= 0, got -0.1"),
-        (lambda: continuous_utility([0.5], [0.1], [0.1], 0.0, 0.1), r"baseline_latency must be a finite number > 0, got 0.0"),
+        (
+            lambda: continuous_utility([0.5], [0.1], [0.1], 0.0, 0.1),
+            r"baseline_latency must be a finite number > 0, got 0.0",
+        ),
         (lambda: discrete_utility([0.5, 0.5], [True]), r"served must have one flag per batch \(2\)"),
         (lambda: amortised_utility([0.5], [True, False]), r"adapted must have one flag per batch \(1\)"),
     ],
@@ -213,12 +224,21 @@ def test_utilities_reject_bad_input(call, message):
         (lambda: ContinuousProtocol(thresholds=()), r"thresholds must be a non-empty tuple of seconds"),
         (lambda: ContinuousProtocol(thresholds=(0.0,)), r"threshold must be a finite number > 0, got 0.0"),
         (lambda: AlfarraProtocol(reset="domain"), r"reset='domain' needs a domain_key"),
-        (lambda: MethodCost.parse("fast"), r"a cost must be 'TOTAL' or 'PREDICTION\+READY' in units of λ, e.g. 2.5 or 1\+1.5; got 'fast'"),
+        (
+            lambda: MethodCost.parse("fast"),
+            r"a cost must be 'TOTAL' or 'PREDICTION\+READY' in units of λ, e.g. 2.5 or 1\+1.5; got 'fast'",
+        ),
         (lambda: MethodCost.parse("1+2+3"), r"a cost must be 'TOTAL' or 'PREDICTION\+READY'"),
         (lambda: MethodCost.parse("-2"), r"cost must be a finite number >= 0, got -2.0"),
         (lambda: CostModel(0.0), r"baseline_latency must be a finite number > 0, got 0.0"),
-        (lambda: CostModel(1.0).cost_of("tent"), r"the cost model has no cost for method 'tent'; give one with --cost tent=TOTAL"),
-        (lambda: protocol_from_json({"name": "realtime"}), r"unknown protocol 'realtime'; available: offline, continuous"),
+        (
+            lambda: CostModel(1.0).cost_of("tent"),
+            r"the cost model has no cost for method 'tent'; give one with --cost tent=TOTAL",
+        ),
+        (
+            lambda: protocol_from_json({"name": "realtime"}),
+            r"unknown protocol 'realtime'; available: offline, continuous",
+        ),
         (lambda: Timing(warmup_calls=-1), r"warmup_calls must be an integer >= 0, got -1"),
     ],
 )
@@ -236,7 +256,11 @@ def test_costs_and_settings_round_trip(tmp_path):
     assert CostModel.load(tmp_path).costs == model.costs
     assert CostModel.load(tmp_path / "costs.json").cost_of("tent:learning_rate=0.1", "tent") == MethodCost(1.0, 1.5)
     assert model.cost_of("source") == MethodCost(1.0, 0.0)
-    for protocol in (AlfarraProtocol(speed=0.5, strict=True), DiscreteProtocol(utilisation=0.7, buffer=3), ContinuousProtocol(thresholds=(0.1, 0.2))):
+    for protocol in (
+        AlfarraProtocol(speed=0.5, strict=True),
+        DiscreteProtocol(utilisation=0.7, buffer=3),
+        ContinuousProtocol(thresholds=(0.1, 0.2)),
+    ):
         assert protocol_from_json(json.loads(json.dumps(protocol.to_json()))) == protocol
 
 
@@ -276,7 +300,9 @@ def test_calibration_is_mean_plus_six_sigma():
 
 
 def test_offline_records_carry_the_timing_trace():
-    tables = evaluate_protocol({"tent": create("tent", make_tiny_cnn()), "source": create("source", make_tiny_cnn())}, make_batches(4))
+    tables = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn()), "source": create("source", make_tiny_cnn())}, make_batches(4)
+    )
     for table in tables.values():
         prediction, ready = table.column("pickup_to_prediction"), table.column("prediction_to_ready")
         assert np.all(prediction > 0) and np.all(ready >= 0)
@@ -287,7 +313,12 @@ def test_offline_records_carry_the_timing_trace():
 
 
 def test_records_with_trace_round_trip_exactly_and_old_files_still_read(tmp_path):
-    tables = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, make_batches(3), AlfarraProtocol(), RunContext(timing=deterministic(tent=2.3)))
+    tables = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn())},
+        make_batches(3),
+        AlfarraProtocol(),
+        RunContext(timing=deterministic(tent=2.3)),
+    )
     tables["tent"].write_csv(tmp_path / "tent.csv")
     loaded = RecordTable.read_csv(tmp_path / "tent.csv")
     for name in ("pickup_to_prediction", "prediction_to_ready", "predicted", "adapted", "relative_speed", "seconds"):
@@ -313,10 +344,15 @@ def test_relative_speed_one_reproduces_the_offline_protocol_exactly(timing):
         protocol, clock = AlfarraProtocol(**episodes, relative_speed=1), None
     else:
         protocol, clock = AlfarraProtocol(**episodes), deterministic(bn=1, tent=1, eta="0.5+0.5")
-    online = evaluate_protocol({name: create(name, model) for name in names}, batches, protocol, RunContext(timing=clock))
+    online = evaluate_protocol(
+        {name: create(name, model) for name in names}, batches, protocol, RunContext(timing=clock)
+    )
     for name in names:
         for column in OFFLINE_COLUMNS:
-            assert np.array_equal(online[name].column(column), offline[name].column(column), equal_nan=True), (name, column)
+            assert np.array_equal(online[name].column(column), offline[name].column(column), equal_nan=True), (
+                name,
+                column,
+            )
         assert online[name].column("relative_speed").tolist() == [1] * 8
 
 
@@ -324,7 +360,10 @@ def test_relative_speed_one_reproduces_the_offline_protocol_exactly(timing):
 def test_a_method_k_times_slower_adapts_on_one_in_k_batches(slowdown):
     count = 40
     tables = evaluate_protocol(
-        {"tent": create("tent", make_tiny_cnn())}, make_batches(count, batch_size=4), AlfarraProtocol(), RunContext(timing=deterministic(tent=slowdown))
+        {"tent": create("tent", make_tiny_cnn())},
+        make_batches(count, batch_size=4),
+        AlfarraProtocol(),
+        RunContext(timing=deterministic(tent=slowdown)),
     )
     adapted = tables["tent"].column("adapted")
     assert adapted.sum() == math.ceil(count / slowdown)
@@ -335,12 +374,25 @@ def test_a_method_k_times_slower_adapts_on_one_in_k_batches(slowdown):
 
 def test_stream_speed_strict_and_single_model_variants():
     batches = make_batches(12, batch_size=4)
-    slow = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(speed=0.5), RunContext(timing=deterministic(tent=4)))
+    slow = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn())},
+        batches,
+        AlfarraProtocol(speed=0.5),
+        RunContext(timing=deterministic(tent=4)),
+    )
     assert np.flatnonzero(slow["tent"].column("adapted")).tolist() == [0, 2, 4, 6, 8, 10]
-    strict = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(strict=True), RunContext(timing=deterministic(tent=2)))
+    strict = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn())},
+        batches,
+        AlfarraProtocol(strict=True),
+        RunContext(timing=deterministic(tent=2)),
+    )
     assert np.flatnonzero(strict["tent"].column("adapted")).tolist() == [0, 3, 6, 9]
     single = evaluate_protocol(
-        {"tent": create("tent", make_tiny_cnn())}, batches, AlfarraProtocol(single_model=True), RunContext(timing=deterministic(tent=3))
+        {"tent": create("tent", make_tiny_cnn())},
+        batches,
+        AlfarraProtocol(single_model=True),
+        RunContext(timing=deterministic(tent=3)),
     )["tent"]
     skipped = ~single.column("predicted")
     assert np.flatnonzero(~skipped).tolist() == [0, 3, 6, 9]
@@ -350,7 +402,9 @@ def test_stream_speed_strict_and_single_model_variants():
 def test_skipped_batches_are_predicted_by_the_latest_adapted_model():
     model = make_tiny_cnn()
     batches = make_batches(6)
-    tables = evaluate_protocol({"tent": create("tent", model, learning_rate=0.05)}, batches, AlfarraProtocol(relative_speed=3))
+    tables = evaluate_protocol(
+        {"tent": create("tent", model, learning_rate=0.05)}, batches, AlfarraProtocol(relative_speed=3)
+    )
     reference = create("tent", model, learning_rate=0.05)
     expected = []
     for index, (images, labels) in enumerate(batches):
@@ -364,7 +418,9 @@ def test_skipped_batches_are_predicted_by_the_latest_adapted_model():
 
 
 def test_measured_relative_speed_schedules_consistently():
-    table = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, make_batches(10, batch_size=4), AlfarraProtocol())["tent"]
+    table = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn())}, make_batches(10, batch_size=4), AlfarraProtocol()
+    )["tent"]
     adapted = np.flatnonzero(table.column("adapted"))
     speeds = table.column("relative_speed")
     assert adapted[0] == 0 and np.all(speeds[adapted] >= 1) and np.all(table.column("baseline_seconds")[adapted] > 0)
@@ -381,7 +437,10 @@ def test_every_registered_method_runs_under_the_time_protocols(name, tmp_path):
     options = {"fisher_samples": 16} if name == "eata" else {}
     statistics = statistics_file(model, tmp_path)
     table = evaluate_protocol(
-        {name: build(name, model, statistics, **options)}, batches, AlfarraProtocol(), RunContext(timing=deterministic(**{name: 2}))
+        {name: build(name, model, statistics, **options)},
+        batches,
+        AlfarraProtocol(),
+        RunContext(timing=deterministic(**{name: 2})),
     )[name]
     assert table.column("adapted").tolist() == [True, False, True, False, True]
     assert table.column("predicted").all()
@@ -428,7 +487,9 @@ def test_live_discrete_run_serves_the_simulated_set_and_the_method_sees_only_ser
 def test_discrete_episodes_restart_the_pipeline():
     batches = with_domains(make_batches(8), ["a"] * 4 + ["b"] * 4)
     protocol = DiscreteProtocol(interval=LATENCY, buffer=0, reset="domain", domain_key="domain")
-    table = evaluate_protocol({"tent": create("tent", make_tiny_cnn())}, batches, protocol, RunContext(timing=deterministic(tent=3)))["tent"]
+    table = evaluate_protocol(
+        {"tent": create("tent", make_tiny_cnn())}, batches, protocol, RunContext(timing=deterministic(tent=3))
+    )["tent"]
     assert np.flatnonzero(table.column("predicted")).tolist() == [0, 3, 4, 7]
     assert table.column("pickup_time")[[0, 4]].tolist() == [0.0, 0.0]
     assert table.column("reset").tolist()[4]
@@ -436,7 +497,9 @@ def test_discrete_episodes_restart_the_pipeline():
 
 def test_utilisation_needs_the_baseline_latency():
     with pytest.raises(ValueError, match="utilisation needs the baseline latency"):
-        evaluate_protocol({"source": create("source", make_tiny_cnn())}, make_batches(2), DiscreteProtocol(utilisation=0.5))
+        evaluate_protocol(
+            {"source": create("source", make_tiny_cnn())}, make_batches(2), DiscreteProtocol(utilisation=0.5)
+        )
 
 
 # --- Tempora: amortised ----------------------------------------------------------------------------
@@ -448,7 +511,10 @@ def test_amortised_freezes_once_the_budget_is_spent_and_predicts_with_target_sta
     # Cost 2λ: each adapted batch spends λ of overhead; with B = 2.5λ batches 0, 1, 2 are adapted.
     protocol = AmortisedProtocol(budget=2.5 * LATENCY)
     table = evaluate_protocol(
-        {"tent": create("tent", model, learning_rate=0.05)}, batches, protocol, RunContext(timing=deterministic(tent=2), baseline_latency=LATENCY)
+        {"tent": create("tent", model, learning_rate=0.05)},
+        batches,
+        protocol,
+        RunContext(timing=deterministic(tent=2), baseline_latency=LATENCY),
     )["tent"]
     assert table.column("adapted").tolist() == [True] * 3 + [False] * 4
     reference = create("tent", model, learning_rate=0.05)
@@ -496,7 +562,9 @@ def experiment(tmp_path, name: str, protocol, **overrides) -> ExperimentSettings
 
 
 def test_continuous_run_scores_equal_rescoring_its_saved_trace(tmp_path):
-    run_dir = run_experiment(experiment(tmp_path, "c", ContinuousProtocol(thresholds=(0.02, 0.05), domain_key="domain")))
+    run_dir = run_experiment(
+        experiment(tmp_path, "c", ContinuousProtocol(thresholds=(0.02, 0.05), domain_key="domain"))
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["timing"]["mode"] == "deterministic" and summary["timing"]["baseline_latency_seconds"] == LATENCY
     rescored = rescore_run(run_dir, (0.02, 0.05, 0.4))
@@ -524,7 +592,9 @@ def test_rescoring_refuses_runs_that_skipped_batches(tmp_path):
     with pytest.raises(ValueError, match="run 'd' used protocol 'discrete'"):
         rescore_run(run_dir, (0.05,))
     with pytest.raises(ValueError, match="threshold must be greater than the baseline latency"):
-        rescore_run(run_experiment(experiment(tmp_path, "o", OfflineProtocol(), cost_model=None, baseline_latency=0.5)), (0.1,))
+        rescore_run(
+            run_experiment(experiment(tmp_path, "o", OfflineProtocol(), cost_model=None, baseline_latency=0.5)), (0.1,)
+        )
 
 
 def test_deterministic_runs_are_reproducible_bit_for_bit(tmp_path):
@@ -537,12 +607,16 @@ def test_deterministic_runs_are_reproducible_bit_for_bit(tmp_path):
     for summary in summaries:
         summary.pop("run")
     assert summaries[0] == summaries[1]
-    assert summaries[0]["methods"]["tent"]["protocol_scores"][0]["adapted_batch_fraction"] == pytest.approx(4 / 12)  # C = ceil(2.5) = 3
+    assert summaries[0]["methods"]["tent"]["protocol_scores"][0]["adapted_batch_fraction"] == pytest.approx(
+        4 / 12
+    )  # C = ceil(2.5) = 3
 
 
 def test_measured_run_stores_costs_that_make_a_deterministic_run(tmp_path):
     measured = run_experiment(
-        experiment(tmp_path, "measured", AmortisedProtocol(budget=1.0), cost_model=None, baseline_latency=0.5, warmup_calls=1)
+        experiment(
+            tmp_path, "measured", AmortisedProtocol(budget=1.0), cost_model=None, baseline_latency=0.5, warmup_calls=1
+        )
     )
     summary = json.loads((measured / "summary.json").read_text())
     assert summary["timing"]["mode"] == "measured" and summary["timing"]["baseline_latency_source"] == "given"
@@ -550,19 +624,28 @@ def test_measured_run_stores_costs_that_make_a_deterministic_run(tmp_path):
     assert {label for label, _ in costs.costs} == {"source", "tent", "bn"} and costs.baseline_latency == 0.5
     replay = run_experiment(experiment(tmp_path, "replay", AmortisedProtocol(budget=1.0), cost_model=costs))
     replayed = json.loads((replay / "summary.json").read_text())
-    assert replayed["timing"]["mode"] == "deterministic" and replayed["timing"]["cost_model_origin"].endswith("costs.json")
+    assert replayed["timing"]["mode"] == "deterministic" and replayed["timing"]["cost_model_origin"].endswith(
+        "costs.json"
+    )
     assert replayed["methods"]["tent"]["protocol_scores"][0]["adapted_fraction"] == 1.0
 
 
 def test_continuous_utility_needs_an_adapted_trace():
     table = evaluate_protocol(
-        {"tent": create("tent", make_tiny_cnn())}, make_batches(4), AlfarraProtocol(), RunContext(timing=deterministic(tent=2))
+        {"tent": create("tent", make_tiny_cnn())},
+        make_batches(4),
+        AlfarraProtocol(),
+        RunContext(timing=deterministic(tent=2)),
     )["tent"]
-    with pytest.raises(ValueError, match="method 'tent': continuous utility needs a run in which every batch was predicted and adapted"):
+    with pytest.raises(
+        ValueError, match="method 'tent': continuous utility needs a run in which every batch was predicted and adapted"
+    ):
         continuous_scores(table, LATENCY, (0.1,), "tent")
 
 
-@pytest.mark.parametrize(("slowdown", "paper_availability"), [(2.43, 0.412), (2.45, 0.410), (3.03, 0.332), (4.89, 0.206)])
+@pytest.mark.parametrize(
+    ("slowdown", "paper_availability"), [(2.43, 0.412), (2.45, 0.410), (3.03, 0.332), (4.89, 0.206)]
+)
 def test_availability_at_full_utilisation_is_the_inverse_slowdown(slowdown, paper_availability):
     """Tempora's ρ = 100 %, b = 1: a method δ/λ times slower serves about λ/δ of the batches (the
     paper reports α = 41.2 % for Tent at 2.43×, 41.0 % for ETA at 2.45×, 33.2 % for SHOT-IM at 3.03×,
