@@ -757,7 +757,8 @@ def _finish_run(
     summary["timing"] = {"mode": timing_mode, **latency.to_json()}
     if settings.cost_model is not None:
         summary["timing"]["cost_model_origin"] = settings.cost_model.origin
-    plot_run(summary, run_dir, title=run_title(settings.stream, settings.protocol.name))
+    stream = read_config(run_dir).get("stream_name") or settings.stream
+    plot_run(summary, run_dir, title=run_title(stream, settings.protocol.name))
     if settings.cost_model is None and latency.seconds is not None:
         measured = _measured_costs(tables, latency.seconds, run_dir.name)
         if measured is not None:

@@ -280,7 +280,7 @@ def stream_name(stream: str) -> str:
 
 
 def run_title(stream: str, protocol: str = OfflineProtocol.name) -> str:
-    """The accuracy plot's title of a run on ``stream`` under ``protocol``."""
+    """The accuracy plot's title of a run on ``stream`` (its recorded name, or its location) under ``protocol``."""
     name = stream_name(stream) or stream
     return f"top-1 accuracy on {name}" + ("" if protocol == OfflineProtocol.name else f" ({protocol} protocol)")
 
