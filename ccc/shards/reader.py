@@ -6,40 +6,49 @@ the caller does not want without reading it when the stream can seek, verifies e
 checksum, keeps no per-member state (``tarfile`` keeps every header of a 25,000-sample shard), and
 reports a truncated or damaged file with the shard's name and the sample it stopped at.
 
+Three steps, each a function: :func:`open_shard` opens a location (the one place that knows how),
+:func:`read_members` parses tar headers into :class:`TarMember` s (:func:`parse_header` one
+header), :func:`group_samples` groups consecutive members into :class:`TarSample` s;
+:func:`read_samples` chains the last two.
+
 Supported entries: regular files (ustar / GNU / PAX), PAX extended headers (``path``), GNU long
 names, directories and global headers (ignored). Samples are groups of consecutive members sharing
 a key, WebDataset's convention: the key is the member path up to the first dot of its file name
-(``000000001234.input.jpg`` → key ``000000001234``, extension ``input.jpg``).
+(``000000001234.input.jpg`` → key ``000000001234``, extension ``input.jpg``; :func:`split_member_name`).
 
 What the members mean (ours and the published CCC shards' formats) is :mod:`ccc.shards.record`'s
 business; this reader only groups members into samples.
 
 Limits: every length read from the file (member sizes, PAX record lengths) is checked against the
 bytes that remain before anything is allocated; a member held in memory is at most
-:data:`MAX_MEMBER_BYTES`; ``json`` members (:func:`load_json_member`) at most
-:data:`MAX_JSON_BYTES` and :data:`MAX_JSON_DEPTH` levels deep. Any violation, a non-UTF-8 name
-included, is a :class:`ShardReadError` naming the shard and the sample.
+:data:`MAX_MEMBER_BYTES` (``json`` members are bounded by :func:`ccc.shards.record.load_json_member`).
+Any violation, a non-UTF-8 name included, is a :class:`ccc.shards.errors.ShardReadError` naming the
+shard and the sample.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
+
+from ccc.shards.errors import ShardReadError
 
 __all__ = [
     "BLOCK_BYTES",
-    "MAX_JSON_BYTES",
-    "MAX_JSON_DEPTH",
     "MAX_MEMBER_BYTES",
-    "ShardReadError",
+    "MemberSource",
+    "TarHeader",
+    "TarMember",
     "TarSample",
-    "load_json_member",
+    "group_samples",
     "open_shard",
+    "parse_header",
     "read_all",
+    "read_members",
     "read_samples",
+    "split_member_name",
 ]
 
 BLOCK_BYTES = 512
@@ -48,19 +57,8 @@ BLOCK_BYTES = 512
 MAX_MEMBER_BYTES = 64 * 2**20
 """Largest member (bytes) the reader holds in memory; a CCC JPEG is about 20 KB."""
 
-MAX_JSON_BYTES = 2**20
-"""Largest ``json`` member (bytes) :func:`load_json_member` parses; a CCC record is about 400 bytes."""
-
-MAX_JSON_DEPTH = 32
-"""Deepest nesting of arrays and objects :func:`load_json_member` parses; a CCC record has depth 2."""
-
 _REGULAR_TYPES = (b"0", b"\0", b"7")
-_SKIPPED_TYPES = (b"5", b"g", b"1", b"2", b"3", b"4", b"6")
 _SEEK_THRESHOLD_BYTES = 64 * 1024
-
-
-class ShardReadError(ValueError):
-    """A shard cannot be read: missing, truncated, damaged, or not a tar; the message names the shard and sample."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,14 @@ class TarSample:
 
 
 def open_shard(location: str) -> BinaryIO:
-    """Open a shard for reading: a local path, or anything :func:`webdataset.gopen` opens (``http(s)://``, ``pipe:``, …).
+    """Open the shard at ``location`` for reading: the one place that turns a location into bytes.
+
+    A local path (optionally ``file:``-prefixed) is opened directly; anything else
+    :func:`webdataset.gopen` opens (``http(s)://``, ``pipe:``, …) goes through it. Callers read the
+    returned binary file object from its start and close it (it is a context manager).
+
+    Args:
+        location: a local path, ``file:`` path, URL or ``pipe:`` command.
 
     Raises:
         ShardReadError: if a local file does not exist or cannot be opened.
@@ -93,6 +98,11 @@ def open_shard(location: str) -> BinaryIO:
         return open(path, "rb")
     except OSError as error:
         raise ShardReadError(f"shard {location}: cannot open ({error.strerror or error})") from None
+
+
+def _padded(size: int) -> int:
+    """``size`` bytes rounded up to a multiple of :data:`BLOCK_BYTES` (tar pads every data block)."""
+    return -(-size // BLOCK_BYTES) * BLOCK_BYTES
 
 
 def _octal(field: bytes) -> int:
@@ -140,58 +150,89 @@ def _utf8(data: bytes, location: str, what: str) -> str:
         raise ShardReadError(f"shard {location}: {what} is not UTF-8 ({data[:60]!r})") from None
 
 
-def load_json_member(data: bytes, where: str) -> object:
-    """Parse a ``json`` member of at most :data:`MAX_JSON_BYTES` bytes and :data:`MAX_JSON_DEPTH` levels.
+def split_member_name(name: str) -> tuple[str, str]:
+    """A member's sample key and extension: ``"a/000000001234.input.jpg"`` → ``("a/000000001234", "input.jpg")``.
 
-    Args:
-        data: the member's bytes (UTF-8 JSON).
-        where: shard and sample, for the message.
-
-    Raises:
-        ShardReadError: too large, too deep, or not JSON; the message starts with ``where``.
+    The key is the path up to the first dot of the file name (WebDataset's convention); a name
+    without a dot has the extension ``""``.
     """
-    if len(data) > MAX_JSON_BYTES:
-        raise ShardReadError(
-            f"{where}: json member of {len(data):,} bytes exceeds the reader's limit of {MAX_JSON_BYTES:,}"
-        )
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _json_depth(data) > MAX_JSON_DEPTH:
-        raise ShardReadError(f"{where}: json member nested deeper than the reader's limit of {MAX_JSON_DEPTH} levels")
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ShardReadError(f"{where}: json member is not JSON ({error})") from None
-
-
-def _json_depth(data: bytes) -> int:
-    """Deepest nesting of ``[``/``{`` outside strings (only called when the bracket count exceeds the limit)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
-
-
-def _split_name(name: str) -> tuple[str, str]:
     directory, _, base = name.rpartition("/")
     stem, dot, extension = base.partition(".")
     key = f"{directory}/{stem}" if directory else stem
     return key, extension if dot else ""
 
 
+@dataclass(frozen=True)
+class TarHeader:
+    """One 512-byte tar header, checksum and size checked, its name fields not yet decoded.
+
+    Attributes:
+        kind: the type flag (``b"0"``, ``b"\\0"``, ``b"7"`` regular file; ``b"x"`` PAX extended header;
+            ``b"L"`` GNU long name; others are skipped).
+        size: bytes of data that follow the header, >= 0 (padded to :data:`BLOCK_BYTES` in the file).
+        name: the name field up to its first NUL.
+        prefix: the ustar prefix field up to its first NUL (used only when ``ustar``).
+        ustar: whether the header carries the ``ustar`` magic.
+    """
+
+    kind: bytes
+    size: int
+    name: bytes
+    prefix: bytes
+    ustar: bool
+
+    @property
+    def padded_size(self) -> int:
+        """Bytes the data occupies in the file: ``size`` rounded up to a multiple of :data:`BLOCK_BYTES`."""
+        return _padded(self.size)
+
+
+def parse_header(block: bytes, location: str, where: str) -> TarHeader | None:
+    """Parse one header block; None for a zero block (the end-of-archive marker).
+
+    Args:
+        block: the bytes read for the header, normally :data:`BLOCK_BYTES` of them.
+        location: the shard's name or URL, for messages.
+        where: the place in the shard (``at the start``, ``after sample <key>``), for messages.
+
+    Raises:
+        ShardReadError: a short block (the tar ends without its end-of-archive marker), a checksum
+            mismatch or an unreadable size field.
+    """
+    if len(block) < BLOCK_BYTES:
+        raise ShardReadError(
+            f"shard {location}: truncated {where} (the tar ends without its end-of-archive marker"
+            f"{'' if not block else f'; a {len(block)}-byte partial header'})"
+        )
+    if block == bytes(BLOCK_BYTES):
+        return None
+    if not _header_checksum_ok(block):
+        raise ShardReadError(f"shard {location}: damaged tar header {where} (checksum mismatch)")
+    try:
+        size = _octal(block[124:136])
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise ShardReadError(f"shard {location}: damaged tar header {where} (size field {block[124:136]!r})")
+    return TarHeader(
+        kind=block[156:157],
+        size=size,
+        name=block[:100].split(b"\0", 1)[0],
+        prefix=block[345:500].split(b"\0", 1)[0],
+        ustar=block[257:262] == b"ustar",
+    )
+
+
+def _header_path(header: TarHeader, location: str, where: str) -> str:
+    """The member path a header names itself (ustar prefix joined), decoded as UTF-8."""
+    prefix = _utf8(header.prefix, location, f"member name prefix {where}")
+    base = _utf8(header.name, location, f"member name {where}")
+    return f"{prefix}/{base}" if prefix and header.ustar else base
+
+
 class _Reader:
+    """The open shard as a :class:`MemberSource`: bounded reads, skips that seek when the file can."""
+
     def __init__(self, handle: BinaryIO, location: str) -> None:
         self.handle = handle
         self.location = location
@@ -216,7 +257,7 @@ class _Reader:
 
     def read(self, size: int, what: str) -> bytes:
         """The ``size`` bytes of a member (at most :data:`MAX_MEMBER_BYTES`), its padding consumed."""
-        padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
+        padded = _padded(size)
         self._check_remaining(padded, what)
         if size > MAX_MEMBER_BYTES:
             raise ShardReadError(
@@ -228,6 +269,7 @@ class _Reader:
         return data[:size]
 
     def skip(self, size: int, what: str) -> None:
+        """Pass over ``size`` bytes: seek when the file can and the gap is large, else read and drop."""
         self._check_remaining(size, what)
         if self.seekable and size >= _SEEK_THRESHOLD_BYTES:
             self.handle.seek(size, os.SEEK_CUR)
@@ -242,8 +284,127 @@ class _Reader:
             remaining -= len(chunk)
 
 
+class MemberSource(Protocol):
+    """Where a member's data comes from: the open shard, positioned just after the member's header."""
+
+    def read(self, size: int, what: str) -> bytes:
+        """The next ``size`` bytes of data, their padding consumed; ``what`` names them in messages."""
+        ...
+
+    def skip(self, size: int, what: str) -> None:
+        """Pass over the next ``size`` bytes (a padded size); ``what`` names them in messages."""
+        ...
+
+
+@dataclass(frozen=True)
+class TarMember:
+    """A regular file member whose header has been read; its data is next in the shard.
+
+    The consumer calls exactly one of :meth:`read` and :meth:`skip` before asking for the next member.
+
+    Attributes:
+        name: the member path (from a PAX ``path``, a GNU long name or the header).
+        size: its data in bytes, >= 0.
+        source: the shard the data is read from.
+    """
+
+    name: str
+    size: int
+    source: MemberSource
+
+    def read(self, what: str) -> bytes:
+        """The member's data (at most :data:`MAX_MEMBER_BYTES`); ``what`` names it in messages."""
+        return self.source.read(self.size, what)
+
+    def skip(self, what: str) -> None:
+        """Pass over the member's data without keeping it; ``what`` names it in messages."""
+        self.source.skip(_padded(self.size), what)
+
+
+def read_members(handle: BinaryIO, location: str) -> Iterator[TarMember]:
+    """Yield the regular file members of one tar shard in file order, up to the end-of-archive marker.
+
+    PAX extended headers and GNU long names name the member that follows them; directories, links,
+    global headers and other entries are passed over. Each member's data must be read or skipped
+    (:class:`TarMember`) before the next member is asked for.
+
+    Args:
+        handle: the open shard (see :func:`open_shard`); read from its current position.
+        location: the shard's name or URL, for messages.
+
+    Raises:
+        ShardReadError: on a truncated file, a damaged header (checksum mismatch, a size or PAX
+            length beyond the bytes that remain, a non-UTF-8 name) or a missing end-of-archive
+            marker; the message names the shard and the last sample key seen.
+    """
+    source = _Reader(handle, location)
+    last_key: str | None = None
+    long_name: str | None = None
+    pax_name: str | None = None
+    while True:
+        where = f"after sample {last_key}" if last_key is not None else "at the start"
+        header = parse_header(handle.read(BLOCK_BYTES), location, where)
+        if header is None:
+            return
+        if header.kind in (b"x", b"L"):
+            data = source.read(header.size, f"extended header {where}")
+            if header.kind == b"x":
+                pax_name = _pax_path(data, location, where)
+            else:
+                long_name = _utf8(data.rstrip(b"\0"), location, f"GNU long name {where}")
+            continue
+        name = pax_name or long_name
+        pax_name = long_name = None
+        if name is None:
+            name = _header_path(header, location, where)
+        if header.kind not in _REGULAR_TYPES:
+            source.skip(header.padded_size, f"member {name}")
+            continue
+        yield TarMember(name, header.size, source)
+        last_key = split_member_name(name)[0]
+
+
+def group_samples(
+    members: Iterable[TarMember], location: str, wanted: Callable[[int], bool] | None = None
+) -> Iterator[TarSample]:
+    """Group consecutive members sharing a key into samples, reading the data of wanted samples only.
+
+    Args:
+        members: the shard's members in file order (:func:`read_members`).
+        location: the shard's name or URL, for messages.
+        wanted: called with a sample's position in the shard (0-based) before its data is read;
+            False skips the data (yielded with ``members=None``). None reads every sample.
+
+    Raises:
+        ShardReadError: members of one sample that are not consecutive, and whatever reading a
+            member raises; the message names the shard and the sample.
+    """
+    position = -1
+    key: str | None = None
+    data: dict[str, bytes] | None = None
+    seen_keys: set[str] = set()
+    for member in members:
+        member_key, extension = split_member_name(member.name)
+        if member_key != key:
+            if key is not None:
+                yield TarSample(position, key, data)
+                seen_keys.add(key)
+            if member_key in seen_keys:
+                raise ShardReadError(f"shard {location}: members of sample {member_key} are not consecutive")
+            key = member_key
+            position += 1
+            data = {} if wanted is None or wanted(position) else None
+        what = f"sample {member_key}, member {extension}"
+        if data is None:
+            member.skip(what)
+        else:
+            data[extension] = member.read(what)
+    if key is not None:
+        yield TarSample(position, key, data)
+
+
 def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] | None = None) -> Iterator[TarSample]:
-    """Yield the samples of one tar shard in file order.
+    """Yield the samples of one tar shard in file order (:func:`read_members`, then :func:`group_samples`).
 
     Args:
         handle: the open shard (see :func:`open_shard`); read from its current position.
@@ -257,65 +418,7 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
             :data:`MAX_MEMBER_BYTES`, a missing end-of-archive marker, or members of one sample that
             are not consecutive; the message names the shard and the sample.
     """
-    reader = _Reader(handle, location)
-    position = -1
-    key: str | None = None
-    members: dict[str, bytes] | None = None
-    seen_keys: set[str] = set()
-    long_name: str | None = None
-    pax_name: str | None = None
-    while True:
-        where = f"after sample {key}" if key is not None else "at the start"
-        header = handle.read(BLOCK_BYTES)
-        if len(header) < BLOCK_BYTES:
-            raise ShardReadError(
-                f"shard {location}: truncated {where} (the tar ends without its end-of-archive marker"
-                f"{'' if not header else f'; a {len(header)}-byte partial header'})"
-            )
-        if header == bytes(BLOCK_BYTES):
-            break
-        if not _header_checksum_ok(header):
-            raise ShardReadError(f"shard {location}: damaged tar header {where} (checksum mismatch)")
-        try:
-            size = _octal(header[124:136])
-        except ValueError:
-            size = -1
-        if size < 0:
-            raise ShardReadError(f"shard {location}: damaged tar header {where} (size field {header[124:136]!r})")
-        kind = header[156:157]
-        padded = -(-size // BLOCK_BYTES) * BLOCK_BYTES
-        if kind in (b"x", b"L"):
-            data = reader.read(size, f"extended header {where}")
-            if kind == b"x":
-                pax_name = _pax_path(data, location, where)
-            else:
-                long_name = _utf8(data.rstrip(b"\0"), location, f"GNU long name {where}")
-            continue
-        name = pax_name or long_name
-        pax_name = long_name = None
-        if name is None:
-            prefix = _utf8(header[345:500].split(b"\0", 1)[0], location, f"member name prefix {where}")
-            base = _utf8(header[:100].split(b"\0", 1)[0], location, f"member name {where}")
-            name = f"{prefix}/{base}" if prefix and header[257:262] == b"ustar" else base
-        if kind in _SKIPPED_TYPES or kind not in _REGULAR_TYPES:
-            reader.skip(padded, f"member {name}")
-            continue
-        member_key, extension = _split_name(name)
-        if member_key != key:
-            if key is not None:
-                yield TarSample(position, key, members)
-                seen_keys.add(key)
-            if member_key in seen_keys:
-                raise ShardReadError(f"shard {location}: members of sample {member_key} are not consecutive")
-            key = member_key
-            position += 1
-            members = {} if wanted is None or wanted(position) else None
-        if members is None:
-            reader.skip(padded, f"sample {member_key}, member {extension}")
-        else:
-            members[extension] = reader.read(size, f"sample {member_key}, member {extension}")
-    if key is not None:
-        yield TarSample(position, key, members)
+    return group_samples(read_members(handle, location), location, wanted)
 
 
 def read_all(location: str) -> list[TarSample]:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ccc.shards.reader import ShardReadError, load_json_member
+from ccc.shards.errors import ShardReadError
 from ccc.stream.spec import SampleSpec
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "INFO_MEMBER",
     "JSON_MEMBER",
     "LABEL_MEMBER",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
     "MEMBER_ORDER",
     "SAMPLE_KEY_DIGITS",
     "SHARD_FILE",
@@ -43,6 +45,7 @@ __all__ = [
     "decode_members",
     "encode_members",
     "format_info",
+    "load_json_member",
     "parse_info",
     "record_metadata",
     "sample_key",
@@ -61,6 +64,12 @@ MEMBER_ORDER = (INFO_MEMBER, IMAGE_MEMBER, JSON_MEMBER, LABEL_MEMBER)
 
 SAMPLE_KEY_DIGITS = 12
 """Digits of the zero-padded sample index used as ``__key__`` (fixed, so keys do not depend on the length)."""
+
+MAX_JSON_BYTES = 2**20
+"""Largest ``json`` member (bytes) :func:`load_json_member` parses; a CCC record is about 400 bytes."""
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects :func:`load_json_member` parses; a CCC record has depth 2."""
 
 _SHARD_PREFIX = "serial_"
 _SHARD_SUFFIX = ".tar"
@@ -208,6 +217,50 @@ def sample_place(shard: str, key: str, index: int) -> str:
     return f"shard {shard}: sample {key} (stream index {index})"
 
 
+def load_json_member(data: bytes, where: str) -> object:
+    """Parse a ``json`` member of at most :data:`MAX_JSON_BYTES` bytes and :data:`MAX_JSON_DEPTH` levels.
+
+    Args:
+        data: the member's bytes (UTF-8 JSON).
+        where: shard and sample, for the message.
+
+    Raises:
+        ShardReadError: too large, too deep, or not JSON; the message starts with ``where``.
+    """
+    if len(data) > MAX_JSON_BYTES:
+        raise ShardReadError(
+            f"{where}: json member of {len(data):,} bytes exceeds the reader's limit of {MAX_JSON_BYTES:,}"
+        )
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and _json_depth(data) > MAX_JSON_DEPTH:
+        raise ShardReadError(f"{where}: json member nested deeper than the reader's limit of {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ShardReadError(f"{where}: json member is not JSON ({error})") from None
+
+
+def _json_depth(data: bytes) -> int:
+    """Deepest nesting of ``[``/``{`` outside strings (only called when the bracket count exceeds the limit)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
 def decode_members(members: Mapping[str, bytes], index: int, where: str) -> SampleRecord:
     """Read the label and metadata of one sample (extension → bytes); the image is not decoded.
 
@@ -220,7 +273,8 @@ def decode_members(members: Mapping[str, bytes], index: int, where: str) -> Samp
 
     Raises:
         SampleRecordError: for a missing image, label or metadata or malformed content, naming ``where``.
-        ccc.shards.reader.ShardReadError: for a ``json`` member beyond the reader's limits.
+        ccc.shards.errors.ShardReadError: for a ``json`` member beyond the reader's limits
+            (:func:`load_json_member`).
     """
     if IMAGE_MEMBER not in members:
         raise SampleRecordError(

@@ -34,7 +34,8 @@ from ccc.load import (
     render_stream,
     stream_loader,
 )
-from ccc.shards.reader import ShardReadError, open_shard, read_all, read_samples
+from ccc.shards.errors import ShardReadError
+from ccc.shards.reader import open_shard, read_all, read_samples
 from ccc.shards.record import parse_info
 from ccc.stream.plan import build_stream_plan, plan_sample
 from ccc.stream.sources import index_image_folder, load_source_images

@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from ccc.load import StreamError, StreamWarning, open_stream
-from ccc.shards.reader import BLOCK_BYTES, MAX_JSON_BYTES, MAX_MEMBER_BYTES, ShardReadError, load_json_member, read_all
+from ccc.shards.errors import ShardReadError
+from ccc.shards.reader import BLOCK_BYTES, MAX_MEMBER_BYTES, read_all
+from ccc.shards.record import MAX_JSON_BYTES, load_json_member
 from tests.builders import make_ccc_run, make_image_folder
 
 CASE_SECONDS = 20
