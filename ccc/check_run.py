@@ -52,7 +52,8 @@ def plan_hash_status(
     work = -(-stream.num_images // stream.speed) + stream.num_shards
     if work > PLAN_HASH_MAX_WORK:
         raise PlanError(
-            f"the plan hash of a stream of {stream.num_images:,} images at speed {stream.speed:,} ({work:,} steps and shards) "
+            f"the plan hash of a stream of {stream.num_images:,} images at speed {stream.speed:,} "
+            f"({work:,} steps and shards) "
             f"is not recomputed (limit {PLAN_HASH_MAX_WORK:,}); run ccc-verify without --calibration and --imagenet"
         )
     from ccc.calibration import CalibrationTable
@@ -115,7 +116,8 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
         missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")
     if imagenet is None:
         missing.append(
-            f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; images with index checksum {spec.source_index_checksum[:16]}…)"
+            f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; "
+            f"images with index checksum {spec.source_index_checksum[:16]}…)"
         )
     hint = f"to check the plan hash, pass {' and '.join(missing)}" if missing else ""
     return PlanInputs(calibration, imagenet, hint)

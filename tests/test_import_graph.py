@@ -97,6 +97,11 @@ RULES = (
         "shards are IO only",
     ),
     Rule(
+        "ccc.shards.record",
+        ("ccc.shards.reader", "ccc.shards.writer", "ccc.shards.manifest", "ccc.shards.verify"),
+        "the sample schema is the shard format's lowest layer: reader, writer, manifest and verification build on it",
+    ),
+    Rule(
         "ccc.load",
         ("ccc.generate", "ccc.check_run", "ccc.execution", "ccc.demo"),
         "the loader never imports the generation driver",

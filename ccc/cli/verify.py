@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "sizes and sha256 only (fast)",
             ),
             (
-                "ccc-verify shards/baseline_20_transition+speed_2000_seed_43 --calibration calibration/resnet50.npz --imagenet /data/imagenet/val",
+                "ccc-verify shards/baseline_20_transition+speed_2000_seed_43 "
+                "--calibration calibration/resnet50.npz --imagenet /data/imagenet/val",
                 "an ImageNet stream: also check the plan hash",
             ),
         ),
@@ -57,12 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--calibration",
         metavar="FILE",
-        help="calibration table of the stream (with --imagenet: check the plan hash; cin-c and gradual streams have none)",
+        help="calibration table of the stream "
+        "(with --imagenet: check the plan hash; cin-c and gradual streams have none)",
     )
     parser.add_argument(
         "--imagenet",
         metavar="PATH",
-        help="source image folder of the stream (with --calibration, or alone for cin-c and gradual streams: check the plan hash)",
+        help="source image folder of the stream "
+        "(with --calibration, or alone for cin-c and gradual streams: check the plan hash)",
     )
     parser.add_argument(
         "--classes",
@@ -131,7 +134,8 @@ def _run(arguments: argparse.Namespace) -> int:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
     decoded = f", {count(report.samples_decoded, 'sample')} decoded" if report.samples_decoded else ""
     print(
-        f"{PROGRAM}: {report.intact_shards:,} of {count(report.num_shards, 'shard')} intact ({count(report.num_images, 'image')} in the stream"
+        f"{PROGRAM}: {report.intact_shards:,} of {count(report.num_shards, 'shard')} intact "
+        f"({count(report.num_images, 'image')} in the stream"
         f"{decoded}); plan hash {report.plan_hash}"
         f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}"
     )
@@ -144,7 +148,10 @@ def _run(arguments: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``ccc-verify``; returns the exit code (0 intact, 1 problems found, 2 user error, 130 interrupted)."""
+    """Entry point of ``ccc-verify``; returns the exit code.
+
+    0: intact; 1: problems found; 2: user error; 130: interrupted.
+    """
     arguments = build_parser().parse_args(argv)
     return run_command(
         PROGRAM,

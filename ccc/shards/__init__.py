@@ -3,8 +3,11 @@
 - :mod:`ccc.shards.record`: the sample schema (member names, the ``info`` text, sample keys, shard
   file names) — the only module that knows them;
 - :mod:`ccc.shards.writer`: writing a shard atomically with fixed tar headers;
+- :mod:`ccc.shards.errors`: :class:`~ccc.shards.errors.ShardReadError`, raised by the reader and
+  the schema alike;
 - :mod:`ccc.shards.reader`: reading shards member by member (local, ``pipe:``, URLs), hardened
-  against damaged files;
+  against damaged files: :func:`~ccc.shards.reader.open_shard` (opening a location),
+  header parsing, grouping members into samples;
 - :mod:`ccc.shards.manifest`: the run folder's ``manifest.json``;
 - :mod:`ccc.shards.verify`: checking a run folder's shards against its manifest.
 

@@ -106,7 +106,10 @@ def sample_key(index: int) -> str:
 
 
 def format_info(spec: SampleSpec) -> str:
-    """The public shards' ``info`` text, e.g. ``++dir++n01440764++name++ILSVRC2012_val_00000293.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++0.5``.
+    """The public shards' ``info`` text.
+
+    For example
+    ``++dir++n01440764++name++ILSVRC2012_val_00000293.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++0.5``.
 
     Severities are written with Python's ``str(float)`` as the public code does (``0.0``, ``1.25``, ``5.0``).
     """

@@ -14,15 +14,15 @@ manifest claiming 10^15 images costs what its recorded shards cost.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ccc.render import decode_jpeg
-from ccc.shards.manifest import file_sha256, load_manifest
 from ccc.shards.errors import ShardReadError
-from ccc.shards.reader import open_shard, read_samples
+from ccc.shards.manifest import file_sha256, load_manifest
+from ccc.shards.reader import TarSample, open_shard, read_samples
 from ccc.shards.record import (
     IMAGE_MEMBER,
     JSON_MEMBER,
@@ -34,6 +34,7 @@ from ccc.shards.record import (
     sample_place,
     shard_name,
 )
+from ccc.shards.writer import ShardInfo
 
 __all__ = ["SHARD_STATUSES", "ShardCheck", "VerificationReport", "verify_shards"]
 
@@ -112,38 +113,88 @@ class VerificationReport:
         }
 
 
+def _sample_problem(sample: TarSample, index: int, location: str) -> tuple[str, str] | None:
+    """(status, detail) when the shard's sample at stream index ``index`` is not the recorded one, else None."""
+    if sample.key != sample_key(index):
+        return "altered", f"sample {sample.position} has key {sample.key}, expected {sample_key(index)}"
+    assert sample.members is not None
+    where = sample_place(location, sample.key, index)
+    try:
+        record = decode_members(sample.members, index, where)
+        decode_jpeg(record.jpeg)
+    except (SampleRecordError, ShardReadError) as error:
+        return "undecodable", str(error)
+    except (OSError, ValueError) as error:
+        return "undecodable", f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})"
+    if record.record is None or record.record.get("index") != index:
+        return "altered", f"sample {sample.key}: {JSON_MEMBER} record missing or of another index"
+    return None
+
+
 def _check_samples(path: Path, first_sample: int, sample_count: int) -> tuple[str, str, int]:
     """Read every sample; (status, detail, samples decoded)."""
     decoded = 0
     try:
         with open_shard(str(path)) as handle:
             for sample in read_samples(handle, path.name):
-                index = first_sample + sample.position
                 if sample.position >= sample_count:
                     return "altered", f"holds more than the {sample_count} recorded samples", decoded
-                if sample.key != sample_key(index):
-                    return (
-                        "altered",
-                        f"sample {sample.position} has key {sample.key}, expected {sample_key(index)}",
-                        decoded,
-                    )
-                assert sample.members is not None
-                where = sample_place(path.name, sample.key, index)
-                try:
-                    record = decode_members(sample.members, index, where)
-                    decode_jpeg(record.jpeg)
-                except (SampleRecordError, ShardReadError) as error:
-                    return "undecodable", str(error), decoded
-                except (OSError, ValueError) as error:
-                    return "undecodable", f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})", decoded
-                if record.record is None or record.record.get("index") != index:
-                    return "altered", f"sample {sample.key}: {JSON_MEMBER} record missing or of another index", decoded
+                problem = _sample_problem(sample, first_sample + sample.position, path.name)
+                if problem is not None:
+                    return (*problem, decoded)
                 decoded += 1
     except ShardReadError as error:
         return "undecodable", str(error), decoded
     if decoded != sample_count:
         return "altered", f"holds {decoded} samples, {sample_count} recorded", decoded
     return "ok", "", decoded
+
+
+def _check_recorded_shard(root: Path, entry: ShardInfo, sample_range: range, decode: bool) -> tuple[ShardCheck, int]:
+    """The verdict on a shard the manifest records as finished, and the samples decoded for it."""
+    name = shard_name(entry.index)
+    path = root / name
+    if not path.is_file():
+        return ShardCheck(entry.index, name, "missing", f"recorded as finished ({entry.bytes} bytes) but absent"), 0
+    size = path.stat().st_size
+    if size < entry.bytes:
+        return ShardCheck(entry.index, name, "truncated", f"{size} bytes, {entry.bytes} recorded"), 0
+    if size != entry.bytes:
+        return ShardCheck(entry.index, name, "altered", f"{size} bytes, {entry.bytes} recorded"), 0
+    if file_sha256(path) != entry.sha256:
+        return ShardCheck(entry.index, name, "altered", "sha256 differs from the manifest's"), 0
+    if not decode:
+        return ShardCheck(entry.index, name, "ok"), 0
+    status, detail, decoded = _check_samples(path, sample_range.start, len(sample_range))
+    return ShardCheck(entry.index, name, status, detail), decoded
+
+
+def _unfinished_range(begin: int, end: int, unrecorded_files: Sequence[int]) -> ShardCheck:
+    """The verdict on shards ``begin … end - 1`` (``begin < end``), none recorded as finished.
+
+    ``unrecorded_files``: indices of shard files present in the folder but not recorded (sorted).
+    """
+    name = shard_name(begin) if end - begin == 1 else f"{shard_name(begin)} … {shard_name(end - 1)}"
+    present = [shard_name(index) for index in unrecorded_files if begin <= index < end]
+    listed = ", ".join(present[:5]) + (" …" if len(present) > 5 else "")
+    files = (
+        ""
+        if not present
+        else f" (an unrecorded file exists: {listed})"
+        if len(present) == 1
+        else f" (unrecorded files exist: {listed})"
+    )
+    counted = "not" if end - begin == 1 else f"{end - begin:,} shards not"
+    return ShardCheck(begin, name, "unfinished", f"{counted} recorded as finished{files}", end - begin)
+
+
+def _shard_files(root: Path, num_shards: int) -> list[int]:
+    """Sorted indices (< ``num_shards``) of the shard files present in ``root``."""
+    return sorted(
+        int(match.group(1))
+        for path in root.iterdir()
+        if (match := SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
+    )
 
 
 def verify_shards(
@@ -169,11 +220,7 @@ def verify_shards(
     root = Path(folder)
     manifest = load_manifest(root)
     num_shards = manifest.stream.num_shards
-    unrecorded_files = sorted(
-        int(match.group(1))
-        for path in root.iterdir()
-        if (match := SHARD_FILE.fullmatch(path.name)) and int(match.group(1)) < num_shards
-    )
+    unrecorded_files = _shard_files(root, num_shards)
     checks: list[ShardCheck] = []
     decoded_total = 0
 
@@ -182,47 +229,16 @@ def verify_shards(
         if on_shard is not None:
             on_shard(check)
 
-    def unfinished(begin: int, end: int) -> None:
-        if begin >= end:
-            return
-        name = shard_name(begin) if end - begin == 1 else f"{shard_name(begin)} … {shard_name(end - 1)}"
-        present = [shard_name(index) for index in unrecorded_files if begin <= index < end]
-        listed = ", ".join(present[:5]) + (" …" if len(present) > 5 else "")
-        files = (
-            ""
-            if not present
-            else f" (an unrecorded file exists: {listed})"
-            if len(present) == 1
-            else f" (unrecorded files exist: {listed})"
-        )
-        counted = "not" if end - begin == 1 else f"{end - begin:,} shards not"
-        report(ShardCheck(begin, name, "unfinished", f"{counted} recorded as finished{files}", end - begin))
-
     next_index = 0
     for entry in manifest.shards:
-        unfinished(next_index, entry.index)
+        if next_index < entry.index:
+            report(_unfinished_range(next_index, entry.index, unrecorded_files))
         next_index = entry.index + 1
-        name = shard_name(entry.index)
-        path = root / name
-        sample_range = manifest.stream.shard_range(entry.index)
-        if not path.is_file():
-            check = ShardCheck(entry.index, name, "missing", f"recorded as finished ({entry.bytes} bytes) but absent")
-        else:
-            size = path.stat().st_size
-            if size < entry.bytes:
-                check = ShardCheck(entry.index, name, "truncated", f"{size} bytes, {entry.bytes} recorded")
-            elif size != entry.bytes:
-                check = ShardCheck(entry.index, name, "altered", f"{size} bytes, {entry.bytes} recorded")
-            elif file_sha256(path) != entry.sha256:
-                check = ShardCheck(entry.index, name, "altered", "sha256 differs from the manifest's")
-            elif decode:
-                status, detail, decoded = _check_samples(path, sample_range.start, len(sample_range))
-                decoded_total += decoded
-                check = ShardCheck(entry.index, name, status, detail)
-            else:
-                check = ShardCheck(entry.index, name, "ok")
+        check, decoded = _check_recorded_shard(root, entry, manifest.stream.shard_range(entry.index), decode)
+        decoded_total += decoded
         report(check)
-    unfinished(next_index, num_shards)
+    if next_index < num_shards:
+        report(_unfinished_range(next_index, num_shards, unrecorded_files))
     stray = tuple(sorted(path.name for path in root.glob(TEMPORARY_SHARD_GLOB)))
     return VerificationReport(
         folder=root,

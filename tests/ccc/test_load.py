@@ -269,7 +269,8 @@ def test_published_format(world: dict, tmp_path: Path, writer: str) -> None:
         (
             sample.image,
             sample.label,
-            f"++dir++n0144076{k}++name++ILSVRC2012_val_0000029{k}.JPEG++n1++gaussian_noise++s1++1.25++n2++fog++s2++{k * 0.25}",
+            f"++dir++n0144076{k}++name++ILSVRC2012_val_0000029{k}.JPEG"
+            f"++n1++gaussian_noise++s1++1.25++n2++fog++s2++{k * 0.25}",
         )
         for k, sample in enumerate(ours)
     ]
@@ -655,3 +656,13 @@ def test_collate_keeps_pil_and_bytes_as_lists(world: dict) -> None:
     samples = list(open_stream(world["run"], image_format="pil", limit=3))
     images, labels, metadata = collate_samples(samples)
     assert isinstance(images, list) and labels.dtype == torch.int64 and len(metadata) == 3
+
+
+def test_a_stream_error_from_a_dataloader_worker_keeps_its_message_only() -> None:
+    marker = f"{StreamError.__module__}.{StreamError.__qualname__}"
+    relayed = (
+        "Caught StreamError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        f'  File "x.py", line 1, in <module>\n{marker}: shard serial_00001.tar: truncated (10 bytes)\n'
+    )
+    assert str(StreamError(relayed)) == "shard serial_00001.tar: truncated (10 bytes)"
+    assert str(StreamError("shard a.tar: cannot open")) == "shard a.tar: cannot open"

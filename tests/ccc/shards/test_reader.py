@@ -1,7 +1,8 @@
-"""ccc.shards.reader against hostile tar files: crafted headers and a seeded fuzz of a small shard.
+"""ccc.shards.reader: its steps alone (header parsing, members, grouping), then against hostile tar
+files: crafted headers and a seeded fuzz of a small shard.
 
-Every case must end in a named error (ShardReadError from the reader, StreamError from the stream)
-or in correct samples, within a time bound enforced by a SIGALRM timer (no timing asserts).
+Every hostile case must end in a named error (ShardReadError from the reader, StreamError from the
+stream) or in correct samples, within a time bound enforced by a SIGALRM timer (no timing asserts).
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ import pytest
 
 from ccc.load import StreamError, StreamWarning, open_stream
 from ccc.shards.errors import ShardReadError
-from ccc.shards.reader import BLOCK_BYTES, MAX_MEMBER_BYTES, read_all
-from ccc.shards.record import MAX_JSON_BYTES, load_json_member
+from ccc.shards.reader import (
+    BLOCK_BYTES,
+    MAX_MEMBER_BYTES,
+    TarHeader,
+    TarMember,
+    TarSample,
+    group_samples,
+    parse_header,
+    read_all,
+    read_members,
+    split_member_name,
+)
+from ccc.shards.record import MAX_JSON_BYTES
 from tests.builders import make_ccc_run, make_image_folder
 
 CASE_SECONDS = 20
@@ -72,6 +84,152 @@ def read_bounded(source: Path | str, **options: object) -> list:  # type: ignore
         return list(open_stream(source, **options))  # type: ignore[arg-type]
 
 
+# ----------------------------------------------------------------------------- the steps alone
+def test_a_header_block_is_parsed_into_its_fields() -> None:
+    parsed = parse_header(header(b"000000000007.input.jpg", b"00000001001"), "s.tar", "at the start")
+    assert parsed == TarHeader(kind=b"0", size=513, name=b"000000000007.input.jpg", prefix=b"", ustar=True)
+    assert parsed.padded_size == 2 * BLOCK_BYTES
+    huge = parse_header(header(b"a.jpg", b"\x80" + (2**40).to_bytes(11, "big")), "s.tar", "at the start")
+    assert huge is not None and huge.size == 2**40
+    empty = parse_header(header(b"a.cls", b"00000000000"), "s.tar", "at the start")
+    assert empty is not None and empty.size == 0 and empty.padded_size == 0
+
+
+def test_a_zero_block_ends_the_archive() -> None:
+    assert parse_header(bytes(BLOCK_BYTES), "s.tar", "at the start") is None
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (b"", "shard s.tar: truncated after sample k (the tar ends without its end-of-archive marker)"),
+        (
+            b"x" * 100,
+            "shard s.tar: truncated after sample k (the tar ends without its end-of-archive marker; "
+            "a 100-byte partial header)",
+        ),
+        (
+            header(b"a.jpg", b"00000000001")[:-1] + b"x",
+            "shard s.tar: damaged tar header after sample k (checksum mismatch)",
+        ),
+        (
+            header(b"a.jpg", b"-0000000001"),
+            "shard s.tar: damaged tar header after sample k (size field b'-0000000001\\x00')",
+        ),
+    ],
+    ids=["empty", "partial", "checksum", "size"],
+)
+def test_a_bad_header_block_is_named(block: bytes, message: str) -> None:
+    with pytest.raises(ShardReadError) as caught:
+        parse_header(block, "s.tar", "after sample k")
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "extension"),
+    [
+        ("000000001234.input.jpg", "000000001234", "input.jpg"),
+        ("sample_3.output.cls", "sample_3", "output.cls"),
+        ("run.v2/000000000001.json", "run.v2/000000000001", "json"),
+        ("README", "README", ""),
+    ],
+)
+def test_a_member_name_splits_at_the_first_dot_of_its_file_name(name: str, key: str, extension: str) -> None:
+    assert split_member_name(name) == (key, extension)
+
+
+def pax_record(keyword: str, value: str) -> bytes:
+    """One PAX extended header record, ``"<length> <keyword>=<value>\\n"`` (the length counts itself)."""
+    body = f" {keyword}={value}\n".encode()
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length += 1
+    return str(length).encode() + body
+
+
+def test_members_take_their_names_from_pax_and_gnu_headers_and_skip_directories() -> None:
+    pax_name = "d" * 140 + "/a.input.jpg"
+    gnu_name = "g" * 120 + ".json"
+    data = (
+        header(b"d", b"00000000000", b"5")
+        + member(b"pax", pax_record("mtime", "0") + pax_record("path", pax_name), b"x")
+        + member(b"truncated-name", b"jpeg")
+        + member(b"././@LongLink", gnu_name.encode() + b"\0", b"L")
+        + member(b"g", b"{}")
+        + member(b"a.output.cls", b"7")
+        + END
+    )
+    members = []
+    for found in read_members(io.BytesIO(data), "s.tar"):
+        members.append((found.name, found.size, found.read("member")))
+    assert members == [(pax_name, 4, b"jpeg"), (gnu_name, 2, b"{}"), ("a.output.cls", 1, b"7")]
+
+
+def test_members_end_at_the_end_of_archive_marker() -> None:
+    data = member(b"a.cls", b"1") + END + member(b"b.cls", b"2")
+    names = []
+    for found in read_members(io.BytesIO(data), "s.tar"):
+        found.skip("member")
+        names.append(found.name)
+    assert names == ["a.cls"]
+
+
+class RecordingSource:
+    """A member source holding one member's bytes and recording what was asked of it."""
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+        self.calls: list[tuple[str, int, str]] = []
+
+    def read(self, size: int, what: str) -> bytes:
+        self.calls.append(("read", size, what))
+        return self.content[:size]
+
+    def skip(self, size: int, what: str) -> None:
+        self.calls.append(("skip", size, what))
+
+
+def fake_members(*names: str) -> list[TarMember]:
+    return [TarMember(name, len(name), RecordingSource(name.encode())) for name in names]
+
+
+def test_consecutive_members_sharing_a_key_form_one_sample() -> None:
+    members = fake_members("a.input.jpg", "a.output.cls", "b.input.jpg", "c.json")
+    assert list(group_samples(members, "s.tar")) == [
+        TarSample(0, "a", {"input.jpg": b"a.input.jpg", "output.cls": b"a.output.cls"}),
+        TarSample(1, "b", {"input.jpg": b"b.input.jpg"}),
+        TarSample(2, "c", {"json": b"c.json"}),
+    ]
+    assert list(group_samples([], "s.tar")) == []
+
+
+def test_unwanted_samples_are_skipped_without_reading_their_data() -> None:
+    members = fake_members("a.input.jpg", "a.output.cls", "b.input.jpg", "c.input.jpg")
+    asked: list[int] = []
+    samples = list(group_samples(members, "s.tar", lambda position: asked.append(position) or position == 1))
+    assert asked == [0, 1, 2]
+    assert [(sample.key, sample.members) for sample in samples] == [
+        ("a", None),
+        ("b", {"input.jpg": b"b.input.jpg"}),
+        ("c", None),
+    ]
+    assert [member.source.calls for member in members] == [  # type: ignore[attr-defined]
+        [("skip", BLOCK_BYTES, "sample a, member input.jpg")],
+        [("skip", BLOCK_BYTES, "sample a, member output.cls")],
+        [("read", 11, "sample b, member input.jpg")],
+        [("skip", BLOCK_BYTES, "sample c, member input.jpg")],
+    ]
+
+
+def test_members_of_a_sample_that_are_not_consecutive_are_refused() -> None:
+    samples = group_samples(fake_members("a.input.jpg", "b.input.jpg", "a.output.cls"), "s.tar")
+    assert next(samples).key == "a"
+    assert next(samples).key == "b"
+    with pytest.raises(ShardReadError, match=r"^shard s\.tar: members of sample a are not consecutive$"):
+        next(samples)
+
+
+# ----------------------------------------------------------------------------- hostile files
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -124,7 +282,8 @@ def test_a_huge_member_from_a_pipe_is_refused_without_allocating_it(tmp_path: Pa
     )
     with pytest.raises(
         StreamError,
-        match=rf"shard pipe:cat {path}: sample a, member input\.jpg of 67,108,865 bytes exceeds the reader's limit of 67,108,864",
+        match=rf"shard pipe:cat {path}: sample a, member input\.jpg of 67,108,865 bytes "
+        r"exceeds the reader's limit of 67,108,864",
     ):
         read_bounded(f"pipe:cat {path}")
 
@@ -153,13 +312,6 @@ def test_json_members_have_a_size_and_depth_limit(tmp_path: Path, record: bytes,
     )
     with pytest.raises(StreamError, match=rf"^shard {path}: sample a \(stream index 0\).*{message}"):
         read_bounded(str(path))
-
-
-def test_json_depth_ignores_brackets_inside_strings() -> None:
-    text = json.dumps({"path": "[" * 100 + "{" * 100, "nested": [[[1]]]}).encode()
-    assert load_json_member(text, "here")["nested"] == [[[1]]]  # type: ignore[index]
-    with pytest.raises(ShardReadError, match="^here: json member nested deeper"):
-        load_json_member(b'{"a": "\\"' + b'", "b": ' + b"[" * 40 + b"]" * 40 + b"}", "here")
 
 
 # ----------------------------------------------------------------------------- fuzz

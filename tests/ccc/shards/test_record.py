@@ -17,6 +17,7 @@ from ccc.shards.record import (
     decode_members,
     encode_members,
     format_info,
+    load_json_member,
     parse_info,
     sample_key,
     sample_place,
@@ -24,14 +25,15 @@ from ccc.shards.record import (
     shard_pattern,
     temporary_shard_name,
 )
+from ccc.shards.errors import ShardReadError
 from ccc.stream.spec import SampleSpec
 
 
 def make_spec(index: int = 7) -> SampleSpec:
     return SampleSpec(
         index=index, step=1, pair_index=0, path_position=1, path_cell=(1, 0), n1="fog", s1=0.25, n2="jpeg", s2=0.0,
-        calibrated_accuracy=41.5, source_position=3, source_path="n01440764/ILSVRC2012_val_00000293.JPEG", class_index=12,
-        source_size=(500, 375), crop_box=(0, 0, 375, 375), flip=True, seed=99,
+        calibrated_accuracy=41.5, source_position=3, source_path="n01440764/ILSVRC2012_val_00000293.JPEG",
+        class_index=12, source_size=(500, 375), crop_box=(0, 0, 375, 375), flip=True, seed=99,
     )  # fmt: skip
 
 
@@ -105,3 +107,10 @@ def test_shard_names_and_their_pattern_agree() -> None:
         sample_place("serial_00000.tar", sample_key(7), 7)
         == "shard serial_00000.tar: sample 000000000007 (stream index 7)"
     )
+
+
+def test_json_depth_ignores_brackets_inside_strings() -> None:
+    text = json.dumps({"path": "[" * 100 + "{" * 100, "nested": [[[1]]]}).encode()
+    assert load_json_member(text, "here")["nested"] == [[[1]]]  # type: ignore[index]
+    with pytest.raises(ShardReadError, match="^here: json member nested deeper"):
+        load_json_member(b'{"a": "\\"' + b'", "b": ' + b"[" * 40 + b"]" * 40 + b"}", "here")

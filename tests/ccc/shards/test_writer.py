@@ -118,7 +118,8 @@ def test_a_full_disk_gives_a_clear_error_and_no_shard(tmp_path: Path, monkeypatc
     )
     with pytest.raises(
         ShardWriteError,
-        match=r"could not write shard .*serial_00000.tar: No space left on device \(no space left on device: free space, then re-run",
+        match=r"could not write shard .*serial_00000.tar: No space left on device "
+        r"\(no space left on device: free space, then re-run",
     ):
         write(tmp_path, 0, 0, 20)
     assert list(tmp_path.iterdir()) == []

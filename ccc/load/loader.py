@@ -1,0 +1,62 @@
+"""The loader recipe: a ``torch.utils.data.DataLoader`` that keeps a stream's order (:func:`stream_loader`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ccc.load.base import CCCStream
+from ccc.load.sample import StreamSample
+from ccc.validation import check_non_negative_int, check_positive_int
+
+__all__ = ["collate_samples", "stream_loader"]
+
+
+def collate_samples(samples: Sequence[StreamSample]) -> tuple[Any, torch.Tensor, list[dict[str, Any]]]:
+    """Batch samples: images stacked (tensors) or listed (PIL, bytes), labels int64 (N,), metadata a list of dicts."""
+    images = [sample.image for sample in samples]
+    stacked = torch.stack(images) if images and isinstance(images[0], torch.Tensor) else images
+    return (
+        stacked,
+        torch.tensor([sample.label for sample in samples], dtype=torch.int64),
+        [sample.metadata for sample in samples],
+    )
+
+
+def stream_loader(
+    stream: CCCStream, batch_size: int, num_workers: int = 0, **dataloader_options: Any
+) -> torch.utils.data.DataLoader:
+    """A DataLoader yielding ``(images, labels, metadata)`` batches of ``stream`` in stream order.
+
+    ``images``: a tensor N×3×H×W (uint8 or float, as the stream's ``image_format``) or, for PIL
+    images and bytes, a list; ``labels``: int64 (N,); ``metadata``: a list of N dicts, one per sample
+    (``index``, ``n1``, ``s1``, ``n2``, ``s2``, ``path_step``, ``source_path``, … as the stream yields).
+
+    The recipe that keeps order: the stream's ``chunk_size`` is set to ``batch_size``, so worker
+    ``w`` of ``W`` renders or reads batches ``w, w + W, …`` and the DataLoader, which collects
+    batches from its workers round-robin, returns them in order. Only the last batch may be short.
+
+    Args:
+        stream: from :func:`ccc.load.open_stream` or :func:`ccc.load.render_stream`.
+        batch_size: samples per batch, >= 1.
+        num_workers: DataLoader worker processes, >= 0.
+        dataloader_options: further ``torch.utils.data.DataLoader`` arguments (not ``batch_size``,
+            ``collate_fn``, ``shuffle`` or ``sampler``).
+    """
+    check_positive_int("batch_size", batch_size)
+    check_non_negative_int("num_workers", num_workers)
+    reserved = sorted(
+        {"batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "in_order"} & set(dataloader_options)
+    )
+    if reserved:
+        raise ValueError(f"stream_loader sets {', '.join(reserved)} itself to keep stream order")
+    return torch.utils.data.DataLoader(
+        stream.with_chunk_size(batch_size),
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=collate_samples,
+        in_order=True,
+        **dataloader_options,
+    )
