@@ -127,6 +127,8 @@ RULES = (
         (
             "tta_eval.protocols",
             "tta_eval.experiment",
+            "tta_eval.run",
+            "tta_eval.sweep",
             "tta_eval.reports",
             "tta_eval.run_folder",
             "tta_eval.cli",
@@ -137,17 +139,17 @@ RULES = (
     ),
     Rule(
         "tta_eval.protocols",
-        ("tta_eval.experiment", "tta_eval.reports", "tta_eval.cli", "tta_eval.plots"),
+        ("tta_eval.experiment", "tta_eval.run", "tta_eval.sweep", "tta_eval.reports", "tta_eval.cli", "tta_eval.plots"),
         "protocols produce records; runs and reports consume them",
     ),
     Rule(
         "tta_eval.metrics",
-        ("tta_eval.methods", "tta_eval.experiment", "tta_eval.cli", "tta_eval.plots"),
+        ("tta_eval.methods", "tta_eval.experiment", "tta_eval.run", "tta_eval.sweep", "tta_eval.cli", "tta_eval.plots"),
         "metrics consume records and never touch models",
     ),
     Rule(
         "tta_eval.plots",
-        ("tta_eval.experiment", "tta_eval.cli"),
+        ("tta_eval.experiment", "tta_eval.run", "tta_eval.sweep", "tta_eval.cli"),
         "plots draw records and metrics (and read a method's colour from its registry entry)",
     ),
 )

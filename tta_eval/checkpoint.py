@@ -19,7 +19,7 @@ never runs code named by the file (a replaced file is refused in one line):
   (Alfarra's pending skips, Tempora's queues, clocks and budgets);
 - ``rng``: the global random states (torch, CUDA when present, numpy, python);
 - ``records``: the size in bytes of each records CSV at the checkpoint (flushed and fsynced first);
-- ``extra``: what the caller adds (``tta_eval.experiment``: λ and its calibration, and the
+- ``extra``: what the caller adds (``tta_eval.run.Run``: λ and its calibration, and the
   ``model_sha256`` of the weights the run started from, checked when it resumes).
 
 The file is written to a temporary name next to it, fsynced and renamed over the previous one, then
@@ -97,7 +97,8 @@ class Checkpoint:
         found = payload.get("format") if isinstance(payload, dict) else None
         if found != CHECKPOINT_FORMAT:
             raise ValueError(
-                f"checkpoint {str(path)!r} is not a tta-eval checkpoint of format {CHECKPOINT_FORMAT} (format: {found!r}; "
+                f"checkpoint {str(path)!r} is not a tta-eval checkpoint of format {CHECKPOINT_FORMAT} "
+                f"(format: {found!r}; "
                 "format 1 was written by tta-eval before checkpoints held state dicts); pass --overwrite to start over"
             )
         missing = sorted(names - set(payload))
@@ -116,7 +117,8 @@ class Checkpoint:
             wrong.append("config")
         if wrong:
             raise ValueError(
-                f"checkpoint {str(path)!r} has malformed entries ({', '.join(sorted(set(wrong)))}); pass --overwrite to start over"
+                f"checkpoint {str(path)!r} has malformed entries ({', '.join(sorted(set(wrong)))}); "
+                "pass --overwrite to start over"
             )
         return checkpoint
 
@@ -173,9 +175,9 @@ class _WriteErrors:
         self._handle.flush()
 
 
-def write_checkpoint(path: Path, payload: Mapping[str, Any]) -> int:
-    """Write ``payload`` with ``torch.save`` to ``path`` atomically (temporary file, fsync, rename,
-    fsync of the folder); returns the file's size in bytes. A failed write (a full disk) is an
+def write_checkpoint(path: Path, checkpoint: Checkpoint) -> int:
+    """Write ``checkpoint`` (its ``to_payload``) with ``torch.save`` to ``path`` atomically (temporary
+    file, fsync, rename, fsync of the folder); returns the file's size in bytes. A failed write (a full disk) is an
     OSError naming ``path`` (the previous checkpoint stays); the temporary is removed on error."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp")
@@ -183,7 +185,7 @@ def write_checkpoint(path: Path, payload: Mapping[str, Any]) -> int:
         with open(temporary, "wb") as handle:
             writer = _WriteErrors(handle)
             try:
-                torch.save(dict(payload), writer)
+                torch.save(checkpoint.to_payload(), writer)
             except RuntimeError:
                 if writer.error is None:
                     raise
@@ -295,7 +297,8 @@ def check_checkpoint_model(run_dir: Path, checkpoint: Checkpoint, digest: str) -
     saved = checkpoint.extra.get("model_sha256")
     if saved != digest:
         raise ValueError(
-            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written with other model weights (sha256 {str(saved)[:12]}…, "
+            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written with other model weights "
+            f"(sha256 {str(saved)[:12]}…, "
             f"now {digest[:12]}…); resume with the weights the run started from, or pass --overwrite to start over"
         )
 
@@ -306,7 +309,8 @@ def check_checkpoint_config(run_dir: Path, checkpoint: Checkpoint, current: Mapp
     differences = _differences(checkpoint.config_dict(), current)
     if differences:
         raise ValueError(
-            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written by another command ({_shown(differences)} differ); "
+            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written by another command "
+            f"({_shown(differences)} differ); "
             "repeat that command to resume it, or pass --overwrite to start over"
         )
 
@@ -373,7 +377,7 @@ class Checkpointer:
             records=sizes,
             extra=self._extra,
         )
-        size = write_checkpoint(self.path, checkpoint.to_payload())
+        size = write_checkpoint(self.path, checkpoint)
         self._next = (samples // self.every + 1) * self.every
         self.writes.append((size, time.perf_counter() - started))
         logger.info("checkpoint at sample %d: %.1f MB in %.2f s", samples, size / 1e6, self.writes[-1][1])

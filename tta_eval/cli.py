@@ -668,7 +668,8 @@ def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
 
 
 def _sweep(arguments: argparse.Namespace) -> int:
-    from tta_eval.experiment import SweepSettings, resolve_experiment, run_sweep
+    from tta_eval.experiment import resolve_experiment
+    from tta_eval.sweep import SweepSettings, run_sweep
     from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
 
     if len(arguments.stream) > 1:

@@ -48,7 +48,8 @@ def task_options(device: str, distributed: bool, gpus_per_task: float | None = N
         raise ValueError(f"--gpus-per-task applies to --device cuda, got --device {device}")
     if cuda and distributed and device != "cuda":
         raise ValueError(
-            f"--device {device} names a GPU of this machine; on a Ray cluster give --device cuda (each run is given its own GPU)"
+            f"--device {device} names a GPU of this machine; "
+            "on a Ray cluster give --device cuda (each run is given its own GPU)"
         )
     gpus = (1.0 if gpus_per_task is None else gpus_per_task) if cuda else 0.0
     if cuda and gpus <= 0:
@@ -69,7 +70,8 @@ def check_run_folders(runs: Sequence[ResolvedExperiment]) -> None:
         folder = settings.output_root / settings.resolved_run_name()
         if folder in seen:
             raise ValueError(
-                f"streams {seen[folder]!r} and {settings.stream!r} would both write run folder {str(folder)!r}; give each stream once "
+                f"streams {seen[folder]!r} and {settings.stream!r} would both write run folder {str(folder)!r}; "
+                "give each stream once "
                 "(several --stream are named after their streams; --name names one run only)"
             )
         seen[folder] = settings.stream

@@ -12,7 +12,7 @@ Run folder (``<output_root>/<run_name>/``), written by ``tta_eval.experiment.run
                      removed when the run completes
   .tta-eval.lock     while the run goes: the lock (``lock_run_folder``) naming the process writing it
 
-Sweep folder (``<output_root>/<name>/``), written by ``tta_eval.experiment.run_sweep``: ``runs/<scenario>/``
+Sweep folder (``<output_root>/<name>/``), written by ``tta_eval.sweep.run_sweep``: ``runs/<scenario>/``
 run folders, ``results.csv`` (one row per scenario, domain and method), ``results.md``,
 ``sweep.json``, ``best_method.png/.svg`` and ``utility_<protocol>.png/.svg``.
 
@@ -86,7 +86,8 @@ def open_records(run_dir: Path, label: str, keep_bytes: int | None = None) -> Te
         return open(path, "w", newline="", buffering=1)
     if not path.is_file() or path.stat().st_size < keep_bytes:
         raise ValueError(
-            f"records file {str(path)!r} is shorter than its checkpoint says ({keep_bytes:,} bytes); pass --overwrite to start over"
+            f"records file {str(path)!r} is shorter than its checkpoint says ({keep_bytes:,} bytes); "
+            "pass --overwrite to start over"
         )
     with open(path, "r+b") as handle:
         handle.truncate(keep_bytes)
@@ -131,7 +132,8 @@ def _check_no_file_on_the_way(folder: Path, kind: str) -> None:
     for part in (*reversed(folder.parents), folder):
         if part.exists() and not part.is_dir():
             raise ValueError(
-                f"{kind} folder {str(folder)!r}: {str(part)!r} is an existing file, not a folder; choose another --out or --name"
+                f"{kind} folder {str(folder)!r}: {str(part)!r} is an existing file, not a folder; "
+                "choose another --out or --name"
             )
 
 
@@ -158,7 +160,8 @@ def lock_run_folder(folder: Path, kind: str = "run") -> Iterator[Path]:
     except FolderInUseError as error:
         holder = error.holder or "another process"
         raise ValueError(
-            f"{kind} folder {str(folder)!r} is being written by another tta-eval {kind} ({holder}); wait for it to end, "
+            f"{kind} folder {str(folder)!r} is being written by another tta-eval {kind} ({holder}); "
+            "wait for it to end, "
             "or choose another --name"
         ) from None
     with lock:

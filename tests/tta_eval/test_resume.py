@@ -249,7 +249,7 @@ def test_the_default_interval_is_a_recorded_choice_and_zero_writes_none(tmp_path
         "checkpoint" in note for note in resolve_experiment(settings(tmp_path, "offline", stream=long_stream)).notes
     )
     written = []
-    monkeypatch.setattr(tta_eval.checkpoint, "write_checkpoint", lambda path, payload: written.append(path) or 0)
+    monkeypatch.setattr(tta_eval.checkpoint, "write_checkpoint", lambda path, checkpoint: written.append(path) or 0)
     run_experiment(settings(tmp_path, "offline", checkpoint_every=0))
     assert written == []
     with pytest.raises(ValueError, match="checkpoint_every"):
@@ -263,14 +263,14 @@ def small_checkpoint(**extra: object) -> Checkpoint:
 
 def test_a_checkpoint_write_is_atomic(tmp_path) -> None:
     path = tmp_path / CHECKPOINT_FILE
-    write_checkpoint(path, small_checkpoint(value=1).to_payload())
+    write_checkpoint(path, small_checkpoint(value=1))
 
     class Unpicklable:
         def __reduce__(self):  # type: ignore[no-untyped-def]
             raise RuntimeError("cannot pickle")
 
     with pytest.raises(RuntimeError):
-        write_checkpoint(path, small_checkpoint(value=Unpicklable()).to_payload())
+        write_checkpoint(path, small_checkpoint(value=Unpicklable()))
     assert read_checkpoint(tmp_path).extra["value"] == 1
     assert sorted(item.name for item in tmp_path.iterdir()) == [CHECKPOINT_FILE]
     path.write_bytes(b"not a checkpoint")

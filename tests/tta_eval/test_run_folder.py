@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-import tta_eval.experiment
+import tta_eval.run
 import tta_eval.run_folder
 from tests.builders import REPOSITORY
 from tests.image_fixtures import bomb_png, truncated_jpeg
@@ -99,7 +99,7 @@ def test_overwrite_clears_the_previous_run_before_writing_the_new_config(tmp_pat
     def crash(*args, **kwargs):
         raise RuntimeError("the run crashed")
 
-    monkeypatch.setattr(tta_eval.experiment, "run_protocol", crash)
+    monkeypatch.setattr(tta_eval.run, "run_protocol", crash)
     with pytest.raises(RuntimeError, match="the run crashed"):
         main(run_arguments(tmp_path, "r", SMALL_STREAM, "--overwrite"))
     capsys.readouterr()

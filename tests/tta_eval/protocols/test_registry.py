@@ -13,7 +13,7 @@ import pytest
 
 from tests.tta_eval.tta_helpers import TINY_FACTORY, make_batches, make_tiny_cnn, run_cli
 from tta_eval.cli import _build_parser, _protocol
-from tta_eval.experiment import ExperimentSettings, SweepSettings
+from tta_eval.experiment import ExperimentSettings
 from tta_eval.methods import create
 from tta_eval.protocols import (
     CostModel,
@@ -29,6 +29,7 @@ from tta_eval.protocols import (
 )
 from tta_eval.records import RECORD_COLUMNS
 from tta_eval.run_folder import load_run
+from tta_eval.sweep import SweepSettings
 
 LATENCY = 0.01
 STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
