@@ -1,27 +1,29 @@
-"""Image folders (root/<class>/<image>) as streams: a DataLoader whose unreadable images are named or
-skipped deterministically. Imported by ``tta_eval.streams`` when a folder stream is opened (it needs
-torch and torchvision, which the stream registry itself does not)."""
+"""Image folders (root/<class>/<image>) as streams, ``folder:PATH`` or a plain folder path: a
+DataLoader whose unreadable images are named or skipped deterministically, and the command-line
+options of image folders. torch and torchvision are imported when a folder is opened
+(``tta_eval.streams._folder_dataset``), not by the stream registry."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torchvision
+from tta_eval.cli_options import CliOption
+from tta_eval.streams.batch import SizedStream
+from tta_eval.streams.options import StreamOptions
+from tta_eval.streams.registry import FOLDER_SCHEME, REGISTRY, StreamDescription, StreamSource, last_component
 
-from ccc.stream.sources import class_folder_images, class_list, read_class_list
-from tta_eval.streams import StreamOptions
+if TYPE_CHECKING:
+    from tta_eval.streams._folder_dataset import FolderLoader
 
 logger = logging.getLogger(__name__)
 
 
-def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
+def open_image_folder(location: str, options: StreamOptions) -> FolderLoader:
     """DataLoader over an ImageFolder (root/<class>/<image>), classes indexed as ``ccc-generate`` does
     (``ccc.stream.sources.class_list``): by ``options.classes`` when given; else the standard ImageNet index
     for folders named by its WordNet ids (a subset of the 1,000 classes keeps their indices; a folder
@@ -29,7 +31,10 @@ def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
     ``lost+found`` are skipped. Images: resize (short side image_size·256/224), centre crop
     image_size, in [0, 1].
     """
+    import torch
     from torchvision.transforms import v2
+
+    from tta_eval.streams._folder_dataset import CheckedImageFolder, FolderLoader, collate_checked
 
     root = Path(location)
     if not root.is_dir():
@@ -43,89 +48,31 @@ def open_image_folder(location: str, options: StreamOptions) -> _FolderLoader:
         ]
     )
     try:
-        dataset = _CheckedImageFolder(str(root), options.classes, transform=transform)
+        dataset = CheckedImageFolder(str(root), options.classes, transform=transform)
     except FileNotFoundError as error:
         raise ValueError(
             f"stream folder {location!r} is not in ImageFolder layout (root/<class>/<image>): {error}"
         ) from None
     if not dataset.samples:
         raise ValueError(
-            f"stream folder {location!r}: none of the {len(dataset.classes)} classes of --classes has a folder with images"
+            f"stream folder {location!r}: none of the {len(dataset.classes)} classes of --classes "
+            "has a folder with images"
         )
     if options.skip_bad_images:
         _exclude_unreadable(dataset, root)
     generator = None
     if options.shuffle_seed is not None:
         generator = torch.Generator().manual_seed(options.shuffle_seed)
-    return _FolderLoader(
+    return FolderLoader(
         torch.utils.data.DataLoader(
             dataset,
             batch_size=options.batch_size,
             shuffle=options.shuffle_seed is not None,
             generator=generator,
             num_workers=options.num_workers,
-            collate_fn=_collate_checked,
+            collate_fn=collate_checked,
         )
     )
-
-
-class _CheckedImageFolder(torchvision.datasets.ImageFolder):
-    """ImageFolder whose unreadable images become an ``_Unreadable`` item instead of an exception, so
-    that the error reaches the main process intact (DataLoader workers would wrap it in a traceback),
-    and whose class index follows ``ccc.stream.sources.class_list`` (``classes``: a class list file or None)."""
-
-    def __init__(self, root: str, classes: str | None, **options: Any) -> None:
-        self.class_file = classes
-        super().__init__(root, allow_empty=True, **options)
-
-    def find_classes(self, directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
-        folders = class_folder_images(directory, torchvision.datasets.folder.IMG_EXTENSIONS)
-        if not folders:
-            raise FileNotFoundError(
-                f"no class folder holding images ({', '.join(torchvision.datasets.folder.IMG_EXTENSIONS)})"
-            )
-        listed = None if self.class_file is None else read_class_list(self.class_file)
-        classes = list(class_list(list(folders), listed, f"stream folder {str(directory)!r}", subset=True))
-        return classes, {name: index for index, name in enumerate(classes)}
-
-    def __getitem__(self, position: int) -> Any:
-        from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
-
-        path, label = self.samples[position]
-        try:
-            return super().__getitem__(position)
-        except UNREADABLE_IMAGE_ERRORS as error:
-            return _Unreadable(path, str(error) or type(error).__name__)
-
-
-@dataclass(frozen=True)
-class _Unreadable:
-    path: str
-    problem: str
-
-
-def _collate_checked(items: list[Any]) -> Any:
-    bad = [item for item in items if isinstance(item, _Unreadable)]
-    return bad[0] if bad else torch.utils.data.default_collate(items)
-
-
-class _FolderLoader:
-    """The DataLoader of an image folder; an unreadable image ends the stream with a ValueError naming it."""
-
-    def __init__(self, loader: torch.utils.data.DataLoader) -> None:
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        for batch in self.loader:
-            if isinstance(batch, _Unreadable):
-                raise ValueError(
-                    f"unreadable image {batch.path}: {batch.problem}; fix or remove it, or pass --skip-bad-images "
-                    "to check every image before the run and exclude the unreadable ones deterministically"
-                )
-            yield batch
 
 
 def _exclude_unreadable(dataset: Any, root: Path) -> None:
@@ -148,3 +95,71 @@ def _exclude_unreadable(dataset: Any, root: Path) -> None:
         dataset.targets = [label for _, label in dataset.samples]
         if not dataset.samples:
             raise ValueError(f"stream folder {str(root)!r} has no readable image")
+
+
+def _describe_image_folder(location: str, options: StreamOptions) -> StreamDescription:
+    """An ImageFolder's name and image count (the images of its class folders are counted, not read).
+    Its class count is left unknown: a subset of ImageNet's classes is evaluated with a 1,000-class
+    model."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    from ccc.stream.sources import class_folder_images, read_class_list
+
+    root = Path(location)
+    if not root.is_dir():
+        raise ValueError(f"stream folder {location!r} does not exist or is not a directory")
+    images = class_folder_images(root, IMG_EXTENSIONS, note=False)
+    classes = images if options.classes is None else read_class_list(options.classes)
+    samples = sum(len(images.get(name, ())) for name in classes)
+    return StreamDescription(name=last_component(location), samples=samples or None)
+
+
+def _open_sized_image_folder(location: str, options: StreamOptions) -> SizedStream:
+    """``open_image_folder`` with its number of images as the stream's length."""
+    loader = open_image_folder(location, options)
+    return SizedStream(loader, len(loader.loader.dataset))  # type: ignore[arg-type]
+
+
+def _stream_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``StreamOptions`` fields of the image folder options' values (``--no-shuffle`` wins over
+    ``--shuffle-seed``)."""
+    return {
+        "image_size": values["image_size"],
+        "shuffle_seed": None if values["no_shuffle"] else values["shuffle_seed"],
+        "skip_bad_images": values["skip_bad_images"],
+        "classes": values["classes"],
+    }
+
+
+REGISTRY.register(
+    StreamSource(
+        FOLDER_SCHEME,
+        _open_sized_image_folder,
+        order=2,
+        describe=_describe_image_folder,
+        options=(
+            CliOption("--image-size", {"type": int, "default": 224, "help": "centre-crop size for image folders"}),
+            CliOption("--shuffle-seed", {"type": int, "default": 0, "help": "fixed shuffling of image folders"}),
+            CliOption("--no-shuffle", {"action": "store_true", "help": "read image folders in sorted (class) order"}),
+            CliOption(
+                "--skip-bad-images",
+                {
+                    "action": "store_true",
+                    "help": "image folders: exclude unreadable images (all checked before the run) instead of stopping",
+                },
+            ),
+            CliOption(
+                "--classes",
+                {
+                    "metavar": "FILE",
+                    "default": None,
+                    "help": "image folders: class list, one class folder name per line, line k = class k "
+                    "(default: the standard ImageNet index for WordNet-id folders, else sorted folder order), "
+                    "as ccc-generate --classes",
+                },
+            ),
+        ),
+        title="image folders (folder:PATH or a plain folder path)",
+        from_options=_stream_options,
+    )
+)
