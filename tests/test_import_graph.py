@@ -148,6 +148,21 @@ RULES = (
         "metrics consume records and never touch models",
     ),
     Rule(
+        "tta_eval.streams",
+        (
+            "tta_eval.methods",
+            "tta_eval.protocols",
+            "tta_eval.experiment",
+            "tta_eval.run_folder",
+            "tta_eval.checkpoint",
+            "tta_eval.records",
+            "tta_eval.metrics",
+            "tta_eval.reports",
+            "tta_eval.plots",
+        ),
+        "stream sources deliver batches; they know neither methods, protocols nor runs",
+    ),
+    Rule(
         "tta_eval.plots",
         ("tta_eval.experiment", "tta_eval.run", "tta_eval.sweep", "tta_eval.cli"),
         "plots draw records and metrics (and read a method's colour from its registry entry)",

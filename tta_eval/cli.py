@@ -32,7 +32,14 @@ from tta_eval.protocols import (
     seconds_from_ms,
 )
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
-from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, default_domain_key, stream_schemes
+from tta_eval.streams import (
+    DEMO_WORLD,
+    WORLD_MODELS,
+    StreamOptions,
+    default_domain_key,
+    stream_schemes,
+    stream_sources,
+)
 
 # The experiment, the methods, the models (torch) and the reports (matplotlib) are imported by the
 # commands that use them, so that --help answers at once.
@@ -54,12 +61,14 @@ def _add_precision_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         default="fp32",
-        help="arithmetic of the methods' forward passes: fp32, or autocast to bf16 / fp16 (fp16 with loss scaling); needs a CUDA device",
+        help="arithmetic of the methods' forward passes: fp32, or autocast to bf16 / fp16 (fp16 with loss "
+        "scaling); needs a CUDA device",
     )
     group.add_argument(
         "--channels-last",
         action="store_true",
-        help="models and images in channels-last memory format (faster convolutions on recent GPUs); needs a CUDA device",
+        help="models and images in channels-last memory format (faster convolutions on recent GPUs); "
+        "needs a CUDA device",
     )
 
 
@@ -80,18 +89,91 @@ def _check_precision(arguments: argparse.Namespace) -> None:
 
 
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
-    """Stream, methods, model, episodes, outputs: shared by ``run`` and ``sweep``."""
-    parser.add_argument(
+    """The options shared by ``run`` and ``sweep``, in groups: the stream, each stream source's own,
+    the model, the methods, the run folder, precision and timing."""
+    _add_stream_arguments(parser)
+    _add_stream_source_arguments(parser)
+    _add_model_arguments(parser)
+    _add_method_arguments(parser)
+    _add_run_arguments(parser)
+    _add_precision_arguments(parser)
+    _add_timing_arguments(parser)
+
+
+def _add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """--stream and the options every stream source takes (batches, workers, length, domains)."""
+    group = parser.add_argument_group("stream")
+    group.add_argument(
         "--stream",
         required=True,
         action="append",
         metavar="SCHEME:LOCATION",
-        help="the stream (run: repeatable, one run folder per stream): '<scheme>:<location>' for a registered stream source ("
+        help="the stream (run: repeatable, one run folder per stream): '<scheme>:<location>' for a registered "
+        "stream source ("
         + ", ".join(f"{scheme}:" for scheme in stream_schemes())
-        + "), e.g. ccc:shards/RUN (a ccc-generate run folder), folder:PATH (ImageFolder layout root/<class>/<image>), "
-        "synthetic:option=value,...; a plain folder path is read as an image folder",
+        + "), e.g. ccc:shards/RUN (a ccc-generate run folder), folder:PATH (ImageFolder layout "
+        "root/<class>/<image>), synthetic:option=value,...; a plain folder path is read as an image folder",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="samples per batch (each method predicts, then adapts, once per batch)",
+    )
+    group.add_argument("--num-workers", type=int, default=0, help="DataLoader workers for image folders")
+    group.add_argument(
+        "--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)"
+    )
+    group.add_argument(
+        "--domain-key",
+        default=None,
+        help="metadata key naming each sample's domain, for per-domain accuracy and the plot's shading "
+        "(default: 'pair', the corruption pair n1→n2, for ccc: streams under 'run'; none otherwise)",
+    )
+
+
+def _add_stream_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Each registered stream source's own options, under its heading (``StreamSource.options``)."""
+    for source in stream_sources():
+        if source.options:
+            group = parser.add_argument_group(source.heading)
+            for option in source.options:
+                group.add_argument(option.flag, **option.arguments)
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model the methods adapt and where it runs."""
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--model",
+        default=None,
+        help="torchvision model name, timm:NAME (needs pip install timm) or 'module:function' factory "
+        "(default: the stream's world's model: the demo model for demo-world streams, resnet50 otherwise)",
+    )
+    group.add_argument(
+        "--weights",
+        default=None,
+        help="torchvision weights name (IMAGENET1K_V1 for resnet50 by default, DEFAULT, none) or a state_dict file",
+    )
+    group.add_argument(
+        "--normalization",
+        choices=("auto", "imagenet", "none"),
+        default="auto",
+        help="input normalisation inside the model (auto: ImageNet's for torchvision models, the model's "
+        "pretrained_cfg mean/std for timm models)",
+    )
+    group.add_argument(
+        "--demo",
+        action="store_true",
+        help="the demo world's model (ccc.demo:demo_model, docs/demo.md), for streams made with ccc-generate --demo",
+    )
+    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:INDEX")
+
+
+def _add_method_arguments(parser: argparse.ArgumentParser) -> None:
+    """The methods, their episodes (resets) and what a non-finite loss does."""
+    group = parser.add_argument_group("methods")
+    group.add_argument(
         "--method",
         action="append",
         default=[],
@@ -99,111 +181,60 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         help="method to run (repeatable), e.g. rdumb, eata, tent:learning_rate=0.001; see 'tta-eval methods' "
         "(demo-world streams: source, bn, tent, eta, rdumb when none is given)",
     )
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="torchvision model name, timm:NAME (needs pip install timm) or 'module:function' factory (default: the stream's world's model: the demo "
-        "model for demo-world streams, resnet50 otherwise)",
-    )
-    parser.add_argument(
-        "--weights",
-        default=None,
-        help="torchvision weights name (IMAGENET1K_V1 for resnet50 by default, DEFAULT, none) or a state_dict file",
-    )
-    parser.add_argument(
-        "--normalization",
-        choices=("auto", "imagenet", "none"),
-        default="auto",
-        help="input normalisation inside the model (auto: ImageNet's for torchvision models, the model's pretrained_cfg mean/std for timm models)",
-    )
-    parser.add_argument(
-        "--demo",
-        action="store_true",
-        help="the demo world's model (ccc.demo:demo_model, docs/demo.md), for streams made with ccc-generate --demo",
-    )
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:INDEX")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        default=64,
-        help="samples per batch (each method predicts, then adapts, once per batch)",
-    )
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers for image folders")
-    parser.add_argument("--image-size", type=int, default=224, help="centre-crop size for image folders")
-    parser.add_argument("--shuffle-seed", type=int, default=0, help="fixed shuffling of image folders")
-    parser.add_argument("--no-shuffle", action="store_true", help="read image folders in sorted (class) order")
-    parser.add_argument(
-        "--skip-bad-images",
-        action="store_true",
-        help="image folders: exclude unreadable images (all checked before the run) instead of stopping",
-    )
-    parser.add_argument(
-        "--classes",
-        metavar="FILE",
-        default=None,
-        help="image folders: class list, one class folder name per line, line k = class k (default: the standard "
-        "ImageNet index for WordNet-id folders, else sorted folder order), as ccc-generate --classes",
-    )
-    parser.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="ccc: run folders: do not compare each shard's sha256 with the manifest's before reading it (verified by default, "
-        "about 3 %% of a run's time; sizes, keys and counts are still checked)",
-    )
-    parser.add_argument(
-        "--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)"
-    )
-    parser.add_argument(
-        "--domain-key",
-        default=None,
-        help="metadata key naming each sample's domain, for per-domain accuracy and the plot's shading "
-        "(default: 'pair', the corruption pair n1→n2, for ccc: streams under 'run'; none otherwise)",
-    )
-    episodic = parser.add_mutually_exclusive_group()
+    episodic = group.add_mutually_exclusive_group()
     episodic.add_argument("--episodic-domain", metavar="KEY", help="episodic: reset methods when KEY changes")
     episodic.add_argument("--episodic-every", type=int, metavar="N", help="episodic: reset methods every N batches")
-    parser.add_argument(
+    group.add_argument(
+        "--nonfinite-loss",
+        choices=("continue", "stop"),
+        default="continue",
+        help="on a NaN/inf adaptation loss: skip that update and go on, or stop the run",
+    )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run folder, its checkpoints and its accuracy windows and collapse judgement."""
+    group = parser.add_argument_group("run")
+    group.add_argument(
         "--window",
         type=int,
         default=None,
         help=f"samples per accuracy window, one point of the accuracy plot (default: fitted to the stream's length "
         f"for >= 20 windows, at most {DEFAULT_WINDOW:,})",
     )
-    parser.add_argument(
+    group.add_argument(
         "--collapse-reference",
         default="source",
-        help="collapse is judged against: 'source' (run the source model as reference), an accuracy in [0, 1], or 'none'",
+        help="collapse is judged against: 'source' (run the source model as reference), an accuracy in [0, 1], "
+        "or 'none'",
     )
-    parser.add_argument(
+    group.add_argument(
         "--collapse-span",
         type=int,
         default=None,
         help="a method collapsed once its windowed accuracy stays below the reference for this many samples "
         f"(default: 5 windows, at most {DEFAULT_COLLAPSE_SPAN:,})",
     )
-    parser.add_argument(
-        "--nonfinite-loss",
-        choices=("continue", "stop"),
-        default="continue",
-        help="on a NaN/inf adaptation loss: skip that update and go on, or stop the run",
-    )
-    parser.add_argument("--out", type=Path, default=Path("results"), help="folder holding run folders")
-    parser.add_argument("--name", default=None, help="run folder name (default: from the stream)")
-    parser.add_argument(
+    group.add_argument("--out", type=Path, default=Path("results"), help="folder holding run folders")
+    group.add_argument("--name", default=None, help="run folder name (default: from the stream)")
+    group.add_argument(
         "--overwrite",
         action="store_true",
         help="replace an existing run folder (an unfinished run of the same command is resumed without it)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--checkpoint-every",
         type=int,
         default=None,
         metavar="SAMPLES",
-        help="samples between checkpoints, from which re-running the same command resumes an interrupted run; 0: none "
-        "(default: 100,000)",
+        help="samples between checkpoints, from which re-running the same command resumes an interrupted run; "
+        "0: none (default: 100,000)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_precision_arguments(parser)
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """Measured wall time, or deterministic costs (docs/protocols.md)."""
     timing = parser.add_argument_group("timing (measured wall time unless costs are given)")
     timing.add_argument(
         "--cost",
@@ -211,8 +242,9 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="LABEL=COST",
         help="deterministic cost of a method in units of λ (the plain model's latency per batch): TOTAL "
-        "(δ/λ, δ the method's time per batch, e.g. tent=2.43) or PREDICTION+READY (e/λ+ℓ/λ: e until the prediction, "
-        "ℓ until ready for the next batch, e.g. tent=1+1.43); repeatable; switches to deterministic timing",
+        "(δ/λ, δ the method's time per batch, e.g. tent=2.43) or PREDICTION+READY (e/λ+ℓ/λ: e until the "
+        "prediction, ℓ until ready for the next batch, e.g. tent=1+1.43); repeatable; switches to deterministic "
+        "timing",
     )
     timing.add_argument(
         "--costs",
@@ -250,13 +282,14 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         type=integer_at_least(1),
         default=1,
         metavar="N",
-        help="runs at once on a local Ray cluster of N CPUs; 1 runs them one after the other in this process without Ray "
-        "(not --num-workers, the DataLoader's)",
+        help="runs at once on a local Ray cluster of N CPUs; 1 runs them one after the other in this process "
+        "without Ray (not --num-workers, the DataLoader's)",
     )
     cluster.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="run on an existing Ray cluster (auto, host:port or ray://host:port); run folders must be on a file system every node shares",
+        help="run on an existing Ray cluster (auto, host:port or ray://host:port); run folders must be on a file "
+        "system every node shares",
     )
     cluster.add_argument(
         "--gpus-per-task",
@@ -281,7 +314,8 @@ def _per_stream(arguments: argparse.Namespace) -> list[argparse.Namespace]:
     """One namespace per ``--stream`` (each run's stream-dependent defaults follow its own stream)."""
     if len(arguments.stream) > 1 and arguments.name is not None:
         raise ValueError(
-            f"--name names one run folder, but {len(arguments.stream)} streams were given: leave it out (each run folder is named after its stream)"
+            f"--name names one run folder, but {len(arguments.stream)} streams were given: leave it out "
+            "(each run folder is named after its stream)"
         )
     return [argparse.Namespace(**{**vars(arguments), "stream": stream}) for stream in arguments.stream]
 
@@ -290,26 +324,32 @@ DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
 """README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 RUN_EXAMPLES = (
     (
-        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 --method source --method bn --method tent --method rdumb",
+        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 "
+        "--method source --method bn --method tent --method rdumb",
         "a demo stream (ccc-generate --help) with methods of your choice; its manifest selects the demo model",
     ),
     (
-        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 --method source --method eata --method rdumb --device cuda",
+        "tta-eval run --stream ccc:shards/baseline_20_transition+speed_2000_seed_43 "
+        "--method source --method eata --method rdumb --device cuda",
         "a paper stream with ResNet-50, on a GPU",
     ),
     (
-        f"tta-eval run --stream {DEMO_STREAM} --method tent --protocol discrete --utilisation 0.5 --out results/discrete",
-        "Tempora's discrete scenario: a batch arrives every 2λ (a folder of its own beside README command 1's offline run)",
+        f"tta-eval run --stream {DEMO_STREAM} --method tent --protocol discrete --utilisation 0.5 "
+        "--out results/discrete",
+        "Tempora's discrete scenario: a batch arrives every 2λ "
+        "(a folder of its own beside README command 1's offline run)",
     ),
     (
-        f"tta-eval run --stream {DEMO_STREAM} --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 --method tent --method eta --workers 2 --out results/two_streams",
+        f"tta-eval run --stream {DEMO_STREAM} --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 "
+        "--method tent --method eta --workers 2 --out results/two_streams",
         "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
     ),
 )
 COMPARE_EXAMPLES = (
     (
         "tta-eval compare results",
-        "every run folder below results/ (at any depth; name run folders or a glob when two hold the same method on one stream)",
+        "every run folder below results/ "
+        "(at any depth; name run folders or a glob when two hold the same method on one stream)",
     ),
     (
         "tta-eval compare results/demo_* --out comparison_demo",
@@ -321,6 +361,7 @@ COMPARE_EXAMPLES = (
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    """The ``tta-eval`` parser: one subcommand per command, each with its own options and examples."""
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
         description="Evaluate test-time adaptation methods over a stream: offline, Alfarra et al.'s and "
@@ -331,7 +372,16 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_run_command(commands)
+    _add_sweep_command(commands)
+    _add_rescore_command(commands)
+    _add_compare_command(commands)
+    _add_methods_command(commands)
+    return parser
 
+
+def _add_run_command(commands: argparse._SubParsersAction) -> None:
+    """``tta-eval run``: the experiment's options, the cluster's and the protocols'."""
     run = commands.add_parser(
         "run",
         help="run methods over a stream and write a run folder",
@@ -352,21 +402,29 @@ def _build_parser() -> argparse.ArgumentParser:
         for option in entry.options:
             protocol.add_argument(option.flag, default=None, **option.arguments)
 
+
+SWEEP_EXAMPLES = (
+    (
+        f"tta-eval sweep --stream {DEMO_STREAM} --method bn --method tent --speeds 1,0.5,0.25 --name sweep_speeds",
+        "Alfarra et al.'s stream speeds",
+    ),
+    (
+        f"tta-eval sweep --stream {DEMO_STREAM} --method tent --method eta --utilisations 1,0.5,0.25 "
+        "--thresholds-ms 50,200 --name sweep_tempora",
+        "Tempora's discrete and continuous scenarios",
+    ),
+)
+"""Example commands ending the help of ``sweep``."""
+
+
+def _add_sweep_command(commands: argparse._SubParsersAction) -> None:
+    """``tta-eval sweep``: the experiment's options, the cluster's and one grid per swept protocol."""
     sweep = commands.add_parser(
         "sweep",
         help="grid of protocol runs: results table, best-method map, utility plots",
         description="A grid of protocol runs over one stream: results table, best-method map, utility plots.",
         formatter_class=HelpFormatter,
-        epilog=examples(
-            (
-                f"tta-eval sweep --stream {DEMO_STREAM} --method bn --method tent --speeds 1,0.5,0.25 --name sweep_speeds",
-                "Alfarra et al.'s stream speeds",
-            ),
-            (
-                f"tta-eval sweep --stream {DEMO_STREAM} --method tent --method eta --utilisations 1,0.5,0.25 --thresholds-ms 50,200 --name sweep_tempora",
-                "Tempora's discrete and continuous scenarios",
-            ),
-        ),
+        epilog=examples(*SWEEP_EXAMPLES),
     )
     _add_experiment_arguments(sweep)
     _add_cluster_arguments(sweep)
@@ -387,6 +445,13 @@ def _build_parser() -> argparse.ArgumentParser:
         for option in shared:
             grids.add_argument(option.flag, default=None, **option.arguments)
 
+
+RUN_FOLDER = "results/demo_baseline_30_transition+speed_100_seed_43"
+"""README command 1's run folder (``DEMO_STREAM``'s), named in the examples of ``rescore``."""
+
+
+def _add_rescore_command(commands: argparse._SubParsersAction) -> None:
+    """``tta-eval rescore``: saved runs' continuous utility for other thresholds."""
     rescore = commands.add_parser(
         "rescore",
         help="continuous utility of saved runs for other thresholds",
@@ -394,11 +459,11 @@ def _build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         epilog=examples(
             (
-                "tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 50 --threshold-ms 400",
+                f"tta-eval rescore {RUN_FOLDER} --threshold-ms 50 --threshold-ms 400",
                 "README command 1's run, λ stored with it",
             ),
             (
-                "tta-eval rescore results/demo_baseline_30_transition+speed_100_seed_43 --threshold-ms 100 --baseline-latency-ms 20 --json scores.json",
+                f"tta-eval rescore {RUN_FOLDER} --threshold-ms 100 --baseline-latency-ms 20 --json scores.json",
                 "another λ, scores also as JSON",
             ),
         ),
@@ -415,6 +480,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here (default: none)")
 
+
+def _add_compare_command(commands: argparse._SubParsersAction) -> None:
+    """``tta-eval compare``: a table and an overlay plot of run folders."""
     compare = commands.add_parser(
         "compare",
         help="markdown table and overlay plot of run folders",
@@ -435,6 +503,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="folder for table (comparison.md) and plot (accuracy.png/.svg)",
     )
 
+
+def _add_methods_command(commands: argparse._SubParsersAction) -> None:
+    """``tta-eval methods``: the registered methods and their defaults."""
     methods = commands.add_parser(
         "methods",
         help="list registered methods with their defaults",
@@ -443,7 +514,6 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=examples("tta-eval methods", ("tta-eval methods 'e*a'", "eta, eata")),
     )
     methods.add_argument("pattern", nargs="?", default="*", help="shell-style name pattern")
-    return parser
 
 
 def _collapse_reference(text: str) -> str | float | None:
@@ -538,6 +608,15 @@ def _model_spec(arguments: argparse.Namespace) -> ModelSpec | None:
     return ModelSpec(arguments.model or DEFAULT_MODEL, arguments.weights, arguments.normalization)
 
 
+def _stream_options(arguments: argparse.Namespace) -> StreamOptions:
+    """The options given to the stream's opener: the batch size, the workers and what each stream
+    source's own options set (``StreamSource.from_options``)."""
+    fields: dict[str, object] = {}
+    for source in stream_sources():
+        fields.update(source.from_options({option.dest: getattr(arguments, option.dest) for option in source.options}))
+    return StreamOptions(batch_size=arguments.batch_size, num_workers=arguments.num_workers, **fields)
+
+
 def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSettings) -> ExperimentSettings:
     from tta_eval.experiment import ExperimentSettings, MethodSpec
 
@@ -550,15 +629,7 @@ def _experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSetting
         output_root=arguments.out,
         run_name=arguments.name,
         device=arguments.device,
-        stream_options=StreamOptions(
-            batch_size=arguments.batch_size,
-            num_workers=arguments.num_workers,
-            image_size=arguments.image_size,
-            shuffle_seed=None if arguments.no_shuffle else arguments.shuffle_seed,
-            skip_bad_images=arguments.skip_bad_images,
-            classes=arguments.classes,
-            verify_shards=not arguments.no_verify,
-        ),
+        stream_options=_stream_options(arguments),
         max_samples=arguments.max_samples,
         protocol=protocol,
         cost_model=cost_model,
@@ -605,7 +676,8 @@ def _run(arguments: argparse.Namespace) -> int:
         finished.append(experiment)
         outcome = f"written to {folder}" if error is None else f"failed: {type(error).__name__}: {error}"
         print(
-            f"[{len(finished)}/{len(resolved)}] run {experiment.settings.resolved_run_name()}: {' '.join(outcome.split())}",
+            f"[{len(finished)}/{len(resolved)}] run {experiment.settings.resolved_run_name()}: "
+            f"{' '.join(outcome.split())}",
             flush=True,
         )
 
@@ -653,7 +725,8 @@ def _compare_hint(runs: list[RunResult]) -> str:
         return f"tta-eval compare {parent}      # with the other runs there"
     folders = " ".join(shlex.quote(str(run.path)) for run in picked)
     return (
-        f"tta-eval compare {folders}      # {parent} also holds {count(left_out, 'run')} that compare cannot put beside these "
+        f"tta-eval compare {folders}      # {parent} also holds {count(left_out, 'run')} "
+        "that compare cannot put beside these "
         "(the same method on the same stream, or unfinished): name the run folders to compare"
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -12,7 +13,14 @@ from torch import nn
 from ccc.models import IMAGENET_MEAN, ModelSpec, NormalizedClassifier, load_model, resolve_device
 from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 from tta_eval.records import RecordTable
-from tta_eval.streams import StreamOptions, open_stream_source, register_stream_source, stream_length, stream_schemes
+from tta_eval.streams import (
+    StreamOptions,
+    open_stream_source,
+    register_stream_source,
+    stream_length,
+    stream_schemes,
+    stream_sources,
+)
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, tiny_bn_cnn
 
 # --- models ---------------------------------------------------------------------------------------
@@ -352,3 +360,74 @@ def test_stop_policy_writes_the_run_folder_and_exits_with_1(tmp_path, capsys):
     assert (
         code == 0 and summary["methods"]["tent"]["nonfinite_losses"] == 1 and summary["methods"]["tent"]["batches"] == 3
     )
+
+
+# --- option groups --------------------------------------------------------------------------------
+
+
+def _command_parser(command: str) -> argparse.ArgumentParser:
+    from tta_eval.cli import _build_parser
+
+    subcommands = next(action for action in _build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    return subcommands.choices[command]
+
+
+def _option_groups(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Heading → the flags listed under it in the parser's help."""
+    return {
+        group.title: [action.option_strings[0] for action in group._group_actions if action.option_strings]
+        for group in parser._action_groups
+    }
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_run_and_sweep_group_their_options_and_each_stream_source_brings_its_own(command):
+    groups = _option_groups(_command_parser(command))
+    assert groups["stream"][:2] == ["--stream", "--batch-size"]
+    assert groups["model"][0] == "--model" and groups["methods"][0] == "--method" and "--out" in groups["run"]
+    assert ("protocol" in groups) == (command == "run")
+    for source in stream_sources():
+        if source.options:
+            assert groups[source.heading] == [option.flag for option in source.options]
+    assert groups["image folders (folder:PATH or a plain folder path)"] == [
+        "--image-size",
+        "--shuffle-seed",
+        "--no-shuffle",
+        "--skip-bad-images",
+        "--classes",
+    ]
+    assert groups["ccc: streams (run folders of ccc-generate)"] == ["--no-verify"]
+
+
+def test_a_registered_source_s_options_reach_the_command_line(monkeypatch):
+    import tta_eval.streams.registry
+    from ccc.registry import Registry
+    from tta_eval.cli import _stream_options
+    from tta_eval.cli_options import CliOption
+    from tta_eval.streams import REGISTRY, StreamSource
+
+    registry = Registry("stream scheme", ordered=True)
+    for source in REGISTRY:
+        registry.register(source)
+    given = []
+
+    def toy_fields(values):
+        given.append(dict(values))
+        return {}
+
+    registry.register(
+        StreamSource(
+            "toy",
+            lambda location, options: [],
+            order=100,
+            options=(CliOption("--toy-level", {"type": int, "default": 3, "help": "toy streams' level"}),),
+            from_options=toy_fields,
+        )
+    )
+    monkeypatch.setattr(tta_eval.streams.registry, "REGISTRY", registry)
+    run = _command_parser("run")
+    assert _option_groups(run)["toy: streams"] == ["--toy-level"]
+    assert "toy streams' level (default: 3)" in " ".join(run.format_help().split())
+    arguments = run.parse_args(["--stream", "toy:", "--toy-level", "5", "--no-shuffle", "--batch-size", "8"])
+    assert _stream_options(arguments) == StreamOptions(batch_size=8, shuffle_seed=None)
+    assert given == [{"toy_level": 5}]

@@ -201,14 +201,14 @@ def test_schemes_may_hold_a_hyphen() -> None:
 def test_a_demo_run_folder_renders_from_the_demo_world_without_options(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    import tta_eval.streams
+    import tta_eval.streams.ccc_render
     from ccc.demo import EXPECTED_INDEX_SHA256, demo_calibration_path
 
     demo_stream = types.SimpleNamespace(kind="ccc", source_index_checksum=EXPECTED_INDEX_SHA256)
-    monkeypatch.setattr(tta_eval.streams, "_run_folder_stream", lambda location: demo_stream)
+    monkeypatch.setattr(tta_eval.streams.ccc_render, "run_folder_stream", lambda location: demo_stream)
     request = parse_render_location("shards/a_demo_run")
     assert request.demo and request.calibration == str(demo_calibration_path())
     other_stream = types.SimpleNamespace(kind="ccc", source_index_checksum="0" * 64)
-    monkeypatch.setattr(tta_eval.streams, "_run_folder_stream", lambda location: other_stream)
+    monkeypatch.setattr(tta_eval.streams.ccc_render, "run_folder_stream", lambda location: other_stream)
     with pytest.raises(ValueError, match="needs calibration=PATH"):
         parse_render_location("shards/an_imagenet_run")

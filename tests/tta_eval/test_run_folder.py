@@ -296,8 +296,7 @@ def folder_labels(root, **options) -> dict[str, int]:
     """Class folder → label of a folder stream's images."""
     from pathlib import Path
 
-    from tta_eval.image_folder import open_image_folder
-    from tta_eval.streams import StreamOptions
+    from tta_eval.streams import StreamOptions, open_image_folder
 
     dataset = open_image_folder(str(root), StreamOptions(batch_size=2, image_size=16, **options)).loader.dataset
     return {Path(path).parent.name: label for path, label in dataset.samples}

@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ccc.validation import check_choice, check_positive_int
+from tta_eval.cli_options import CliOption
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -146,24 +147,6 @@ class ProtocolState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-
-
-@dataclass(frozen=True)
-class CliOption:
-    """One option of ``tta-eval run`` that belongs to a protocol.
-
-    flag: the option, e.g. "--speed" (unique among all protocols); arguments: keyword arguments of
-    ``argparse.ArgumentParser.add_argument`` (type, action, metavar, help); the option's default is
-    always None, meaning "not given", so the CLI can refuse it under another protocol.
-    """
-
-    flag: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def dest(self) -> str:
-        """The attribute name argparse stores the value under ("--threshold-ms" → "threshold_ms")."""
-        return self.flag.lstrip("-").replace("-", "_")
 
 
 @dataclass(frozen=True)
