@@ -27,7 +27,10 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from ccc.shards.remote import RemoteOptions
 
 __all__ = [
     "BLOCK_BYTES",
@@ -78,12 +81,18 @@ class TarSample:
     members: dict[str, bytes] | None
 
 
-def open_shard(location: str) -> BinaryIO:
-    """Open a shard for reading: a local path, or anything :func:`webdataset.gopen` opens (``http(s)://``, ``pipe:``, …).
+def open_shard(location: str, remote: RemoteOptions | None = None) -> BinaryIO:
+    """Open a shard for reading: a local path, an ``http(s)://`` URL (read with retries and resumption by
+    :func:`ccc.shards.remote.open_remote` under ``remote``), or anything else :func:`webdataset.gopen` opens
+    (``pipe:``, …).
 
     Raises:
-        ShardReadError: if a local file does not exist or cannot be opened.
+        ShardReadError: if a local file does not exist or cannot be opened, or a URL cannot be read.
     """
+    if location.startswith(("http://", "https://")):
+        from ccc.shards.remote import open_remote
+
+        return open_remote(location, remote)
     if "://" in location or location.startswith("pipe:"):
         from webdataset import gopen
 
