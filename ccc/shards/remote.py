@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import urllib3
 
 from ccc.shards.reader import ShardReadError
-from ccc.validation import check_positive_int
+from ccc.validation import check_non_negative_int, check_positive_int
 
 __all__ = [
     "DEFAULT_REMOTE_OPTIONS",
@@ -147,11 +147,11 @@ def _cause(error: BaseException) -> str:
 class RemoteShard(io.RawIOBase):
     """A remote shard as a read-only, non-seekable binary file (see the module documentation)."""
 
-    def __init__(self, url: str, options: RemoteOptions) -> None:
+    def __init__(self, url: str, options: RemoteOptions, start: int = 0) -> None:
         super().__init__()
         self.url = url
         self.options = options
-        self.position = 0
+        self.position = start
         self.size: int | None = None
         self.etag: str | None = None
         self._response: urllib3.BaseHTTPResponse | None = None
@@ -261,6 +261,9 @@ class RemoteShard(io.RawIOBase):
         status = response.status
         if status in _RETRY_STATUSES:
             raise _Retry(f"HTTP {status}", _retry_after(response.headers.get("Retry-After")))
+        if status == 416 and response.headers.get("Content-Range", "").strip() == f"bytes */{self.position}":
+            self.size = self.position  # asked from the end of the file: nothing is left to read
+            return
         if status not in (200, 206):
             raise ShardReadError(f"shard {self.url}: HTTP {status} {response.reason or ''}".rstrip())
         etag = response.headers.get("ETag")
@@ -304,12 +307,13 @@ class RemoteShard(io.RawIOBase):
             remaining -= len(chunk)
 
 
-def open_remote(url: str, options: RemoteOptions | None = None) -> io.BufferedReader:
+def open_remote(url: str, options: RemoteOptions | None = None, start: int = 0) -> io.BufferedReader:
     """Open an ``http(s)://`` shard for reading with retries and byte-exact resumption.
 
     Args:
         url: the shard's URL.
         options: retry and timeout settings (default :data:`DEFAULT_REMOTE_OPTIONS`).
+        start: first byte to read, >= 0 (a partial download continued); the file then starts there.
 
     Returns:
         A buffered, non-seekable binary file; its reads retry and resume as the module documentation says.
@@ -318,4 +322,5 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> io.BufferedRe
         ShardReadError: the server answered a non-retryable status (e.g. 404), or every attempt failed;
             :class:`ShardChangedError` when the file changed between two requests.
     """
-    return io.BufferedReader(RemoteShard(url, options or DEFAULT_REMOTE_OPTIONS), buffer_size=1 << 16)
+    raw = RemoteShard(url, options or DEFAULT_REMOTE_OPTIONS, check_non_negative_int("start", start))
+    return io.BufferedReader(raw, buffer_size=1 << 16)

@@ -102,6 +102,9 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             if_range = self.headers.get("If-Range")
             if requested and (fault is None or fault[0] != "no-range") and (if_range is None or if_range == etag):
                 start = int(requested.removeprefix("bytes=").rstrip("-"))
+                if start >= len(data):
+                    self._answer(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+                    return
                 headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
             status = 206 if "Content-Range" in headers else 200
             self._answer(status, data[start:], headers, fault)
