@@ -80,27 +80,37 @@ def build_parser() -> argparse.ArgumentParser:
         f"{PUBLISHED_URL_VARIABLE}=DIR reads it",
     )
     parser.add_argument(
-        "--connections", type=integer_at_least(1), default=4, help="shards downloaded at once (threads)"
+        "--connections", type=integer_at_least(1), default=4, metavar="N", help="shards downloaded at once (threads)"
     )
     parser.add_argument("--shards", type=_shard_range, metavar="A-B", help="only shards A to B (0-based, included)")
     parser.add_argument("--published-url", metavar="URL", help=f"base URL of {PUBLISHED_PREFIX} names (a mirror's)")
     parser.add_argument(
         "--attempts",
         type=integer_at_least(1),
+        metavar="N",
         default=DEFAULT_REMOTE_OPTIONS.attempts,
         help="tries per interruption of a download",
     )
     parser.add_argument(
         "--backoff",
         type=_seconds,
+        metavar="SECONDS",
         default=DEFAULT_REMOTE_OPTIONS.backoff,
         help="seconds before the first retry (doubling)",
     )
     parser.add_argument(
-        "--max-backoff", type=_seconds, default=DEFAULT_REMOTE_OPTIONS.max_backoff, help="longest wait between tries"
+        "--max-backoff",
+        type=_seconds,
+        metavar="SECONDS",
+        default=DEFAULT_REMOTE_OPTIONS.max_backoff,
+        help="longest wait between tries",
     )
     parser.add_argument(
-        "--timeout", type=_seconds, default=DEFAULT_REMOTE_OPTIONS.read_timeout, help="seconds without a byte"
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=DEFAULT_REMOTE_OPTIONS.read_timeout,
+        help="seconds without a byte",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser

@@ -31,7 +31,7 @@ from typing import Any
 from PIL import Image
 
 from ccc.folder_lock import FolderLock
-from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, load_manifest, save_manifest
+from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
 from ccc.shards.published import PUBLISHED_PREFIX, published_locations
 from ccc.shards.reader import ShardReadError, read_samples
 from ccc.shards.record import TEMPORARY_SUFFIX, SampleRecordError, decode_members, sample_place
@@ -43,6 +43,7 @@ __all__ = [
     "MirrorError",
     "MirrorShard",
     "MirroredShard",
+    "check_mirror",
     "mirror_stream",
     "plan_mirror",
 ]
@@ -137,8 +138,9 @@ def _remote_manifest(url: str, remote: RemoteOptions | None) -> Manifest:
             raise MirrorError(f"{url}: {str(error).partition(': ')[2]}") from None
 
 
-def _check_shard(path: Path, shard: MirrorShard) -> MirroredShard:
-    """Read a downloaded shard to its end, decode every sample (members and JPEG), hash and count it."""
+def _check_shard(path: Path, shard: MirrorShard, against: str = "the source manifest") -> MirroredShard:
+    """Read a downloaded shard to its end, decode every sample (members and JPEG), hash and count it;
+    compare with ``shard``'s expected values (``against`` names where they come from)."""
     digest = hashlib.sha256()
     size = 0
 
@@ -174,8 +176,8 @@ def _check_shard(path: Path, shard: MirrorShard) -> MirroredShard:
     expected = (shard.bytes, shard.sha256, shard.sample_count)
     if shard.sha256 is not None and (checked.bytes, checked.sha256, checked.samples) != expected:
         raise MirrorError(
-            f"shard {shard.url}: differs from the source manifest ({checked.bytes:,} bytes, {samples} samples, "
-            f"sha256 {checked.sha256[:12]}…; the manifest records {shard.bytes:,} bytes, {shard.sample_count} "
+            f"shard {shard.url}: differs from {against} ({checked.bytes:,} bytes, {samples} samples, "
+            f"sha256 {checked.sha256[:12]}…; it records {shard.bytes:,} bytes, {shard.sample_count} "
             f"samples, sha256 {shard.sha256[:12]}…)"
         )
     return checked
@@ -313,3 +315,48 @@ def mirror_stream(
             kept = tuple(info for info in manifest.shards if info.name in mirrored and (folder / info.name).exists())
             save_manifest(dataclasses.replace(manifest, shards=kept), folder)
         return [records[shard.name] for shard in planned]
+
+
+def check_mirror(
+    folder: str | os.PathLike[str], decode: bool = True, on_shard: Callable[[str], None] | None = None
+) -> tuple[int, list[str], int]:
+    """Check every shard ``mirror.json`` lists (size and sha256; with ``decode`` also every sample and the count).
+
+    For a mirror without a manifest (a published stream): shard integrity only, there is no stream
+    definition to check against.
+
+    Args:
+        folder: a ``ccc-mirror`` folder.
+        decode: also read every sample (members and JPEG) and compare the sample count.
+        on_shard: called with each shard's name once it is checked.
+
+    Returns:
+        (shards listed, one line per shard that is not intact, samples decoded).
+
+    Raises:
+        MirrorError: no readable ``mirror.json``.
+    """
+    folder = Path(folder)
+    if not (folder / MIRROR_NAME).is_file():
+        raise MirrorError(f"{folder} has no {MIRROR_NAME}; it is not a ccc-mirror folder")
+    records = _load_records(folder)
+    problems = []
+    decoded = 0
+    for name, record in sorted(records.items()):
+        path = folder / name
+        expected = MirrorShard(0, str(path), name, record.sha256, record.bytes, record.samples)
+        try:
+            size = path.stat().st_size
+            if size != record.bytes:
+                problems.append(f"{name}: altered ({size:,} bytes, {MIRROR_NAME} records {record.bytes:,})")
+            elif not decode and file_sha256(path) != record.sha256:
+                problems.append(f"{name}: altered (sha256 differs from {MIRROR_NAME}'s)")
+            elif decode:
+                decoded += _check_shard(path, expected, MIRROR_NAME).samples
+        except FileNotFoundError:
+            problems.append(f"{name}: missing (listed in {MIRROR_NAME})")
+        except (MirrorError, ShardReadError) as error:
+            problems.append(f"{name}: {'altered' if 'differs' in str(error) else 'undecodable'} ({error})")
+        if on_shard is not None:
+            on_shard(name)
+    return len(records), problems, decoded

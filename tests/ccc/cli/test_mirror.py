@@ -106,7 +106,9 @@ def test_a_shard_that_differs_from_the_manifest_is_refused(run: Path, tmp_path: 
     assert not (tmp_path / "copy" / "serial_00001.tar").exists()
 
 
-def test_a_published_stream_is_mirrored_and_read_back_by_name(run: Path, tmp_path: Path) -> None:
+def test_a_published_stream_is_mirrored_read_back_and_verified(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     with FaultServer(served(run, prefix=f"/ccc/{NAME}")) as server:
         server.add_faults(f"/ccc/{NAME}/serial_00001.tar", ("reset", 3000))
         arguments = [f"published:{NAME}", str(tmp_path / "mirror"), "--published-url", server.url("/ccc")]
@@ -115,6 +117,14 @@ def test_a_published_stream_is_mirrored_and_read_back_by_name(run: Path, tmp_pat
     assert listed["source"] == f"published:{NAME}" and len(listed["shards"]) == 3
     local = samples(f"published:{NAME}", published_url=str(tmp_path / "mirror"), limit=12)
     assert [row[1:] for row in local] == [row[1:] for row in samples(run)]
+    capsys.readouterr()
+    assert verify_cli.main([str(tmp_path / "mirror" / NAME), "--no-progress"]) == 0
+    assert "3 of 3 shards intact, 12 samples decoded; a ccc-mirror folder without a manifest" in capsys.readouterr().out
+    shard = tmp_path / "mirror" / NAME / "serial_00001.tar"
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\1")
+    for flags in ([], ["--no-decode"]):
+        assert verify_cli.main([str(tmp_path / "mirror" / NAME), "--no-progress", *flags]) == 1
+        assert capsys.readouterr().out.startswith("serial_00001.tar: altered")
 
 
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:
