@@ -38,6 +38,7 @@ shards after a skipped one are read. The stream is never shortened silently.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import warnings
@@ -588,6 +589,7 @@ def open_stream(
     verify: str | None = None,
     remote: RemoteOptions | None = None,
     published_url: str | None = None,
+    cache: str | os.PathLike[str] | None = None,
 ) -> CCCStream:
     """Open a stream of CCC shards for reading in stream order.
 
@@ -615,6 +617,9 @@ def open_stream(
             (:class:`ccc.shards.remote.RemoteOptions`; default: 10 tries, 1 s doubling to 60 s).
         published_url: base URL (or folder) of ``published:`` names (default ``$CCC_PUBLISHED_URL``,
             else :data:`ccc.shards.published.DEFAULT_PUBLISHED_URL`).
+        cache: a folder keeping each remote shard once read, so that re-reads are local (the shard is
+            downloaded whole before its first sample; cap: ``RemoteOptions.cache_max_bytes``;
+            :mod:`ccc.shards.shard_cache`). None (default): remote shards are streamed.
 
     Raises:
         StreamError: a folder without manifest or with a malformed one.
@@ -622,6 +627,8 @@ def open_stream(
     """
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be None or 'sha256', got {verify!r}")
+    if cache is not None:
+        remote = dataclasses.replace(remote or RemoteOptions(), cache=os.fspath(cache))
     spec: StreamSpec | None = None
     if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
         shards, spec = _manifest_shards(Path(source))

@@ -69,6 +69,10 @@ class RemoteOptions:
         max_backoff: longest wait between two tries in seconds, >= ``backoff`` (also caps ``Retry-After``).
         connect_timeout: seconds to establish a connection, > 0.
         read_timeout: seconds without a byte before a read counts as stalled, > 0.
+        cache: a folder keeping every remote shard once downloaded (:mod:`ccc.shards.shard_cache`),
+            or None (default: shards are streamed, nothing is stored).
+        cache_max_bytes: size cap of ``cache`` in bytes, >= 1; the least recently read shards are
+            deleted beyond it (None: no cap).
 
     The defaults (10 tries, 1 s doubling to 60 s: about 4 minutes of waiting) survive a server
     restart of a few minutes.
@@ -79,6 +83,8 @@ class RemoteOptions:
     max_backoff: float = 60.0
     connect_timeout: float = 30.0
     read_timeout: float = 60.0
+    cache: str | None = None
+    cache_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         check_positive_int("attempts", self.attempts)
@@ -86,6 +92,8 @@ class RemoteOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if self.cache_max_bytes is not None:
+            check_positive_int("cache_max_bytes", self.cache_max_bytes)
         if self.max_backoff < self.backoff:
             raise ValueError(f"max_backoff must be >= backoff ({self.backoff}), got {self.max_backoff}")
 
@@ -314,6 +322,7 @@ def open_remote(url: str, options: RemoteOptions | None = None, start: int = 0) 
         url: the shard's URL.
         options: retry and timeout settings (default :data:`DEFAULT_REMOTE_OPTIONS`).
         start: first byte to read, >= 0 (a partial download continued); the file then starts there.
+            With ``options.cache`` (and ``start`` 0) the shard is read from the cache, downloaded first if needed.
 
     Returns:
         A buffered, non-seekable binary file; its reads retry and resume as the module documentation says.
@@ -322,5 +331,10 @@ def open_remote(url: str, options: RemoteOptions | None = None, start: int = 0) 
         ShardReadError: the server answered a non-retryable status (e.g. 404), or every attempt failed;
             :class:`ShardChangedError` when the file changed between two requests.
     """
-    raw = RemoteShard(url, options or DEFAULT_REMOTE_OPTIONS, check_non_negative_int("start", start))
+    options = options or DEFAULT_REMOTE_OPTIONS
+    if options.cache is not None and not start:
+        from ccc.shards.shard_cache import open_cached
+
+        return open_cached(url, options)  # type: ignore[return-value]
+    raw = RemoteShard(url, options, check_non_negative_int("start", start))
     return io.BufferedReader(raw, buffer_size=1 << 16)
