@@ -20,7 +20,8 @@ application configures logging) naming the shard, the byte, the attempt and the 
 :attr:`RemoteOptions.attempts` failed tries in a row (the count restarts whenever bytes arrive) the
 read ends in a one-line :class:`ccc.shards.reader.ShardReadError` naming the shard, the attempts and
 the last cause. HTTP is spoken by ``urllib3`` (a dependency of ``requests``): streamed responses,
-per-read timeouts, connection pools, and no retry logic of its own in the way (it is switched off).
+per-read timeouts, connection pools, and no retry logic of its own in the way (it is switched off);
+``https_proxy`` / ``http_proxy`` / ``no_proxy`` are honoured as curl does.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import os
 import re
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 
 import urllib3
@@ -111,17 +113,30 @@ def is_remote(location: str) -> bool:
     return location.startswith(_REMOTE_SCHEMES)
 
 
-_pools: dict[int, urllib3.PoolManager] = {}
+_pools: dict[tuple[int, str | None], urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
 
 
-def _pool() -> urllib3.PoolManager:
-    """This process's connection pool (a forked DataLoader worker must not share its parent's sockets)."""
+def _pool(url: str) -> urllib3.PoolManager:
+    """This process's connection pool for ``url``: through the proxy of ``https_proxy`` / ``http_proxy``
+    unless ``no_proxy`` exempts the host (as curl does); a forked DataLoader worker never shares its
+    parent's sockets."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].rpartition("@")[2].split(":", 1)[0]
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy is not None and urllib.request.proxy_bypass(host):
+        proxy = None
     with _pools_lock:
-        pool = _pools.get(os.getpid())
+        key = (os.getpid(), proxy)
+        pool = _pools.get(key)
         if pool is None:
-            _pools.clear()
-            pool = _pools[os.getpid()] = urllib3.PoolManager(num_pools=16, maxsize=16)
+            if any(process != os.getpid() for process, _ in _pools):
+                _pools.clear()
+            if proxy is None:
+                pool = urllib3.PoolManager(num_pools=16, maxsize=16)
+            else:
+                pool = urllib3.ProxyManager(proxy, num_pools=16, maxsize=16)
+            _pools[key] = pool
         return pool
 
 
@@ -247,7 +262,7 @@ class RemoteShard(io.RawIOBase):
             headers["Range"] = f"bytes={self.position}-"
             if self.etag is not None and not self.etag.startswith("W/"):
                 headers["If-Range"] = self.etag
-        response = _pool().request(
+        response = _pool(self.url).request(
             "GET",
             self.url,
             headers=headers,

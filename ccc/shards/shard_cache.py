@@ -59,7 +59,7 @@ def _evict(folder: Path, keep: Path, max_bytes: int) -> None:
             status = path.stat()
         except FileNotFoundError:
             continue
-        entries.append((status.st_mtime, status.st_size, path))
+        entries.append((status.st_mtime_ns, status.st_size, path))
     total = keep.stat().st_size + sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries):
         if total <= max_bytes:
@@ -86,7 +86,8 @@ def open_cached(url: str, options: RemoteOptions) -> BinaryIO:
             handle = open(final, "rb")
         except FileNotFoundError:  # evicted by another process in between: fetch it again
             continue
-        os.utime(final)  # the least recently read shards are evicted first
+        now = time.time_ns()  # exact: the file system's own clock may tick only every few ms
+        os.utime(final, ns=(now, now))  # the least recently read shards are evicted first
         return handle
 
 

@@ -20,6 +20,7 @@ import struct
 import sys
 import threading
 import time
+import urllib.parse
 from collections import defaultdict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -81,7 +82,8 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             """Quiet."""
 
         def do_GET(self) -> None:
-            path = self.path
+            # a client going through this server as its proxy asks for the absolute URL
+            path = urllib.parse.urlsplit(self.path).path if "://" in self.path else self.path
             with server.lock:
                 server.requests.append((path, dict(self.headers)))
                 fault = server.faults[path].popleft() if server.faults[path] else None

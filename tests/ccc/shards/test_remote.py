@@ -171,3 +171,14 @@ def test_retry_after_forms() -> None:
     assert _retry_after(None) is None
     assert _retry_after("soon") is None
     assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+def test_the_proxy_of_the_environment_is_used(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with FaultServer(shard_files(run)) as server:
+        monkeypatch.setenv("http_proxy", server.base)
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        server.add_faults("/ccc/serial_00000.tar", ("reset", 9000))
+        with open_remote("http://shards.example.invalid/ccc/serial_00000.tar", FAST) as handle:
+            assert handle.read() == (run / "serial_00000.tar").read_bytes()
+        assert [path for path, _ in server.requests] == ["/ccc/serial_00000.tar"] * 2  # the host does not exist
