@@ -17,8 +17,8 @@ from ccc.shards.remote import RemoteOptions
 from tests.builders import make_ccc_run
 from tests.ccc.shards.fault_server import FaultServer
 
-FAST = RemoteOptions(attempts=4, backoff=0.001, max_backoff=0.002, connect_timeout=2.0, read_timeout=0.3)
-FAST_FLAGS = ["--attempts", "4", "--backoff", "0.001", "--max-backoff", "0.002", "--timeout", "0.3", "--no-progress"]
+FAST = RemoteOptions(attempts=4, backoff=0.001, max_backoff=0.002, connect_timeout=5.0, read_timeout=1.0)
+FAST_FLAGS = ["--attempts", "4", "--backoff", "0.001", "--max-backoff", "0.002", "--timeout", "1.0", "--no-progress"]
 NAME = "baseline_20_transition+speed_2000_seed_43"
 
 
@@ -45,7 +45,7 @@ def test_a_mirror_through_faults_is_a_run_folder(run: Path, tmp_path: Path, caps
     out = tmp_path / "copy"
     with FaultServer(served(run)) as server:
         server.add_faults("/run/serial_00001.tar", ("reset", 9000), ("status", 503, None), ("short", 20000))
-        server.add_faults("/run/serial_00002.tar", ("no-range",), ("stall", 100, 1.0))
+        server.add_faults("/run/serial_00002.tar", ("no-range",), ("stall", 100, 3.0))
         code = mirror_cli.main([server.url("/run"), str(out), "--connections", "2", *FAST_FLAGS])
     assert code == 0
     assert "3 shards" in capsys.readouterr().out

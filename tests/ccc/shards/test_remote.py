@@ -15,8 +15,8 @@ from ccc.shards.remote import RemoteOptions, ShardChangedError, _retry_after, op
 from tests.builders import make_ccc_run
 from tests.ccc.shards.fault_server import FaultServer
 
-FAST = RemoteOptions(attempts=4, backoff=0.001, max_backoff=0.002, connect_timeout=2.0, read_timeout=0.3)
-"""Tiny waits so that faults cost milliseconds; read_timeout well below the stalls' silence."""
+FAST = RemoteOptions(attempts=4, backoff=0.001, max_backoff=0.002, connect_timeout=5.0, read_timeout=1.0)
+"""Tiny waits so that faults cost milliseconds; read_timeout well below the stalls' silence (3 s)."""
 
 SHARDS = 3
 
@@ -49,7 +49,7 @@ FAULTS = {
     "several resets": [("reset", 5000), ("reset", 200), ("reset", 30000)],
     "503 then 429 with Retry-After": [("status", 503, None), ("status", 429, 0)],
     "503 after a reset (on resume)": [("reset", 7000), ("status", 503, None)],
-    "stall past the read timeout": [("stall", 12000, 1.5)],
+    "stall past the read timeout": [("stall", 12000, 3.0)],
     "body shorter than Content-Length": [("short", 15000)],
     "Range ignored on resume": [("reset", 20000), ("no-range",)],
     "Range ignored twice": [("reset", 20000), ("no-range", 30000), ("no-range",)],
@@ -65,8 +65,10 @@ def test_faults_deliver_the_local_samples(run: Path, faults: list[tuple], caplog
         with caplog.at_level(logging.WARNING, logger="ccc.shards.remote"):
             assert samples(urls(server), remote=FAST) == expected
     retries = [record.getMessage() for record in caplog.records if "attempt" in record.getMessage()]
-    assert len(retries) == sum(fault[0] != "no-range" or len(fault) > 1 for fault in faults)
-    assert all("serial_00001.tar" in line and "at byte" in line and "\n" not in line for line in retries)
+    assert all(" at byte " in line and "\n" not in line for line in retries)
+    # on a loaded machine another shard may time out too (and be retried): count the faulted shard's
+    faulted = [line for line in retries if "serial_00001.tar" in line]
+    assert len(faulted) >= sum(fault[0] != "no-range" or len(fault) > 1 for fault in faults)
 
 
 def test_resume_asks_for_the_next_byte_with_if_range(run: Path) -> None:
