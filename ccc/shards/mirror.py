@@ -5,10 +5,12 @@ A mirror folder holds the shards under their names (``serial_00000.tar`` …) an
 downloaded to a hidden ``.<name>.part`` file (continued where it stopped by the next run, with a
 ``Range`` request), read to its end with every sample's members and JPEG decoded and its samples
 counted, and only then renamed to its name; so a shard under its own name is always complete, and a
-re-run skips it. When the source is a run folder served over HTTP (``<url>/manifest.json``), every
-shard's size, sha256 and sample count must equal its manifest's, and the manifest (listing the
-mirrored shards) is written into the mirror, which then is a run folder like a generated one:
-``ccc-verify``, ``open_stream(folder, verify="sha256")`` and ``tta-eval --stream ccc:folder`` read it.
+re-run skips it. ``.<name>.part.json`` records the remote file's ETag, Last-Modified and size: a
+partial file is continued only if the server still has the same file, else downloaded again whole.
+When the source is a run folder served over HTTP (``<url>/manifest.json``), every shard's size,
+sha256 and sample count must equal its manifest's, and the manifest (listing the mirrored shards)
+is written into the mirror, which then is a run folder like a generated one: ``ccc-verify``,
+``open_stream(folder, verify="sha256")`` and ``tta-eval --stream ccc:folder`` read it.
 The published streams have no manifest; their mirror is read with ``published_url=<parent folder>``
 (or ``$CCC_PUBLISHED_URL``) or as a shard pattern.
 """
@@ -19,6 +21,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -35,7 +38,7 @@ from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha
 from ccc.shards.published import PUBLISHED_PREFIX, published_locations
 from ccc.shards.reader import ShardReadError, read_samples
 from ccc.shards.record import TEMPORARY_SUFFIX, SampleRecordError, decode_members, sample_place
-from ccc.shards.remote import RemoteOptions, is_remote, open_remote
+from ccc.shards.remote import RemoteOptions, ShardChangedError, is_remote, open_remote
 
 __all__ = [
     "MIRROR_FORMAT",
@@ -54,6 +57,8 @@ _MIRROR_FORMAT_VERSION = 1
 _LOCK_NAME = ".ccc-mirror.lock"
 _PART_SUFFIX = ".part"
 _CHUNK_BYTES = 1 << 20
+
+logger = logging.getLogger(__name__)
 
 
 class MirrorError(ValueError):
@@ -183,6 +188,35 @@ def _check_shard(path: Path, shard: MirrorShard, against: str = "the source mani
     return checked
 
 
+def _download(
+    url: str,
+    part: Path,
+    start: int,
+    remote: RemoteOptions | None,
+    on_bytes: Callable[[int], None],
+    stop: threading.Event,
+) -> None:
+    """Append ``url`` from byte ``start`` to ``part``; ``<part>.json`` keeps the file's identity
+    (ETag, Last-Modified, size) so that a later run continues only the same file."""
+    sidecar = part.with_name(part.name + ".json")
+    identity = None
+    if start and sidecar.exists():
+        try:
+            identity = json.loads(sidecar.read_text(encoding="utf-8"))
+        except ValueError:
+            identity = None
+    with open_remote(url, remote, start, identity) as source, open(part, "ab") as target:
+        sidecar.write_text(json.dumps(source.raw.identity), encoding="utf-8")
+        while chunk := source.read(_CHUNK_BYTES):
+            if stop.is_set():
+                raise KeyboardInterrupt
+            target.write(chunk)
+            on_bytes(len(chunk))
+        target.flush()
+        os.fsync(target.fileno())
+    sidecar.unlink()
+
+
 def _mirror_shard(
     shard: MirrorShard,
     folder: Path,
@@ -198,14 +232,13 @@ def _mirror_shard(
     start = path.stat().st_size if path.exists() else 0
     on_bytes(start)
     if path == part and (shard.bytes is None or start < shard.bytes):
-        with open_remote(shard.url, remote, start) as source, open(part, "ab") as target:
-            while chunk := source.read(_CHUNK_BYTES):
-                if stop.is_set():
-                    raise KeyboardInterrupt
-                target.write(chunk)
-                on_bytes(len(chunk))
-            target.flush()
-            os.fsync(target.fileno())
+        try:
+            _download(shard.url, part, start, remote, on_bytes, stop)
+        except ShardChangedError as error:
+            logger.warning("%s; downloading it again from its first byte", error)
+            part.unlink()
+            on_bytes(-start)
+            _download(shard.url, part, 0, remote, on_bytes, stop)
     try:
         checked = _check_shard(path, shard)
     except (MirrorError, ShardReadError):

@@ -170,7 +170,9 @@ def _cause(error: BaseException) -> str:
 class RemoteShard(io.RawIOBase):
     """A remote shard as a read-only, non-seekable binary file (see the module documentation)."""
 
-    def __init__(self, url: str, options: RemoteOptions, start: int = 0) -> None:
+    def __init__(
+        self, url: str, options: RemoteOptions, start: int = 0, identity: dict[str, str | int | None] | None = None
+    ) -> None:
         super().__init__()
         self.url = url
         self.options = options
@@ -178,13 +180,22 @@ class RemoteShard(io.RawIOBase):
         self.size: int | None = None
         self.etag: str | None = None
         self._response: urllib3.BaseHTTPResponse | None = None
-        self._identity: dict[str, str | int | None] | None = None
+        self._identity = identity
+        if identity is not None:
+            self.etag = identity.get("ETag")  # type: ignore[assignment]
         self._failures = 0
         self._ensure_response()
 
     def readable(self) -> bool:
         """Always True."""
         return True
+
+    @property
+    def identity(self) -> dict[str, str | int | None] | None:
+        """What identifies the file read: its ``ETag``, ``Last-Modified`` and size in bytes (each None
+        when the server sent none); None before the first answer. Pass it to :func:`open_remote` to
+        continue a partial download in another process: a changed file is then refused."""
+        return self._identity
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         """Read up to ``len(buffer)`` bytes at the current position, retrying and resuming as needed; 0 at the end."""
@@ -330,7 +341,12 @@ class RemoteShard(io.RawIOBase):
             remaining -= len(chunk)
 
 
-def open_remote(url: str, options: RemoteOptions | None = None, start: int = 0) -> io.BufferedReader:
+def open_remote(
+    url: str,
+    options: RemoteOptions | None = None,
+    start: int = 0,
+    identity: dict[str, str | int | None] | None = None,
+) -> io.BufferedReader:
     """Open an ``http(s)://`` shard for reading with retries and byte-exact resumption.
 
     Args:
@@ -338,6 +354,8 @@ def open_remote(url: str, options: RemoteOptions | None = None, start: int = 0) 
         options: retry and timeout settings (default :data:`DEFAULT_REMOTE_OPTIONS`).
         start: first byte to read, >= 0 (a partial download continued); the file then starts there.
             With ``options.cache`` (and ``start`` 0) the shard is read from the cache, downloaded first if needed.
+        identity: :attr:`RemoteShard.identity` of the file when its first ``start`` bytes were read
+            (an earlier process); an answer of another file is then a :class:`ShardChangedError`.
 
     Returns:
         A buffered, non-seekable binary file; its reads retry and resume as the module documentation says.
@@ -351,5 +369,5 @@ def open_remote(url: str, options: RemoteOptions | None = None, start: int = 0) 
         from ccc.shards.shard_cache import open_cached
 
         return open_cached(url, options)  # type: ignore[return-value]
-    raw = RemoteShard(url, options, check_non_negative_int("start", start))
+    raw = RemoteShard(url, options, check_non_negative_int("start", start), identity)
     return io.BufferedReader(raw, buffer_size=1 << 16)

@@ -135,3 +135,26 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().err.startswith("ccc-mirror: error: unknown published CCC stream 'nope'")
     assert mirror_cli.main(["/local/folder", "out", "--no-progress"]) == 2
     assert "source must be published:<name> or an http(s):// URL" in capsys.readouterr().err
+
+
+def test_a_shard_replaced_between_two_runs_is_downloaded_again_whole(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("ccc.shards.mirror._CHUNK_BYTES", 4096)
+    out = tmp_path / "copy"
+    pattern = "/run/serial_{00000..00001}.tar"
+
+    def interrupt(count: int, total: int | None) -> None:
+        if count == 4096:
+            raise KeyboardInterrupt
+
+    with FaultServer(served(run)) as server:
+        with pytest.raises(KeyboardInterrupt):
+            mirror_stream(server.url(pattern), out, connections=1, remote=FAST, progress=interrupt)
+        assert (out / ".serial_00000.tar.part").stat().st_size == 4096
+        replacement = (run / "serial_00002.tar").read_bytes()
+        server.files["/run/serial_00000.tar"] = replacement
+        mirror_stream(server.url(pattern), out, connections=1, remote=FAST)
+    assert (out / "serial_00000.tar").read_bytes() == replacement
+    assert any("changed on the server" in record.getMessage() for record in caplog.records)
+    assert not list(out.glob(".serial_*"))
