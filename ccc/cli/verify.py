@@ -25,6 +25,7 @@ from ccc.calibration import CalibrationError
 from ccc.cli.common import HelpFormatter, UsageError, count, examples, run_command
 from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards.manifest import ManifestError, load_manifest
+from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
 from ccc.stream.spec import CCC_KIND, PlanError
 
 PROGRAM = "ccc-verify"
@@ -53,7 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
             ),
         ),
     )
-    parser.add_argument("folder", metavar="DIR", help="run folder written by ccc-generate (holds manifest.json)")
+    parser.add_argument(
+        "folder",
+        metavar="DIR",
+        help="run folder written by ccc-generate (holds manifest.json), or a ccc-mirror folder (mirror.json)",
+    )
     parser.add_argument("--no-decode", action="store_true", help="check sizes and sha256 only, do not read the samples")
     parser.add_argument(
         "--calibration",
@@ -97,6 +102,8 @@ def _run(arguments: argparse.Namespace) -> int:
         raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder")
+    if not (folder / "manifest.json").exists() and (folder / MIRROR_NAME).exists():
+        return _verify_mirror(folder, arguments)
     try:
         manifest = load_manifest(folder)
     except FileNotFoundError as error:
@@ -147,6 +154,25 @@ def _run(arguments: argparse.Namespace) -> int:
     return 0 if report.ok else PROBLEMS_EXIT_CODE
 
 
+def _verify_mirror(folder: Path, arguments: argparse.Namespace) -> int:
+    """A ccc-mirror folder without a manifest (a published stream): shard integrity only."""
+    if arguments.calibration is not None or arguments.imagenet is not None or arguments.demo:
+        raise UsageError(f"{folder} is a ccc-mirror folder without a manifest: it has no plan hash to check")
+    with tqdm(desc=folder.name, unit="shard", disable=arguments.no_progress, mininterval=1.0) as bar:
+        shards, problems, decoded = check_mirror(
+            folder, decode=not arguments.no_decode, on_shard=lambda _: bar.update()
+        )
+    for line in problems:
+        print(line)
+    decoded_text = f", {count(decoded, 'sample')} decoded" if decoded else ""
+    print(
+        f"{PROGRAM}: {shards - len(problems):,} of {count(shards, 'shard')} intact{decoded_text}; "
+        "a ccc-mirror folder without a manifest: "
+        f"shard integrity only (sizes, sha256, samples against {MIRROR_NAME}; no stream definition, no plan hash)"
+    )
+    return PROBLEMS_EXIT_CODE if problems else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ccc-verify``; returns the exit code.
 
@@ -156,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(
         PROGRAM,
         lambda: _run(arguments),
-        (UsageError, ManifestError, CalibrationError, ImageFolderError, PlanError, OSError),
+        (UsageError, ManifestError, MirrorError, CalibrationError, ImageFolderError, PlanError, OSError),
     )
 
 

@@ -8,6 +8,7 @@ checked against the manifest (see :mod:`ccc.load`, *Checks*). Opening a shard lo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ from ccc.load.sample import StreamError, StreamSample
 from ccc.load.selection import DEFAULT_SAMPLES_PER_TURN, Selection
 from ccc.shards.errors import ShardReadError
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
+from ccc.shards.published import resolve_published
 from ccc.shards.reader import TarSample, open_shard, read_samples
 from ccc.shards.record import sample_key, shard_name, shard_pattern
+from ccc.shards.remote import RemoteOptions
 from ccc.stream.spec import StreamSpec
 
 __all__ = ["VERIFY_MODES", "ShardLocation", "open_stream"]
@@ -90,11 +93,13 @@ class _ShardStream(CCCStream):
         total: int | None,
         spec: StreamSpec | None,
         verify: str | None,
+        remote: RemoteOptions | None,
         **options: Any,
     ) -> None:
         self.shards = shards if isinstance(shards, _ManifestShards) else tuple(shards)
         self.spec = spec
         self.verify = verify
+        self.remote = remote
         super().__init__(total=total, **options)
 
     def _altered(self, shard: ShardLocation) -> str | None:
@@ -150,7 +155,7 @@ class _ShardStream(CCCStream):
             failure = self._altered(shard)
             if failure is None:
                 try:
-                    with open_shard(name) as handle:
+                    with open_shard(name, self.remote) as handle:
                         for sample in read_samples(
                             handle, name, lambda place, first=first: selection.wanted(first + place - self.start)
                         ):
@@ -238,6 +243,9 @@ def open_stream(
     rank_split: str = "interleaved",
     on_error: str = "raise",
     verify: str | None = None,
+    remote: RemoteOptions | None = None,
+    published_url: str | None = None,
+    cache: str | os.PathLike[str] | None = None,
 ) -> CCCStream:
     """Open a stream of CCC shards for reading in stream order.
 
@@ -245,6 +253,8 @@ def open_stream(
         source: a run folder written by ``ccc-generate`` (its ``manifest.json`` gives the shards and
             their sample ranges; ``start`` skips whole shards); a shard path or URL, a brace pattern
             (``/data/ccc/serial_{00000..00299}.tar``, ``pipe:curl -s https://…/serial_{00000..00009}.tar``);
+            ``published:<name>`` (one of the 27 published streams, e.g.
+            ``published:baseline_20_transition+speed_2000_seed_43``; :mod:`ccc.shards.published`);
             or a list of them. Our shards and the published CCC shards (keys ``input.jpg``,
             ``output.cls``, ``info``) are both read; without a manifest, stream indices count from 0
             at the first shard given.
@@ -259,13 +269,23 @@ def open_stream(
             sample count are checked) or ``"sha256"`` (also each shard's sha256 against the
             manifest's, computed over the whole file before its first sample is delivered; needs a
             run folder). Cost measured in ``BENCHMARKS.md``.
+        remote: retries, backoff and timeouts of ``http(s)://`` shards
+            (:class:`ccc.shards.remote.RemoteOptions`; default: 10 tries, 1 s doubling to 60 s).
+        published_url: base URL (or folder) of ``published:`` names (default ``$CCC_PUBLISHED_URL``,
+            else :data:`ccc.shards.published.DEFAULT_PUBLISHED_URL`).
+        cache: a folder keeping each remote shard once read, so that re-reads are local (the shard is
+            downloaded whole before its first sample; cap: ``RemoteOptions.cache_max_bytes``;
+            :mod:`ccc.shards.shard_cache`). None (default): remote shards are streamed.
 
     Raises:
         StreamError: a folder without manifest or with a malformed one.
-        ValueError: invalid arguments (``verify="sha256"`` without a manifest included).
+        ValueError: invalid arguments (``verify="sha256"`` without a manifest, an unknown published
+            name included).
     """
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be None or 'sha256', got {verify!r}")
+    if cache is not None:
+        remote = dataclasses.replace(remote or RemoteOptions(), cache=os.fspath(cache))
     spec: StreamSpec | None = None
     if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
         shards, spec = _manifest_shards(Path(source))
@@ -276,12 +296,13 @@ def open_stream(
             raise ValueError(
                 f"verify={verify!r} needs a run folder with a manifest (it records each shard's sha256), got {source!r}"
             )
-        shards = [ShardLocation(location) for location in _expand(source)]
+        shards = [ShardLocation(location) for location in _expand(resolve_published(source, published_url))]
     return _ShardStream(
         shards,
         None if spec is None else spec.num_images,
         spec,
         verify,
+        remote,
         start=start,
         limit=limit,
         image_format=image_format,

@@ -31,9 +31,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ccc.shards.errors import ShardReadError
+
+if TYPE_CHECKING:
+    from ccc.shards.remote import RemoteOptions
 
 __all__ = [
     "BLOCK_BYTES",
@@ -76,19 +79,25 @@ class TarSample:
     members: dict[str, bytes] | None
 
 
-def open_shard(location: str) -> BinaryIO:
+def open_shard(location: str, remote: RemoteOptions | None = None) -> BinaryIO:
     """Open the shard at ``location`` for reading: the one place that turns a location into bytes.
 
-    A local path (optionally ``file:``-prefixed) is opened directly; anything else
-    :func:`webdataset.gopen` opens (``http(s)://``, ``pipe:``, …) goes through it. Callers read the
+    A local path (optionally ``file:``-prefixed) is opened directly; an ``http(s)://`` URL is read with
+    retries and resumption at the byte by :func:`ccc.shards.remote.open_remote` under ``remote``;
+    anything else :func:`webdataset.gopen` opens (``pipe:``, …) goes through it. Callers read the
     returned binary file object from its start and close it (it is a context manager).
 
     Args:
         location: a local path, ``file:`` path, URL or ``pipe:`` command.
+        remote: retries, backoff, timeouts and cache of ``http(s)://`` shards (None: the defaults).
 
     Raises:
-        ShardReadError: if a local file does not exist or cannot be opened.
+        ShardReadError: if a local file does not exist or cannot be opened, or a URL cannot be read.
     """
+    if location.startswith(("http://", "https://")):
+        from ccc.shards.remote import open_remote
+
+        return open_remote(location, remote)
     if "://" in location or location.startswith("pipe:"):
         from webdataset import gopen
 

@@ -1,0 +1,160 @@
+"""ccc-mirror (ccc.shards.mirror, ccc.cli.mirror) against the fault-injecting HTTP server: faults,
+interruptions and re-runs end in a mirror that ccc-verify and open_stream(verify="sha256") accept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ccc.cli import mirror as mirror_cli
+from ccc.cli import verify as verify_cli
+from ccc.load import open_stream
+from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
+from ccc.shards.record import shard_name
+from ccc.shards.remote import RemoteOptions
+from tests.builders import make_ccc_run
+from tests.ccc.shards.fault_server import FaultServer
+
+FAST = RemoteOptions(attempts=4, backoff=0.001, max_backoff=0.002, connect_timeout=5.0, read_timeout=1.0)
+FAST_FLAGS = ["--attempts", "4", "--backoff", "0.001", "--max-backoff", "0.002", "--timeout", "1.0", "--no-progress"]
+NAME = "baseline_20_transition+speed_2000_seed_43"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder of 3 shards × 4 samples with its manifest."""
+    return make_ccc_run(tmp_path_factory.mktemp("mirror"), num_images=12, speed=4, shard_size=4)
+
+
+def served(run: Path, prefix: str = "/run") -> dict[str, bytes]:
+    files = {f"{prefix}/{shard_name(index)}": (run / shard_name(index)).read_bytes() for index in range(3)}
+    files[f"{prefix}/manifest.json"] = (run / "manifest.json").read_bytes()
+    return files
+
+
+def samples(source: object, **options: object) -> list[tuple]:
+    return [
+        (metadata["index"], label, image)
+        for image, label, metadata in open_stream(source, image_format="jpeg", **options)
+    ]
+
+
+def test_a_mirror_through_faults_is_a_run_folder(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "copy"
+    with FaultServer(served(run)) as server:
+        server.add_faults("/run/serial_00001.tar", ("reset", 9000), ("status", 503, None), ("short", 20000))
+        server.add_faults("/run/serial_00002.tar", ("no-range",), ("stall", 100, 3.0))
+        code = mirror_cli.main([server.url("/run"), str(out), "--connections", "2", *FAST_FLAGS])
+    assert code == 0
+    assert "3 shards" in capsys.readouterr().out
+    assert verify_cli.main([str(out), "--no-progress"]) == 0
+    assert samples(out, verify="sha256") == samples(run)
+    listed = json.loads((out / MIRROR_NAME).read_text())["shards"]
+    assert [(entry["name"], entry["samples"]) for entry in listed] == [(shard_name(i), 4) for i in range(3)]
+    assert not list(out.glob(".*.part"))
+
+
+def test_an_interrupted_mirror_continues_where_it_stopped(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ccc.shards.mirror._CHUNK_BYTES", 4096)  # shards of 40 KB are then written in pieces
+    out = tmp_path / "copy"
+    received = []
+
+    def interrupt(count: int, total: int | None) -> None:
+        received.append(count)
+        if sum(received) > 50_000:
+            raise KeyboardInterrupt
+
+    with FaultServer(served(run)) as server:
+        mirror_stream(server.url("/run"), out, shards=range(0, 1), remote=FAST)
+        with pytest.raises(KeyboardInterrupt):
+            mirror_stream(server.url("/run"), out, connections=1, remote=FAST, progress=interrupt)
+        partial = sorted(out.glob(".serial_*.part"))
+        assert partial and all(0 < path.stat().st_size < 40_000 for path in partial)
+        resumed_at = {path.name[1:-5]: path.stat().st_size for path in partial}
+        server.requests.clear()
+        mirror_stream(server.url("/run"), out, connections=3, remote=FAST)
+        asked = {path.rpartition("/")[2]: headers.get("Range") for path, headers in server.requests}
+    assert "serial_00000.tar" not in asked
+    for name, size in resumed_at.items():
+        assert asked[name] == f"bytes={size}-"
+    assert verify_cli.main([str(out), "--no-progress"]) == 0
+    assert samples(out, verify="sha256") == samples(run)
+
+
+def test_ctrl_c_and_rerun_through_the_command(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "copy"
+    with FaultServer(served(run)) as server:
+        server.add_faults("/run/serial_00000.tar", *[("status", 503, None)] * 4)
+        assert mirror_cli.main([server.url("/run"), str(out), "--connections", "1", *FAST_FLAGS]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("ccc-mirror: error: shard http://") and "after 4 attempts" in error
+        assert error.count("\n") == 1
+        assert mirror_cli.main([server.url("/run"), str(out), *FAST_FLAGS]) == 0
+    assert verify_cli.main([str(out), "--no-progress"]) == 0
+
+
+def test_a_shard_that_differs_from_the_manifest_is_refused(run: Path, tmp_path: Path) -> None:
+    files = served(run)
+    files["/run/serial_00001.tar"] = files["/run/serial_00000.tar"]
+    with FaultServer(files) as server:
+        with pytest.raises(MirrorError, match=r"serial_00001.tar: differs from the source manifest"):
+            mirror_stream(server.url("/run"), tmp_path / "copy", connections=1, remote=FAST)
+    assert not (tmp_path / "copy" / "serial_00001.tar").exists()
+
+
+def test_a_published_stream_is_mirrored_read_back_and_verified(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    with FaultServer(served(run, prefix=f"/ccc/{NAME}")) as server:
+        server.add_faults(f"/ccc/{NAME}/serial_00001.tar", ("reset", 3000))
+        arguments = [f"published:{NAME}", str(tmp_path / "mirror"), "--published-url", server.url("/ccc")]
+        assert mirror_cli.main([*arguments, "--shards", "0-2", *FAST_FLAGS]) == 0
+    listed = json.loads((tmp_path / "mirror" / NAME / MIRROR_NAME).read_text())
+    assert listed["source"] == f"published:{NAME}" and len(listed["shards"]) == 3
+    local = samples(f"published:{NAME}", published_url=str(tmp_path / "mirror"), limit=12)
+    assert [row[1:] for row in local] == [row[1:] for row in samples(run)]
+    capsys.readouterr()
+    assert verify_cli.main([str(tmp_path / "mirror" / NAME), "--no-progress"]) == 0
+    assert "3 of 3 shards intact, 12 samples decoded; a ccc-mirror folder without a manifest" in capsys.readouterr().out
+    shard = tmp_path / "mirror" / NAME / "serial_00001.tar"
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\1")
+    for flags in ([], ["--no-decode"]):
+        assert verify_cli.main([str(tmp_path / "mirror" / NAME), "--no-progress", *flags]) == 1
+        assert capsys.readouterr().out.startswith("serial_00001.tar: altered")
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        mirror_cli.main(["published:x", "out", "--shards", "3-1"])
+    assert "must be A-B with 0 <= A <= B" in capsys.readouterr().err
+    assert mirror_cli.main(["published:nope", "out", "--no-progress"]) == 2
+    assert capsys.readouterr().err.startswith("ccc-mirror: error: unknown published CCC stream 'nope'")
+    assert mirror_cli.main(["/local/folder", "out", "--no-progress"]) == 2
+    assert "source must be published:<name> or an http(s):// URL" in capsys.readouterr().err
+
+
+def test_a_shard_replaced_between_two_runs_is_downloaded_again_whole(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("ccc.shards.mirror._CHUNK_BYTES", 4096)
+    out = tmp_path / "copy"
+    pattern = "/run/serial_{00000..00001}.tar"
+
+    def interrupt(count: int, total: int | None) -> None:
+        if count == 4096:
+            raise KeyboardInterrupt
+
+    with FaultServer(served(run)) as server:
+        with pytest.raises(KeyboardInterrupt):
+            mirror_stream(server.url(pattern), out, connections=1, remote=FAST, progress=interrupt)
+        assert (out / ".serial_00000.tar.part").stat().st_size == 4096
+        replacement = (run / "serial_00002.tar").read_bytes()
+        server.files["/run/serial_00000.tar"] = replacement
+        mirror_stream(server.url(pattern), out, connections=1, remote=FAST)
+    assert (out / "serial_00000.tar").read_bytes() == replacement
+    assert any("changed on the server" in record.getMessage() for record in caplog.records)
+    assert not list(out.glob(".serial_*"))
