@@ -89,6 +89,13 @@ class Registry(Generic[EntryT]):
         except (KeyError, TypeError):
             raise ValueError(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}") from None
 
+    def copy(self) -> Registry[EntryT]:
+        """A registry of the same kind holding the same entries; registering in it leaves this one as
+        it is (tests register toy entries in a copy)."""
+        duplicate: Registry[EntryT] = Registry(self.kind, ordered=self.ordered)
+        duplicate._entries = dict(self._entries)
+        return duplicate
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 

@@ -60,3 +60,11 @@ def test_import_submodules_imports_every_public_module_of_a_package(tmp_path, mo
     finally:
         for name in [name for name in sys.modules if name.startswith("toy_plugins")]:
             del sys.modules[name]
+
+
+def test_a_copy_takes_new_entries_without_changing_the_original():
+    registry = Registry("method")
+    registry.register(_Entry("tent"))
+    scratch = registry.copy()
+    scratch.register(_Entry("toy"))
+    assert scratch.names() == ["tent", "toy"] and registry.names() == ["tent"]

@@ -18,7 +18,6 @@ from tta_eval.streams import (
     open_stream_source,
     register_stream_source,
     stream_length,
-    stream_schemes,
     stream_sources,
 )
 from tta_eval.synthetic import SyntheticStream, SyntheticStreamSpec, tiny_bn_cnn
@@ -334,9 +333,8 @@ def nan_stream(location, options):
     return batches
 
 
-def test_stop_policy_writes_the_run_folder_and_exits_with_1(tmp_path, capsys):
-    if "nantest" not in stream_schemes():
-        register_stream_source("nantest", nan_stream)
+def test_stop_policy_writes_the_run_folder_and_exits_with_1(tmp_path, capsys, scratch_stream_sources):
+    register_stream_source("nantest", nan_stream)
     arguments = [
         "run",
         "--stream",
@@ -399,16 +397,12 @@ def test_run_and_sweep_group_their_options_and_each_stream_source_brings_its_own
     assert groups["ccc: streams (run folders of ccc-generate)"] == ["--no-verify"]
 
 
-def test_a_registered_source_s_options_reach_the_command_line(monkeypatch):
-    import tta_eval.streams.registry
-    from ccc.registry import Registry
+def test_a_registered_source_s_options_reach_the_command_line(scratch_stream_sources):
     from tta_eval.cli import _stream_options
     from tta_eval.cli_options import CliOption
-    from tta_eval.streams import REGISTRY, StreamSource
+    from tta_eval.streams import StreamSource
 
-    registry = Registry("stream scheme", ordered=True)
-    for source in REGISTRY:
-        registry.register(source)
+    registry = scratch_stream_sources
     given = []
 
     def toy_fields(values):
@@ -424,7 +418,6 @@ def test_a_registered_source_s_options_reach_the_command_line(monkeypatch):
             from_options=toy_fields,
         )
     )
-    monkeypatch.setattr(tta_eval.streams.registry, "REGISTRY", registry)
     run = _command_parser("run")
     assert _option_groups(run)["toy: streams"] == ["--toy-level"]
     assert "toy streams' level (default: 3)" in " ".join(run.format_help().split())

@@ -192,7 +192,7 @@ def test_tta_eval_runs_on_a_rendered_stream(world: dict, tmp_path: Path, capsys:
     assert code == 2 and err.count("\n") == 1 and "needs calibration=PATH" in err
 
 
-def test_schemes_may_hold_a_hyphen() -> None:
+def test_schemes_may_hold_a_hyphen(scratch_stream_sources) -> None:
     register_stream_source("test-hyphen-scheme", lambda location, options: [])
     with pytest.raises(ValueError, match="lower-case letters, digits, '_' or '-'"):
         register_stream_source("Bad.Scheme", lambda location, options: [])

@@ -21,7 +21,7 @@ from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 from tta_eval.cli import main
 from tta_eval.records import CsvRecordWriter
 from tta_eval.run_folder import LOCK_FILE
-from tta_eval.streams import register_stream_source, stream_schemes
+from tta_eval.streams import register_stream_source
 
 
 def run_arguments(out, name: str, stream: str = SMALL_STREAM, *extra: str) -> list[str]:
@@ -63,9 +63,8 @@ def observing_stream(location, options):
 
 
 @pytest.fixture
-def observing_scheme():
-    if "observing" not in stream_schemes():
-        register_stream_source("observing", observing_stream)
+def observing_scheme(scratch_stream_sources):
+    register_stream_source("observing", observing_stream)
     OBSERVED_LINES.clear()
 
 
