@@ -65,7 +65,8 @@ class OutputFolderError(ValueError):
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of what determines the output bytes (Python, ccc, numpy, Pillow and libjpeg-turbo, OpenCV, SciPy, scikit-image, numba, CPU architecture)."""
+    """Versions of what determines the output bytes (Python, ccc, numpy, Pillow and libjpeg-turbo, OpenCV,
+    SciPy, scikit-image, numba, CPU architecture)."""
     import cv2
     import numba
     import numpy

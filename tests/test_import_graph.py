@@ -123,6 +123,11 @@ RULES = (
         "the demo world builds on calibration, never the reverse",
     ),
     Rule(
+        "ccc.calibration.table_io",
+        ("ccc.calibration.table", "ccc.calibration.presets", "ccc.calibration.published"),
+        "the table file format works on plain arrays and JSON values; the table type builds on it, never the reverse",
+    ),
+    Rule(
         "tta_eval.methods",
         (
             "tta_eval.protocols",

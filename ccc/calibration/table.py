@@ -7,8 +7,10 @@ images behind every cell, descriptive :class:`CalibrationMetadata` and named dif
 
 The on-disk format is a documented ``.npz`` (zip of ``.npy`` arrays plus one JSON member) that holds
 no pickled objects; ``docs/calibration_format.md`` describes it field by field and
-:mod:`ccc.calibration.table_io` reads, writes and checksums it (the table's ``save``, ``load`` and
-``checksum`` call it). Difficulty presets are :class:`ccc.calibration.presets.DifficultyPreset`.
+:mod:`ccc.calibration.table_io`, its one owner, encodes, decodes and checksums it (the table's
+``save``, ``load``, ``to_bytes``, ``from_bytes`` and ``checksum`` call it; imports point from here
+to there only). The severity grid (:data:`GRID_SIZE`, :data:`SEVERITIES`) and :class:`CalibrationError`
+come from there too. Difficulty presets are :class:`ccc.calibration.presets.DifficultyPreset`.
 """
 
 from __future__ import annotations
@@ -25,27 +27,38 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-
 from numpy.typing import ArrayLike, NDArray
 
 from ccc import __version__ as _LIBRARY_VERSION
 from ccc.calibration.presets import DifficultyPreset
+from ccc.calibration.table_io import (
+    GRID_SIZE,
+    SEVERITIES,
+    CalibrationError,
+    TableContent,
+    decode_table,
+    encode_table,
+    read_table_file,
+    table_checksum,
+    write_table_file,
+)
 from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
 from ccc.validation import check_positive_int
 
-GRID_SIZE = 21
-SEVERITY_STEP = 0.25
-SEVERITIES: NDArray[np.float64] = np.arange(GRID_SIZE, dtype=np.float64) * SEVERITY_STEP
-SEVERITIES.flags.writeable = False
+__all__ = [
+    "CORRUPTION_ALIASES",
+    "GRID_SIZE",
+    "SEVERITIES",
+    "CalibrationError",
+    "CalibrationMetadata",
+    "CalibrationTable",
+    "canonical_corruption_name",
+]
 
 CORRUPTION_ALIASES: Mapping[str, str] = _REGISTRY_ALIASES
 """ImageNet-C spellings → CCC spellings; a table answers to either spelling of a corruption."""
 
 _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
-
-
-class CalibrationError(ValueError):
-    """A calibration table, its file or its source data is invalid; the message says where and why."""
 
 
 def canonical_corruption_name(name: str) -> str:
@@ -527,7 +540,13 @@ class CalibrationTable:
             f"checksum={self.checksum()[:12]}…)"
         )
 
-    # ----------------------------------------------------------------------------- identity and file (ccc.calibration.table_io)
+    # ------------------------------------------------------------ identity and file (ccc.calibration.table_io)
+    def _content(self) -> TableContent:
+        """The table as the file format's plain content."""
+        return TableContent(
+            self._accuracy, self._image_counts, self._pairs, self._metadata.to_json_dict(), self._difficulty_presets
+        )
+
     def checksum(self) -> str:
         """sha256 (hex) of the numbers and names stream generation reads; stable across save/load.
 
@@ -536,24 +555,18 @@ class CalibrationTable:
         another ccc version, gives the same checksum). ``docs/calibration_format.md`` shows how to
         recompute it without this package.
         """
-        from ccc.calibration.table_io import table_checksum
-
-        return table_checksum(self)
+        return table_checksum(self._content())
 
     def to_bytes(self) -> bytes:
         """The file content :meth:`save` writes; identical for identical tables."""
-        from ccc.calibration.table_io import table_to_bytes
-
-        return table_to_bytes(self)
+        return encode_table(self._content())
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the table to ``path`` (``.npz``) atomically: a temp file in the same folder, then rename.
 
         Saving the same table twice gives identical bytes. Returns the path written.
         """
-        from ccc.calibration.table_io import save_table
-
-        return save_table(self, path)
+        return write_table_file(self.to_bytes(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> CalibrationTable:
@@ -563,13 +576,15 @@ class CalibrationTable:
         unexpected member, pickled objects, wrong dtype or shape, values out of range, unknown
         format version, missing metadata fields, …).
         """
-        from ccc.calibration.table_io import load_table
-
-        return load_table(path)
+        data = read_table_file(path)
+        try:
+            return cls.from_bytes(data)
+        except CalibrationError as error:
+            raise CalibrationError(f"{Path(path)}: {error}") from None
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CalibrationTable:
         """Parse and validate the content of a table file (see :meth:`load`)."""
-        from ccc.calibration.table_io import table_from_bytes
-
-        return table_from_bytes(data)
+        content = decode_table(data)
+        metadata = CalibrationMetadata.from_json_dict(content.metadata)
+        return cls(content.accuracy, content.image_counts, content.pairs, metadata, content.difficulty_presets)

@@ -1,9 +1,14 @@
-"""The calibration table's file: the documented ``.npz`` (save, load, bytes) and its checksum.
+"""The calibration table's file: the documented ``.npz`` (encode, decode, atomic write) and its checksum.
 
 The file is a zip of ``.npy`` arrays plus one JSON member that holds no pickled objects; reading
 never unpickles and refuses oversized members. ``docs/calibration_format.md`` describes it field by
-field and shows how to recompute the checksum without this package. :class:`CalibrationTable`'s
-``save``, ``load``, ``to_bytes``, ``from_bytes`` and ``checksum`` call these functions.
+field and shows how to recompute the checksum without this package.
+
+This module is the one owner of the format and the lowest calibration module: it works on
+:class:`TableContent` (plain arrays and JSON values) and defines the severity grid the file stores
+and :class:`CalibrationError`. :class:`ccc.calibration.table.CalibrationTable` builds on it (its
+``save``, ``load``, ``to_bytes``, ``from_bytes`` and ``checksum`` call these functions and validate
+the table); this module never imports the table.
 """
 
 from __future__ import annotations
@@ -16,24 +21,62 @@ import math
 import os
 import tempfile
 import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationMetadata, CalibrationTable
+from numpy.typing import NDArray
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "GRID_SIZE",
     "MAX_ARRAY_MEMBER_BYTES",
     "MAX_METADATA_BYTES",
-    "load_table",
-    "save_table",
+    "SEVERITIES",
+    "SEVERITY_STEP",
+    "CalibrationError",
+    "TableContent",
+    "decode_table",
+    "encode_table",
+    "read_table_file",
     "table_checksum",
-    "table_from_bytes",
-    "table_to_bytes",
+    "write_table_file",
 ]
+
+GRID_SIZE = 21
+"""Severity levels per axis of a pair's grid."""
+SEVERITY_STEP = 0.25
+"""Severity between neighbouring grid levels."""
+SEVERITIES: NDArray[np.float64] = np.arange(GRID_SIZE, dtype=np.float64) * SEVERITY_STEP
+"""The 21 severities of the grid axes, 0, 0.25, …, 5 (read-only); the file records them."""
+SEVERITIES.flags.writeable = False
+
+
+class CalibrationError(ValueError):
+    """A calibration table, its file or its source data is invalid; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class TableContent:
+    """What a table file holds, as plain arrays and JSON values (the table type validates them).
+
+    Attributes:
+        accuracy: float64 [P, 21, 21], percent.
+        image_counts: int64 [P, 21, 21], images per cell.
+        pairs: int64 [P, 2], indices into ``metadata["corruptions"]``.
+        metadata: the ``metadata`` JSON object (:meth:`CalibrationMetadata.to_json_dict`).
+        difficulty_presets: name → (target accuracy in percent, corruption names), in file order.
+    """
+
+    accuracy: NDArray[np.float64]
+    image_counts: NDArray[np.int64]
+    pairs: NDArray[np.int64]
+    metadata: Mapping[str, Any]
+    difficulty_presets: Mapping[str, tuple[float, Sequence[str]]]
+
 
 FORMAT_NAME = "ccc-calibration-table"
 FORMAT_VERSION = 1
@@ -56,58 +99,54 @@ _ZIP_UNIX_SYSTEM = 3
 _ZIP_FILE_MODE = 0o100644 << 16
 
 
-def table_checksum(table: CalibrationTable) -> str:
+def table_checksum(content: TableContent) -> str:
     """sha256 (hex) of the numbers and names stream generation reads; stable across save/load.
 
     Covers the corruption names, pairs, accuracy, image counts and difficulty presets, but not
-    the descriptive :attr:`metadata` (so importing the same data twice, on another day or with
+    the descriptive metadata (so importing the same data twice, on another day or with
     another ccc version, gives the same checksum). ``docs/calibration_format.md`` shows how to
     recompute it without this package.
     """
-    content = {
+    summary = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "corruptions": list(table.corruptions),
-        "pairs": table.pair_indices.tolist(),
-        "difficulty_presets": _presets_json(table),
+        "corruptions": list(content.metadata["corruptions"]),
+        "pairs": content.pairs.tolist(),
+        "difficulty_presets": _presets_json(content),
     }
     digest = hashlib.sha256()
-    digest.update(json.dumps(content, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    digest.update(json.dumps(summary, sort_keys=True, separators=(",", ":")).encode("utf-8"))
     digest.update(b"\n")
-    digest.update(table.accuracy_array.astype("<f8").tobytes())
-    digest.update(table.image_counts_array.astype("<i8").tobytes())
+    digest.update(content.accuracy.astype("<f8").tobytes())
+    digest.update(content.image_counts.astype("<i8").tobytes())
     return digest.hexdigest()
 
 
-def _presets_json(table: CalibrationTable) -> list[dict[str, Any]]:
+def _presets_json(content: TableContent) -> list[dict[str, Any]]:
     return [
-        {
-            "name": name,
-            "target_accuracy": preset.target_accuracy,
-            "corruptions": list(preset.corruptions),
-        }
-        for name, preset in table.difficulty_presets.items()
+        {"name": name, "target_accuracy": target, "corruptions": list(corruptions)}
+        for name, (target, corruptions) in content.difficulty_presets.items()
     ]
 
 
-def _metadata_document(table: CalibrationTable) -> dict[str, Any]:
+def _metadata_document(content: TableContent) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "severities": SEVERITIES.tolist(),
-        "metadata": table.metadata.to_json_dict(),
-        "difficulty_presets": _presets_json(table),
+        "metadata": dict(content.metadata),
+        "difficulty_presets": _presets_json(content),
     }
 
 
-def table_to_bytes(table: CalibrationTable) -> bytes:
-    """The file content :func:`save_table` writes; identical for identical tables."""
+def encode_table(content: TableContent) -> bytes:
+    """The bytes of the table file holding ``content``; identical for identical content."""
     members = {
-        ACCURACY_MEMBER: _npy_bytes(table.accuracy_array.astype("<f8")),
-        IMAGE_COUNTS_MEMBER: _npy_bytes(table.image_counts_array.astype("<i8")),
-        PAIRS_MEMBER: _npy_bytes(table.pair_indices.astype("<i8")),
+        ACCURACY_MEMBER: _npy_bytes(content.accuracy.astype("<f8")),
+        IMAGE_COUNTS_MEMBER: _npy_bytes(content.image_counts.astype("<i8")),
+        PAIRS_MEMBER: _npy_bytes(content.pairs.astype("<i8")),
         METADATA_MEMBER: (
-            json.dumps(_metadata_document(table), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            json.dumps(_metadata_document(content), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
         ).encode("utf-8"),
     }
     buffer = io.BytesIO()
@@ -121,17 +160,14 @@ def table_to_bytes(table: CalibrationTable) -> bytes:
     return buffer.getvalue()
 
 
-def save_table(table: CalibrationTable, path: str | os.PathLike[str]) -> Path:
-    """Write the table to ``path`` (``.npz``) atomically: a temp file in the same folder, then rename.
-
-    Saving the same table twice gives identical bytes. Returns the path written.
-    """
+def write_table_file(data: bytes, path: str | os.PathLike[str]) -> Path:
+    """Write the table file bytes ``data`` to ``path`` (``.npz``) atomically: a temp file in the same
+    folder, then rename. Returns the path written; FileNotFoundError if the folder does not exist."""
     destination = Path(path)
     if not destination.parent.is_dir():
         raise FileNotFoundError(
             errno.ENOENT, "cannot save calibration table: folder does not exist", str(destination.parent)
         )
-    data = table_to_bytes(table)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -146,26 +182,22 @@ def save_table(table: CalibrationTable, path: str | os.PathLike[str]) -> Path:
     return destination
 
 
-def load_table(path: str | os.PathLike[str]) -> CalibrationTable:
-    """Read and validate a table written by :func:`save_table`; never unpickles anything.
-
-    Raises :class:`CalibrationError` naming the file and the problem (not a zip, missing or
-    unexpected member, pickled objects, wrong dtype or shape, values out of range, unknown
-    format version, missing metadata fields, …).
-    """
+def read_table_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the table file ``path``; CalibrationError naming the file if it cannot be read."""
     source = Path(path)
     try:
-        data = source.read_bytes()
+        return source.read_bytes()
     except OSError as error:
         raise CalibrationError(f"{source}: cannot read calibration table: {error.strerror or error}") from None
-    try:
-        return table_from_bytes(data)
-    except CalibrationError as error:
-        raise CalibrationError(f"{source}: {error}") from None
 
 
-def table_from_bytes(data: bytes) -> CalibrationTable:
-    """Parse and validate the content of a table file (see :func:`load_table`)."""
+def decode_table(data: bytes) -> TableContent:
+    """The content of table file bytes, its structure checked; never unpickles anything.
+
+    Raises :class:`CalibrationError` naming the problem (not a zip, missing or unexpected member,
+    pickled objects, wrong dtype, unknown format version, malformed presets, …); the table type
+    checks the values.
+    """
     if not data.startswith(b"PK"):
         hint = (
             " (it looks like the published CCC pickle: pass it to ccc-generate --calibration as it is, or convert it "
@@ -179,22 +211,7 @@ def table_from_bytes(data: bytes) -> CalibrationTable:
     except zipfile.BadZipFile as error:
         raise CalibrationError(f"not a calibration table: damaged .npz (zip) file ({error})") from None
     with archive:
-        names = archive.namelist()
-        missing = [name for name in _MEMBERS if name not in names]
-        if missing:
-            raise CalibrationError(
-                f"not a calibration table: missing member(s) {', '.join(missing)} (has {', '.join(names) or 'none'})"
-            )
-        unexpected = sorted(set(names) - set(_MEMBERS)) + sorted({name for name in names if names.count(name) > 1})
-        if unexpected:
-            raise CalibrationError(f"unexpected or repeated member(s): {', '.join(unexpected)}")
-        for info in archive.infolist():
-            limit = MAX_METADATA_BYTES if info.filename == METADATA_MEMBER else MAX_ARRAY_MEMBER_BYTES
-            if info.file_size > limit:
-                raise CalibrationError(
-                    f"member {info.filename} inflates to {info.file_size:,} bytes, more than the limit of {limit:,}; "
-                    "refusing to read it"
-                )
+        _check_members(archive)
         try:
             document_text = archive.read(METADATA_MEMBER).decode("utf-8")
             arrays = {name: _read_npy(name, archive.read(name)) for name in _MEMBERS[:3]}
@@ -206,10 +223,49 @@ def table_from_bytes(data: bytes) -> CalibrationTable:
         document = json.loads(document_text)
     except json.JSONDecodeError as error:
         raise CalibrationError(f"{METADATA_MEMBER} is not valid JSON ({error})") from None
-    return _from_parts(document, arrays)
+    return _content(document, arrays)
 
 
-def _from_parts(document: object, arrays: dict[str, np.ndarray]) -> CalibrationTable:
+def _check_members(archive: zipfile.ZipFile) -> None:
+    """The archive holds exactly the format's members, each once and within its size limit."""
+    names = archive.namelist()
+    missing = [name for name in _MEMBERS if name not in names]
+    if missing:
+        raise CalibrationError(
+            f"not a calibration table: missing member(s) {', '.join(missing)} (has {', '.join(names) or 'none'})"
+        )
+    unexpected = sorted(set(names) - set(_MEMBERS)) + sorted({name for name in names if names.count(name) > 1})
+    if unexpected:
+        raise CalibrationError(f"unexpected or repeated member(s): {', '.join(unexpected)}")
+    for info in archive.infolist():
+        limit = MAX_METADATA_BYTES if info.filename == METADATA_MEMBER else MAX_ARRAY_MEMBER_BYTES
+        if info.file_size > limit:
+            raise CalibrationError(
+                f"member {info.filename} inflates to {info.file_size:,} bytes, more than the limit of {limit:,}; "
+                "refusing to read it"
+            )
+
+
+def _content(document: object, arrays: dict[str, np.ndarray]) -> TableContent:
+    """The content of a parsed metadata document and the three arrays, their structure checked."""
+    document = _checked_document(document)
+    presets = _read_presets(document["difficulty_presets"])
+    accuracy = arrays[ACCURACY_MEMBER]
+    counts = arrays[IMAGE_COUNTS_MEMBER]
+    pairs = arrays[PAIRS_MEMBER]
+    for name, array, kind in (
+        (ACCURACY_MEMBER, accuracy, "f"),
+        (IMAGE_COUNTS_MEMBER, counts, "i"),
+        (PAIRS_MEMBER, pairs, "i"),
+    ):
+        if array.dtype.kind != kind or array.dtype.itemsize != 8:
+            expected = "float64" if kind == "f" else "int64"
+            raise CalibrationError(f"{name} must be {expected}, got {array.dtype}")
+    return TableContent(accuracy, counts, pairs, document["metadata"], presets)
+
+
+def _checked_document(document: object) -> dict[str, Any]:
+    """``document`` if it is this format's version with exactly its keys and the 21 severities."""
     if not isinstance(document, dict):
         raise CalibrationError(f"{METADATA_MEMBER} must hold a JSON object")
     if document.get("format") != FORMAT_NAME:
@@ -226,11 +282,14 @@ def _from_parts(document: object, arrays: dict[str, np.ndarray]) -> CalibrationT
         )
     if document["severities"] != SEVERITIES.tolist():
         raise CalibrationError(f"severities must be the 21 values 0, 0.25, …, 5, got {document['severities']!r}")
-    metadata = CalibrationMetadata.from_json_dict(document["metadata"])
-    presets_json = document["difficulty_presets"]
+    return document
+
+
+def _read_presets(presets_json: object) -> dict[str, tuple[float, Sequence[str]]]:
+    """The ``difficulty_presets`` list as name → (target, corruptions), its structure checked."""
     if not isinstance(presets_json, list):
         raise CalibrationError("difficulty_presets must be a JSON list")
-    presets = {}
+    presets: dict[str, tuple[float, Sequence[str]]] = {}
     for preset in presets_json:
         if not isinstance(preset, dict) or set(preset) != {"name", "target_accuracy", "corruptions"}:
             raise CalibrationError(
@@ -243,18 +302,7 @@ def _from_parts(document: object, arrays: dict[str, np.ndarray]) -> CalibrationT
                 f"difficulty preset {preset['name']!r} corruptions must be a list, got {preset['corruptions']!r}"
             )
         presets[preset["name"]] = (preset["target_accuracy"], preset["corruptions"])
-    accuracy = arrays[ACCURACY_MEMBER]
-    counts = arrays[IMAGE_COUNTS_MEMBER]
-    pairs = arrays[PAIRS_MEMBER]
-    for name, array, kind in (
-        (ACCURACY_MEMBER, accuracy, "f"),
-        (IMAGE_COUNTS_MEMBER, counts, "i"),
-        (PAIRS_MEMBER, pairs, "i"),
-    ):
-        if array.dtype.kind != kind or array.dtype.itemsize != 8:
-            expected = "float64" if kind == "f" else "int64"
-            raise CalibrationError(f"{name} must be {expected}, got {array.dtype}")
-    return CalibrationTable(accuracy, counts, pairs, metadata, presets)
+    return presets
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:

@@ -85,7 +85,8 @@ DEMO_MODEL = "ccc.demo:demo_model"
 
 
 def adaptive_setting_argument(text: str) -> tuple[str, object]:
-    """argparse type of ``--adaptive-setting NAME=VALUE`` (see :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
+    """argparse type of ``--adaptive-setting NAME=VALUE`` (see
+    :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
     from ccc.calibration.adaptive import parse_adaptive_setting
 
     try:
@@ -95,120 +96,154 @@ def adaptive_setting_argument(text: str) -> tuple[str, object]:
 
 
 def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``ccc-calibrate compute``."""
-    parser.add_argument(
+    """Arguments of ``ccc-calibrate compute``, in argument groups."""
+    _add_compute_inputs(parser.add_argument_group("inputs"))
+    _add_compute_model(parser.add_argument_group("model"))
+    _add_compute_measurement(parser.add_argument_group("measurement"))
+    _add_compute_adaptive(parser.add_argument_group("adaptive scheme"))
+    _add_compute_execution(parser.add_argument_group("execution"))
+    _add_compute_output(parser.add_argument_group("output"))
+
+
+def _add_compute_inputs(group: argparse._ArgumentGroup) -> None:
+    """The image folder, its class list and the demo world."""
+    group.add_argument(
         "--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
     )
-    parser.add_argument(
-        "--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz"
+    group.add_argument(
+        "--classes",
+        metavar="FILE",
+        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet "
+        "folder with extra or missing classes",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="exclude unreadable images (deterministically) instead of stopping",
+    )
+    group.add_argument(
+        "--demo",
+        action="store_true",
+        help="the embedded demo world: its images, its model (ccc.demo:demo_model), its corruptions; the table "
+        "gets the demo difficulty presets (docs/demo.md)",
+    )
+
+
+def _add_compute_model(group: argparse._ArgumentGroup) -> None:
+    """The model, its weights and its preprocessing."""
+    group.add_argument(
         "--model",
         default=None,
-        help="torchvision model name, timm:NAME (needs pip install timm) or module:function factory (default: resnet50)",
+        help="torchvision model name, timm:NAME (needs pip install timm) or module:function factory "
+        "(default: resnet50)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--weights",
         default=None,
         help="weights: a local state_dict file, or a torchvision weights name (default: IMAGENET1K_V1 for resnet50)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--normalization",
         default="auto",
         choices=("auto", "imagenet", "none"),
         help="input normalisation inside the model (default: auto)",
     )
-    parser.add_argument(
+    group.add_argument("--resize", type=_positive, default=256, help="preprocessing: shorter side (default: 256)")
+    group.add_argument("--crop", type=_positive, default=224, help="preprocessing: centre crop side (default: 224)")
+
+
+def _add_compute_measurement(group: argparse._ArgumentGroup) -> None:
+    """Which corruptions and images are measured, and their seeds."""
+    group.add_argument(
         "--corruptions",
         type=name_list,
         default=None,
         metavar="A,B,...",
         help="comma-separated corruptions (default: the 15 of CCC; with --demo the demo world's 5)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--images",
         type=_positive,
         default=None,
         help=f"calibration images, class-balanced (default: {DEFAULT_IMAGE_COUNT}; with --demo every demo image)",
     )
-    parser.add_argument(
-        "--demo",
-        action="store_true",
-        help="the embedded demo world: its images, its model (ccc.demo:demo_model), its corruptions; the table gets the demo difficulty presets (docs/demo.md)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--image-seed", type=_non_negative, default=0, help="seed choosing the calibration images (default: 0)"
     )
-    parser.add_argument(
+    group.add_argument(
         "--seed", type=_non_negative, default=0, help="seed of the per-image corruption randomness (default: 0)"
     )
-    parser.add_argument(
+
+
+def _add_compute_adaptive(group: argparse._ArgumentGroup) -> None:
+    """The adaptive scheme and its settings."""
+    group.add_argument(
         "--adaptive",
         action="store_true",
         help="adaptive scheme: measure pair cells only where severity paths need them",
     )
-    parser.add_argument(
+    group.add_argument(
         "--targets",
         type=float_list,
         default=None,
         metavar="T1,T2,...",
         help="adaptive: target accuracies in percent (default: 40,20,0)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--adaptive-setting",
         action="append",
         default=[],
         metavar="NAME=VALUE",
         type=adaptive_setting_argument,
-        help="adaptive: override one AdaptiveSettings field (repeatable; fractions allowed), e.g. path_fraction=1/4 (docs/calibration.md)",
+        help="adaptive: override one AdaptiveSettings field (repeatable; fractions allowed), e.g. "
+        "path_fraction=1/4 (docs/calibration.md)",
     )
-    parser.add_argument(
+
+
+def _add_compute_execution(group: argparse._ArgumentGroup) -> None:
+    """Ray, model actors, device, batches and progress."""
+    group.add_argument(
         "--workers",
         type=_non_negative,
         default=None,
         help="CPUs of a local Ray cluster (default: all); 0 runs in this process without Ray",
     )
-    parser.add_argument(
+    group.add_argument(
         "--ray-address",
         default=None,
         metavar="ADDR",
         help="use an existing Ray cluster (auto, host:port, ray://host:port)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--evaluators",
         type=_positive,
         default=None,
         help="model actors (default: one per GPU with --device cuda, else one per CPU, each rendering too)",
     )
-    parser.add_argument("--device", default="cpu", help="cpu or cuda[:index] (default: cpu)")
-    parser.add_argument("--batch-size", type=_positive, default=64, help="images per forward pass (default: 64)")
-    parser.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
-    parser.add_argument(
-        "--skip-bad-images",
-        action="store_true",
-        help="exclude unreadable images (deterministically) instead of stopping",
-    )
-    parser.add_argument(
-        "--classes",
-        metavar="FILE",
-        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes",
-    )
-    parser.add_argument(
+    group.add_argument("--device", default="cpu", help="cpu or cuda[:index] (default: cpu)")
+    group.add_argument("--batch-size", type=_positive, default=64, help="images per forward pass (default: 64)")
+    group.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
+    group.add_argument(
         "--block-size",
         type=_positive,
         default=DEFAULT_BLOCK_SIZE,
         help=f"images per unit of work (default: {DEFAULT_BLOCK_SIZE})",
     )
-    parser.add_argument("--resize", type=_positive, default=256, help="preprocessing: shorter side (default: 256)")
-    parser.add_argument("--crop", type=_positive, default=224, help="preprocessing: centre crop side (default: 224)")
-    parser.add_argument(
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_compute_output(group: argparse._ArgumentGroup) -> None:
+    """The table to write and the work folder behind it."""
+    group.add_argument(
+        "--out", required=True, metavar="FILE", help="calibration table to write, e.g. calibration/NAME.npz"
+    )
+    group.add_argument(
         "--work-folder",
         metavar="DIR",
         default=None,
         help="where finished work is kept until the table is written (default: OUT.work)",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out table")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group.add_argument("--overwrite", action="store_true", help="replace an existing --out table")
 
 
 def _config(arguments: argparse.Namespace) -> CalibrationConfig:
@@ -322,7 +357,8 @@ def _summary(run: CalibrationRun, folder: Path) -> str:
     corruption_count = len(job.corruptions)
     brute_force = (1 + 20 * corruption_count + 400 * corruption_count * (corruption_count - 1)) * len(job.image_set)
     lines = [
-        f"wrote {run.written}: {count(len(table.pairs()), 'pair')} of {count(corruption_count, 'corruption')}, checksum {table.checksum()}",
+        f"wrote {run.written}: {count(len(table.pairs()), 'pair')} of {count(corruption_count, 'corruption')}, "
+        f"checksum {table.checksum()}",
         f"evaluated {count(outcome.evaluated_images, 'image')} in {outcome.seconds:.1f} s "
         f"({outcome.images_per_second:,.1f} images/s)"
         + (f"; {outcome.resumed_images:,} were already done in {folder}" if outcome.resumed_images else ""),
@@ -541,11 +577,13 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 "the demo world's table (no ImageNet, minutes)",
             ),
             (
-                "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --device cuda --out calibration/resnet50_adaptive.npz",
+                "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --device cuda "
+                "--out calibration/resnet50_adaptive.npz",
                 "ResNet-50 on ImageNet, measuring only the cells the severity paths need",
             ),
             (
-                "ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt --out calibration/vit.npz",
+                "ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt "
+                "--out calibration/vit.npz",
                 "your own model (module:function factory)",
             ),
         ),

@@ -31,7 +31,8 @@ SIDE = 224
 
 
 def center_crop_224(image: Image.Image) -> NDArray[np.uint8]:
-    """ImageNet-C's preprocessing, torchvision's ``Resize(256)`` + ``CenterCrop(224)`` (:func:`ccc.stream.domains.center_crop`); 224×224×3 uint8."""
+    """ImageNet-C's preprocessing, torchvision's ``Resize(256)`` + ``CenterCrop(224)``
+    (:func:`ccc.stream.domains.center_crop`); 224×224×3 uint8."""
     resized, box = center_crop(*image.size)
     return np.asarray(image.convert("RGB").resize(resized, Image.Resampling.BILINEAR).crop(box))
 

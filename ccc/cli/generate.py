@@ -32,6 +32,7 @@ from ccc.cli.common import (
     integer_at_least,
     run_command,
 )
+from ccc.cli.generate_definition import DEFAULT_NUM_IMAGES, StreamDefinition, definition_from_arguments
 from ccc.demo import count_source_images
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
@@ -39,13 +40,12 @@ from ccc.generate import OutputFolderError, expected_shard_names, generate_strea
 from ccc.render import SourceImageMismatchError
 from ccc.shards.manifest import ManifestError
 from ccc.shards.record import shard_name
+from ccc.stream.domains import CROPS
 from ccc.stream.paths import PATH_OBJECTIVES
 from ccc.stream.plan import StreamPlan, plan_stream
-from ccc.stream.report import describe_schedule, plot_schedule
+from ccc.stream.report import describe_domains, describe_schedule, plot_schedule
 from ccc.stream.schedule import SCHEDULES, ScheduleError, StreamSchedule, build_schedule
 from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
-from ccc.stream.domains import CROPS
-from ccc.stream.report import describe_domains
 from ccc.stream.spec import (
     CCC_KIND,
     DEFAULT_GRADUAL_IMAGES,
@@ -61,7 +61,6 @@ from ccc.stream.spec import (
 )
 
 PROGRAM = "ccc-generate"
-DEFAULT_NUM_IMAGES = 7_500_000
 DEFAULT_CALIBRATION = Path("calibration") / "resnet50.npz"
 DEFAULT_OUTPUT = Path("shards")
 _NO_IMAGES_CHECKSUM = "0" * 64
@@ -100,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "no ImageNet needed: the embedded demo world (docs/demo.md)",
             ),
             (
-                "ccc-generate --difficulty medium --speed 2000 --imagenet /data/imagenet/val --calibration calibration/resnet50.npz",
+                "ccc-generate --difficulty medium --speed 2000 --imagenet /data/imagenet/val "
+                "--calibration calibration/resnet50.npz",
                 "the paper's medium stream at speed 2000 (7.5M images; the table: ccc-calibrate import --help)",
             ),
             (
@@ -109,146 +109,181 @@ def build_parser() -> argparse.ArgumentParser:
             ),
             (
                 "ccc-generate --kind cin-c --severity 5 --imagenet /data/imagenet/val",
-                "concatenated ImageNet-C (15 corruptions × every image: 750,000 for ImageNet's 50,000), no calibration table needed",
+                "concatenated ImageNet-C (15 corruptions × every image: 750,000 for ImageNet's 50,000), "
+                "no calibration table needed",
             ),
             ("ccc-generate --demo --kind gradual --crop center", "the gradual setting on the demo world"),
         ),
     )
-    kinds = parser.add_argument_group('kind (docs/generator.md, "Stream kinds")')
-    kinds.add_argument(
+    _add_kind_options(parser.add_argument_group('kind (docs/generator.md, "Stream kinds")'))
+    _add_stream_options(parser.add_argument_group("stream"))
+    _add_input_options(parser.add_argument_group("inputs"))
+    _add_output_options(parser.add_argument_group("output"))
+    _add_execution_options(parser.add_argument_group("execution"))
+    return parser
+
+
+def _add_kind_options(group: argparse._ArgumentGroup) -> None:
+    """--kind and the options of the cin-c and gradual kinds."""
+    group.add_argument(
         "--kind",
         choices=KINDS,
         default=CCC_KIND,
-        help="ccc: continuously changing corruption pairs (the calibrated CCC stream); cin-c: concatenated ImageNet-C, each corruption once at one severity; gradual: each corruption at severities 1 2 3 4 5 4 3 2 1",
+        help="ccc: continuously changing corruption pairs (the calibrated CCC stream); cin-c: concatenated "
+        "ImageNet-C, each corruption once at one severity; gradual: each corruption at severities "
+        "1 2 3 4 5 4 3 2 1",
     )
-    kinds.add_argument(
+    group.add_argument(
         "--severity",
         type=integer_at_least(1),
         choices=range(1, 6),
         metavar="S",
         help=f"--kind cin-c: the severity of every corruption, 1–5 (default {DEFAULT_SEVERITY})",
     )
-    kinds.add_argument(
+    group.add_argument(
         "--images-per-domain",
         type=integer_at_least(1),
         metavar="N",
-        help=f"--kind cin-c: images per corruption (default: every source image, as the CCC paper's CIN-C and ASR's scripts); gradual: per severity level (default {DEFAULT_GRADUAL_IMAGES:,}, as mariodoebler/test-time-adaptation's gradual setting; with --demo {DEMO_DOMAIN_IMAGES}); every domain shows the same images in the same order, at most the folder's image count",
+        help="--kind cin-c: images per corruption (default: every source image, as the CCC paper's CIN-C and "
+        f"ASR's scripts); gradual: per severity level (default {DEFAULT_GRADUAL_IMAGES:,}, as "
+        "mariodoebler/test-time-adaptation's gradual setting; with --demo "
+        f"{DEMO_DOMAIN_IMAGES}); every domain shows the same images in the same order, at most the folder's "
+        "image count",
     )
-    kinds.add_argument(
+    group.add_argument(
         "--crop",
         choices=CROPS,
-        help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center (ImageNet-C's Resize(256) + CenterCrop(224), no flip)",
+        help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center "
+        "(ImageNet-C's Resize(256) + CenterCrop(224), no flip)",
     )
-    stream = parser.add_argument_group("stream")
-    stream.add_argument(
+
+
+def _add_stream_options(group: argparse._ArgumentGroup) -> None:
+    """The ccc stream's difficulty, speed, seed, length, corruptions, schedule and path objective."""
+    group.add_argument(
         "--difficulty",
         metavar="NAME",
-        help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the demo table (default: none; then give --baseline-accuracy and --corruptions)",
+        help="difficulty preset of the calibration table: easy, medium or hard for the ResNet-50 table and the "
+        "demo table (default: none; then give --baseline-accuracy and --corruptions)",
     )
-    stream.add_argument(
+    group.add_argument(
         "--speed",
         type=integer_at_least(1),
         metavar="K",
-        help=f"transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with --demo: {DEMO_SPEED})",
+        help="transition speed: images per severity step (the paper: 1000, 2000, 5000; required, except with "
+        f"--demo: {DEMO_SPEED})",
     )
-    stream.add_argument(
+    group.add_argument(
         "--seed",
         type=integer_at_least(0),
         default=DEFAULT_SEED,
         metavar="S",
         help="stream seed (the paper: 43, 44, 45)",
     )
-    stream.add_argument(
+    group.add_argument(
         "--num-images",
         type=integer_at_least(1),
         metavar="N",
         help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
-        f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at ~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
+        f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at "
+        f"~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
         f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * DEMO_SHARD_BYTES_PER_IMAGE / 1e9:.2f} GB)",
     )
-    stream.add_argument(
+    group.add_argument(
         "--baseline-accuracy",
         type=_percent,
         metavar="X",
         help="calibration target accuracy in percent (default: the preset's)",
     )
-    stream.add_argument(
+    group.add_argument(
         "--corruptions",
         metavar="A,B,...",
-        help="comma-separated corruptions; order matters for the schedule (default: the preset's; cin-c and gradual: the 15 ImageNet-C corruptions in their order, gaussian_noise … jpeg_compression)",
+        help="comma-separated corruptions; order matters for the schedule (default: the preset's; cin-c and "
+        "gradual: the 15 ImageNet-C corruptions in their order, gaussian_noise … jpeg_compression)",
     )
-    stream.add_argument(
+    group.add_argument(
         "--schedule",
         choices=SCHEDULES,
         help="corruption order (reference, the default: the public generator's order for the seed)",
     )
-    stream.add_argument(
+    group.add_argument(
         "--path-objective",
         choices=PATH_OBJECTIVES,
         help="severity path choice (reference, the default: the public generator's; see docs/paths.md)",
     )
-    inputs = parser.add_argument_group("inputs")
-    inputs.add_argument(
+
+
+def _add_input_options(group: argparse._ArgumentGroup) -> None:
+    """The image folder, its class list, the calibration table and the demo world."""
+    group.add_argument(
         "--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
     )
-    inputs.add_argument(
+    group.add_argument(
         "--calibration",
         metavar="FILE",
         help=f"calibration table .npz, or the published CCC pickle (file or URL; converted once and cached) "
         f"(default: {DEFAULT_CALIBRATION} if it exists)",
     )
-    inputs.add_argument(
+    group.add_argument(
         "--skip-bad-images",
         action="store_true",
         help="exclude unreadable images (deterministically) instead of stopping",
     )
-    inputs.add_argument(
+    group.add_argument(
         "--classes",
         metavar="FILE",
-        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet folder with extra or missing classes",
+        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet "
+        "folder with extra or missing classes",
     )
-    inputs.add_argument(
+    group.add_argument(
         "--demo",
         action="store_true",
         help="the embedded demo world instead of ImageNet: procedural images, a small CNN's calibration table "
         "(docs/demo.md); runs are named demo_baseline_…",
     )
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help="parent folder of the run folder")
-    output.add_argument(
+
+
+def _add_output_options(group: argparse._ArgumentGroup) -> None:
+    """The run folder and its shards."""
+    group.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help="parent folder of the run folder")
+    group.add_argument(
         "--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)"
     )
-    output.add_argument(
+    group.add_argument(
         "--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard"
     )
-    output.add_argument(
+    group.add_argument(
         "--overwrite", action="store_true", help="delete the shards and manifest of another stream in the run folder"
     )
-    execution = parser.add_argument_group("execution")
-    execution.add_argument(
+
+
+def _add_execution_options(group: argparse._ArgumentGroup) -> None:
+    """Workers, Ray, the dry run and what is printed."""
+    group.add_argument(
         "--workers",
         type=integer_at_least(1),
         default=os.cpu_count() or 1,
         metavar="N",
         help="local Ray workers (default: all CPUs); 1 renders in this process without Ray",
     )
-    execution.add_argument(
+    group.add_argument(
         "--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)"
     )
-    execution.add_argument(
+    group.add_argument(
         "--dry-run", action="store_true", help="print the schedule and write a plot of it, render nothing"
     )
-    execution.add_argument(
+    group.add_argument(
         "--plot",
         metavar="FILE",
         help="where --dry-run writes the plot (default: <run folder name>_schedule.png in the current folder)",
     )
-    execution.add_argument("--no-progress", action="store_true", help="no progress bars")
-    execution.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    return parser
+    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+    group.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
 
 
-def _load_table(path: str | None, progress: bool) -> CalibrationTable:
+def _load_table(definition: StreamDefinition, progress: bool) -> CalibrationTable:
+    """The calibration table of a ``ccc`` stream: its file or URL, else the default table here."""
+    path = definition.calibration
     if path is None:
         if not DEFAULT_CALIBRATION.is_file():
             imagenet = (
@@ -257,9 +292,9 @@ def _load_table(path: str | None, progress: bool) -> CalibrationTable:
                 else f" and --imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}=PATH)"
             )
             raise UsageError(
-                f"no calibration table ({DEFAULT_CALIBRATION} does not exist here): pass --calibration FILE — a table .npz, "
-                f"or the published CCC pickle or its URL ({PUBLISHED_MATRIX_URL}), converted once —{imagenet}; "
-                "without ImageNet, add --demo to run on the embedded demo world"
+                f"no calibration table ({DEFAULT_CALIBRATION} does not exist here): pass --calibration FILE — "
+                f"a table .npz, or the published CCC pickle or its URL ({PUBLISHED_MATRIX_URL}), converted once —"
+                f"{imagenet}; without ImageNet, add --demo to run on the embedded demo world"
             )
         path = str(DEFAULT_CALIBRATION)
     if not is_url(path) and not Path(path).is_file():
@@ -273,213 +308,119 @@ def _load_table(path: str | None, progress: bool) -> CalibrationTable:
     return table
 
 
-def _apply_demo(arguments: argparse.Namespace) -> None:
-    """Point --imagenet and --calibration at the demo world (building its images on first use); the
-    demo's speed and length where the user gave none (printed)."""
-    from ccc.demo import demo_calibration_path, demo_image_folder
-
-    if arguments.imagenet is not None:
-        raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet")
-    if arguments.kind != CCC_KIND:
-        if arguments.images_per_domain is None and arguments.kind == "gradual":
-            arguments.images_per_domain = DEMO_DOMAIN_IMAGES
-            print(
-                f"{PROGRAM}: demo world settings (docs/demo.md): --images-per-domain {DEMO_DOMAIN_IMAGES}",
-                file=sys.stderr,
-            )
-        if not arguments.dry_run:
-            print(f"{PROGRAM}: demo world (not ImageNet): preparing its images on first use …", file=sys.stderr)
-            arguments.imagenet = str(demo_image_folder())
-        return
-    if arguments.calibration is None:
-        arguments.calibration = str(demo_calibration_path())
-    chosen = []
-    if arguments.speed is None:
-        arguments.speed = DEMO_SPEED
-        chosen.append(f"--speed {DEMO_SPEED}")
-    if arguments.num_images is None:
-        arguments.num_images = DEMO_NUM_IMAGES
-        chosen.append(f"--num-images {DEMO_NUM_IMAGES:,}")
-    if chosen:
-        print(
-            f"{PROGRAM}: demo world settings (the demo's, not the paper's; docs/demo.md): {', '.join(chosen)} "
-            "— its corruption pairs last 2,000–4,100 images",
-            file=sys.stderr,
-        )
-    if not arguments.dry_run:
-        print(f"{PROGRAM}: demo world (not ImageNet): preparing its images on first use …", file=sys.stderr)
-        arguments.imagenet = str(demo_image_folder())
+def _run_folder(arguments: argparse.Namespace, definition: StreamDefinition, default_name: str) -> Path:
+    """The run folder: ``--out`` / (``--name``, else ``default_name``, prefixed ``demo_`` for the demo world)."""
+    return Path(arguments.out) / (arguments.name or ("demo_" if definition.demo else "") + default_name)
 
 
-def _check_kind_options(arguments: argparse.Namespace) -> None:
-    """One line naming the options that the chosen --kind does not use."""
-    kind = arguments.kind
-    if kind == CCC_KIND:
-        given = [
-            flag
-            for flag, value in (
-                ("--severity", arguments.severity),
-                ("--images-per-domain", arguments.images_per_domain),
-                ("--crop", arguments.crop),
-            )
-            if value is not None
-        ]
-        if given:
-            raise UsageError(
-                f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --kind ccc (the default): its severities come from the "
-                "calibration table and its crops are random (images per step: --speed K); --severity is for --kind cin-c, "
-                "--images-per-domain and --crop for cin-c and gradual"
-            )
-        return
-    options = (
-        ("--difficulty", arguments.difficulty),
-        ("--baseline-accuracy", arguments.baseline_accuracy),
-        ("--speed", arguments.speed),
-        ("--schedule", arguments.schedule),
-        ("--path-objective", arguments.path_objective),
-        ("--calibration", arguments.calibration),
-        ("--plot", arguments.plot),
-        ("--severity", arguments.severity if kind == "gradual" else None),
-    )
-    given = [flag for flag, value in options if value is not None]
-    if given:
-        severity = (
-            "its severities are 1 2 3 4 5 4 3 2 1 per corruption"
-            if kind == "gradual"
-            else "--severity S sets its one severity"
-        )
-        raise UsageError(
-            f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --kind {kind}: it needs no calibration table, "
-            f"{severity}, and --images-per-domain N sets the images per domain"
-        )
-
-
-def _run_domains(arguments: argparse.Namespace) -> int:
+def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition) -> int:
     """A cin-c or gradual stream: no calibration table, only an image folder."""
-    definition = {
-        "kind": arguments.kind,
-        "severity": arguments.severity,
-        "crop": arguments.crop,
-        "corruptions": arguments.corruptions,
-        "speed": arguments.images_per_domain,
-        "seed": arguments.seed,
-        "num_images": arguments.num_images,
-        "shard_size": arguments.shard_size,
-    }
+    progress = not arguments.no_progress
     if arguments.dry_run:
-        spec = resolve_stream_spec(definition, None, _NO_IMAGES_CHECKSUM, _count_source_images(arguments))
+        spec = resolve_stream_spec(
+            definition.spec_mapping(), None, _NO_IMAGES_CHECKSUM, _count_source_images(definition)
+        )
     else:
-        plan = _plan(arguments, definition, None)
+        plan = _plan(definition, None, progress)
         spec = plan.spec
-    name = ("demo_" if arguments.demo else "") + domain_run_name(
-        spec.kind, spec.severity, spec.speed, spec.crop, spec.seed
+    run_dir = _run_folder(
+        arguments, definition, domain_run_name(spec.kind, spec.severity, spec.speed, spec.crop, spec.seed)
     )
-    run_dir = Path(arguments.out) / (arguments.name or name)
     if arguments.dry_run:
         print(describe_domains(spec, shard_name))
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)")
         return 0
-    return _render(arguments, plan, run_dir)
+    return _render(arguments, definition, plan, run_dir)
 
 
-def _count_source_images(arguments: argparse.Namespace) -> int | None:
+def _count_source_images(definition: StreamDefinition) -> int | None:
     """The image count a dry run of a cin-c stream without --images-per-domain needs (every image per
     corruption): the demo world's, or the folder's, listed without reading an image; else None."""
-    if arguments.kind != "cin-c" or arguments.images_per_domain is not None:
+    if definition.kind != "cin-c" or definition.images_per_domain is not None:
         return None
-    classes = None if arguments.classes is None else read_class_list(arguments.classes)
-    return count_source_images(arguments.imagenet, arguments.demo, classes)
+    return count_source_images(definition.image_folder, definition.demo, _classes(definition))
+
+
+def _classes(definition: StreamDefinition) -> list[str] | None:
+    """The explicit class list of ``--classes``, or None."""
+    return None if definition.classes is None else read_class_list(definition.classes)
 
 
 def _plan(
-    arguments: argparse.Namespace,
-    definition: dict,
+    definition: StreamDefinition,
     table: CalibrationTable | None,
+    progress: bool,
     schedule: StreamSchedule | None = None,
 ) -> StreamPlan:
-    """The plan of the stream ``definition`` over the command's image folder (table: None for the
-    kinds that need none; schedule: the one already built for a ccc stream)."""
+    """The plan of ``definition`` over its image folder (table: None for the kinds that need none;
+    schedule: the one already built for a ccc stream)."""
     return plan_stream(
-        definition,
+        definition.spec_mapping(),
         table,
-        arguments.imagenet,
-        classes=None if arguments.classes is None else read_class_list(arguments.classes),
-        skip_bad_images=arguments.skip_bad_images,
-        progress=not arguments.no_progress,
+        definition.image_folder,
+        classes=_classes(definition),
+        skip_bad_images=definition.skip_bad_images,
+        progress=progress,
         schedule=schedule,
     )
 
 
-def _render(arguments: argparse.Namespace, plan: StreamPlan, run_dir: Path) -> int:
+def _render(arguments: argparse.Namespace, definition: StreamDefinition, plan: StreamPlan, run_dir: Path) -> int:
     """Render ``plan`` into ``run_dir`` and print what was done and what comes next."""
     spec, sources = plan.spec, plan.sources
     print(
-        f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} ({expected_shard_names(plan)[0]} …) in {run_dir}"
+        f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} "
+        f"({expected_shard_names(plan)[0]} …) in {run_dir}"
     )
     serial = arguments.ray_address is None and arguments.workers == 1
     with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
         summary = generate_stream(
             plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress
         )
+    skipped = summary.shards_skipped
     print(
         f"{PROGRAM}: wrote {count(summary.shards_written, 'shard')} ({count(summary.images_rendered, 'image')}, "
-        f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, {summary.images_per_second:,.1f} images/s; "
-        f"{count(summary.shards_skipped, 'shard')} {'was' if summary.shards_skipped == 1 else 'were'} already finished; output {run_dir}"
+        f"{summary.bytes_written / 1e6:,.1f} MB) in {summary.seconds:,.1f} s, "
+        f"{summary.images_per_second:,.1f} images/s; "
+        f"{count(skipped, 'shard')} {'was' if skipped == 1 else 'were'} already finished; output {run_dir}"
     )
-    methods = "" if arguments.demo else " --method source --method bn --method eata --method rdumb"
+    methods = "" if definition.demo else " --method source --method bn --method eata --method rdumb"
     print(
         f"next: ccc-verify {run_dir}\n      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
     )
     return 0
 
 
-def _run(arguments: argparse.Namespace) -> int:
-    _check_kind_options(arguments)
-    if arguments.demo:
-        _apply_demo(arguments)
-    if arguments.kind != CCC_KIND:
-        return _run_domains(arguments)
-    arguments.schedule = arguments.schedule or "reference"
-    arguments.path_objective = arguments.path_objective or "reference"
-    if arguments.speed is None:
-        raise UsageError(
-            "--speed K is required: images per severity step (the paper: 1000, 2000 or 5000); --demo chooses the demo's"
-        )
-    if arguments.num_images is None:
-        arguments.num_images = DEFAULT_NUM_IMAGES
-    table = _load_table(arguments.calibration, progress=not arguments.no_progress)
-    if arguments.difficulty is None and (arguments.baseline_accuracy is None or arguments.corruptions is None):
+def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition) -> int:
+    """A ccc stream: calibration table → target and corruptions → schedule → dry run or shards."""
+    table = _load_table(definition, progress=not arguments.no_progress)
+    if definition.difficulty is None and (definition.baseline_accuracy is None or definition.corruptions is None):
         raise UsageError(
             f"pass --difficulty NAME (one of: {', '.join(table.difficulty_presets) or 'none in this table'}) "
             "or both --baseline-accuracy X and --corruptions A,B,..."
         )
-    definition = {
-        "difficulty": arguments.difficulty,
-        "baseline_accuracy": arguments.baseline_accuracy,
-        "corruptions": arguments.corruptions,
-        "speed": arguments.speed,
-        "seed": arguments.seed,
-        "num_images": arguments.num_images,
-        "schedule": arguments.schedule,
-        "path_objective": arguments.path_objective,
-        "shard_size": arguments.shard_size,
-    }
     target, names, _ = resolve_difficulty(
-        table, arguments.difficulty, arguments.baseline_accuracy, arguments.corruptions
+        table, definition.difficulty, definition.baseline_accuracy, definition.corruptions
     )
-    schedule = build_schedule(table, target, names, arguments.seed, arguments.schedule, arguments.path_objective)
-    default_name = ("demo_" if arguments.demo else "") + run_name(target, arguments.speed, arguments.seed)
-    run_dir = Path(arguments.out) / (arguments.name or default_name)
+    schedule = build_schedule(table, target, names, definition.seed, definition.schedule, definition.path_objective)
+    run_dir = _run_folder(arguments, definition, run_name(target, definition.speed, definition.seed))
     if arguments.dry_run:
-        num_shards = -(-arguments.num_images // arguments.shard_size)
-        print(describe_schedule(schedule, arguments.speed, arguments.num_images, num_shards, shard_name))
+        num_shards = -(-definition.num_images // definition.shard_size)
+        print(describe_schedule(schedule, definition.speed, definition.num_images, num_shards, shard_name))
         plot = plot_schedule(
-            schedule, arguments.speed, arguments.num_images, arguments.plot or f"{run_dir.name}_schedule.png"
+            schedule, definition.speed, definition.num_images, definition.plot or f"{run_dir.name}_schedule.png"
         )
         print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
-    plan = _plan(arguments, definition, table, schedule)
-    return _render(arguments, plan, run_dir)
+    plan = _plan(definition, table, not arguments.no_progress, schedule)
+    return _render(arguments, definition, plan, run_dir)
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    definition = definition_from_arguments(arguments, note=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr))
+    if definition.kind == CCC_KIND:
+        return _run_ccc(arguments, definition)
+    return _run_domains(arguments, definition)
 
 
 _USER_ERRORS = (
