@@ -36,7 +36,7 @@ import pytest
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DOCUMENTS = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("*.md"))]
-PROGRAMS = ("ccc-calibrate", "ccc-generate", "ccc-verify", "ccc-corruption-grid", "tta-eval")
+PROGRAMS = ("ccc-calibrate", "ccc-generate", "ccc-mirror", "ccc-verify", "ccc-corruption-grid", "tta-eval")
 """The console scripts, in the order a reader uses them: each one's help examples may use what an
 earlier one's made."""
 RECORD_END = "\x01"

@@ -8,6 +8,11 @@
 - :mod:`ccc.shards.reader`: reading shards member by member (local, ``pipe:``, URLs), hardened
   against damaged files: :func:`~ccc.shards.reader.open_shard` (opening a location),
   header parsing, grouping members into samples;
+- :mod:`ccc.shards.remote`: ``http(s)://`` shards read with retries and resumption at the byte
+  (urllib3), a file replaced on the server refused;
+- :mod:`ccc.shards.published`: the 27 published CCC streams by name (``published:<name>``);
+- :mod:`ccc.shards.shard_cache`: a local copy of each remote shard once read (``open_stream(cache=)``);
+- :mod:`ccc.shards.mirror`: ``ccc-mirror``'s library (parallel, resumable, checked local copies);
 - :mod:`ccc.shards.manifest`: the run folder's ``manifest.json``;
 - :mod:`ccc.shards.verify`: checking a run folder's shards against its manifest.
 

@@ -15,8 +15,15 @@ import pytest
 from ccc.cli.common import HelpFormatter, count, examples
 from tests.builders import REPOSITORY
 
-SCRIPTS = ["ccc.cli.generate", "ccc.cli.verify", "ccc.cli.corruption_grid", "ccc.cli.calibrate", "tta_eval.cli"]
-"""The modules whose ``main`` the five console scripts run (a subcommand's help imports the same modules)."""
+SCRIPTS = [
+    "ccc.cli.generate",
+    "ccc.cli.verify",
+    "ccc.cli.mirror",
+    "ccc.cli.corruption_grid",
+    "ccc.cli.calibrate",
+    "tta_eval.cli",
+]
+"""The modules whose ``main`` the six console scripts run (a subcommand's help imports the same modules)."""
 
 HEAVY_MODULES = ("torch", "ray", "matplotlib")
 
