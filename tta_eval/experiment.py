@@ -50,7 +50,7 @@ from tta_eval.protocols import (
     protocol_entries,
     run_protocol,
 )
-from tta_eval.protocols.execution import precision_autocast
+from tta_eval.protocols._execution import precision_autocast
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import (
