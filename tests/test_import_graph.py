@@ -26,11 +26,19 @@ PACKAGES = ("ccc", "tta_eval")
 
 @dataclass(frozen=True)
 class Rule:
-    """Modules named ``importer`` (or below it) must not import ``forbidden`` (or below them)."""
+    """Modules named ``importer`` (or below it) must not import ``forbidden`` (or below them), except
+    ``allowed`` (or below them)."""
 
     importer: str
     forbidden: tuple[str, ...]
     why: str
+    allowed: tuple[str, ...] = ()
+
+    def breaks(self, name: str) -> bool:
+        """Whether importing module ``name`` breaks the rule."""
+        return any(is_within(name, forbidden) for forbidden in self.forbidden) and not any(
+            is_within(name, allowed) for allowed in self.allowed
+        )
 
 
 LIBRARY_OF_CCC = (
@@ -45,20 +53,12 @@ LIBRARY_OF_CCC = (
 
 RULES = (
     Rule("ccc", ("tta_eval",), "ccc is usable without tta_eval; tta_eval builds on ccc"),
+    Rule("ccc.registry", ("ccc", "tta_eval"), "the registry pattern stands alone", allowed=("ccc.registry",)),
     Rule(
         "ccc.corruptions",
-        (
-            "ccc.stream",
-            "ccc.render",
-            "ccc.shards",
-            "ccc.generate",
-            "ccc.load",
-            "ccc.calibration",
-            "ccc.demo",
-            "ccc.execution",
-            "ccc.models",
-        ),
-        "corruptions are pure pixel functions, the lowest stage",
+        ("ccc",),
+        "corruptions are pure pixel functions, the lowest stage (only the registry pattern below them)",
+        allowed=("ccc.corruptions", "ccc.registry"),
     ),
     Rule(
         "ccc.stream",
@@ -220,7 +220,7 @@ def violations(root: Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
             where = f"{path.relative_to(root)}:{line} {importer} imports"
             for rule in rules:
                 if is_within(importer, rule.importer):
-                    hits = [name for name in names if any(is_within(name, forbidden) for forbidden in rule.forbidden)]
+                    hits = [name for name in names if rule.breaks(name)]
                     if hits:
                         found.append(f"{where} {hits[0]} ({rule.why})")
             if not any(is_within(importer, cli) for cli in COMMAND_LINE_MODULES):
@@ -241,6 +241,8 @@ def test_every_rule_names_modules_that_exist(rule: Rule) -> None:
     assert any(is_within(module, rule.importer) for module in modules), rule.importer
     for forbidden in rule.forbidden:
         assert any(is_within(module, forbidden) for module in modules) or forbidden == "tta_eval", forbidden
+    for allowed in rule.allowed:
+        assert any(is_within(module, allowed) for module in modules), allowed
 
 
 def test_the_checker_finds_a_forbidden_import_inside_a_function(tmp_path: Path) -> None:
@@ -255,6 +257,20 @@ def test_the_checker_finds_a_forbidden_import_inside_a_function(tmp_path: Path) 
     found = violations(tmp_path)
     assert any("ccc.stream.plan imports ccc.render (" in line for line in found), found
     assert any("ccc.stream.plan imports tta_eval.methods" in line for line in found), found
+
+
+def test_the_corruptions_may_import_the_registry_pattern_and_nothing_else_of_ccc(tmp_path: Path) -> None:
+    (tmp_path / "ccc" / "corruptions").mkdir(parents=True)
+    (tmp_path / "ccc" / "__init__.py").write_text("")
+    (tmp_path / "ccc" / "registry.py").write_text("")
+    (tmp_path / "ccc" / "corruptions" / "__init__.py").write_text("from . import noise\n")
+    (tmp_path / "ccc" / "corruptions" / "noise.py").write_text(
+        "from ccc.registry import Registry\nfrom ccc.validation import check_choice\n"
+    )
+    (tmp_path / "tta_eval").mkdir()
+    (tmp_path / "tta_eval" / "__init__.py").write_text("")
+    found = violations(tmp_path)
+    assert len(found) == 1 and "ccc.corruptions.noise imports ccc.validation (" in found[0], found
 
 
 def test_importing_the_loader_loads_neither_the_driver_nor_the_demo_world() -> None:

@@ -1,7 +1,7 @@
 """Checkpoints of a tta-eval run: what is saved, the atomic write, and whether a command may resume a run.
 
 A checkpoint is one file in the run folder (``tta_eval.run_folder.CHECKPOINT_FILE``), written at a
-batch boundary by the protocol machinery (``tta_eval.protocols.execution.lockstep``) every
+batch boundary by the protocol machinery (``tta_eval.protocols._execution.lockstep``) every
 ``every`` samples. It is a ``Checkpoint``: a typed record of tensors and plain values (numbers,
 strings, None, lists, tuples and dicts), written with ``torch.save`` and read back with
 ``torch.load(weights_only=True)`` after the opcode bound of ``ccc.pickles``, so reading a checkpoint

@@ -47,8 +47,14 @@ from tta_eval.checkpoint import (
     restore_config,
 )
 from tta_eval.methods import create, get_method, resolve_config
-from tta_eval.protocols import CostModel, LatencyCalibration, RunContext, calibrate_baseline_latency, run_protocol
-from tta_eval.protocols.execution import precision_autocast
+from tta_eval.protocols import (
+    CostModel,
+    LatencyCalibration,
+    RunContext,
+    calibrate_baseline_latency,
+    precision_autocast,
+    run_protocol,
+)
 from tta_eval.protocols.timing import DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import plot_run, run_title, summarise_run

@@ -24,9 +24,9 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
-from ccc.calibration.compute.backends import ModelBackend
 from ccc.calibration.compute.job import (
     BruteForcePlanner,
     CalibrationJob,
@@ -36,6 +36,7 @@ from ccc.calibration.compute.job import (
     state_dict_digest,
 )
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
+from ccc.calibration.compute.registry import DEFAULT_BACKEND, BackendSetup, get_backend
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
@@ -84,6 +85,10 @@ class CalibrationConfig:
         work_folder: where finished work is kept (None: ``OUT.work``).
         overwrite: replace an existing ``out``.
         show_progress: show progress bars while indexing.
+        backend: the calibration backend that runs the work units, by name
+            (:func:`ccc.calibration.compute.registry.list_backends`; default ``model``: the model
+            measures them).
+        backend_options: the backend's own options (name → value, see its description).
     """
 
     out: str | os.PathLike[str]
@@ -110,6 +115,8 @@ class CalibrationConfig:
     work_folder: str | os.PathLike[str] | None = None
     overwrite: bool = False
     show_progress: bool = True
+    backend: str = DEFAULT_BACKEND
+    backend_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def work_folder_path(self) -> Path:
@@ -168,6 +175,10 @@ def _check(config: CalibrationConfig) -> None:
         raise CalibrationError(f"--amp needs --device cuda, got --device {config.device}")
     check_positive_int("--batch-size", config.batch_size, MAX_BATCH_SIZE, error=CalibrationError)
     resolve_device(config.device)
+    try:
+        get_backend(config.backend)
+    except ValueError as error:
+        raise CalibrationError(str(error)) from None
 
 
 def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = None) -> CalibrationRun:
@@ -220,15 +231,17 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
         if folder.results:
             logger.warning("resuming: %d results already in %s", len(folder.results), folder_path)
         with open_executor(config.workers, config.ray_address, serial=config.serial) as executor:
-            backend = ModelBackend(
+            setup = BackendSetup(
+                job,
                 executor,
-                job.render_context(),
                 model if config.serial else config.model,
                 device=config.device,
                 batch_size=config.batch_size,
                 amp=config.amp,
                 evaluators=config.evaluators,
+                options=config.backend_options,
             )
+            backend = get_backend(config.backend).factory(setup)
             outcome = compute_calibration(job, backend, folder, progress)
         table = outcome.table if config.presets is None else _with_presets(outcome.table, config.presets)
         written = table.save(config.out)

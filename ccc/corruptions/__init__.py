@@ -25,16 +25,9 @@ from typing import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from . import blur, digital, noise, weather  # noqa: F401  (each family registers its corruptions)
 from ._random import RngLike, as_random_source
-from ._registry import (
-    ALIASES,
-    CORRUPTIONS,
-    HOLDOUT_CORRUPTIONS,
-    Corruption,
-    canonical_name,
-    get_corruption,
-    list_corruptions,
-)
+from ._registry import REGISTRY, Corruption, aliases, canonical_name, get_corruption, list_corruptions
 from ._severity import validate_severity
 
 __all__ = [
@@ -51,7 +44,13 @@ __all__ = [
     "validate_severity",
 ]
 
-CORRUPTION_ALIASES: Mapping[str, str] = MappingProxyType(ALIASES)
+CORRUPTIONS: tuple[str, ...] = tuple(entry.name for entry in REGISTRY if not entry.holdout)
+"""The 15 ImageNet-C corruptions used by CCC, in ImageNet-C's (and the CCC generator's) order."""
+
+HOLDOUT_CORRUPTIONS: tuple[str, ...] = tuple(entry.name for entry in REGISTRY if entry.holdout)
+"""The 4 ImageNet-C hold-out corruptions (for tuning hyper-parameters such as a reset interval)."""
+
+CORRUPTION_ALIASES: Mapping[str, str] = MappingProxyType(aliases())
 """Accepted alternative names → registered names (ImageNet-C's long names)."""
 
 MIN_IMAGE_SIDE = 32

@@ -26,6 +26,7 @@ from scipy import special
 
 from ._kernels import build_alias_tables, sample_bytes_with_alias
 from ._random import RandomSource
+from ._registry import REGISTRY, Corruption
 
 GAUSSIAN_NOISE_TABLE = (0.0, 0.08, 0.12, 0.18, 0.26, 0.38)
 """Standard deviation of the additive noise on [0, 1] values, severities 0..5."""
@@ -139,3 +140,11 @@ def speckle_noise(image: NDArray[np.uint8], standard_deviation: float, rng: Rand
         unit = image / 255.0
         return np.clip(unit + unit * rng.normal(size=unit.shape, scale=standard_deviation), 0, 1) * 255
     return _sample_bytes(image, _speckle_byte_tables(float(standard_deviation)), rng)
+
+
+REGISTRY.register(Corruption("gaussian_noise", "noise", gaussian_noise, GAUSSIAN_NOISE_TABLE, random=True, order=0))
+REGISTRY.register(Corruption("shot_noise", "noise", shot_noise, SHOT_NOISE_TABLE, random=True, order=1))
+REGISTRY.register(Corruption("impulse_noise", "noise", impulse_noise, IMPULSE_NOISE_TABLE, random=True, order=2))
+REGISTRY.register(
+    Corruption("speckle_noise", "noise", speckle_noise, SPECKLE_NOISE_TABLE, random=True, order=15, holdout=True)
+)

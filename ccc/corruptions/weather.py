@@ -23,6 +23,7 @@ from ._assets import frost_textures
 from ._filters import gaussian_blur_nearest, zoom_bilinear_accumulate
 from ._motion import motion_blur_imagemagick
 from ._random import RandomSource, draw_integers
+from ._registry import REGISTRY, Corruption
 
 SNOW_TABLE = (
     (0.1, 0.3, 3, 1.0, 10, 4, 1.0),
@@ -80,7 +81,8 @@ def frost(image: NDArray[np.uint8], parameters: tuple[float, float], rng: Random
     max_width = min(texture.shape[1] for texture in candidates) - 1
     if height > max_height or width > max_width:
         raise ValueError(
-            f"frost needs images smaller than its textures (at most {max_height}x{max_width} pixels), got {height}x{width}"
+            f"frost needs images smaller than its textures (at most {max_height}x{max_width} pixels), "
+            f"got {height}x{width}"
         )
     texture = candidates[int(draw_integers(rng, 0, _FROST_CHOICES))]
     top = int(draw_integers(rng, 0, texture.shape[0] - height))
@@ -162,3 +164,9 @@ def spatter(image: NDArray[np.uint8], parameters: tuple[float, ...], rng: Random
     mud_mask[mud_mask < 0.8] = 0
     mud_colour = np.array([63 / 255.0, 42 / 255.0, 20 / 255.0], dtype=np.float32) * mud_mask[..., np.newaxis]
     return np.clip(unit * (1 - mud_mask[..., np.newaxis]) + mud_colour, 0, 1) * 255
+
+
+REGISTRY.register(Corruption("snow", "weather", snow, SNOW_TABLE, random=True, order=7))
+REGISTRY.register(Corruption("frost", "weather", frost, FROST_TABLE, random=True, order=8))
+REGISTRY.register(Corruption("fog", "weather", fog, FOG_TABLE, random=True, order=9))
+REGISTRY.register(Corruption("spatter", "weather", spatter, SPATTER_TABLE, random=True, order=17, holdout=True))

@@ -18,7 +18,7 @@ from tta_eval.cli import main
 from tta_eval.methods import get_method, list_methods
 from tta_eval.metrics import DomainSegment, WindowedAccuracy, domain_segments
 from tta_eval.plots import accuracy_figure, best_method_figure, method_colour, utility_figure
-from tta_eval.protocols import execution
+from tta_eval.protocols import _execution as execution
 from tta_eval.records import BatchRecord, RecordTable
 from tta_eval.reports import plot_comparison, short_stream_tags
 from tta_eval.run_folder import RunResult

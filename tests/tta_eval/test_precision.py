@@ -22,7 +22,7 @@ from tests.tta_eval.tta_helpers import make_batches, make_tiny_cnn
 from tta_eval.methods import create, list_methods
 from tta_eval.methods.base import loss_scaling
 from tta_eval.protocols import OfflineProtocol, RunContext, Timing, evaluate_protocol
-from tta_eval.protocols.execution import method_runners, precision_autocast, stream_batches
+from tta_eval.protocols._execution import method_runners, precision_autocast, stream_batches
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")

@@ -11,13 +11,11 @@ Each method lives in its own module, ``tta_eval/methods/<name>.py``: its frozen 
 with the published defaults, its class and its ``register_method`` call. Importing this package
 imports every module in it, so a new method is one new file (and its entry in docs/methods.md).
 Shared pieces: ``base`` (interface, exact reset, SGD options, BatchNorm helpers), ``layers``
-(classifier head, normalisation layers), ``losses``, ``augmentation``, ``reset`` (the reset policies: periodic, drift-triggered, ASR's)
-and ``registry``.
+(classifier head, normalisation layers), ``losses``, ``augmentation``, ``reset`` (the reset
+policies: periodic, drift-triggered, ASR's) and ``registry``.
 """
 
-import importlib
-import pkgutil
-
+from ccc.registry import import_submodules
 from tta_eval.methods.base import AdaptationMethod, NeedsStreamPreparation, StepInfo, TTAMethod
 from tta_eval.methods.eta import ETA
 from tta_eval.methods.rdumb import RDUMB_RESET_EVERY
@@ -25,9 +23,7 @@ from tta_eval.methods.registry import MethodEntry, create, get_method, list_meth
 from tta_eval.methods.reset import PeriodicReset, ResetPolicyWrapper
 from tta_eval.methods.ttac_nq import SourceFeatureStatistics, compute_source_statistics
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
-del _module
+import_submodules(__name__, __path__)
 
 __all__ = [
     "AdaptationMethod",

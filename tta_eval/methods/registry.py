@@ -1,14 +1,14 @@
 """Registry of test-time adaptation methods: frozen entries, listing, creation with overrides.
 
 Each method module of ``tta_eval.methods`` registers its own entry with ``register_method`` when it is
-imported; ``tta_eval.methods`` imports every module of the package, so a new method is one new file.
+imported; ``tta_eval.methods`` imports every module of the package (``ccc.registry.import_submodules``),
+so a new method is one new file. Methods are listed by name (``ccc.registry.Registry``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import fnmatch
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from ccc.options import parse_options
+from ccc.registry import Registry
 from tta_eval.methods.base import require_batchnorm
 from tta_eval.methods.reset import POLICY_SEPARATOR, RESET_POLICIES, NeverReset, PeriodicPolicy, ResetPolicy
 from ccc.validation import check_positive_int
@@ -69,28 +70,23 @@ class MethodEntry:
         return values
 
 
-_REGISTRY: dict[str, MethodEntry] = {}
+REGISTRY: Registry[MethodEntry] = Registry("method")
+"""Every method, by name; each method module registers its own entry."""
 
 
 def register_method(entry: MethodEntry) -> MethodEntry:
     """Add ``entry``; raises ValueError if its name is taken."""
-    if entry.name in _REGISTRY:
-        raise ValueError(f"method name {entry.name!r} is already registered")
-    _REGISTRY[entry.name] = entry
-    return entry
+    return REGISTRY.register(entry)
 
 
 def list_methods(pattern: str = "*") -> list[str]:
     """Registered method names matching the shell-style ``pattern``, in alphabetical order."""
-    return sorted(name for name in _REGISTRY if fnmatch.fnmatchcase(name, pattern))
+    return REGISTRY.names(pattern)
 
 
 def get_method(name: str) -> MethodEntry:
     """The entry called ``name``; ValueError listing the registered names otherwise."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(list_methods())}") from None
+    return REGISTRY.get(name)
 
 
 def _coerce_option(owner: str, option: str, value: Any, default: Any, annotation: Any) -> Any:
@@ -153,7 +149,8 @@ def parse_reset_policy(value: Any) -> ResetPolicy:
     policy_class = RESET_POLICIES.get(name)
     if policy_class is None:
         raise ValueError(
-            f"unknown reset policy {name!r}; valid policies: {', '.join(RESET_POLICIES)} (e.g. reset=periodic:every=1000)"
+            f"unknown reset policy {name!r}; valid policies: {', '.join(RESET_POLICIES)} "
+            "(e.g. reset=periodic:every=1000)"
         )
     fields = {field.name: field for field in dataclasses.fields(policy_class)}
     owner = f"reset policy {name!r}"

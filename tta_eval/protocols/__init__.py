@@ -4,8 +4,11 @@ al.'s time-constrained protocol, and Tempora's discrete and amortised scenarios.
 Every protocol consumes a stream of batches, runs the methods in lockstep and yields one
 ``BatchRecord`` per method and batch, carrying the timing trace (e, ℓ). Each protocol is one module
 that registers itself (``tta_eval.protocols._base.register``): its settings, runner, scorer,
-command-line options and sweep axis. ``run_protocol`` runs any protocol's settings through the
-registry; ``tta_eval.protocols.tempora`` holds the pure utility functions.
+command-line options, sweep axis and its place among the protocols (``ProtocolEntry.order``).
+Importing this package imports every public module of it (``ccc.registry.import_submodules``), so a
+new protocol is one new file. ``run_protocol`` runs any protocol's settings through the registry;
+``tta_eval.protocols.tempora`` holds the pure utility functions, ``tta_eval.protocols.timing`` the
+clocks; the runners' shared machinery (``_execution``, which imports torch) is loaded on first use.
 
 >>> from tta_eval.protocols import AlfarraProtocol, RunContext, evaluate_protocol
 >>> tables = evaluate_protocol(methods, stream, AlfarraProtocol(speed=1.0), RunContext(device="cuda"))  # doctest: +SKIP
@@ -17,6 +20,7 @@ import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ccc.registry import import_submodules
 from tta_eval.protocols._base import (
     NONFINITE_POLICIES,
     PRECISIONS,
@@ -37,13 +41,11 @@ from tta_eval.protocols._base import (
     seconds_from_ms,
 )
 
-# Importing a protocol's module registers it; the order of these lines is the registry's (the
-# choices of --protocol, the order of a sweep's scenarios). A new protocol adds its line here.
-from tta_eval.protocols.offline import OfflineProtocol, run_offline
-from tta_eval.protocols.continuous import ContinuousProtocol, continuous_scores
 from tta_eval.protocols.alfarra import AlfarraProtocol, relative_speed, run_alfarra
-from tta_eval.protocols.discrete import DiscreteProtocol, run_discrete
 from tta_eval.protocols.amortised import AmortisedProtocol, run_amortised
+from tta_eval.protocols.continuous import ContinuousProtocol, continuous_scores
+from tta_eval.protocols.discrete import DiscreteProtocol, run_discrete
+from tta_eval.protocols.offline import OfflineProtocol, run_offline
 from tta_eval.protocols.timing import (
     TIMING_MODES,
     CostModel,
@@ -58,14 +60,24 @@ if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
     from tta_eval.records import BatchRecord
 
-_EXECUTION = ("frozen_copy", "predict_without_adapting", "prediction_network")
-"""Names of ``tta_eval.protocols.execution``, which imports torch and the methods: loaded on first
-use (PEP 562), so that the registry, and with it ``tta-eval --help``, loads without torch."""
+import_submodules(__name__, __path__)
+
+_EXECUTION = (
+    "check_nonfinite",
+    "frozen_copy",
+    "lockstep",
+    "precision_autocast",
+    "predict_without_adapting",
+    "prediction_network",
+)
+"""Names of ``tta_eval.protocols._execution``, which imports torch and the methods: loaded on first
+use (PEP 562), so that the registry, and with it ``tta-eval --help``, loads without torch. A
+protocol's runner builds on ``lockstep`` and ``check_nonfinite`` (imported inside the runner)."""
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXECUTION:
-        return getattr(importlib.import_module("tta_eval.protocols.execution"), name)
+        return getattr(importlib.import_module("tta_eval.protocols._execution"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -129,11 +141,14 @@ __all__ = [
     "SweepAxis",
     "Timing",
     "calibrate_baseline_latency",
+    "check_nonfinite",
     "continuous_scores",
     "evaluate_protocol",
     "frozen_copy",
     "get_protocol",
     "list_protocols",
+    "lockstep",
+    "precision_autocast",
     "predict_without_adapting",
     "prediction_network",
     "protocol_entries",

@@ -2,8 +2,11 @@
 
 A protocol is one module in ``tta_eval.protocols`` that defines its settings (a frozen dataclass
 deriving from ``EpisodeSettings``), its runner, its scorer, its command-line options and, if it has
-one, its sweep axis, and registers them as one ``ProtocolEntry`` with ``register``. Everything else
-(the run, the summary, the score tables, ``tta-eval run``/``sweep``) asks the registry.
+one, its sweep axis, and registers them as one ``ProtocolEntry`` with ``register`` at its end; the
+package imports every public module (``ccc.registry.import_submodules``), so a new protocol is one
+new file. The entry's ``order`` places it among the others (the choices of ``--protocol``, a sweep's
+scenarios). Everything else (the run, the summary, the score tables, ``tta-eval run``/``sweep``)
+asks the registry.
 
 Every protocol shares the episode settings of the offline protocol (when the protocol resets the
 methods, which metadata key names the domain, what to do with non-finite losses). An episode is an
@@ -11,8 +14,9 @@ independent run: at an episode boundary every method is reset and a time-constra
 restarts its clock (Alfarra's pending skips, Tempora's arrival times, queue and budget), as when the
 papers evaluate each ImageNet-C corruption separately.
 
-Runners import torch when a run starts (``tta_eval.protocols.execution``), so that the registry, and
-with it ``tta-eval --help``, loads without torch. Times are in seconds throughout. Settings fields
+Runners import torch when a run starts (``tta_eval.protocols._execution``, a private module so
+that importing the package does not load it), so that the registry, and with it ``tta-eval
+--help``, loads without torch. Times are in seconds throughout. Settings fields
 are keyword-only.
 """
 
@@ -24,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from ccc.registry import Registry
 from ccc.validation import check_choice, check_positive_int
 from tta_eval.cli_options import CliOption
 
@@ -132,7 +137,7 @@ class ProtocolState:
     """What a protocol keeps from one batch to the next besides its methods and their runners (e.g.
     Alfarra's pending skips), saved in checkpoints at batch boundaries and restored on resume.
 
-    runners: the run's method runners (``tta_eval.protocols.execution.MethodRunner``), whose own
+    runners: the run's method runners (``tta_eval.protocols._execution.MethodRunner``), whose own
     state the machinery saves. Subclasses hold their fields as attributes and return them from
     ``state_dict`` as tensors and plain values (numbers, strings, None, lists, tuples, dicts): a
     checkpoint is read back with ``torch.load(weights_only=True)``.
@@ -202,13 +207,15 @@ class ProtocolEntry:
     """A registered protocol.
 
     name: the protocol's name (``settings.name``); summary: one line for ``tta-eval run --help``;
-    settings: its settings class; runner: see ``Runner``; scorer: see ``Scorer`` (none: no scores);
-    score_columns: its score table's columns; options: its ``tta-eval run`` options;
-    from_options(values, episode): its settings from the options' values (flag dest → value, None
-    when not given) and the episode settings; ValueError naming the option for a missing or bad
-    value; example: command-line options of a typical run (used by the tests and docs);
-    sweep: what ``tta-eval sweep`` varies (None: not swept); adapts_every_batch: every batch is
-    predicted and adapted on (its runs can be rescored for continuous utility).
+    settings: its settings class; order: its place among the protocols (a number, unique; listed
+    by it: offline 10, continuous 20, alfarra 30, discrete 40, amortised 50); runner: see
+    ``Runner``; scorer: see ``Scorer`` (none: no scores); score_columns: its score table's columns;
+    options: its ``tta-eval run`` options; from_options(values, episode): its settings from the
+    options' values (flag dest → value, None when not given) and the episode settings; ValueError
+    naming the option for a missing or bad value; example: command-line options of a typical run
+    (used by the tests and docs); sweep: what ``tta-eval sweep`` varies (None: not swept);
+    adapts_every_batch: every batch is predicted and adapted on (its runs can be rescored for
+    continuous utility).
     """
 
     name: str
@@ -216,6 +223,7 @@ class ProtocolEntry:
     settings: type[EpisodeSettings]
     runner: Runner
     from_options: Callable[[Mapping[str, Any], dict[str, Any]], EpisodeSettings]
+    order: float
     scorer: Scorer = _no_scores
     score_columns: tuple[ScoreColumn, ...] = ()
     options: tuple[CliOption, ...] = ()
@@ -224,43 +232,41 @@ class ProtocolEntry:
     adapts_every_batch: bool = False
 
 
-_REGISTRY: dict[str, ProtocolEntry] = {}
+REGISTRY: Registry[ProtocolEntry] = Registry("protocol", ordered=True)
+"""Every protocol, in the order of ``ProtocolEntry.order``."""
 
 
 def register(entry: ProtocolEntry) -> ProtocolEntry:
-    """Add ``entry`` to the registry (at import of its module); ValueError for a name or an option
-    flag that is already registered, or a name that differs from its settings class's."""
+    """Add ``entry`` to the registry (at the end of its module); ValueError for a name, an order or
+    an option flag that is already registered, or a name that differs from its settings class's."""
     if entry.name != entry.settings.name:
         raise ValueError(
             f"protocol entry {entry.name!r} must carry its settings class's name, got {entry.settings.name!r}"
         )
-    if entry.name in _REGISTRY:
+    if entry.name in REGISTRY:
         raise ValueError(f"protocol {entry.name!r} is already registered")
-    taken = {option.flag: other.name for other in _REGISTRY.values() for option in other.options}
+    taken = {option.flag: other.name for other in REGISTRY for option in other.options}
     for option in entry.options:
         if option.flag in taken:
             raise ValueError(
                 f"option {option.flag} of protocol {entry.name!r} is already protocol {taken[option.flag]!r}'s"
             )
-    _REGISTRY[entry.name] = entry
-    return entry
+    return REGISTRY.register(entry)
 
 
 def get_protocol(name: str) -> ProtocolEntry:
     """The registered protocol ``name``; ValueError listing the available ones otherwise."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown protocol {name!r}; available: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]
+    return REGISTRY.get(name)
 
 
 def list_protocols() -> list[str]:
-    """Names of the registered protocols, in registration order."""
-    return list(_REGISTRY)
+    """Names of the registered protocols, in their order."""
+    return REGISTRY.names()
 
 
 def protocol_entries() -> list[ProtocolEntry]:
-    """The registered protocols, in registration order."""
-    return list(_REGISTRY.values())
+    """The registered protocols, in their order."""
+    return REGISTRY.entries()
 
 
 def protocol_from_json(data: Mapping[str, Any]) -> EpisodeSettings:

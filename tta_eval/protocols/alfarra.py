@@ -39,7 +39,7 @@ from ccc.validation import check_in_range, check_positive_int
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
-    from tta_eval.protocols.execution import MethodRunner
+    from tta_eval.protocols._execution import MethodRunner
     from tta_eval.records import BatchRecord
 
 
@@ -113,7 +113,7 @@ def run_alfarra(
     ``single_model``, unpredicted. At an episode boundary the methods are reset and adapt on the
     first batch of the episode. Errors as in ``run_offline``.
     """
-    from tta_eval.protocols.execution import check_nonfinite, lockstep
+    from tta_eval.protocols._execution import check_nonfinite, lockstep
 
     with lockstep(methods, batches, protocol, context, _AlfarraState) as (state, stream):
         busy_batches = state.busy_batches
@@ -190,6 +190,7 @@ register(
         settings=AlfarraProtocol,
         runner=run_alfarra,
         from_options=_from_options,
+        order=30,
         scorer=_score,
         score_columns=(
             ScoreColumn("accuracy", "accuracy (%)"),
@@ -202,15 +203,16 @@ register(
                 "--speed",
                 {
                     "type": float,
-                    "help": "alfarra: stream speed η in (0, 1], the rate of the stream relative to the plain model's pace "
-                    "(1: a batch every λ) (default: 1)",
+                    "help": "alfarra: stream speed η in (0, 1], the rate of the stream relative to the plain "
+                    "model's pace (1: a batch every λ) (default: 1)",
                 },
             ),
             CliOption(
                 "--relative-speed",
                 {
                     "type": int,
-                    "help": "alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) instead of measuring it",
+                    "help": "alfarra: fixed relative speed C >= 1 (batches a method needs per adapted batch) "
+                    "instead of measuring it",
                 },
             ),
             CliOption("--strict", {"action": "store_true", "help": "alfarra: skip C batches, not C - 1"}),

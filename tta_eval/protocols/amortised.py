@@ -35,7 +35,7 @@ from ccc.validation import check_non_negative, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
-    from tta_eval.protocols.execution import MethodRunner
+    from tta_eval.protocols._execution import MethodRunner
     from tta_eval.records import BatchRecord
 
 
@@ -91,7 +91,7 @@ def run_amortised(
     True; frozen ones are non-adapting predictions of the frozen copy (``adapted`` False). Errors as
     in ``run_offline``.
     """
-    from tta_eval.protocols.execution import check_nonfinite, lockstep
+    from tta_eval.protocols._execution import check_nonfinite, lockstep
 
     baseline_latency = context.baseline_latency
     if baseline_latency is None:
@@ -159,6 +159,7 @@ register(
         settings=AmortisedProtocol,
         runner=run_amortised,
         from_options=_from_options,
+        order=50,
         scorer=_score,
         score_columns=(
             ScoreColumn("utility", "U (%)"),
@@ -172,7 +173,8 @@ register(
                 "--budget-s",
                 {
                     "type": float,
-                    "help": "amortised: overhead budget B in seconds, the adaptation time beyond λ a method may spend in total",
+                    "help": "amortised: overhead budget B in seconds, the adaptation time beyond λ a method "
+                    "may spend in total",
                 },
             ),
         ),

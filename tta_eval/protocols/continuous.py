@@ -139,6 +139,7 @@ register(
         settings=ContinuousProtocol,
         runner=run_offline,
         from_options=_from_options,
+        order=20,
         scorer=_score,
         score_columns=(
             ScoreColumn("utility", "U (%)"),
@@ -153,7 +154,8 @@ register(
                     "type": float,
                     "action": "append",
                     "metavar": "T",
-                    "help": "continuous: threshold T in ms, the delay budget (> λ) beyond which a prediction's utility decays (repeatable)",
+                    "help": "continuous: threshold T in ms, the delay budget (> λ) beyond which a prediction's "
+                    "utility decays (repeatable)",
                 },
             ),
         ),

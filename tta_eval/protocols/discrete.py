@@ -34,7 +34,7 @@ from ccc.validation import check_non_negative_int, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
-    from tta_eval.protocols.execution import MethodRunner, StreamBatch
+    from tta_eval.protocols._execution import MethodRunner, StreamBatch
     from tta_eval.records import BatchRecord
 
 
@@ -139,7 +139,7 @@ class _DiscreteState(ProtocolState):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        from tta_eval.protocols.execution import StreamBatch
+        from tta_eval.protocols._execution import StreamBatch
 
         for pipeline, saved in zip(self.pipelines, state["pipelines"], strict=True):
             pipeline.first_index = int(saved["first_index"])
@@ -160,7 +160,7 @@ def run_discrete(
     since the episode's first arrival); lost batches are recorded with ``predicted`` False and 0
     correct. Errors as in ``run_offline``.
     """
-    from tta_eval.protocols.execution import check_nonfinite, lockstep
+    from tta_eval.protocols._execution import check_nonfinite, lockstep
 
     interval = protocol.interval_seconds(context.baseline_latency)
 
@@ -252,6 +252,7 @@ register(
         settings=DiscreteProtocol,
         runner=run_discrete,
         from_options=_from_options,
+        order=40,
         scorer=_score,
         score_columns=(
             ScoreColumn("utility", "U (%)"),
@@ -263,21 +264,24 @@ register(
                 "--utilisation",
                 {
                     "type": float,
-                    "help": "discrete: utilisation ρ = λ/γ, the plain model's share of the arrival interval (1 = 100 %%: a batch every λ)",
+                    "help": "discrete: utilisation ρ = λ/γ, the plain model's share of the arrival interval "
+                    "(1 = 100 %%: a batch every λ)",
                 },
             ),
             CliOption(
                 "--interval-ms",
                 {
                     "type": float,
-                    "help": "discrete: arrival interval γ in ms, the time between two batches (instead of --utilisation)",
+                    "help": "discrete: arrival interval γ in ms, the time between two batches "
+                    "(instead of --utilisation)",
                 },
             ),
             CliOption(
                 "--buffer",
                 {
                     "type": int,
-                    "help": "discrete: buffer slots b >= 0, batches that may wait while the method is busy (default: 1)",
+                    "help": "discrete: buffer slots b >= 0, batches that may wait while the method is busy "
+                    "(default: 1)",
                 },
             ),
         ),

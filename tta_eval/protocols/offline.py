@@ -44,7 +44,7 @@ def run_offline(
     apply. Raises ValueError for malformed batches, labels outside the model's output range or an
     empty stream, and NonFiniteLossError under ``nonfinite_loss="stop"``.
     """
-    from tta_eval.protocols.execution import check_nonfinite, lockstep
+    from tta_eval.protocols._execution import check_nonfinite, lockstep
 
     with lockstep(methods, batches, protocol, context) as (state, stream):
         for batch, new_episode in stream:
@@ -67,6 +67,7 @@ register(
         settings=OfflineProtocol,
         runner=run_offline,
         from_options=_from_options,
+        order=10,
         adapts_every_batch=True,
     )
 )

@@ -198,7 +198,8 @@ def decay_factors(
     check_positive("threshold", threshold)
     if threshold <= baseline_latency:
         raise ValueError(
-            f"threshold must be greater than the baseline latency λ = {baseline_latency!r} (same unit), got {threshold!r}"
+            f"threshold must be greater than the baseline latency λ = {baseline_latency!r} (same unit), "
+            f"got {threshold!r}"
         )
     wait = prediction.copy()
     wait[1:] += ready[:-1]

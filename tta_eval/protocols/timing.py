@@ -5,7 +5,7 @@ Each step is split at the moment the prediction is emitted: e (pickup → predic
 
 Measured timing uses ``time.perf_counter`` around the call, with ``torch.cuda.synchronize`` before
 each clock reading on a CUDA device. The split point is when the method's prediction network
-(see ``tta_eval.protocols.execution.prediction_network``) first returns from its forward pass
+(see ``tta_eval.protocols._execution.prediction_network``) first returns from its forward pass
 during the call; a forward hook reads the clock there. If the network is not called, e = δ, ℓ = 0.
 
 Deterministic timing charges per-method constants in units of λ (the plain model's latency), so a
@@ -244,7 +244,8 @@ class MeasuredClock:
 
     @contextlib.contextmanager
     def detached(self) -> Iterator[None]:
-        """Within the block the hook is removed (e.g. while the network is pickled), then restored if it was installed."""
+        """Within the block the hook is removed (e.g. while the network is pickled), then restored if it
+        was installed."""
         installed = self._handle is not None
         self.detach()
         try:

@@ -6,6 +6,8 @@
 - :mod:`~ccc.calibration.compute.backends` — where units run: ``ModelBackend`` on a
   :mod:`ccc.execution` executor (serial or Ray);
 - :mod:`~ccc.calibration.compute.simulation` — a backend that draws results (tests, benchmarks);
+- :mod:`~ccc.calibration.compute.registry` — the backends by name (``model``, ``simulation``): each
+  backend module ends in ``register_backend``, and ``calibrate(config)`` builds the one its config names;
 - :mod:`~ccc.calibration.compute.workfolder` — resumable persistence of finished units;
 - :mod:`~ccc.calibration.compute.job` — the job, the brute-force planner, ``compute_calibration``
   and the table assembly (the adaptive planner is :mod:`ccc.calibration.adaptive`).

@@ -17,7 +17,9 @@ gives identical results. Two layouts:
   rendered groups are in flight, so the object store holds a few hundred MB at most.
 
 Other backends (e.g. :class:`ccc.calibration.compute.simulation.CorrelatedImagesBackend`, which draws
-results instead of measuring them) implement :class:`CalibrationBackend` directly.
+results instead of measuring them) implement :class:`CalibrationBackend` directly. This module
+registers :class:`ModelBackend` as the calibration backend ``model``
+(:mod:`ccc.calibration.compute.registry`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ccc.calibration.compute.engine import (
     target_groups,
 )
 from ccc.calibration.compute.evaluator import ModelEvaluator, execute_unit
+from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
 from ccc.execution import Executor
 from ccc.models import ModelSpec, load_model
 
@@ -227,3 +230,26 @@ class ModelBackend:
                 )
                 yield progress, index, rendered
                 index += 1
+
+
+def _model_backend(setup: BackendSetup) -> ModelBackend:
+    setup.check_options("model", ("images_per_task",))
+    return ModelBackend(
+        setup.executor,
+        setup.job.render_context(),
+        setup.model,
+        device=setup.device,
+        batch_size=setup.batch_size,
+        amp=setup.amp,
+        evaluators=setup.evaluators,
+        **setup.options,
+    )
+
+
+register_backend(
+    BackendEntry(
+        "model",
+        _model_backend,
+        "a model measures the units on the executor (option: images_per_task, images rendered per task)",
+    )
+)

@@ -367,7 +367,8 @@ def compute_calibration(
 
     Args:
         job: what to compute.
-        backend: where units run (:class:`~ccc.calibration.compute.backends.ModelBackend` on an executor, or a simulation).
+        backend: where units run (:class:`~ccc.calibration.compute.backends.ModelBackend` on an executor,
+            or a simulation; :mod:`ccc.calibration.compute.registry` builds one by name).
         folder: the opened work folder (its results are reused, new ones appended), or a
             :class:`MemoryResultStore`.
         progress: optional callback, see :data:`ProgressCallback`.

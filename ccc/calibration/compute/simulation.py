@@ -19,6 +19,9 @@ where ``α`` is ``easiness_weight`` and ``σ`` is ``pair_share``. Every score is
 each cell's expected accuracy is exactly the given one; within a grid the same image's scores are
 equal across severities (an image lost at a low severity stays lost at higher ones where the
 accuracy falls).
+
+Registered as the calibration backend ``simulation`` (:mod:`ccc.calibration.compute.registry`;
+options: ``accuracies``, required, and ``seed``, ``easiness_weight``, ``pair_share``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 from scipy.stats import norm
 
 from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
+from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
 
 
 class CorrelatedImagesBackend:
@@ -97,3 +101,26 @@ class CorrelatedImagesBackend:
         for unit in units:
             correct = tuple(int(self.counts[cell][unit.block]) for cell in unit.cells())
             on_result(UnitResult(unit, correct, self.block_sizes[unit.block]))
+
+
+def _simulation_backend(setup: BackendSetup) -> CorrelatedImagesBackend:
+    setup.check_options("simulation", ("accuracies", "seed", "easiness_weight", "pair_share"))
+    options = dict(setup.options)
+    if "accuracies" not in options:
+        raise ValueError(
+            "calibration backend 'simulation' needs the option 'accuracies' (cell → accuracy in [0, 1] "
+            "for every cell the run requests)"
+        )
+    return CorrelatedImagesBackend(
+        options.pop("accuracies"), setup.block_sizes(), seed=options.pop("seed", setup.job.seed), **options
+    )
+
+
+register_backend(
+    BackendEntry(
+        "simulation",
+        _simulation_backend,
+        "simulated images with known per-cell accuracies (options: accuracies, seed (default: the job's), "
+        "easiness_weight, pair_share)",
+    )
+)

@@ -11,9 +11,12 @@ import sys
 import numpy as np
 import pytest
 
+from ccc.registry import Registry
 from ccc.corruptions import (
     CORRUPTIONS,
     HOLDOUT_CORRUPTIONS,
+    Corruption,
+    _registry,
     corrupt,
     corrupt_batch,
     corrupt_pair,
@@ -39,6 +42,27 @@ def test_registry_names_and_order():
     assert HOLDOUT_CORRUPTIONS == ("speckle_noise", "gaussian_blur", "spatter", "saturate")
     assert list_corruptions("*noise") == ["gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise"]
     assert list_corruptions(include_holdout=False) == list(CORRUPTIONS)
+
+
+def test_the_order_field_is_the_index_in_imagenet_c_order():
+    assert [get_corruption(name).order for name in ALL] == list(range(19))
+    assert ALL == list(CORRUPTIONS + HOLDOUT_CORRUPTIONS)
+
+
+def _invert(image, parameters, rng):
+    return 255 - image
+
+
+def test_a_corruption_registered_elsewhere_is_listed_by_its_order_and_applied(monkeypatch, golden_images):
+    registry = Registry("corruption", ordered=True)
+    for entry in reversed(_registry.REGISTRY.entries()):
+        registry.register(entry)
+    registry.register(Corruption("invert", "digital", _invert, (0.0,) * 6, random=False, order=10.5))
+    monkeypatch.setattr(_registry, "REGISTRY", registry)
+    assert list_corruptions(include_holdout=False)[10:13] == ["brightness", "invert", "contrast"]
+    np.testing.assert_array_equal(corrupt(golden_images[0], "invert", 2.0), 255 - golden_images[0])
+    with pytest.raises(ValueError, match="order 10 of 'brightness'"):
+        registry.register(Corruption("dim", "digital", _invert, (0.0,) * 6, random=False, order=10))
 
 
 @pytest.mark.parametrize("name", ALL)

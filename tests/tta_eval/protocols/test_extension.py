@@ -5,6 +5,7 @@ own option refused under other protocols, without any other file knowing it."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -14,9 +15,21 @@ import pytest
 from ccc.validation import check_positive_int
 from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
 from tta_eval.metrics import batch_accuracy, domain_masks
-from tta_eval.protocols import CliOption, EpisodeSettings, ProtocolEntry, RunContext, ScoreColumn, SweepAxis, register
-from tta_eval.protocols._base import _REGISTRY
-from tta_eval.protocols.execution import check_nonfinite, lockstep
+from ccc.registry import Registry
+from tta_eval.protocols import (
+    CliOption,
+    EpisodeSettings,
+    ProtocolEntry,
+    RunContext,
+    ScoreColumn,
+    SweepAxis,
+    _base,
+    check_nonfinite,
+    list_protocols,
+    lockstep,
+    protocol_entries,
+    register,
+)
 from tta_eval.records import BatchRecord, RecordTable
 
 STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
@@ -33,6 +46,13 @@ class EveryKthProtocol(EpisodeSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_int("period", self.period)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EveryOtherProtocol(EveryKthProtocol):
+    """Another name for the same protocol."""
+
+    name: ClassVar[str] = "every_other"
 
 
 def run_every_kth(
@@ -82,6 +102,7 @@ ENTRY = ProtocolEntry(
     settings=EveryKthProtocol,
     runner=run_every_kth,
     from_options=from_options,
+    order=15,
     scorer=score_every_kth,
     score_columns=(ScoreColumn("utility", "U (%)"), ScoreColumn("adapted_share", "adapted share (%)")),
     options=(CliOption("--period", {"type": int, "help": "every_kth: adapt on every K-th batch"}),),
@@ -100,10 +121,14 @@ ENTRY = ProtocolEntry(
 
 
 @pytest.fixture
-def registered():  # type: ignore[no-untyped-def]
+def registered(monkeypatch):  # type: ignore[no-untyped-def]
+    """The protocol registered for one test, in a copy of the registry that the test leaves behind."""
+    registry = Registry("protocol", ordered=True)
+    for entry in protocol_entries():
+        registry.register(entry)
+    monkeypatch.setattr(_base, "REGISTRY", registry)
     register(ENTRY)
     yield ENTRY
-    del _REGISTRY[ENTRY.name]
 
 
 def common(tmp_path, command: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -152,11 +177,23 @@ def test_a_registered_protocol_runs_scores_and_sweeps_from_the_command_line(tmp_
     assert (tmp_path / "sweep" / "utility_every_kth.png").is_file()
 
 
+def test_a_protocol_takes_its_place_from_its_order_not_from_when_it_registered(registered):
+    """Registered last, ordered 15: the second choice of --protocol and of a sweep's scenarios."""
+    assert list_protocols() == ["offline", "every_kth", "continuous", "alfarra", "discrete", "amortised"]
+    assert [entry.name for entry in protocol_entries()] == list_protocols()
+
+
+def test_the_registration_ends_with_the_test():
+    assert "every_kth" not in list_protocols()
+
+
 def test_registering_a_taken_name_or_option_is_refused(registered):
     with pytest.raises(ValueError, match="protocol 'every_kth' is already registered"):
         register(ENTRY)
     other = ProtocolEntry(
-        name="offline", summary="", settings=EveryKthProtocol, runner=run_every_kth, from_options=from_options
+        name="offline", summary="", settings=EveryKthProtocol, runner=run_every_kth, from_options=from_options, order=60
     )
     with pytest.raises(ValueError, match="must carry its settings class's name"):
         register(other)
+    with pytest.raises(ValueError, match="protocol 'every_other' has the order 15 of 'every_kth'"):
+        register(dataclasses.replace(ENTRY, name="every_other", settings=EveryOtherProtocol, options=()))

@@ -7,7 +7,9 @@ run through ``tta-eval run`` reports its scores."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,7 @@ from tta_eval.records import RECORD_COLUMNS
 from tta_eval.run_folder import load_run
 from tta_eval.sweep import SweepSettings
 
+PROTOCOLS_DOC = Path(__file__).resolve().parents[3] / "docs" / "protocols.md"
 LATENCY = 0.01
 STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
 METHODS = ("source", "tent")
@@ -74,8 +77,18 @@ def run_records(name: str):  # type: ignore[no-untyped-def]
     return evaluate_protocol(methods, batches, example_settings(name), deterministic_context())
 
 
+@pytest.mark.parametrize("name", list_protocols())
+def test_the_protocol_has_its_module_and_its_docs_section(name):
+    assert importlib.util.find_spec(f"tta_eval.protocols.{name}") is not None, f"tta_eval/protocols/{name}.py"
+    headings = [line for line in PROTOCOLS_DOC.read_text().splitlines() if line.startswith(("## ", "### "))]
+    assert any(f"`--protocol {name}`" in heading for heading in headings), (
+        f"no section headed '... (`--protocol {name}`)' in docs/protocols.md"
+    )
+
+
 def test_the_registry_holds_the_five_protocols():
     assert list_protocols() == ["offline", "continuous", "alfarra", "discrete", "amortised"]
+    assert [entry.order for entry in protocol_entries()] == [10, 20, 30, 40, 50]
     with pytest.raises(ValueError, match="unknown protocol 'realtime'; available: offline, continuous"):
         get_protocol("realtime")
 
@@ -203,7 +216,10 @@ def test_sweep_settings_name_what_is_wrong():
     experiment = ExperimentSettings(stream=STREAM)
     with pytest.raises(
         ValueError,
-        match="protocol 'offline' has no sweep axis; protocols that can be swept: continuous, alfarra, discrete, amortised",
+        match=(
+            "protocol 'offline' has no sweep axis; protocols that can be swept: "
+            "continuous, alfarra, discrete, amortised"
+        ),
     ):
         SweepSettings(experiment=experiment, grids=(("offline", (1.0,)),))
     with pytest.raises(ValueError, match="sweep options must be among --strict, --single-model, --buffer, got --speed"):

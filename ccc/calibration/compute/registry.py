@@ -1,0 +1,111 @@
+"""The calibration backends by name: how ``calibrate(config)`` builds the backend its config names.
+
+A calibration backend runs work units and reports their results
+(:class:`~ccc.calibration.compute.backends.CalibrationBackend`). Each backend module of
+``ccc.calibration.compute`` ends in ``register_backend(BackendEntry(name, factory, description))``,
+the factory building the backend from a :class:`BackendSetup`; :func:`get_backend` and
+:func:`list_backends` import every module of the package first, so a new backend (e.g. one that
+renders on the GPU) is one new module. Registered here: ``model``
+(:class:`~ccc.calibration.compute.backends.ModelBackend`, the default: a model measures the units
+on an executor) and ``simulation``
+(:class:`~ccc.calibration.compute.simulation.CorrelatedImagesBackend`: results drawn from known
+accuracies).
+
+This module imports neither torch nor the backends; the package itself imports nothing on its own
+(Ray rendering workers import :mod:`~ccc.calibration.compute.engine` alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ccc.registry import Registry, import_submodules
+
+if TYPE_CHECKING:
+    from ccc.calibration.compute.backends import CalibrationBackend, ModelSource
+    from ccc.calibration.compute.job import CalibrationJob
+    from ccc.execution import Executor
+
+DEFAULT_BACKEND = "model"
+"""The backend ``calibrate(config)`` uses unless its config names another."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendSetup:
+    """What a backend factory may build its backend from.
+
+    Attributes:
+        job: the calibration job (its render context, seed, block size and image set).
+        executor: where work runs (:mod:`ccc.execution`, serial or Ray).
+        model: a ModelSpec (loaded by each worker) or an ``nn.Module``.
+        device: ``"cpu"`` or ``"cuda[:index]"``.
+        batch_size: images per forward pass, >= 1.
+        amp: float16 autocast (CUDA only).
+        evaluators: model workers on Ray (None: the backend's default).
+        options: the backend's own options (name → value; see each backend's description);
+            a factory refuses an option it does not know in one line naming the valid ones.
+    """
+
+    job: CalibrationJob
+    executor: Executor
+    model: ModelSource
+    device: str = "cpu"
+    batch_size: int = 64
+    amp: bool = False
+    evaluators: int | None = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def check_options(self, backend: str, valid: tuple[str, ...]) -> None:
+        """ValueError naming ``backend`` and its ``valid`` options for any other option."""
+        unknown = sorted(set(self.options) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {', '.join(map(repr, unknown))} of calibration backend {backend!r}; "
+                f"valid options: {', '.join(valid) or 'none'}"
+            )
+
+    def block_sizes(self) -> list[int]:
+        """Images in each block of the job (the last one may be smaller)."""
+        images, size = len(self.job.image_set), self.job.block_size
+        return [min(size, images - block * size) for block in range(self.job.block_count)]
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendEntry:
+    """One registered calibration backend.
+
+    name: its registry key (``CalibrationConfig.backend``); factory: ``factory(setup)`` returns
+    the backend (ValueError in one line for a bad option); description: one line, naming its options.
+    """
+
+    name: str
+    factory: Callable[[BackendSetup], CalibrationBackend]
+    description: str
+
+
+REGISTRY: Registry[BackendEntry] = Registry("calibration backend")
+"""Every calibration backend, by name."""
+
+
+def register_backend(entry: BackendEntry) -> BackendEntry:
+    """Add ``entry`` (at the end of its module); ValueError if its name is taken."""
+    return REGISTRY.register(entry)
+
+
+def _import_backends() -> None:
+    import_submodules(__name__.rpartition(".")[0], [str(Path(__file__).parent)])
+
+
+def get_backend(name: str) -> BackendEntry:
+    """The backend called ``name``; ValueError listing the registered backends otherwise."""
+    _import_backends()
+    return REGISTRY.get(name)
+
+
+def list_backends(pattern: str = "*") -> list[str]:
+    """Names of the registered backends matching the shell-style ``pattern``, by name."""
+    _import_backends()
+    return REGISTRY.names(pattern)
