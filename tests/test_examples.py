@@ -85,12 +85,13 @@ def markdown_examples(path: Path) -> list[Example]:
 
 @functools.cache
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    from ccc.cli import calibrate, corruption_grid, generate, verify
+    from ccc.cli import calibrate, corruption_grid, generate, mirror, verify
     from tta_eval import cli
 
     return {
         "ccc-generate": generate.build_parser(),
         "ccc-verify": verify.build_parser(),
+        "ccc-mirror": mirror.build_parser(),
         "ccc-calibrate": calibrate.build_parser(),
         "ccc-corruption-grid": corruption_grid.build_parser(),
         "tta-eval": cli._build_parser(),
@@ -144,8 +145,9 @@ def recorded_commands(example: Example, folder: Path) -> list[list[str]]:
 
 
 def _external(value: str) -> bool:
-    """A path of the reader's own (ImageNet, weights, a cluster's shared folder) or a URL."""
-    return value.startswith(("/", "~")) or "://" in value
+    """A path of the reader's own (ImageNet, weights, a cluster's shared folder), a URL or a published
+    stream (read over the network)."""
+    return value.startswith(("/", "~", "published:")) or "://" in value
 
 
 EXECUTION_OPTIONS = ("workers", "ray_address", "gpus_per_task", "no_progress", "num_workers", "verbose")
@@ -285,6 +287,11 @@ class Checker:
         assert folder, f"{where}: no run folder in its --dry-run"
         if not namespace.dry_run:
             self._make(folder.group(1), "stream", external, where, definition=_definition(namespace))
+
+    def _ccc_mirror(self, namespace: argparse.Namespace, arguments: list[str], external: bool, where: str) -> None:
+        self._use(namespace.source, where, "stream")
+        name = namespace.source.removeprefix("published:") if namespace.source.startswith("published:") else ""
+        self._make(Path(namespace.out) / name, "stream", True, where, definition=_definition(namespace))
 
     def _ccc_verify(self, namespace: argparse.Namespace, arguments: list[str], external: bool, where: str) -> None:
         self._use(namespace.folder, where, "run folder")

@@ -91,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``ccc-generate`` argument parser."""
     parser = _Parser(
         prog=PROGRAM,
-        description="Render a CCC stream (continuously changing corruptions) into WebDataset tar shards.",
+        description="Render a CCC stream (continuously changing corruptions) into WebDataset tar shards. "
+        "The paper's 27 published streams need no rendering: read them by name (open_stream"
+        '("published:baseline_20_transition+speed_2000_seed_43"), tta-eval run --stream ccc:published:NAME) '
+        "or copy them with ccc-mirror published:NAME DIR (docs/loading.md).",
         formatter_class=HelpFormatter,
         epilog=examples(
             (
