@@ -595,7 +595,8 @@ class RayExecutor(Executor):
             "; ".join(f"{node.get('CPU', 0):g} CPUs, {node.get('GPU', 0):g} GPUs" for node in nodes) or "no alive node"
         )
         raise ValueError(
-            f"each task asks for {options.cpus:g} CPUs and {options.gpus:g} GPUs, but no node of the Ray cluster has as much (its nodes: {have})"
+            f"each task asks for {options.cpus:g} CPUs and {options.gpus:g} GPUs, "
+            f"but no node of the Ray cluster has as much (its nodes: {have})"
         )
 
     def start_workers(self, setup: Callable[..., Any], *arguments: Any, count: int, gpus: int = 0) -> list[Worker]:

@@ -210,8 +210,9 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
             except (OSError, RuntimeError) as error:  # URLError is an OSError; a torn download a RuntimeError
                 reason = " ".join(str(getattr(error, "reason", None) or error).split())
                 raise ValueError(
-                    f"could not get the {weights} weights of {spec.name} ({reason}); torchvision downloads them on first "
-                    "use: without internet, pass --weights FILE (a local state_dict) or --weights none"
+                    f"could not get the {weights} weights of {spec.name} ({reason}); "
+                    "torchvision downloads them on first use: "
+                    "without internet, pass --weights FILE (a local state_dict) or --weights none"
                 ) from None
     if weights_path is not None:
         _load_state_dict_file(model, weights_path)

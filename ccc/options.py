@@ -90,7 +90,8 @@ def parse_value(key: str, raw: str, owner: str) -> Any:
         mantissa = re.split("[eE]", text)[0]
         if math.isinf(value) or (value == 0.0 and any(digit in "123456789" for digit in mantissa)):
             raise ValueError(
-                f"option {key!r} of {owner} must be a finite decimal number, got {text!r} ({'overflows' if value else 'underflows to 0'} as a float)"
+                f"option {key!r} of {owner} must be a finite decimal number, got {text!r} "
+                f"({'overflows' if value else 'underflows to 0'} as a float)"
             )
         return value
     if _PYTHON_NUMBER.fullmatch(text) or _NON_FINITE.fullmatch(text):
@@ -106,6 +107,7 @@ def parse_list(key: str, value: Any, owner: str) -> tuple[str, ...]:
     items = tuple(item.strip() for item in value.split(LIST_SEPARATOR)) if isinstance(value, str) else ()
     if not items or not all(items):
         raise ValueError(
-            f"option {key!r} of {owner} must be names joined by {LIST_SEPARATOR!r} (e.g. {key}=noise+blur), got {value!r}"
+            f"option {key!r} of {owner} must be names joined by {LIST_SEPARATOR!r} (e.g. {key}=noise+blur), "
+            f"got {value!r}"
         )
     return items

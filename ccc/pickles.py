@@ -110,7 +110,8 @@ def load_torch_file(path: Path, what: str, map_location: str | torch.device = "c
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
         raise NotPlainDataError(
-            f"{what} {str(path)!r} cannot be read: it holds objects other than tensors and plain values (nothing of it was run)"
+            f"{what} {str(path)!r} cannot be read: "
+            "it holds objects other than tensors and plain values (nothing of it was run)"
         ) from None
     except _UNREADABLE as error:
         reason = " ".join(str(error).split()) or type(error).__name__

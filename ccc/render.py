@@ -70,7 +70,8 @@ class RenderedSample:
 
 
 def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], flip: bool) -> NDArray[np.uint8]:
-    """Crop ``crop_box`` (left, top, right, bottom; pixels) from an RGB PIL image, resize to 224×224, mirror if ``flip``.
+    """Crop ``crop_box`` (left, top, right, bottom; pixels) from an RGB PIL image, resize to 224×224,
+    mirror if ``flip``.
 
     A 224×224 box is not resampled (PIL's resize to the same size is a copy). Returns a uint8 array 224×224×3.
     """

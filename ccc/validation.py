@@ -1,4 +1,5 @@
-"""Argument checks shared by the library (ccc and tta_eval configs and entry points); each raises ValueError naming the parameter."""
+"""Argument checks shared by the library (ccc and tta_eval configs and entry points); each raises ValueError
+naming the parameter."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def check_integer(
 def check_positive_int(
     name: str, value: object, at_most: int | None = None, *, error: type[ValueError] = ValueError
 ) -> int:
-    """Require an integer >= 1 (and <= ``at_most`` when given); returns it as a Python int (see :func:`check_integer`)."""
+    """Require an integer >= 1 (and <= ``at_most`` when given); returns it as a Python int
+    (see :func:`check_integer`)."""
     return check_integer(name, value, 1, at_most, error=error)
 
 

@@ -264,7 +264,8 @@ def render_markdown(report: dict[str, dict[str, object]]) -> str:
     for difficulty, entry in report.items():
         facts = entry["stream"]
         lines.append(
-            f"| {difficulty} | {facts['samples']:,} | {facts['target']:g} | {facts['calibrated']:.1f} | {facts['realised']:.1f} | "
+            f"| {difficulty} | {facts['samples']:,} | {facts['target']:g} | "
+            f"{facts['calibrated']:.1f} | {facts['realised']:.1f} | "
             f"{facts['difference']:+.1f} ± {facts['difference_standard_error']:.1f} |"
         )
     for difficulty, entry in report.items():
@@ -290,7 +291,8 @@ def render_markdown(report: dict[str, dict[str, object]]) -> str:
     for difficulty, entry in report.items():
         for kind, values in entry["stream"]["per_cell_kind"].items():
             lines.append(
-                f"| {difficulty} | {kind} | {values['samples']:,} | {values['calibrated']:.1f} | {values['realised']:.1f} | "
+                f"| {difficulty} | {kind} | {values['samples']:,} | "
+                f"{values['calibrated']:.1f} | {values['realised']:.1f} | "
                 f"{values['realised'] - values['calibrated']:+.1f} |"
             )
     for difficulty, entry in report.items():
@@ -315,7 +317,8 @@ def _named_paths(entries: Sequence[str], option: str) -> dict[str, list[Path]]:
         name, separator, paths = entry.partition("=")
         if not separator or name not in DIFFICULTIES or not paths:
             raise ValueError(
-                f"{option} must be DIFFICULTY=PATH[,PATH…] with DIFFICULTY one of {', '.join(DIFFICULTIES)}, got {entry!r}"
+                f"{option} must be DIFFICULTY=PATH[,PATH…] with DIFFICULTY one of {', '.join(DIFFICULTIES)}, "
+                f"got {entry!r}"
             )
         if name in named:
             raise ValueError(

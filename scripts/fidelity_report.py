@@ -42,7 +42,8 @@ def deterministic_table(images: np.ndarray) -> list[str]:
     for (name, severity), differences in groups.items():
         difference = np.concatenate([d.ravel() for d in differences])
         lines.append(
-            f"| {name} | {severity:g} | {difference.mean():.4f} | {100 * np.mean(difference <= 1):.2f}% | {difference.max()} |"
+            f"| {name} | {severity:g} | {difference.mean():.4f} | "
+            f"{100 * np.mean(difference <= 1):.2f}% | {difference.max()} |"
         )
     return lines
 
@@ -77,7 +78,8 @@ def generator_table(images: np.ndarray, seeds: int) -> list[str]:
             standard_error = math.sqrt(a.var() / len(a) + b.var() / len(b))
             difference = b.mean() - a.mean()
             lines.append(
-                f"| {name} | {severity:g} | {len(a)} | {a.mean():.3f} | {b.mean():.3f} | {100 * difference / a.mean():+.2f}% | "
+                f"| {name} | {severity:g} | {len(a)} | {a.mean():.3f} | {b.mean():.3f} | "
+                f"{100 * difference / a.mean():+.2f}% | "
                 f"{difference / standard_error:+.2f} |"
             )
     return lines

@@ -98,7 +98,8 @@ def load_training_images(images_per_class: int, workers: int) -> tuple[list[Imag
 
 
 def augmented_batch(images: list[Image.Image], positions: np.ndarray, seed: int, epoch: int) -> torch.Tensor:
-    """Random-resized crop + flip of each image (draws from SeedSequence(seed, (epoch, position))), float N×3×224×224 in [0, 1]."""
+    """Random-resized crop + flip of each image (draws from SeedSequence(seed, (epoch, position))),
+    float N×3×224×224 in [0, 1]."""
     crops = []
     for position in positions:
         generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch, int(position))))

@@ -89,7 +89,10 @@ def two_node_ray_cluster(log_folder: Path, environment: Mapping[str, str]) -> It
                         stderr=subprocess.STDOUT,
                     )
                 )
-            count_nodes = f"import ray; ray.init(address='{address}', logging_level='ERROR'); print(sum(node['Alive'] for node in ray.nodes()))"
+            count_nodes = (
+                f"import ray; ray.init(address='{address}', logging_level='ERROR'); "
+                "print(sum(node['Alive'] for node in ray.nodes()))"
+            )
             deadline = time.monotonic() + NODES_UP_SECONDS
             alive = ""
             while time.monotonic() < deadline and alive != "2":

@@ -46,7 +46,8 @@ _STUBS = "\n".join(
         *(f'{program}() {{ record {program} "$@"; }}' for program in (*PROGRAMS, "pip")),
         # python -c prints a path in the examples (the demo image folder): an absolute path of the reader's
         'python() { record python "$@"; if [ "$1" = -c ]; then echo /home/reader/.cache/ccc/demo/images-v1; fi; }',
-        'scripts/cluster/paper_streams.sh() { record paper_streams.sh "$@"; echo "--stream ccc:$1/baseline_20_transition+speed_2000_seed_43"; }',
+        'scripts/cluster/paper_streams.sh() { record paper_streams.sh "$@"; '
+        'echo "--stream ccc:$1/baseline_20_transition+speed_2000_seed_43"; }',
         "set -u",
     ]
 )

@@ -178,7 +178,10 @@ def adaptation_notes(run: RunResult) -> list[str]:
         ):
             fix = ""
             if "redundancy_margin" in config:
-                fix = f"; with few classes try --method {label}{',' if ':' in label else ':'}redundancy_margin={FEW_CLASS_REDUNDANCY_MARGIN}"
+                separator = "," if ":" in label else ":"
+                fix = (
+                    f"; with few classes try --method {label}{separator}redundancy_margin={FEW_CLASS_REDUNDANCY_MARGIN}"
+                )
             notes.append(
                 f"note: {label} adapted on {100 * fraction:.2g} % of the samples: its filters kept almost none{fix} "
                 "(thresholds tuned for 1,000 classes? see docs/methods.md, 'Filters on models with few classes')"
@@ -228,7 +231,8 @@ def comparison_cells(runs: Sequence[RunResult]) -> list[ComparisonCell]:
                 other = cells[(row, stream)].run.path
                 raise ValueError(
                     f"runs {str(other)!r} and {str(run.path)!r} both hold method {row!r} on stream {stream!r}; "
-                    "name the run folders to compare, one run per method and stream (their results would be mixed in one cell)"
+                    "name the run folders to compare, one run per method and stream "
+                    "(their results would be mixed in one cell)"
                 )
             cells[(row, stream)] = ComparisonCell(row, stream, run, label)
     return list(cells.values())
@@ -399,7 +403,8 @@ def rescore_run(run_dir: Path, thresholds: Sequence[float], baseline_latency: fl
     latency = baseline_latency if baseline_latency is not None else run_baseline_latency(run)
     if latency is None:
         raise ValueError(
-            f"run {run.name!r} has no stored baseline latency λ (protocol {protocol!r}); give one with --baseline-latency-ms"
+            f"run {run.name!r} has no stored baseline latency λ (protocol {protocol!r}); "
+            "give one with --baseline-latency-ms"
         )
     if not thresholds:
         raise ValueError("rescoring needs at least one threshold, got none")

@@ -141,7 +141,8 @@ class AdaptiveSettings:
             raise ValueError(f"coarse_fraction must be in (0, 1], got {self.coarse_fraction!r}")
         if not self.coarse_fraction <= self.refine_fraction <= 1.0:
             raise ValueError(
-                f"refine_fraction must be in [coarse_fraction ({self.coarse_fraction}), 1], got {self.refine_fraction!r}"
+                f"refine_fraction must be in [coarse_fraction ({self.coarse_fraction}), 1], "
+                f"got {self.refine_fraction!r}"
             )
         if not self.refine_fraction <= self.path_fraction <= 1.0:
             raise ValueError(
@@ -616,7 +617,8 @@ class AdaptivePlanner:
     def _refinement_limits(
         self, estimate: NDArray[np.float64], error: NDArray[np.float64]
     ) -> dict[tuple[int, int], int]:
-        """Blocks each interior cell may grow to, given the current estimate and its standard error (cells with 0 left out)."""
+        """Blocks each interior cell may grow to, given the current estimate and its standard error
+        (cells with 0 left out)."""
         settings = self.settings
         low = estimate - settings.z * error
         high = estimate + settings.z * error

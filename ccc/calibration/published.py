@@ -99,7 +99,8 @@ class _NdarrayType(metaclass=_ImmutableType):
 
 
 class _BoundedArray(np.ndarray):
-    """The array numpy's ``_reconstruct`` returns: its BUILD step refuses more than :data:`MAX_PICKLE_ARRAY_ELEMENTS` elements."""
+    """The array numpy's ``_reconstruct`` returns: its BUILD step refuses more than
+    :data:`MAX_PICKLE_ARRAY_ELEMENTS` elements."""
 
     def __setstate__(self, state: Any) -> None:
         shape = (
@@ -362,7 +363,8 @@ def _series_to_dict(series: _PandasSeries) -> dict[object, object]:
 
 
 def _exceeds_entries(value: list | tuple, limit: int) -> bool:  # type: ignore[type-arg]
-    """Whether nested lists/tuples hold more than ``limit`` entries, counting a shared list at each use (as numpy would)."""
+    """Whether nested lists/tuples hold more than ``limit`` entries, counting a shared list at each use
+    (as numpy would)."""
     pending: list[object] = [value]
     seen = 0
     while pending:

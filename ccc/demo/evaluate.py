@@ -36,7 +36,8 @@ _CORRUPTION_PURPOSE = 1
 
 
 def prepare_image(image: Image.Image, crop: str, generator: np.random.Generator) -> NDArray[np.uint8]:
-    """A 224×224×3 uint8 input from a PIL image: ``crop`` is ``"centre"`` or ``"random"`` (box and flip from ``generator``)."""
+    """A 224×224×3 uint8 input from a PIL image: ``crop`` is ``"centre"`` or ``"random"``
+    (box and flip from ``generator``)."""
     if crop == "centre":
         return Preprocessing().apply(image)
     if crop == "random":

@@ -37,7 +37,8 @@ def reference_corruption_order(corruptions: Sequence[str], seed: int, count: int
 
     Args:
         corruptions: at least two distinct names, in the order of the public generator's list
-            (e.g. ``RESNET50_DIFFICULTY_PRESETS["easy"].corruptions`` of :mod:`ccc.calibration`); duplicates are rejected.
+            (e.g. ``RESNET50_DIFFICULTY_PRESETS["easy"].corruptions`` of :mod:`ccc.calibration`);
+            duplicates are rejected.
         seed: non-negative integer (the paper uses 43, 44, 45).
         count: number of names to return, >= 0.
 

@@ -207,12 +207,13 @@ def build_stream_plan(
         )
     if sources.index_checksum != spec.source_index_checksum:
         raise PlanError(
-            f"spec source_index_checksum {spec.source_index_checksum} does not match the images' {sources.index_checksum}"
+            f"spec source_index_checksum {spec.source_index_checksum} "
+            f"does not match the images' {sources.index_checksum}"
         )
     if spec.speed > len(sources) and spec.kind != CCC_KIND:
         raise PlanError(
-            f"images per domain (speed, --images-per-domain) must be at most the number of source images ({len(sources)}) "
-            f"since a domain shows distinct images, got {spec.speed}"
+            "images per domain (speed, --images-per-domain) must be at most "
+            f"the number of source images ({len(sources)}) since a domain shows distinct images, got {spec.speed}"
         )
     if spec.speed > len(sources):
         raise PlanError(
@@ -236,7 +237,8 @@ def build_stream_plan(
         expected = (spec.target_accuracy, spec.corruptions, spec.seed, spec.schedule, spec.path_objective)
         if given != expected:
             raise PlanError(
-                f"schedule (target, corruptions, seed, schedule, path objective) must be the spec's {expected}, got {given}"
+                "schedule (target, corruptions, seed, schedule, path objective) "
+                f"must be the spec's {expected}, got {given}"
             )
     return StreamPlan(spec, schedule, sources)
 

@@ -115,11 +115,13 @@ def describe_schedule(
             else f"pairs in the first {num_steps:,} steps: {len(trace.visits):,}"
         ),
         f"calibrated accuracy over {scope}: mean {float(weights @ trace.accuracies):.2f} %, "
-        f"mean |accuracy - target| {float(weights @ deviation):.2f}, max {float(deviation.max()):.2f} percentage points",
+        f"mean |accuracy - target| {float(weights @ deviation):.2f}, "
+        f"max {float(deviation.max()):.2f} percentage points",
     ]
     if shown < num_images:
         lines.append(
-            f"(summary and plot cover the first {SUMMARY_MAX_STEPS:,} steps; later pairs follow the same paths in the seeded order)"
+            f"(summary and plot cover the first {SUMMARY_MAX_STEPS:,} steps; "
+            "later pairs follow the same paths in the seeded order)"
         )
     lines += ["", "pairs (each cell: s1/s2 = calibrated accuracy %):"]
     for visit in trace.visits:
@@ -160,8 +162,10 @@ def describe_domains(spec: StreamSpec, shard_name: Callable[[int], str]) -> str:
     levels = spec.domain_levels
     crop = "random-resized crops and flips" if spec.crop == "random" else "ImageNet-C centre crops"
     lines = [
-        f"{spec.kind} stream: {len(levels)} domains × {spec.speed:,} images = {len(levels) * spec.speed:,} images per pass, "
-        f"{crop}, seed {spec.seed}; {spec.num_images:,} images in {spec.num_shards:,} shard{'s' if spec.num_shards != 1 else ''} "
+        f"{spec.kind} stream: {len(levels)} domains × {spec.speed:,} images = "
+        f"{len(levels) * spec.speed:,} images per pass, "
+        f"{crop}, seed {spec.seed}; {spec.num_images:,} images in "
+        f"{spec.num_shards:,} shard{'s' if spec.num_shards != 1 else ''} "
         f"({shard_name(0)} … {shard_name(spec.num_shards - 1)})",
         "",
         f"{'images':>25}  corruption          severity",

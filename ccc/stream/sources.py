@@ -183,7 +183,8 @@ def resolve_imagenet_folder(path: str | os.PathLike[str] | None) -> Path:
     if path is None:
         raise ImageFolderError(
             "no ImageNet folder given: pass --imagenet PATH (the validation folder, val/<wnid>/*.JPEG) "
-            f"or set {IMAGENET_ENVIRONMENT_VARIABLE}=PATH; without ImageNet, --demo runs the commands on the embedded demo world"
+            f"or set {IMAGENET_ENVIRONMENT_VARIABLE}=PATH; "
+            "without ImageNet, --demo runs the commands on the embedded demo world"
         )
     return Path(path).expanduser()
 

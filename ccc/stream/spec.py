@@ -199,7 +199,8 @@ class StreamSpec:
             raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
         if self.severity is not None or self.crop != "random":
             raise PlanError(
-                f"a ccc stream has calibrated severities and random crops: severity must be None and crop 'random', got {self.severity!r} and {self.crop!r}"
+                "a ccc stream has calibrated severities and random crops: "
+                f"severity must be None and crop 'random', got {self.severity!r} and {self.crop!r}"
             )
 
     @property
@@ -249,7 +250,8 @@ class StreamSpec:
 
 
 def run_name(target_accuracy: float, speed: int, seed: int) -> str:
-    """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``: 20, 40, 12.5)."""
+    """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>``
+    (b written with ``%g``: 20, 40, 12.5)."""
     return f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
 
 
@@ -431,7 +433,8 @@ def resolve_stream_spec(
     unused = [key for key in ("severity", "crop") if definition.get(key) is not None]
     if unused:
         raise PlanError(
-            f"{' and '.join(unused)}: only for the cin-c and gradual kinds, not a ccc stream (its severities are calibrated, its crops random)"
+            f"{' and '.join(unused)}: only for the cin-c and gradual kinds, "
+            "not a ccc stream (its severities are calibrated, its crops random)"
         )
     if definition.get("speed") is None:
         raise PlanError("a stream definition needs speed (images per severity step)")
@@ -467,7 +470,8 @@ def _resolve_domain_spec(
         unused.append("severity")
     if unused:
         raise PlanError(
-            f"{', '.join(unused)}: not for a {kind} stream (it has no calibration table and sets its own severities; see docs/generator.md)"
+            f"{', '.join(unused)}: not for a {kind} stream "
+            "(it has no calibration table and sets its own severities; see docs/generator.md)"
         )
     names = definition.get("corruptions")
     if names is None:
@@ -487,7 +491,8 @@ def _resolve_domain_spec(
     elif speed is None:
         if source_count is None:
             raise PlanError(
-                "a cin-c stream without speed shows every source image per corruption: give speed (images per domain) or the number of source images"
+                "a cin-c stream without speed shows every source image per corruption: "
+                "give speed (images per domain) or the number of source images"
             )
         speed = source_count
     speed = check_integer("speed", speed, 1, error=PlanError)

@@ -416,7 +416,8 @@ def measure_adaptive(
 ) -> dict[str, object]:
     """Brute force versus adaptive: real runs (Ray), the brute-force noise floor, and paper scale
     (simulated; ``simulation_seed`` ≥ 0 draws the simulated images' correct counts).
-    ``settings_overrides`` replace defaults of :class:`AdaptiveSettings` (see :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
+    ``settings_overrides`` replace defaults of :class:`AdaptiveSettings`
+    (see :func:`ccc.calibration.adaptive.parse_adaptive_setting`)."""
     corruptions = ADAPTIVE_CORRUPTIONS
     count = len(corruptions)
     block_count = -(-image_count // block_size)
@@ -600,9 +601,12 @@ def render_report(results: dict[str, object]) -> str:
         lines += [
             "## Serial end-to-end throughput",
             "",
-            f"{throughput['crop']}×{throughput['crop']} images, {throughput['images']:,} model evaluations in {throughput['seconds']:.1f} s: "
-            f"**{throughput['images_per_second']:.0f} images/s**; corruption {throughput['corruption_seconds']:.1f} s, "
-            f"model {throughput['model_seconds']:.1f} s, **{100 * throughput['outside_share']:.1f} % of the time outside "
+            f"{throughput['crop']}×{throughput['crop']} images, {throughput['images']:,} model evaluations "
+            f"in {throughput['seconds']:.1f} s: "
+            f"**{throughput['images_per_second']:.0f} images/s**; "
+            f"corruption {throughput['corruption_seconds']:.1f} s, "
+            f"model {throughput['model_seconds']:.1f} s, "
+            f"**{100 * throughput['outside_share']:.1f} % of the time outside "
             "corruption and model compute** (decode, preprocessing, seeding, bookkeeping, log writes).",
             "",
         ]
@@ -627,18 +631,34 @@ def render_report(results: dict[str, object]) -> str:
             "objective, agreeing if the same path or mean accuracy within 0.5 points; *mean_abs* = exact "
             "mean-|deviation| objective, within 0.5 points of the brute-force path's deviation.",
             "",
-            "| comparison | evaluations ratio | reference: agreeing | reference: max excess | mean_abs: within 0.5 | mean_abs: max excess | mean_abs: rms excess |",
+            "| comparison | evaluations ratio | reference: agreeing | reference: max excess "
+            "| mean_abs: within 0.5 | mean_abs: max excess | mean_abs: rms excess |",
             "|---|---:|---:|---:|---:|---:|---:|",
         ]
         rows = [
-            (f"adaptive, real run, {adaptive['images']} images", adaptive["real"], adaptive["real"]["evaluation_ratio"]),
-            ("same run without control variates (replayed)", adaptive["real_without_control_variates"],
-             adaptive["real_without_control_variates"]["evaluation_ratio"]),
-            (f"brute force on {adaptive['half_brute_force']['images']} of the {adaptive['images']} images per cell (noise floor)",
-             adaptive["half_brute_force"], 2.0),
-            (f"adaptive, paper scale ({PAPER_IMAGES} simulated images, true accuracies = the real grids, independent counts)",
-             adaptive["paper_scale_simulated"], adaptive["paper_scale_simulated"]["evaluation_ratio"]),
-        ]  # fmt: skip
+            (
+                f"adaptive, real run, {adaptive['images']} images",
+                adaptive["real"],
+                adaptive["real"]["evaluation_ratio"],
+            ),
+            (
+                "same run without control variates (replayed)",
+                adaptive["real_without_control_variates"],
+                adaptive["real_without_control_variates"]["evaluation_ratio"],
+            ),
+            (
+                f"brute force on {adaptive['half_brute_force']['images']} of the {adaptive['images']} images "
+                "per cell (noise floor)",
+                adaptive["half_brute_force"],
+                2.0,
+            ),
+            (
+                f"adaptive, paper scale ({PAPER_IMAGES} simulated images, true accuracies = the real grids, "
+                "independent counts)",
+                adaptive["paper_scale_simulated"],
+                adaptive["paper_scale_simulated"]["evaluation_ratio"],
+            ),
+        ]
         for name, label in (("control_variates", "control variates"), ("plain_means", "plain means")):
             agreement = adaptive["paper_scale_correlated"][name]
             rows.append(
@@ -661,14 +681,16 @@ def render_report(results: dict[str, object]) -> str:
             rms = agreement.get("mean_abs_rms_excess")
             lines.append(
                 f"| {label} | {ratio:.1f}x | {agreement['reference_agreeing']}/{agreement['cases']} | "
-                f"{agreement['reference_max_excess']:.2f} | {agreement['mean_abs_within_half_point']}/{agreement['cases']} | "
+                f"{agreement['reference_max_excess']:.2f} | "
+                f"{agreement['mean_abs_within_half_point']}/{agreement['cases']} | "
                 f"{agreement['mean_abs_max_excess']:.2f} | {'' if rms is None else f'{rms:.3f}'} |"
             )
         real = adaptive["real"]
         lines += [
             "",
-            f"Real run: {real['brute_force_evaluations']:,} brute-force evaluations vs {real['adaptive_evaluations']:,} "
-            f"adaptive; corruption calls {real['brute_force_corruption_calls']:,} vs {real['adaptive_corruption_calls']:,}.",
+            f"Real run: {real['brute_force_evaluations']:,} brute-force evaluations "
+            f"vs {real['adaptive_evaluations']:,} adaptive; "
+            f"corruption calls {real['brute_force_corruption_calls']:,} vs {real['adaptive_corruption_calls']:,}.",
             "",
         ]
     estimate = results.get("estimate")
@@ -676,12 +698,15 @@ def render_report(results: dict[str, object]) -> str:
         lines += [
             "## Full grid on one 8-GPU / 64-core node (estimate)",
             "",
-            f"Measured here: mean corruption call at 224×224 {1000 * estimate['costs']['corruption_seconds_mean']:.1f} ms "
-            f"(one core), ResNet-50 forward on one CPU thread {1000 * estimate['costs']['resnet50_cpu_seconds_per_image_one_thread']:.0f} ms/image. "
+            "Measured here: mean corruption call at 224×224 "
+            f"{1000 * estimate['costs']['corruption_seconds_mean']:.1f} ms "
+            "(one core), ResNet-50 forward on one CPU thread "
+            f"{1000 * estimate['costs']['resnet50_cpu_seconds_per_image_one_thread']:.0f} ms/image. "
             f"Assumed: {estimate['gpu_images_per_second']:.0f} ResNet-50 images/s per GPU, "
             f"{100 * estimate['overhead']:.0f} % CPU time outside corruption, adaptive ratios from the adaptive part.",
             "",
-            f"- brute force: the paper's {estimate['paper_evaluations']:,} cell evaluations are {estimate['evaluations']:,} "
+            f"- brute force: the paper's {estimate['paper_evaluations']:,} cell evaluations "
+            f"are {estimate['evaluations']:,} "
             f"distinct ones with shared single-corruption cells, {estimate['corruption_calls']:,} corruption calls: "
             f"CPU {estimate['brute_force_cpu_hours']:.1f} h, GPU {estimate['brute_force_gpu_hours']:.1f} h → "
             f"**{estimate['brute_force_hours']:.1f} h**",

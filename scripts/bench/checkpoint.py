@@ -126,9 +126,12 @@ def main() -> None:
             seconds_per_default_interval = run_seconds / result["samples"] * DEFAULT_CHECKPOINT_EVERY
             print()
             print(
-                f"demo-model run ({', '.join(RUN_METHODS)}; {result['samples']:.0f} samples of 224×224 in {result['wall']:.1f} s): "
-                f"{result['checkpoints']:.0f} checkpoints every {arguments.every:,} samples took {result['checkpoint_seconds']:.2f} s "
-                f"({100 * result['checkpoint_seconds'] / result['wall']:.2f} % of the run; {per_checkpoint:.3f} s each); "
+                f"demo-model run ({', '.join(RUN_METHODS)}; "
+                f"{result['samples']:.0f} samples of 224×224 in {result['wall']:.1f} s): "
+                f"{result['checkpoints']:.0f} checkpoints every {arguments.every:,} samples "
+                f"took {result['checkpoint_seconds']:.2f} s "
+                f"({100 * result['checkpoint_seconds'] / result['wall']:.2f} % of the run; "
+                f"{per_checkpoint:.3f} s each); "
                 f"at the default interval of {DEFAULT_CHECKPOINT_EVERY:,} samples: "
                 f"{100 * per_checkpoint / (seconds_per_default_interval + per_checkpoint):.3f} % of the run time"
             )

@@ -257,7 +257,8 @@ def resident_bytes() -> int:
 
 
 def run_memory(table, sources, num_images: int, folder: Path) -> dict[str, float]:
-    """Resident memory (MB) while rendering ``num_images`` serially: early (after 5 % of the time), max afterwards, final.
+    """Resident memory (MB) while rendering ``num_images`` serially: early (after 5 % of the time),
+    max afterwards, final.
 
     Speed 2000 (or the number of source images if smaller), 25,000-sample shards, hard difficulty.
     """
@@ -375,7 +376,9 @@ def main() -> int:
                 "reference_ms": float(reference.mean() * 1e3),
                 "samples_without_imagemagick": int(plain.sum()),
                 "ccc_ms_without_imagemagick": float(ours[plain].mean() * 1e3) if plain.any() else float("nan"),
-                "reference_ms_without_imagemagick": float(reference[plain].mean() * 1e3) if plain.any() else float("nan"),
+                "reference_ms_without_imagemagick": (
+                    float(reference[plain].mean() * 1e3) if plain.any() else float("nan")
+                ),
             })  # fmt: skip
         results["per_core"] = rows
         if rows:

@@ -110,10 +110,12 @@ def main() -> int:
                 rates["ccc"][workers].append(ccc_rate(run, workers))
                 rates["ccc sha256"][workers].append(ccc_rate(run, workers, verify="sha256"))
     print(
-        f"\n## Reading {arguments.samples} samples in {arguments.shards} shards (samples/s, median of {arguments.repeats})\n"
+        f"\n## Reading {arguments.samples} samples in {arguments.shards} shards "
+        f"(samples/s, median of {arguments.repeats})\n"
     )
     print(
-        "| DataLoader workers | webdataset decode | ccc.open_stream | ccc overhead | verify='sha256' | sha256 / plain rate |"
+        "| DataLoader workers | webdataset decode | ccc.open_stream | ccc overhead "
+        "| verify='sha256' | sha256 / plain rate |"
     )
     print("|---|---|---|---|---|---|")
     results = {}

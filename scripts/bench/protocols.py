@@ -173,16 +173,19 @@ def main() -> None:
 
     print(
         f"model {arguments.model}, batch {arguments.batch_size}×3×{size}², {arguments.batches:,} batches, method "
-        f"{arguments.method}, {arguments.threads} thread(s), CPU, λ = {1e3 * latency:.2f} ms, median of {arguments.repeats}"
+        f"{arguments.method}, {arguments.threads} thread(s), CPU, λ = {1e3 * latency:.2f} ms, "
+        f"median of {arguments.repeats}"
     )
     print(
-        "| protocol | adapted batches | ms/batch | compute ms/batch | protocol overhead ms/batch | overhead (% of wall time) |"
+        "| protocol | adapted batches | ms/batch | compute ms/batch "
+        "| protocol overhead ms/batch | overhead (% of wall time) |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for name, runs in results.items():
         median = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
         print(
-            f"| {name} | {100 * median['adapted_fraction']:.0f} % | {1000 * median['elapsed'] / arguments.batches:.2f} | "
+            f"| {name} | {100 * median['adapted_fraction']:.0f} % | "
+            f"{1000 * median['elapsed'] / arguments.batches:.2f} | "
             f"{1000 * median['compute'] / arguments.batches:.2f} | {median['overhead_ms_per_batch']:.3f} | "
             f"{100 * median['overhead_fraction']:.2f} |"
         )

@@ -1,4 +1,4 @@
-"""Throughput where evaluation runs: methods' images/s per precision, rendering on the fly per worker,
+r"""Throughput where evaluation runs: methods' images/s per precision, rendering on the fly per worker,
 and how many render workers keep a model fed.
 
 Two parts (both by default):
@@ -11,9 +11,10 @@ Two parts (both by default):
   input adapts on every batch, as a trained model on real images mostly does.
 - ``render``: images/s of a ``ccc-render:`` stream (``ccc.render_stream`` → float tensors in [0, 1]
   through ``stream_loader``) at 224 px, with 0 DataLoader workers (in this process: the rate of one
-  worker; stretches spread over the whole stream) and with ``--workers`` workers, for the demo world (procedural 320×240 images, its table)
-  and an ImageNet-layout folder of 500×375 photographs (synthetic 15-corruption table, the ResNet-50
-  "medium" preset). The first batch (worker start-up) is excluded.
+  worker; stretches spread over the whole stream) and with ``--workers`` workers, for the demo world
+  (procedural 320×240 images, its table) and an ImageNet-layout folder of 500×375 photographs
+  (synthetic 15-corruption table, the ResNet-50 "medium" preset). The first batch (worker start-up)
+  is excluded.
 
 On the CPU, rates are CPU time of this process by default (``--clock cpu``; one torch thread, one
 rendering process), so they hold on a shared machine; ``--clock wall`` gives elapsed time, the
@@ -22,7 +23,8 @@ default on CUDA (the records' measured seconds, device synchronised).
 Then, per model and method: render workers needed = method images/s ÷ images/s of one worker.
 
     python scripts/bench/throughput.py --model demo --device cpu --threads 1              # CPU, fp32
-    python scripts/bench/throughput.py --model resnet50 --device cuda --precision fp32,bf16 --channels-last --workers 8 --json tp.json
+    python scripts/bench/throughput.py --model resnet50 --device cuda --precision fp32,bf16 --channels-last \
+        --workers 8 --json tp.json
 
 ``--model``: ``demo`` (the demo CNN), or a torchvision name with random weights (speed only).
 """
@@ -200,7 +202,9 @@ def main() -> None:
         "--clock",
         choices=("cpu", "wall"),
         default=None,
-        help="cpu: CPU time of this process (default on the CPU; robust to other load), wall: elapsed (default on CUDA)",
+        help=(
+            "cpu: CPU time of this process (default on the CPU; robust to other load), wall: elapsed (default on CUDA)"
+        ),
     )
     parser.add_argument("--json", type=Path, default=None)
     arguments = parser.parse_args()
@@ -244,12 +248,14 @@ def main() -> None:
                 }
                 result["render"][label] = rates
                 print(
-                    f"  render {label}: {', '.join(f'{workers} workers {rate:.1f} images/s' for workers, rate in rates.items())}",
+                    f"  render {label}: "
+                    + ", ".join(f"{workers} workers {rate:.1f} images/s" for workers, rate in rates.items()),
                     file=sys.stderr,
                     flush=True,
                 )
     print(
-        f"device: {result['device']}, torch {result['torch']}, {arguments.threads} thread(s), batch {arguments.batch_size}, clock: {clock}"
+        f"device: {result['device']}, torch {result['torch']}, {arguments.threads} thread(s), "
+        f"batch {arguments.batch_size}, clock: {clock}"
     )
     if result["methods"]:
         names = arguments.method.split(",")
@@ -258,7 +264,8 @@ def main() -> None:
             print(f"| {key} | " + " | ".join(f"{rates[name]:.0f}" for name in names) + " |")
     if result["render"]:
         print(
-            f"\n| rendered stream (224 px, float) | images/s, 1 worker (in process, {clock} time) | images/s, {arguments.workers} workers (wall) |\n|---|---:|---:|"
+            f"\n| rendered stream (224 px, float) | images/s, 1 worker (in process, {clock} time) "
+            f"| images/s, {arguments.workers} workers (wall) |\n|---|---:|---:|"
         )
         for label, rates in result["render"].items():
             print(f"| {label} | {rates[0]:.1f} | {rates[arguments.workers]:.1f} |")

@@ -286,12 +286,14 @@ def main() -> None:
         results.append(queue.get())
         process.join()
     print(
-        f"model {arguments.model}, batch {arguments.batch_size}×3×{arguments.image_size}², up to {arguments.batches:,} batches, "
+        f"model {arguments.model}, batch {arguments.batch_size}×3×{arguments.image_size}², "
+        f"up to {arguments.batches:,} batches, "
         f"{arguments.threads} thread(s), CPU"
     )
     print()
     print(
-        "| method | batches | λ plain forward ms (median) | δ method ms (median) | δ/λ (median) | Tempora δ/λ (GPU) | Alfarra C (GPU) |"
+        "| method | batches | λ plain forward ms (median) | δ method ms (median) | δ/λ (median) "
+        "| Tempora δ/λ (GPU) | Alfarra C (GPU) |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for result in results:
@@ -300,7 +302,8 @@ def main() -> None:
         alfarra = PUBLISHED_ALFARRA_C.get(name)
         print(
             f"| {name} | {result['batches']} | {result['plain_forward_ms']:.2f} | {result['method_call_ms']:.2f} | "
-            f"{result['slowdown']:.2f} | {'' if tempora is None else f'{tempora:.2f}'} | {'' if alfarra is None else alfarra} |"
+            f"{result['slowdown']:.2f} | {'' if tempora is None else f'{tempora:.2f}'} | "
+            f"{'' if alfarra is None else alfarra} |"
         )
     print()
     print(
@@ -313,7 +316,8 @@ def main() -> None:
         print(
             f"| {result['method']} | {result['ms_per_batch']:.2f} | {result['forward_ms']:.2f} | "
             f"{result['backward_ms']:.2f} | {result['overhead_ms']:.2f} ({100 * result['overhead_fraction']:.1f}) | "
-            f"{result['method_extra_ms']:.2f} | {result['bookkeeping_ms']:.2f} ({100 * result['bookkeeping_fraction']:.1f}) | "
+            f"{result['method_extra_ms']:.2f} | "
+            f"{result['bookkeeping_ms']:.2f} ({100 * result['bookkeeping_fraction']:.1f}) | "
             f"{rss} | {result['peak_rss_mb']:.0f} |"
         )
     if arguments.json:

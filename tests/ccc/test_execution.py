@@ -141,6 +141,9 @@ def test_ray_tasks_ask_for_their_options_and_run_in_their_folder(tmp_path) -> No
 def test_ray_refuses_a_task_no_node_can_hold() -> None:
     pytest.importorskip("ray")
     fake = FakeRay([{"Alive": True, "Resources": {"CPU": 2}}, {"Alive": False, "Resources": {"CPU": 8, "GPU": 8}}])
-    message = r"each task asks for 1 CPUs and 1 GPUs, but no node of the Ray cluster has as much \(its nodes: 2 CPUs, 0 GPUs\)"
+    message = (
+        r"each task asks for 1 CPUs and 1 GPUs, but no node of the Ray cluster has as much "
+        r"\(its nodes: 2 CPUs, 0 GPUs\)"
+    )
     with pytest.raises(ValueError, match=message):
         RayExecutor(fake).check_resources(TaskOptions(gpus=1))

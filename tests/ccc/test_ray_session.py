@@ -69,14 +69,15 @@ def generate_and_calibrate(
     make_calibration_table().save(table)
     images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
     generate = run_command(
-        "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium", "--speed", "2",
-        "--num-images", "4", "--out", str(tmp_path / "out"), *options, "--no-progress",
+        "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
+        "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), *options, "--no-progress",
     )  # fmt: skip
     textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
     calibrate = run_command(
-        "ccc.cli.calibrate", "compute", "--imagenet", str(textures), "--model", "tests.builders:tiny_texture_classifier",
-        "--out", str(tmp_path / "t.npz"), "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36",
-        "--crop", "32", *options, "--no-progress",
+        "ccc.cli.calibrate", "compute", "--imagenet", str(textures),
+        "--model", "tests.builders:tiny_texture_classifier", "--out", str(tmp_path / "t.npz"),
+        "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36", "--crop", "32", *options,
+        "--no-progress",
     )  # fmt: skip
     return generate, calibrate
 
@@ -108,7 +109,8 @@ def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> N
             patch.setenv("CCC_RAY_CONNECT_TIMEOUT", "2")
             result = run_command(
                 "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
-                "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), "--ray-address", address, "--no-progress",
+                "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), "--ray-address", address,
+                "--no-progress",
             )  # fmt: skip
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -125,8 +127,9 @@ def test_more_workers_than_this_machine_has_is_one_line_in_every_command(tmp_pat
     workers = "1000000000"
     generate, calibrate = generate_and_calibrate(tmp_path, "--workers", workers)
     evaluate = run_command(
-        "tta_eval.cli", "run", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8", "--model", "tta_eval.synthetic:tiny_bn_cnn",
-        "--method", "bn", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8,seed=1", "--out", str(tmp_path / "results"),
+        "tta_eval.cli", "run", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8",
+        "--model", "tta_eval.synthetic:tiny_bn_cnn", "--method", "bn",
+        "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8,seed=1", "--out", str(tmp_path / "results"),
         "--workers", workers, "--no-progress",
     )  # fmt: skip
     cpus = os.cpu_count()

@@ -111,7 +111,8 @@ def test_non_rgb_sources_are_converted(mode: str) -> None:
 def test_a_changed_source_image_is_refused() -> None:
     with pytest.raises(
         SourceImageMismatchError,
-        match=r"n01440764/ILSVRC2012_val_00000293.JPEG must be 500x375 pixels as when the stream was planned, got 400x300",
+        match=r"n01440764/ILSVRC2012_val_00000293.JPEG must be 500x375 pixels as when the stream was planned, "
+        r"got 400x300",
     ):
         render_sample(make_spec(), source_jpeg(size=(400, 300)))
 

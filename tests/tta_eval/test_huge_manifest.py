@@ -36,8 +36,8 @@ def test_a_manifest_claiming_10_15_images_ends_the_run_in_one_line_after_its_rec
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        f"tta-eval: error: shard {run / 'serial_00002.tar'} (samples 128–191) is not finished according to the manifest; "
-        "run the same ccc-generate command again to finish it"
+        f"tta-eval: error: shard {run / 'serial_00002.tar'} (samples 128–191) "
+        "is not finished according to the manifest; run the same ccc-generate command again to finish it"
     )
     assert "Traceback" not in result.stderr
     records = RecordTable.read_csv(records_path(tmp_path / "results" / run.name, "source"))

@@ -168,8 +168,8 @@ def test_parse_render_location_refuses(location: str, message: str) -> None:
 
 def test_tta_eval_runs_on_a_rendered_stream(world: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(
-        capsys, "run", "--stream", f"ccc-render:{_definition(world, f'num_images={NUM_IMAGES}')}", "--model", TINY_FACTORY,
-        "--method", "tent", "--batch-size", "8", "--out", str(tmp_path), "--no-progress",
+        capsys, "run", "--stream", f"ccc-render:{_definition(world, f'num_images={NUM_IMAGES}')}",
+        "--model", TINY_FACTORY, "--method", "tent", "--batch-size", "8", "--out", str(tmp_path), "--no-progress",
     )  # fmt: skip
     assert code == 0, err
     run = tmp_path / (world["run"].name + "_rendered")  # a folder of its own beside the stored shards' run

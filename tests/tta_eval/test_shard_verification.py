@@ -43,7 +43,8 @@ def test_an_altered_shard_stops_the_run_in_one_line_before_its_samples_are_score
     code, _, err = run_cli(capsys, *run_arguments(altered_run, tmp_path, "--num-workers", str(workers)))
     assert code == 2, err
     assert err.strip().splitlines() == [
-        f"tta-eval: error: shard {altered_run / 'serial_00001.tar'}: altered (sha256 differs from the manifest's; the file changed after it was written)"
+        f"tta-eval: error: shard {altered_run / 'serial_00001.tar'}: "
+        "altered (sha256 differs from the manifest's; the file changed after it was written)"
     ]
     run_dir = tmp_path / altered_run.name
     records = RecordTable.read_csv(records_path(run_dir, "source"))

@@ -36,7 +36,10 @@ register_method(
         "ETA with ASR's adaptive, selective reset and importance-aware regulariser",
         needs_batchnorm=False,
         reset="asr",
-        sources="Lim, Hwang, Lee ICLR 2026 (arXiv 2603.03796); YonseiML/asr methods/base.py, methods/eata.py, conf.py, cfgs/ccc",
+        sources=(
+            "Lim, Hwang, Lee ICLR 2026 (arXiv 2603.03796); "
+            "YonseiML/asr methods/base.py, methods/eata.py, conf.py, cfgs/ccc"
+        ),
         colour="#e7ba52",
     )
 )

@@ -41,8 +41,9 @@ class CMF(ROID):
     """CMF over the affine parameters of every normalisation layer (BatchNorm with batch statistics).
 
     Per batch: ROID's loss and SGD step (``ROID``); then, instead of ROID's weight ensembling, the
-    filter over the adapted parameters θ with source values θ0 and hidden state h: h ← α h + (1 − α) θ0; v ← α² v + q; β = clip((1 − q) / (v + 1 − q)) (at least 0.89, 1 from 0.9999
-    on); v ← β v; h ← β h + (1 − β) θ; θ ← γ θ + (1 − γ) h. Returns z corrected by the batch prior.
+    filter over the adapted parameters θ with source values θ0 and hidden state h: h ← α h + (1 − α) θ0;
+    v ← α² v + q; β = clip((1 − q) / (v + 1 − q)) (at least 0.89, 1 from 0.9999 on); v ← β v;
+    h ← β h + (1 − β) θ; θ ← γ θ + (1 − γ) h. Returns z corrected by the batch prior.
     """
 
     method_name = "cmf"

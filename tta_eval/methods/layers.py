@@ -67,7 +67,8 @@ def forward_with_features(
         features = inputs[0]
         if features.dim() != 2:
             raise ValueError(
-                f"the input of the classifier head {head_name!r} must be N×D features, got shape {tuple(features.shape)}"
+                f"the input of the classifier head {head_name!r} must be N×D features, "
+                f"got shape {tuple(features.shape)}"
             )
         captured["features"] = features
         if replace_features is None:
@@ -139,7 +140,10 @@ def require_normalization_parameters(
     if not has_normalization:
         reason = "the model has none; use another method"
     elif excluded_modules:
-        reason = "all of them are excluded or have no affine parameters; check the option excluded_modules or use another method"
+        reason = (
+            "all of them are excluded or have no affine parameters; "
+            "check the option excluded_modules or use another method"
+        )
     else:
         reason = "none of them has affine parameters (affine=False); use another method"
     raise ValueError(

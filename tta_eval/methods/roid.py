@@ -202,7 +202,9 @@ register_method(
         ROIDConfig,
         "weighted soft likelihood ratio + consistency, weight ensembling with the source, prior correction",
         needs_batchnorm=False,
-        sources="Marsden, Döbler, Yang WACV 2024; mariodoebler/test-time-adaptation methods/roid.py, cfgs/ccc/roid.yaml",
+        sources=(
+            "Marsden, Döbler, Yang WACV 2024; mariodoebler/test-time-adaptation methods/roid.py, cfgs/ccc/roid.yaml"
+        ),
         colour="#008080",
     )
 )

@@ -521,7 +521,8 @@ def test_bad_setting_text_is_refused_with_a_reason(text: str, message: str) -> N
 def test_settings_are_read_by_the_strict_option_parser() -> None:
     with pytest.raises(
         ValueError,
-        match=r"^option 'optimism' of the adaptive settings must be a finite decimal number, got '1e-400' \(underflows to 0 as a float\)$",
+        match=r"^option 'optimism' of the adaptive settings must be a finite decimal number, got '1e-400' "
+        r"\(underflows to 0 as a float\)$",
     ):
         parse_adaptive_setting("optimism=1e-400")
     with pytest.raises(ValueError, match=r"^option 'growth' of the adaptive settings has no value \(growth=\)"):

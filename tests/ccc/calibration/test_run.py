@@ -23,8 +23,9 @@ def texture_folder(tmp_path_factory) -> Path:
 
 def config(folder: Path, out: Path, **changes) -> CalibrationConfig:
     fields = dict(
-        out=out, imagenet=folder, model=ModelSpec("tests.builders:tiny_texture_classifier"), corruptions=("gaussian_noise", "contrast"),
-        images=4, block_size=2, preprocessing=Preprocessing(36, 32), serial=True, show_progress=False,
+        out=out, imagenet=folder, model=ModelSpec("tests.builders:tiny_texture_classifier"),
+        corruptions=("gaussian_noise", "contrast"), images=4, block_size=2, preprocessing=Preprocessing(36, 32),
+        serial=True, show_progress=False,
     )  # fmt: skip
     return CalibrationConfig(**{**fields, **changes})
 

@@ -66,7 +66,8 @@ def test_cin_c_plan_is_the_fifteen_corruptions_in_order_at_one_severity(images: 
 
 
 def test_cin_c_shows_every_source_image_once_per_corruption_by_default(images: Path) -> None:
-    """The CCC paper's CIN-C and YonseiML/asr's CIN-C scripts (CORRUPTION.NUM_EX 50000): the whole validation set per corruption."""
+    """The CCC paper's CIN-C and YonseiML/asr's CIN-C scripts (CORRUPTION.NUM_EX 50000): the whole validation
+    set per corruption."""
     plan = plan_stream({"kind": "cin-c", "corruptions": "fog,snow,jpeg_compression"}, None, images)
     assert (plan.spec.speed, plan.spec.num_images) == (13, 3 * 13)
     samples = [plan_sample(plan, index) for index in range(plan.spec.num_images)]
@@ -142,7 +143,8 @@ def center_crop_sources(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_center_crops_are_torchvision_resize_256_then_center_crop_224_pixel_for_pixel(
     center_crop_sources: Path,
 ) -> None:
-    """ImageNet-C's preprocessing (hendrycks/robustness make_imagenet_c.py): Resize(256), CenterCrop(224) on a PIL image."""
+    """ImageNet-C's preprocessing (hendrycks/robustness make_imagenet_c.py): Resize(256), CenterCrop(224)
+    on a PIL image."""
     from torchvision import transforms
 
     imagenet_c = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])

@@ -115,7 +115,8 @@ def test_an_imagenet_folder_with_extra_or_missing_classes_is_refused(tmp_path):
     root = make_imagenet_layout(tmp_path / "val", wnids[1:])
     with pytest.raises(
         ImageFolderError,
-        match=r"looks like ImageNet but has 1 of the 1,000 classes missing or without images: n01440764; .*--classes FILE",
+        match=r"looks like ImageNet but has 1 of the 1,000 classes missing or without images: n01440764; "
+        r".*--classes FILE",
     ):
         index_image_folder(root, check_images=False)
     make_imagenet_layout(root, ["extra_class"])

@@ -541,7 +541,8 @@ def test_source_statistics_files_round_trip_and_bad_files_are_explained(tiny_cnn
     other = nn.Sequential(nn.Flatten(), nn.BatchNorm1d(192), nn.Linear(192, 5))
     with pytest.raises(
         ValueError,
-        match=r"source statistics have 8 features and 10 classes, but the model's head '2' maps 192 features to 5 classes",
+        match=r"source statistics have 8 features and 10 classes, "
+        r"but the model's head '2' maps 192 features to 5 classes",
     ):
         create("ttac_nq", other, source_statistics=str(tmp_path / "stats.pt"))
 

@@ -458,8 +458,8 @@ def test_tta_eval_runs_roid_with_asr_and_rdumbpp(tmp_path, capsys):
 
 
 def test_a_bad_policy_on_the_command_line_is_one_line(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "eta:reset=asr:speed=2",
-                           "--out", str(tmp_path), "--no-progress")  # fmt: skip
+    code, _, err = run_cli(capsys, "run", "--stream", SMALL_STREAM, "--model", TINY_FACTORY,
+                           "--method", "eta:reset=asr:speed=2", "--out", str(tmp_path), "--no-progress")  # fmt: skip
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "unknown parameter 'speed' of reset policy 'asr'; valid parameters: m0, p0, a0, r0, r1" in err
 
