@@ -212,7 +212,8 @@ def source_files(root: Path = REPOSITORY) -> list[Path]:
 
 
 def violations(root: Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
-    """Every forbidden import in the packages under ``root``, one line each: ``file:line importer imports module (why)``."""
+    """Every forbidden import in the packages under ``root``, one line each:
+    ``file:line importer imports module (why)``."""
     found = []
     for path in source_files(root):
         importer = module_name(path, root)
@@ -274,7 +275,10 @@ def test_the_corruptions_may_import_the_registry_pattern_and_nothing_else_of_ccc
 
 
 def test_importing_the_loader_loads_neither_the_driver_nor_the_demo_world() -> None:
-    code = "import sys, ccc.load; print(sorted(name for name in sys.modules if name in ('ccc.generate', 'ccc.check_run', 'ccc.demo', 'tta_eval')))"
+    code = (
+        "import sys, ccc.load; print(sorted(name for name in sys.modules "
+        "if name in ('ccc.generate', 'ccc.check_run', 'ccc.demo', 'tta_eval')))"
+    )
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY

@@ -247,9 +247,10 @@ def test_a_two_node_ray_cluster_gives_the_serial_bytes(stream, reference, tmp_pa
     with two_node_ray_cluster(tmp_path, environment) as address:
         out = tmp_path / "shards"
         command = [
-            sys.executable, "-m", "ccc.cli.generate", "--calibration", str(stream["table_path"]), "--difficulty", "medium",
-            "--speed", str(SPEED), "--seed", "43", "--num-images", str(NUM_IMAGES), "--shard-size", str(SHARD_SIZE),
-            "--imagenet", str(stream["folder"]), "--out", str(out), "--name", "run", "--ray-address", address, "--no-progress",
+            sys.executable, "-m", "ccc.cli.generate", "--calibration", str(stream["table_path"]),
+            "--difficulty", "medium", "--speed", str(SPEED), "--seed", "43", "--num-images", str(NUM_IMAGES),
+            "--shard-size", str(SHARD_SIZE), "--imagenet", str(stream["folder"]), "--out", str(out), "--name", "run",
+            "--ray-address", address, "--no-progress",
         ]  # fmt: skip
         result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]

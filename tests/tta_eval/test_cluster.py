@@ -170,7 +170,8 @@ def test_several_streams_on_the_command_line_write_one_run_folder_each(tmp_path:
     assert (
         code == 2
         and err.strip()
-        == "tta-eval: error: --name names one run folder, but 2 streams were given: leave it out (each run folder is named after its stream)"
+        == "tta-eval: error: --name names one run folder, but 2 streams were given: leave it out "
+        "(each run folder is named after its stream)"
     )
     code, _, err = run_cli(
         capsys,
@@ -383,9 +384,10 @@ def test_a_two_node_ray_cluster_writes_the_serial_records(serial_records: dict[s
     driver.mkdir()
     with two_node_ray_cluster(tmp_path, environment) as address:
         command = [
-            sys.executable, "-m", "tta_eval.cli", "run", "--stream", STREAMS[0], "--stream", STREAMS[1], "--model", MODEL,
-            "--method", "bn", "--method", "tent", "--cost", "source=1", "--cost", "bn=1", "--cost", "tent=1+1",
-            "--baseline-latency-ms", "10", "--window", "32", "--out", "results", "--ray-address", address, "--no-progress",
+            sys.executable, "-m", "tta_eval.cli", "run", "--stream", STREAMS[0], "--stream", STREAMS[1],
+            "--model", MODEL, "--method", "bn", "--method", "tent", "--cost", "source=1", "--cost", "bn=1",
+            "--cost", "tent=1+1", "--baseline-latency-ms", "10", "--window", "32", "--out", "results",
+            "--ray-address", address, "--no-progress",
         ]  # fmt: skip
         result = subprocess.run(command, env=environment, cwd=driver, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]

@@ -351,7 +351,8 @@ def test_a_folder_another_run_is_writing_is_refused_in_one_line_naming_it(tmp_pa
         assert_one_line(
             code,
             err,
-            f"run folder '{run_dir}' is being written by another tta-eval run ({holder}); wait for it to end, or choose another --name",
+            f"run folder '{run_dir}' is being written by another tta-eval run ({holder}); "
+            "wait for it to end, or choose another --name",
         )
         sweep = ["sweep", *run_arguments(tmp_path, "r")[1:], "--speeds", "1"]
         code, _, err = run_cli(capsys, *sweep)
@@ -382,5 +383,6 @@ def test_a_second_identical_command_stops_at_once_naming_the_first(tmp_path):
     assert second.returncode == 2, second.stderr
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"tta-eval: error: run folder '{tmp_path / 'r'}' is being written by another tta-eval run (process {first.pid} on "
+        f"tta-eval: error: run folder '{tmp_path / 'r'}' is being written by another tta-eval run "
+        f"(process {first.pid} on "
     ), second.stderr

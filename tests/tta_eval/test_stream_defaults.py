@@ -64,10 +64,10 @@ def test_a_reset_interval_longer_than_the_stream_gets_a_note_with_the_fix():
         if note.startswith("note:")
     ]
     assert notes == [
-        "note: rdumb resets every 1,000 batches (64,000 samples), but the stream has 1,280 samples: it never resets and "
-        "equals its method without resets; e.g. --method rdumb:reset_every=2",
-        "note: rdumb:reset_every=20 resets every 20 batches (1,280 samples), but the stream has 1,280 samples: it never "
-        "resets and equals its method without resets; e.g. --method rdumb:reset_every=2",
+        "note: rdumb resets every 1,000 batches (64,000 samples), but the stream has 1,280 samples: "
+        "it never resets and equals its method without resets; e.g. --method rdumb:reset_every=2",
+        "note: rdumb:reset_every=20 resets every 20 batches (1,280 samples), but the stream has 1,280 samples: "
+        "it never resets and equals its method without resets; e.g. --method rdumb:reset_every=2",
     ]
 
 
@@ -169,8 +169,8 @@ def test_a_demo_world_stream_chooses_the_demo_model_methods_and_options(ccc_run,
     # The world is recognised by the stream's source images; pretend the fixture's folder is the demo's.
     spec = json.loads((ccc_run / "manifest.json").read_text())["stream"]
     monkeypatch.setattr(ccc.demo, "EXPECTED_INDEX_SHA256", spec["source_index_checksum"])
-    code, out, err = run_cli(capsys, "run", "--stream", f"ccc:{ccc_run}", "--out", str(tmp_path), "--no-progress", "--method", "source",
-                             "--method", "tent", "--method", "rdumb:reset_every=1")  # fmt: skip
+    code, out, err = run_cli(capsys, "run", "--stream", f"ccc:{ccc_run}", "--out", str(tmp_path), "--no-progress",
+                             "--method", "source", "--method", "tent", "--method", "rdumb:reset_every=1")  # fmt: skip
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == (

@@ -211,7 +211,8 @@ def test_brute_force_corrupts_each_base_once_and_each_cell_once(texture_folder: 
     assert corrupted == (20 * 3 + 400 * 3 * 2) * images == outcome.corrupted_images
     assert outcome.evaluated_images == (1 + 20 * 3 + 400 * 6) * images == outcome.total_images
     first_stage = [call for call in calls if call[0] == "gaussian_noise"]
-    # gaussian_noise appears as a base (20 severities) and as a second stage after the 2 others (2 × 400 / 20 per severity).
+    # gaussian_noise appears as a base (20 severities) and as a second stage after the 2 others
+    # (2 × 400 / 20 per severity).
     assert len(first_stage) == 20 + 2 * 20 * 20
     assert len({(name, severity) for name, severity, _ in calls}) == 3 * 20
 

@@ -111,7 +111,8 @@ def test_impossible_counts_are_refused_when_read(tmp_path: Path, record: UnitRes
         folder.append(record)
     with pytest.raises(
         WorkFolderError,
-        match=rf"results.log line 2 records an impossible result for cell .*: {re.escape(problem)}; move the folder away",
+        match=rf"results.log line 2 records an impossible result for cell .*: {re.escape(problem)}; "
+        r"move the folder away",
     ):
         WorkFolder.open(folder_path, identity)
 

@@ -528,7 +528,8 @@ def test_a_npy_header_declaring_a_huge_array_is_refused_before_allocating(tmp_pa
     path = rewrite(good, tmp_path / "huge.npz", accuracy=npy_header_only((10**12, 21, 21)))
     with pytest.raises(
         CalibrationError,
-        match=r"huge\.npz: member accuracy\.npy declares a 1000000000000×21×21 float64 array \(3,528,000,000,000,000 bytes\) but holds 8 bytes",
+        match=r"huge\.npz: member accuracy\.npy declares a 1000000000000×21×21 float64 array "
+        r"\(3,528,000,000,000,000 bytes\) but holds 8 bytes",
     ):
         CalibrationTable.load(path)
 

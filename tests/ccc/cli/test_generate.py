@@ -96,8 +96,9 @@ def test_a_published_pickle_is_accepted_as_calibration_and_converted_once(tmp_pa
     source = tmp_path / "ccc_accuracy_matrix.pickle"
     source.write_bytes(pickle.dumps(matrices, protocol=4))
     monkeypatch.setenv("CCC_CACHE_DIR", str(tmp_path / "cache"))
-    argv = ["--calibration", str(source), "--difficulty", "medium", "--speed", "2000", "--dry-run", "--num-images", "10000",
-            "--out", str(tmp_path / "out"), "--plot", str(tmp_path / "schedule.png"), "--no-progress"]  # fmt: skip
+    argv = ["--calibration", str(source), "--difficulty", "medium", "--speed", "2000", "--dry-run",
+            "--num-images", "10000", "--out", str(tmp_path / "out"), "--plot", str(tmp_path / "schedule.png"),
+            "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     assert "converted the published CCC pickle" in capsys.readouterr().err
     assert len(list((tmp_path / "cache" / "calibration").glob("published-*.npz"))) == 1

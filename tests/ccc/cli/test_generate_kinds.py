@@ -66,7 +66,8 @@ def shard_digests(folder: Path) -> dict[str, str]:
         ),
         (
             ["--kind", "gradual", "--severity", "2"],
-            "--severity does not apply to --kind gradual: it needs no calibration table, its severities are 1 2 3 4 5 4 3 2 1",
+            "--severity does not apply to --kind gradual: it needs no calibration table, "
+            "its severities are 1 2 3 4 5 4 3 2 1",
         ),
         (["--kind", "gradual", "--schedule", "reference"], "--schedule does not apply to --kind gradual"),
         (["--kind", "cin-c", "--severity", "7"], "argument --severity: invalid choice: 7 (choose from 1, 2, 3, 4, 5)"),
