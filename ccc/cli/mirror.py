@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ccc.cli.common import HelpFormatter, UsageError, count, examples, integer_at_least, run_command
 from ccc.folder_lock import FolderInUseError
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
-from ccc.shards.published import PUBLISHED_PREFIX, PUBLISHED_URL_VARIABLE
+from ccc.shards.published import PUBLISHED_PREFIX, PUBLISHED_URL_VARIABLE, get_published
 from ccc.shards.errors import ShardReadError
 from ccc.shards.remote import DEFAULT_REMOTE_OPTIONS, RemoteOptions
 
@@ -120,7 +120,9 @@ def _run(arguments: argparse.Namespace) -> int:
     """Mirror the source; returns 0."""
     out = Path(arguments.out)
     if arguments.source.startswith(PUBLISHED_PREFIX):
-        out = out / arguments.source[len(PUBLISHED_PREFIX) :]
+        name = arguments.source[len(PUBLISHED_PREFIX) :]
+        get_published(name)
+        out = out / name
     if arguments.max_backoff < arguments.backoff:
         raise UsageError(f"--max-backoff must be >= --backoff ({arguments.backoff}), got {arguments.max_backoff}")
     remote = RemoteOptions(

@@ -109,3 +109,11 @@ def test_a_cin_c_definition_without_speed_is_named_by_every_image_of_its_folder(
     assert (demo.name, demo.samples) == ("demo_cin-c_severity_5_images_2400_crop_random_seed_43", 15 * 2400)
     gradual = describe_stream_source("ccc-render:demo,kind=gradual", StreamOptions())
     assert gradual.name == "demo_gradual_images_200_crop_random_seed_43"
+
+
+def test_an_unknown_published_stream_is_one_line_before_anything_is_printed(tmp_path, capsys):
+    code, out, err = run_cli(
+        capsys, "run", "--stream", "ccc:published:baseline_20_speed_2000", "--method", "source", "--out", str(tmp_path)
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "unknown published CCC stream 'baseline_20_speed_2000'" in err

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ccc.shards.published import PUBLISHED_PREFIX, get_published
 from tta_eval.cli_options import CliOption
 from tta_eval.streams.batch import SizedStream
 from tta_eval.streams.options import StreamOptions
@@ -63,6 +64,8 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
 
     if not location:
         raise ValueError(_NO_LOCATION)
+    if location.startswith(PUBLISHED_PREFIX):
+        return StreamDescription(name=get_published(location[len(PUBLISHED_PREFIX) :]).name)
     folder = Path(location)
     folder = folder.parent if folder.name == "manifest.json" else folder
     if not folder.is_dir():

@@ -158,3 +158,13 @@ def test_a_shard_replaced_between_two_runs_is_downloaded_again_whole(
     assert (out / "serial_00000.tar").read_bytes() == replacement
     assert any("changed on the server" in record.getMessage() for record in caplog.records)
     assert not list(out.glob(".serial_*"))
+
+
+def test_an_unknown_published_name_is_one_line_before_any_progress(tmp_path, capsys):
+    from ccc.cli.mirror import main
+
+    assert main(["published:baseline_21_transition+speed_2000_seed_43", str(tmp_path / "m")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "unknown published CCC stream 'baseline_21_transition+speed_2000_seed_43'" in captured.err
+    assert not (tmp_path / "m").exists()
