@@ -1,0 +1,1 @@
+"""Torch rendering backend (work in progress, issue 29)."""
