@@ -1,0 +1,77 @@
+"""Noise corruptions in torch: gaussian_noise, shot_noise, impulse_noise, speckle_noise.
+
+Each draws the reference's noise directly (no byte tables), per value, from :class:`SampleRandom`,
+with every sample at its own severity; the results are equal in distribution to the CPU path's
+(``ccc.corruptions.noise``), not equal in bytes (another random stream, float32 instead of float64
+arithmetic on the noisy value).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .parameters import per_sample_parameters
+from .random import SampleRandom
+
+__all__ = ["TORCH_CORRUPTIONS", "gaussian_noise", "impulse_noise", "shot_noise", "speckle_noise"]
+
+
+def _per_sample(name: str, severities: Tensor, images: Tensor) -> Tensor:
+    """Scalar parameters as float32 (B, 1, 1, 1) on the images' device."""
+    return per_sample_parameters(name, severities).to(images.device, torch.float32).view(-1, 1, 1, 1)
+
+
+def gaussian_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """``clip(x + N(0, sd), 0, 1)`` per value, ``sd`` from severity (0.08..0.38 on [0, 1] values).
+
+    images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
+    (B, 3, H, W) in [0, 1]. One normal draw of shape (3, H, W).
+    """
+    deviation = _per_sample("gaussian_noise", severities, images)
+    return torch.clamp(images + random.normal(*images.shape[1:]) * deviation, 0, 1)
+
+
+def shot_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """``clip(Poisson(x * c) / c, 0, 1)`` per value with ``c = 1 / table(severity)`` photons (60..3).
+
+    images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
+    (B, 3, H, W) in [0, 1]. One Poisson draw; rates in float64.
+    """
+    photons = 1.0 / per_sample_parameters("shot_noise", severities).to(images.device).view(-1, 1, 1, 1)
+    counts = random.poisson(images.to(torch.float64) * photons)
+    return torch.clamp(counts.to(torch.float64) / photons, 0, 1).to(torch.float32)
+
+
+def impulse_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Salt and pepper as ``skimage.util.random_noise(mode="s&p", amount=a)``.
+
+    Each value is replaced with probability ``a`` (0.03..0.27), by 1 or 0 with probability 1/2 each.
+    images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
+    (B, 3, H, W). Two uniform draws of shape (3, H, W): replaced, salt.
+    """
+    amount = _per_sample("impulse_noise", severities, images)
+    replaced = random.uniform(*images.shape[1:]) <= amount
+    salt = random.uniform(*images.shape[1:]) <= 0.5
+    return torch.where(replaced, salt.to(images.dtype), images)
+
+
+def speckle_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """``clip(x + x * N(0, sd), 0, 1)`` per value, ``sd`` from severity (0.15..0.6).
+
+    images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
+    (B, 3, H, W) in [0, 1]. One normal draw of shape (3, H, W).
+    """
+    deviation = _per_sample("speckle_noise", severities, images)
+    return torch.clamp(images + images * random.normal(*images.shape[1:]) * deviation, 0, 1)
+
+
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+    "gaussian_noise": gaussian_noise,
+    "shot_noise": shot_noise,
+    "impulse_noise": impulse_noise,
+    "speckle_noise": speckle_noise,
+}
+"""The noise corruptions of this module by registered name."""
