@@ -1,0 +1,161 @@
+"""Digital corruptions in torch: brightness, contrast, saturate, pixelate, jpeg.
+
+All five are deterministic and follow the CPU path (``ccc.corruptions.digital``) closely:
+
+- brightness, saturate: scikit-image's RGB→HSV→RGB formulas (as ``ccc.corruptions._kernels.adjust_hsv``
+  evaluates them) on whole tensors in float64, from the inputs' exact byte levels ``round(x * 255) / 255``;
+- contrast: the reference's float64 arithmetic around each image's per-channel mean;
+- pixelate: Pillow's BOX down- and up-resize as exact integer matrices (:mod:`._resample`): Pillow's bytes;
+- jpeg: a JPEG round trip at ``round(quality)`` with ``torchvision.io`` (libjpeg on the CPU: Pillow's
+  bytes there; nvJPEG on CUDA: close, not equal), samples grouped by quality.
+
+Every function takes images float32 (B, 3, H, W) whose values are byte levels ``k / 255`` (as the
+pipeline passes them), severities float64 (B,) in (0, 5] and a :class:`SampleRandom` (unused), and
+returns float32 (B, 3, H, W) in [0, 1], the reference's value before its uint8 truncation over 255
+(rounded to float32 so that ``floor(x * 255)`` gives the reference's byte).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ._resample import resize_levels
+from .parameters import per_sample_parameters
+from .random import SampleRandom
+
+__all__ = ["TORCH_CORRUPTIONS", "brightness", "contrast", "jpeg", "pixelate", "saturate"]
+
+
+def _byte_levels(images: Tensor) -> Tensor:
+    """float64 byte levels 0..255 of images whose values are ``k / 255``."""
+    return torch.round(images.to(torch.float64) * 255)
+
+
+def _unit_float32(values: Tensor) -> Tensor:
+    """float64 pre-truncation values in [0, 255] → float32 ``values / 255`` that truncates alike.
+
+    ``float32(v / 255) * 255`` may land on the other side of an integer than ``v`` when ``v`` is within
+    a float32 rounding of it (the HSV arithmetic often gives values like 204.99999999999997); such a value
+    is moved by one float32 step so that the pipeline's ``floor(x * 255)`` gives the reference's byte.
+    """
+    byte = torch.floor(values)
+    unit = (values / 255.0).to(torch.float32)
+    truncated = torch.floor(unit * 255)
+    unit = torch.where(truncated > byte, torch.nextafter(unit, torch.zeros_like(unit)), unit)
+    return torch.where(truncated < byte, torch.nextafter(unit, torch.ones_like(unit)), unit)
+
+
+def adjust_hsv(unit: Tensor, value_shift: Tensor, saturation_scale: Tensor, saturation_shift: Tensor) -> Tensor:
+    """RGB → HSV → adjust → RGB with scikit-image's formulas, elementwise in float64.
+
+    Args:
+        unit: float64 (B, 3, H, W) in [0, 1].
+        value_shift, saturation_scale, saturation_shift: float64 (B, 1, 1) each.
+
+    Returns:
+        float64 (B, 3, H, W): V becomes ``clip(V + value_shift, 0, 1)``, S ``clip(S * scale + shift, 0, 1)``,
+        hue kept; ``rgb2hsv``'s tie rule (blue over green over red) and ``hsv2rgb``'s sector table.
+    """
+    red, green, blue = unit.unbind(1)
+    value = torch.maximum(torch.maximum(red, green), blue)
+    delta = value - torch.minimum(torch.minimum(red, green), blue)
+    grey = delta == 0
+    safe_delta = torch.where(grey, 1.0, delta)
+    saturation = torch.where(grey, 0.0, delta / torch.where(grey, 1.0, value))
+    sector = torch.where(
+        blue == value,
+        4.0 + (red - green) / safe_delta,
+        torch.where(green == value, 2.0 + (blue - red) / safe_delta, (green - blue) / safe_delta),
+    )
+    hue = torch.where(grey, 0.0, torch.remainder(sector / 6.0, 1.0))
+    value = torch.clamp(value + value_shift, 0.0, 1.0)
+    saturation = torch.clamp(saturation * saturation_scale + saturation_shift, 0.0, 1.0)
+    hue_sector = torch.floor(hue * 6.0)
+    fraction = hue * 6.0 - hue_sector
+    p = value * (1.0 - saturation)
+    q = value * (1.0 - fraction * saturation)
+    t = value * (1.0 - (1.0 - fraction) * saturation)
+    index = torch.remainder(hue_sector.to(torch.int64), 6)
+    table = torch.stack(
+        [
+            torch.stack([value, t, p]),
+            torch.stack([q, value, p]),
+            torch.stack([p, value, t]),
+            torch.stack([p, q, value]),
+            torch.stack([t, p, value]),
+            torch.stack([value, p, q]),
+        ]
+    )
+    return torch.gather(table, 0, index.expand(1, 3, *index.shape)).squeeze(0).transpose(0, 1)
+
+
+def _hsv_corruption(images: Tensor, value_shift: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+    unit = _byte_levels(images) / 255.0
+    adjusted = adjust_hsv(unit, value_shift.view(-1, 1, 1), scale.view(-1, 1, 1), shift.view(-1, 1, 1))
+    return _unit_float32(torch.clamp(adjusted, 0, 1) * 255)
+
+
+def brightness(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Add the severity's shift (0.1..0.5) to the HSV value; float32 (B, 3, H, W) in [0, 1]."""
+    shift = per_sample_parameters("brightness", severities).to(images.device)
+    return _hsv_corruption(images, shift, torch.ones_like(shift), torch.zeros_like(shift))
+
+
+def saturate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Scale the HSV saturation by the severity's factor (0.3..20) and add its offset (0..0.2)."""
+    parameters = per_sample_parameters("saturate", severities).to(images.device)
+    return _hsv_corruption(images, torch.zeros_like(parameters[:, 0]), parameters[:, 0], parameters[:, 1])
+
+
+def contrast(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """``clip((x - mean) * factor + mean, 0, 1)`` with each image's per-channel mean, factor 0.4..0.05."""
+    factor = per_sample_parameters("contrast", severities).to(images.device).view(-1, 1, 1, 1)
+    unit = _byte_levels(images) / 255.0
+    means = unit.mean(dim=(2, 3), keepdim=True)
+    return _unit_float32(torch.clamp((unit - means) * factor + means, 0, 1) * 255)
+
+
+def pixelate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Pillow BOX resize to ``int(side * factor)`` (factor 0.6..0.25) and back, bytes equal to Pillow's.
+
+    Samples are grouped by their reduced size (one pair of matrix products per group).
+    """
+    factors = per_sample_parameters("pixelate", severities).tolist()
+    height, width = images.shape[-2:]
+    levels = _byte_levels(images)
+    output = torch.empty_like(levels)
+    sizes = [(int(height * factor), int(width * factor)) for factor in factors]
+    for size in sorted(set(sizes)):
+        members = torch.tensor([k for k, other in enumerate(sizes) if other == size], device=images.device)
+        small = resize_levels(levels[members], size[0], size[1], "box")
+        output[members] = resize_levels(small, height, width, "box")
+    return (output / 255.0).to(torch.float32)
+
+
+def jpeg(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """JPEG round trip at quality ``round(table(severity))`` (25..7), samples grouped by quality.
+
+    Uses :func:`ccc.render_torch.jpeg.jpeg_round_trip` (torchvision.io on the images' device).
+    """
+    from .jpeg import jpeg_round_trip
+
+    qualities = [round(quality) for quality in per_sample_parameters("jpeg", severities).tolist()]
+    levels = _byte_levels(images).to(torch.uint8)
+    output = torch.empty_like(levels)
+    for quality in sorted(set(qualities)):
+        members = torch.tensor([k for k, other in enumerate(qualities) if other == quality], device=images.device)
+        output[members] = jpeg_round_trip(levels[members], quality)
+    return output.to(torch.float32) / 255
+
+
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+    "brightness": brightness,
+    "contrast": contrast,
+    "saturate": saturate,
+    "pixelate": pixelate,
+    "jpeg": jpeg,
+}
+"""The digital corruptions of this module by registered name (``elastic`` is in ``weather``'s branch)."""

@@ -1,0 +1,59 @@
+"""Torch digital corruptions against the CPU path: equal bytes after the same truncation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ccc.corruptions import corrupt
+from ccc.render_torch import digital
+from ccc.render_torch._resample import resize_levels
+from ccc.render_torch.random import SampleRandom
+from tests.ccc.render_torch.images import demo_images, to_bytes, to_tensor
+
+IMAGES = demo_images(6)
+SEVERITIES = [0.5 * k for k in range(1, 11)]
+
+
+@pytest.mark.parametrize("name", sorted(digital.TORCH_CORRUPTIONS))
+def test_bytes_equal_the_cpu_path_at_every_half_severity(name: str):
+    """One batch holds every (image, severity) pair, so that mixed severities are exercised too."""
+    function = digital.TORCH_CORRUPTIONS[name]
+    images = np.repeat(IMAGES, len(SEVERITIES), axis=0)
+    severities = torch.tensor(SEVERITIES * len(IMAGES), dtype=torch.float64)
+    ours = to_bytes(function(to_tensor(images), severities, SampleRandom(torch.arange(len(images)))))
+    theirs = np.stack([corrupt(image, name, float(s)) for image, s in zip(images, severities)])
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("kind, resample", [("box", Image.Resampling.BOX), ("bilinear", Image.Resampling.BILINEAR)])
+@pytest.mark.parametrize("size", [(224, 224), (67, 56), (300, 250), (224, 100), (111, 331)])
+def test_resize_levels_equals_pillow(kind: str, resample: Image.Resampling, size: tuple[int, int]):
+    image = IMAGES[0][:200, :150]
+    expected = np.asarray(Image.fromarray(image).resize(size, resample))
+    levels = torch.from_numpy(image).permute(2, 0, 1).to(torch.float64)
+    ours = resize_levels(levels, size[1], size[0], kind).permute(1, 2, 0).to(torch.uint8).numpy()
+    np.testing.assert_array_equal(ours, expected)
+
+
+def test_resize_levels_equals_pillow_on_random_sizes():
+    """Random input and output sizes, both pass orders of Pillow 13 and both filters."""
+    generator = np.random.default_rng(5)
+    noise = generator.integers(0, 256, (300, 300, 3), dtype=np.uint8)
+    for _ in range(40):
+        (in_width, in_height), (width, height) = generator.integers(8, 300, 2), generator.integers(2, 350, 2)
+        image = noise[:in_height, :in_width]
+        levels = torch.from_numpy(image).permute(2, 0, 1).to(torch.float64)
+        for kind, resample in (("box", Image.Resampling.BOX), ("bilinear", Image.Resampling.BILINEAR)):
+            expected = np.asarray(Image.fromarray(image).resize((int(width), int(height)), resample))
+            ours = resize_levels(levels, int(height), int(width), kind).permute(1, 2, 0).to(torch.uint8).numpy()
+            np.testing.assert_array_equal(ours, expected)
+
+
+def test_values_near_an_integer_truncate_like_the_float64_reference():
+    values = torch.tensor([204.99999999999997, 205.0, 0.0, 255.0, 12.5, 1e-13], dtype=torch.float64)
+    unit = digital._unit_float32(values)
+    assert unit.dtype == torch.float32
+    assert torch.equal(torch.floor(unit * 255).to(torch.float64), torch.floor(values))
