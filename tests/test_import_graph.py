@@ -91,6 +91,16 @@ RULES = (
         ),
         "rendering turns a SampleSpec into pixels; it never reads the calibration table",
     ),
+    *(
+        Rule(importer, ("ccc.render_torch",), "torch is optional for the CPU path: it never imports the torch backend")
+        for importer in ("ccc.corruptions", "ccc.render", "ccc.stream", "ccc.shards", "ccc.load")
+    ),
+    Rule(
+        "ccc.render_torch",
+        ("ccc",),
+        "the torch backend renders SampleSpecs with the corruptions' own parameter tables and nothing else",
+        allowed=("ccc.render_torch", "ccc.corruptions", "ccc.stream.spec"),
+    ),
     Rule(
         "ccc.shards",
         ("ccc.calibration", "ccc.generate", "ccc.load", "ccc.check_run", "ccc.demo", "ccc.execution", "ccc.models"),

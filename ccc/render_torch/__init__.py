@@ -1,1 +1,49 @@
-"""Torch rendering backend (work in progress, issue 29)."""
+"""Torch rendering backend: a batch of decoded source images → CCC's corrupted 224×224 images on a device.
+
+Beside the CPU reference path (``ccc.render`` + ``ccc.corruptions``, the default, byte-reproducible
+and untouched), the same steps run on torch tensors for a whole batch, on ``cpu`` or ``cuda``:
+crop/resize/flip → corruption pair ``(n1, s1, n2, s2)`` with per-sample severities and seeds →
+JPEG quality-85 round trip → uint8 (B, 3, 224, 224).
+
+What matches the CPU path exactly (same bytes, on the CPU device): the crop, bilinear resize and flip
+(Pillow's fixed-point resampling as integer matrices), the deterministic corruptions brightness,
+contrast, saturate, pixelate and jpeg, and the final JPEG round trip (torchvision's libjpeg on the
+CPU; nvJPEG on CUDA is close, not equal). What differs: the random corruptions draw from
+:class:`SampleRandom` (a counter-based hash of ``(seed, stage, draw, element)``) instead of
+``numpy.random.default_rng(spec.seed)``, so their bytes differ from the CPU path's while their
+distribution is the same (``docs/fidelity_torch_core.md``). A sample's bytes depend only on its spec
+and its source image: never on the batch size or the other samples; they are reproducible on the same
+device type (the integer random streams are identical on every device; float transcendental
+functions may differ in the last bit between devices).
+
+Public names:
+
+- :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224);
+- :func:`apply_corruption_stage`, :func:`torch_corruption`, :data:`TORCH_CORRUPTIONS` (the dispatch);
+- :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
+- :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``);
+- the corruption modules ``noise``, ``digital`` (and ``blur``, ``weather``), each with its
+  ``TORCH_CORRUPTIONS``; a corruption function is ``f(images float32 (B, 3, H, W) in [0, 1],
+  severities float64 (B,) in (0, 5], random: SampleRandom) -> float32 (B, 3, H, W)``, the reference's
+  value before its uint8 truncation, divided by 255.
+
+Importing this package needs torch and torchvision; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``,
+``ccc.shards`` and ``ccc.load`` never import it.
+"""
+
+from .geometry import crop_resize_flip
+from .jpeg import jpeg_round_trip
+from .parameters import per_sample_parameters
+from .pipeline import TORCH_CORRUPTIONS, apply_corruption_stage, render_batch, torch_corruption
+from .random import SampleRandom
+
+__all__ = [
+    "TORCH_CORRUPTIONS",
+    "SampleRandom",
+    "apply_corruption_stage",
+    "crop_resize_flip",
+    "jpeg_round_trip",
+    "per_sample_parameters",
+    "render_batch",
+    "torch_corruption",
+]

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ._resample import resize_levels
+from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
 from .random import SampleRandom
 
@@ -140,8 +141,6 @@ def jpeg(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
 
     Uses :func:`ccc.render_torch.jpeg.jpeg_round_trip` (torchvision.io on the images' device).
     """
-    from .jpeg import jpeg_round_trip
-
     qualities = [round(quality) for quality in per_sample_parameters("jpeg", severities).tolist()]
     levels = _byte_levels(images).to(torch.uint8)
     output = torch.empty_like(levels)

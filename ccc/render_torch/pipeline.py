@@ -1,0 +1,130 @@
+"""``render_batch``: specs and decoded source images → the stream's 224×224 uint8 images, in torch.
+
+The CPU path's steps (``ccc.render.render_pixels`` then the JPEG encoding), for a whole batch:
+
+1. :func:`~ccc.render_torch.geometry.crop_resize_flip` (Pillow's bytes);
+2. stage 1: the samples are grouped by ``n1`` and each group (severity-0 samples skipped, as the CPU
+   path skips them) is corrupted at its per-sample severities, drawing from ``SampleRandom(seeds, 0)``
+   of the group's samples; the result is truncated to byte levels (``floor(clip(x * 255, 0, 255))``,
+   the reference's ``np.uint8``);
+3. stage 2: the same with ``n2``, ``s2`` and stage 1 of the random streams;
+4. the JPEG quality-85 round trip (:func:`~ccc.render_torch.jpeg.jpeg_round_trip`), unless ``jpeg=False``.
+
+A sample's bytes depend only on its spec and its source image: never on the batch size, the other
+samples or its position (every group draws from fresh per-sample streams).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from ccc.corruptions import get_corruption
+from ccc.stream.spec import SampleSpec
+
+from .geometry import SourceImage, crop_resize_flip
+from .jpeg import FINAL_QUALITY, jpeg_round_trip
+from .random import SampleRandom
+
+__all__ = ["TORCH_CORRUPTIONS", "apply_corruption_stage", "render_batch", "torch_corruption"]
+
+_FAMILY_MODULES = ("noise", "digital", "blur", "weather")
+
+
+def _collect_corruptions() -> dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]]:
+    """Every family module's ``TORCH_CORRUPTIONS``; a family module not (yet) present is skipped."""
+    table: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {}
+    for family in _FAMILY_MODULES:
+        module_name = f"{__package__}.{family}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            continue
+        table.update(module.TORCH_CORRUPTIONS)
+    return table
+
+
+TORCH_CORRUPTIONS = _collect_corruptions()
+"""Registered corruption name → torch implementation, merged from the family modules."""
+
+
+def torch_corruption(name: str) -> Callable[[Tensor, Tensor, SampleRandom], Tensor]:
+    """The torch implementation of corruption ``name`` (a registered name or alias).
+
+    Raises:
+        ValueError: for an unknown name (listing the valid ones).
+        NotImplementedError: for a registered corruption without a torch implementation.
+    """
+    canonical = get_corruption(name).name
+    if canonical not in TORCH_CORRUPTIONS:
+        raise NotImplementedError(f"corruption {canonical!r} has no torch implementation yet")
+    return TORCH_CORRUPTIONS[canonical]
+
+
+def truncate_to_levels(images: Tensor) -> Tensor:
+    """``floor(clip(x * 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W)."""
+    return torch.floor(torch.clamp(images * 255, 0, 255)) / 255
+
+
+def apply_corruption_stage(
+    images: Tensor, names: Sequence[str], severities: Sequence[float], seeds: Tensor, stage: int
+) -> Tensor:
+    """One stage of the corruption pairs: sample ``k`` gets ``names[k]`` at ``severities[k]``.
+
+    Args:
+        images: float32 (B, 3, H, W) byte levels ``k / 255``.
+        names: B corruption names; severities: B floats in [0, 5] (0 leaves the sample unchanged).
+        seeds: int64 (B,) per-sample seeds on the images' device.
+        stage: 0 or 1 (which half of the pair; selects the random streams).
+
+    Returns:
+        float32 (B, 3, H, W) byte levels (truncated), a new tensor.
+    """
+    output = images.clone()
+    canonical = [get_corruption(name).name for name in names]
+    for name in sorted(set(canonical)):
+        members = [k for k, other in enumerate(canonical) if other == name and severities[k] > 0]
+        if not members:
+            continue
+        function = torch_corruption(name)
+        index = torch.tensor(members, device=images.device)
+        group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64, device=images.device)
+        corrupted = function(images[index], group_severities, SampleRandom(seeds[index], stage))
+        output[index] = truncate_to_levels(corrupted)
+    return output
+
+
+def render_batch(
+    specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device | str, jpeg: bool = True
+) -> Tensor:
+    """Render ``specs`` from their decoded source images on ``device``.
+
+    Args:
+        specs: the samples' plan entries (crop, flip, ``n1, s1, n2, s2``, seed).
+        images: one decoded RGB source image per spec (numpy uint8 (H, W, 3) or torch uint8 (3, H, W)).
+        device: where to render.
+        jpeg: apply the stream's final JPEG quality-85 round trip (as a reader of the shards sees it).
+
+    Returns:
+        uint8 (B, 3, 224, 224) on ``device``.
+
+    Raises:
+        NotImplementedError: a corruption of the specs has no torch implementation.
+        ValueError: mismatched inputs (see :func:`~ccc.render_torch.geometry.crop_resize_flip`).
+    """
+    for spec in specs:
+        for name, severity in ((spec.n1, spec.s1), (spec.n2, spec.s2)):
+            if severity > 0:
+                torch_corruption(name)
+    device = torch.device(device)
+    pixels = crop_resize_flip(specs, images, device)
+    seeds = torch.tensor([spec.seed for spec in specs], dtype=torch.int64, device=device)
+    pixels = apply_corruption_stage(pixels, [s.n1 for s in specs], [s.s1 for s in specs], seeds, 0)
+    pixels = apply_corruption_stage(pixels, [s.n2 for s in specs], [s.s2 for s in specs], seeds, 1)
+    output = torch.round(pixels * 255).to(torch.uint8)
+    return jpeg_round_trip(output, FINAL_QUALITY) if jpeg else output
