@@ -59,9 +59,9 @@ def _mix(words: Tensor) -> Tensor:
 
 
 EXACT_POISSON_MAX_RATE = 1000.0
-"""Largest Poisson rate sampled exactly; above it the normal approximation's relative error in the
-probabilities (of order ``1 / sqrt(rate)`` in the skew) is below 3 %, invisible once shot noise
-divides the count by the rate's photon count and truncates to 256 levels."""
+"""Largest Poisson rate sampled exactly. Above it the normal approximation ignores a skewness of
+``1 / sqrt(rate)`` (below 0.032); shot noise reaches such rates only below severity 0.06 (60 / severity
+photons at the brightest value), never at CCC's severities (multiples of 0.25)."""
 
 
 def _invert_poisson(rates: Tensor, uniform: Tensor) -> Tensor:
@@ -144,9 +144,9 @@ class SampleRandom:
         """Poisson(rates) samples, float32 with the shape of ``rates`` (B, ...); rates >= 0, finite.
 
         One draw: a 40-bit uniform ``u`` per value. Rates up to :data:`EXACT_POISSON_MAX_RATE` are
-        sampled exactly by inversion, ``min{k : P(X <= k) >= u}``, against the CDF tables of the
-        distinct rates (a float64 table per distinct rate up to ``rate + 12 sqrt(rate) + 12``; the
-        tail beyond, of probability below 1e-20, is cut off); larger rates by inverting the normal
+        sampled exactly by inversion, ``min{k : P(X <= k) >= u}``, against 40-bit integer CDF tables
+        of the distinct rates (up to ``rate + 12 sqrt(rate) + 12``; the tail beyond, of probability
+        below 1e-20, is cut off); larger rates by inverting the normal
         approximation with continuity correction, ``max(0, floor(rate + sqrt(rate) * Phi^-1(u) + 0.5))``.
         """
         if rates.shape[:1] != self.seeds.shape:
