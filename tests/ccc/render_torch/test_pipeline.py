@@ -105,3 +105,11 @@ def test_a_corruption_without_torch_implementation_is_one_line(monkeypatch: pyte
     with pytest.raises(NotImplementedError, match="corruption 'contrast' has no torch implementation"):
         _torch([_spec(0, "contrast", 1.0, "brightness", 0.0)])
     assert _torch([_spec(0, "contrast", 0.0, "brightness", 1.0)]).shape == (1, 224, 224, 3)
+
+
+def test_the_package_exposes_its_public_names():
+    import ccc.render_torch as render_torch
+
+    assert render_torch.render_batch is render_batch
+    assert {"SampleRandom", "per_sample_parameters", "jpeg_round_trip", "crop_resize_flip"} <= set(render_torch.__all__)
+    assert {"gaussian_noise", "contrast", "pixelate", "jpeg"} <= set(render_torch.TORCH_CORRUPTIONS)
