@@ -1,0 +1,139 @@
+"""The torch blur corruptions (and snow) against the CPU path: bytes where exact, statistics where random.
+
+The random corruptions are checked twice: exactly, by handing the CPU path a generator that replays
+the torch draws (so every step after the draws must agree bit for bit), and in distribution over many
+seeds (slow).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ccc.corruptions import corrupt, get_corruption
+from ccc.corruptions._motion import motion_blur_imagemagick
+from ccc.demo.images import render_demo_image
+from ccc.render_torch import blur
+from ccc.render_torch.snow import TORCH_CORRUPTIONS as SNOW_CORRUPTIONS
+from tests.ccc.render_torch.random_double import sample_random
+
+SEVERITIES = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0)
+ALL_CORRUPTIONS = {**blur.TORCH_CORRUPTIONS, **SNOW_CORRUPTIONS}
+
+
+def demo_images(count: int, size: int = 224) -> np.ndarray:
+    """``count`` demo-world images, centre-cropped to ``size``×``size``: uint8 (N, size, size, 3)."""
+    crops = []
+    for index in range(count):
+        image = render_demo_image(index % 16, np.random.default_rng(index))
+        top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
+        crops.append(image[top : top + size, left : left + size])
+    return np.stack(crops)
+
+
+def as_tensor(images: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+
+
+def truncated(output: torch.Tensor) -> np.ndarray:
+    """The pipeline's truncation: uint8 (N, H, W, 3)."""
+    return torch.clamp(output * 255.0, 0, 255).floor().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def corrupt_replayed(image: np.ndarray, name: str, severity: float, draws: "ReplayedDraws") -> np.ndarray:
+    """The CPU path's corruption function drawing from ``draws``, truncated to uint8 as ``corrupt`` does."""
+    entry = get_corruption(name)
+    return np.asarray(entry.function(image, entry.parameters(severity), draws)).astype(np.uint8)
+
+
+class ReplayedDraws:
+    """A CPU-path generator that returns the torch draws of one sample (the same values, float64)."""
+
+    def __init__(self, normals=None, uniforms=None, integers=None) -> None:
+        self.normals, self.uniforms, self.integer_draws = normals, uniforms, integers
+
+    def normal(self, size, loc, scale):
+        assert self.normals.shape == size
+        return loc + scale * self.normals
+
+    def uniform(self, low, high):
+        return low + (high - low) * self.uniforms
+
+    def integers(self, low, high, size):
+        assert self.integer_draws.shape == size
+        return self.integer_draws
+
+
+@pytest.fixture(scope="module")
+def images() -> np.ndarray:
+    return demo_images(len(SEVERITIES))
+
+
+@pytest.mark.parametrize("name", ["defocus_blur", "zoom_blur", "gaussian_blur"])
+def test_deterministic_blurs_equal_the_cpu_path_byte_for_byte(images: np.ndarray, name: str) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    output = blur.TORCH_CORRUPTIONS[name](as_tensor(images), severities, sample_random(torch.arange(len(images))))
+    assert output.dtype == torch.float32 and output.shape == (len(images), 3, 224, 224)
+    expected = np.stack([corrupt(image, name, severity) for image, severity in zip(images, SEVERITIES)])
+    np.testing.assert_array_equal(truncated(output), expected)
+
+
+def test_motion_blur_equals_the_cpu_path_given_the_same_angle(images: np.ndarray) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    seeds = torch.arange(len(images)) + 100
+    output = blur.motion_blur(as_tensor(images), severities, sample_random(seeds))
+    uniforms = sample_random(seeds).uniform().to(torch.float64).numpy()
+    expected = [
+        corrupt_replayed(image, "motion_blur", severity, ReplayedDraws(uniforms=uniform))
+        for image, severity, uniform in zip(images, SEVERITIES, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+def test_imagemagick_motion_blur_equals_the_cpu_reimplementation_at_any_angle(images: np.ndarray) -> None:
+    generator = np.random.default_rng(3)
+    radii, sigmas = generator.uniform(0.5, 20, 4).tolist(), generator.uniform(0.5, 15, 4).tolist()
+    angles = generator.uniform(-180, 180, 4).tolist()
+    levels = torch.from_numpy(images[:4]).permute(0, 3, 1, 2).to(torch.float64)
+    output = blur.imagemagick_motion_blur(levels, radii, sigmas, angles).permute(0, 2, 3, 1).numpy()
+    expected = [motion_blur_imagemagick(*arguments) for arguments in zip(images[:4], radii, sigmas, angles)]
+    np.testing.assert_array_equal(output.astype(np.uint8), np.stack(expected))
+
+
+def glass_offsets_for_cpu(uniforms: torch.Tensor, severity: float, height: int, width: int) -> np.ndarray:
+    """The torch offsets of one sample laid out as the CPU loop reads them (iterations, rows, columns, 2)."""
+    parameters = blur.per_sample_parameters("glass_blur", torch.tensor([severity], dtype=torch.float64))[0]
+    margin, iterations = round(max(float(parameters[1]), 1.0)), round(float(parameters[2]))
+    offsets = torch.minimum((uniforms.to(torch.float64) * 2 * margin).floor(), torch.tensor(2 * margin - 1.0))
+    offsets = (offsets - margin).to(torch.int64).numpy()
+    visited = offsets[:iterations, margin + 1 : height - margin + 1, margin + 1 : width - margin + 1]
+    return np.ascontiguousarray(visited[:, ::-1, ::-1])
+
+
+def test_glass_blur_equals_the_sequential_cpu_loop_given_the_same_offsets(images: np.ndarray) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    seeds = torch.arange(len(images)) + 200
+    output = blur.glass_blur(as_tensor(images), severities, sample_random(seeds))
+    uniforms = sample_random(seeds).uniform(3, 224, 224, 2)
+    expected = [
+        corrupt_replayed(
+            image, "glass_blur", severity, ReplayedDraws(integers=glass_offsets_for_cpu(draws, severity, 224, 224))
+        )
+        for image, severity, draws in zip(images, SEVERITIES, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    seeds = torch.arange(len(images)) + 300
+    output = SNOW_CORRUPTIONS["snow"](as_tensor(images), severities, sample_random(seeds))
+    replay = sample_random(seeds)
+    normals = replay.normal(224, 224).to(torch.float64).numpy()
+    uniforms = replay.uniform().to(torch.float64).numpy()
+    expected = [
+        corrupt_replayed(image, "snow", severity, ReplayedDraws(normals=normal, uniforms=uniform))
+        for image, severity, normal, uniform in zip(images, SEVERITIES, normals, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
