@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ccc.corruptions._filters import _zoom_axis_table, scipy_gaussian_kernel
 from ccc.corruptions._motion import motion_blur_taps
-from ccc.corruptions.blur import _antialiased_disk
+from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, GAUSSIAN_BLUR_TABLE, GLASS_BLUR_TABLE, _antialiased_disk
 
 from .parameters import per_sample_parameters
 
@@ -103,18 +103,21 @@ def _depthwise_line(images: Tensor, kernels: Tensor, dim: int) -> Tensor:
     return output.reshape(batch, channels, output.shape[2], output.shape[3])
 
 
-def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
+def gaussian_blur_nearest(images: Tensor, sigmas: list[float], largest_sigma: float) -> Tensor:
     """Per-sample Gaussian blur with replicated borders (``ccc.corruptions._filters.gaussian_blur_nearest``).
 
     Args:
         images: float64 (B, C, H, W), any value range.
         sigmas: B standard deviations in pixels, each > 0 (scipy's kernel truncated at 4 sigma).
+        largest_sigma: the largest sigma the caller can pass (its table's); every kernel is zero-padded
+            to that sigma's width, so that a sample's rounding does not depend on the other samples.
 
     Returns:
         float64 (B, C, H, W): the separable blur, rows of the kernel first, like OpenCV's sepFilter2D.
     """
     kernels = [scipy_gaussian_kernel(sigma, _GAUSSIAN_TRUNCATE) for sigma in sigmas]
-    radius = max((len(kernel) - 1) // 2 for kernel in kernels)
+    widest = scipy_gaussian_kernel(largest_sigma, _GAUSSIAN_TRUNCATE)
+    radius = max((len(kernel) - 1) // 2 for kernel in [widest, *kernels])
     padded = np.zeros((len(kernels), 2 * radius + 1))
     for row, kernel in enumerate(kernels):
         own = (len(kernel) - 1) // 2
@@ -130,7 +133,7 @@ def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> T
     Deterministic (``random`` is not used). Shapes and ranges as in the module docstring.
     """
     sigmas = per_sample_parameters("gaussian_blur", severities).detach().cpu().tolist()
-    return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas))
+    return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas, max(GAUSSIAN_BLUR_TABLE)))
 
 
 def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -142,7 +145,9 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     """
     rows = _host_rows(per_sample_parameters("defocus_blur", severities))
     disks = [_antialiased_disk(radius, alias) for radius, alias in rows]
-    reach = max(max(disk.shape[0] // 2, disk.shape[0] - 1 - disk.shape[0] // 2) for disk in disks)
+    # The table's kernels fix the common size, whatever the batch holds (batch-independent rounding).
+    table_disks = [_antialiased_disk(radius, alias) for radius, alias in DEFOCUS_BLUR_TABLE[1:]]
+    reach = max(max(disk.shape[0] // 2, disk.shape[0] - 1 - disk.shape[0] // 2) for disk in disks + table_disks)
     size = 2 * reach + 1
     embedded = np.zeros((len(disks), size, size))
     for index, disk in enumerate(disks):
@@ -315,6 +320,7 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tens
     """
     rows = _host_rows(per_sample_parameters("glass_blur", severities))
     sigmas = [row[0] for row in rows]
+    largest_sigma = max(row[0] for row in GLASS_BLUR_TABLE)
     margins_list = [round(max(row[1], 1.0)) for row in rows]
     iterations = torch.tensor([round(row[2]) for row in rows], device=images.device)
     margins = torch.tensor(margins_list, device=images.device)
@@ -322,13 +328,13 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tens
     uniforms = random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2).to(torch.float64)
     spans = (2 * margins)[:, None, None, None, None]
     offsets = torch.minimum((uniforms * spans).floor().to(torch.int64), spans - 1) - margins[:, None, None, None, None]
-    levels = (gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0).floor()
+    levels = (gaussian_blur_nearest(unit_float64(images), sigmas, largest_sigma) * 255.0).floor()
     flat = levels.reshape(batch, channels, height * width)
     for iteration in range(_MAX_GLASS_ITERATIONS):
         sources = _glass_sources(offsets[:, iteration], margins, iteration < iterations, height, width)
         flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
     shuffled = flat.reshape(batch, channels, height, width) / 255.0
-    return unit_float32(gaussian_blur_nearest(shuffled, sigmas))
+    return unit_float32(gaussian_blur_nearest(shuffled, sigmas, largest_sigma))
 
 
 TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
