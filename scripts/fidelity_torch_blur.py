@@ -30,13 +30,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=32)
     parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--first-seed", type=int, default=0, help="offset of the seeds of both paths")
+    parser.add_argument("--only", nargs="*", default=None, help="corruptions to measure (default: all)")
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     images = demo_images(arguments.images)
     tensor = as_tensor(images)
     print("| corruption | severity | max abs diff | mean abs diff |")
     print("|---|---|---|---|")
-    for name in DETERMINISTIC:
+    for name in [name for name in DETERMINISTIC if arguments.only is None or name in arguments.only]:
         for severity in np.arange(0.5, 5.01, 0.5):
             severities = torch.full((len(images),), severity, dtype=torch.float64)
             got = truncated(FUNCTIONS[name](tensor, severities, sample_random(torch.arange(len(images)))))
@@ -46,16 +48,21 @@ def main() -> None:
     print()
     print("| corruption | severity | statistic | torch | cpu | paired diff | z |")
     print("|---|---|---|---|---|---|---|")
-    for name in RANDOM:
+    for name in [name for name in RANDOM if arguments.only is None or name in arguments.only]:
         for severity in (1.0, 3.0, 5.0):
             torch_outputs, cpu_outputs = [], []
             for seed in range(arguments.seeds):
-                seeds = torch.arange(len(images)) + 1000 * seed
+                seeds = torch.arange(len(images)) + 1000 * seed + 100_000 * arguments.first_seed
                 severities = torch.full((len(images),), severity, dtype=torch.float64)
                 torch_outputs.append(truncated(FUNCTIONS[name](tensor, severities, sample_random(seeds))))
                 cpu_outputs.append(
                     np.stack(
-                        [corrupt(image, name, severity, rng=10_000 + 1000 * seed + k) for k, image in enumerate(images)]
+                        [
+                            corrupt(
+                                image, name, severity, rng=10_000 + 1000 * seed + 100_000 * arguments.first_seed + k
+                            )
+                            for k, image in enumerate(images)
+                        ]
                     )
                 )
             clean = np.concatenate([images] * arguments.seeds)

@@ -188,13 +188,15 @@ def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Te
         return source.gather(2, index[:, None, :, None].expand(batch, channels, height, width))
 
     upper = row_weight[:, None, :, None]
-    by_rows = (1.0 - upper) * rows_at(row_low) + upper * rows_at((row_low + 1).clamp(max=height - 1))
+    by_rows = rows_at(row_low) * (1.0 - upper)
+    by_rows += rows_at((row_low + 1).clamp(max=height - 1)) * upper
 
     def columns_at(index: Tensor) -> Tensor:
         return by_rows.gather(3, index[:, None, None, :].expand(batch, channels, height, width))
 
     right = column_weight[:, None, None, :]
-    zoomed = (1.0 - right) * columns_at(column_low) + right * columns_at((column_low + 1).clamp(max=width - 1))
+    zoomed = columns_at(column_low) * (1.0 - right)
+    zoomed += columns_at((column_low + 1).clamp(max=width - 1)) * right
     return zoomed.to(dtype)
 
 
@@ -213,8 +215,9 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
         present = [slot < len(factors) for factors in factor_lists]
         factors = [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists]
         zoomed = clipped_zoom(unit, factors, torch.float32)
-        mask = torch.tensor(present, device=images.device)[:, None, None, None]
-        accumulated = torch.where(mask, accumulated + zoomed, accumulated)
+        # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
+        zoomed *= torch.tensor(present, dtype=torch.float32, device=images.device)[:, None, None, None]
+        accumulated += zoomed
     counts = torch.tensor([len(factors) + 1 for factors in factor_lists], dtype=torch.float32, device=images.device)
     averaged = (unit + accumulated) / counts[:, None, None, None]
     return averaged.clamp(0.0, 1.0)
@@ -246,15 +249,22 @@ def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[flo
     weights_t = torch.as_tensor(weights, device=device)
     columns_t = torch.as_tensor(columns, device=device)
     rows_t = torch.as_tensor(rows, device=device)
-    quanta = (levels * _QUANTUM_PER_LEVEL).reshape(batch, channels, height * width)
-    row_range = torch.arange(height, device=device)
-    column_range = torch.arange(width, device=device)
-    total = torch.zeros_like(quanta)
+    # Beyond the image size an offset samples the same edge pixel as the size itself: clamp, then pad
+    # once by the largest offset so that every tap is a per-sample shift of one flat index grid.
+    rows_t = rows_t.clamp(1 - height, height - 1)
+    columns_t = columns_t.clamp(1 - width, width - 1)
+    pad_rows, pad_columns = int(rows_t.abs().max()), int(columns_t.abs().max())
+    padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
+    padded_width = width + 2 * pad_columns
+    flat = padded.reshape(batch, channels, -1)
+    grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(-1)
+    starts = (rows_t + pad_rows) * padded_width + columns_t + pad_columns
+    total = torch.zeros((batch, channels, height * width), dtype=torch.float64, device=device)
     for tap in range(count):
-        source_rows = (row_range[None, :] + rows_t[:, tap, None]).clamp(0, height - 1)
-        source_columns = (column_range[None, :] + columns_t[:, tap, None]).clamp(0, width - 1)
-        flat = (source_rows[:, :, None] * width + source_columns[:, None, :]).reshape(batch, 1, height * width)
-        total = total + quanta.gather(2, flat.expand(batch, channels, height * width)) * weights_t[:, tap, None, None]
+        index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
+        product = flat.gather(2, index)
+        product *= weights_t[:, tap, None, None]
+        total += product
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
 
