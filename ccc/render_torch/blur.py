@@ -186,6 +186,9 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
 
     The kernels (up to 21×21) are embedded in one common square at OpenCV's anchor (size // 2) and
     applied by FFT on the reflect-101-padded images (as OpenCV's ``filter2D`` does for large kernels).
+    Where the kernel is exactly a delta (radius < 1 with a negligible antialiasing blur, severities
+    below 1/3) the exact result, the image itself, is returned: the CPU's value there is the image up to
+    OpenCV's DFT rounding (±1e-14), whose sign alone decides its truncation (see the fidelity notes).
     Deterministic (``random`` is not used).
     """
     rows = _host_rows(per_sample_parameters("defocus_blur", severities))
@@ -204,7 +207,9 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     kernels = torch.as_tensor(embedded, dtype=torch.float64, device=images.device)
     spectrum = torch.fft.rfft2(padded) * torch.fft.rfft2(kernels, s=shape).conj()[:, None]
     correlated = torch.fft.irfft2(spectrum, s=shape)[..., :height, :width]
-    return unit_float32(correlated)
+    deltas = [bool(disk.max() == 1.0) for disk in disks]
+    is_delta = torch.tensor(deltas, device=images.device)[:, None, None, None]
+    return unit_float32(torch.where(is_delta, unit_float64(images), correlated))
 
 
 def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Tensor:

@@ -192,3 +192,42 @@ def test_random_corruptions_match_the_cpu_path_in_distribution(name: str, severi
         sample_statistics(clean, np.concatenate(torch_outputs)), sample_statistics(clean, np.concatenate(cpu_outputs))
     )
     assert all(row["z"] < 5.0 for row in rows.values()), rows
+
+
+def flat_blocks(count: int, size: int = 64, block: int = 16) -> np.ndarray:
+    """uint8 (count, size, size, 3) images of constant blocks: every blurred value lies near a level."""
+    generator = np.random.default_rng(11)
+    levels = generator.integers(0, 256, (count, size // block, size // block, 3))
+    return np.repeat(np.repeat(levels, block, 1), block, 2).astype(np.uint8)
+
+
+def test_gaussian_blurs_equal_the_cpu_path_on_flat_regions() -> None:
+    """Flat regions put the float64 values within rounding of an integer: OpenCV's operation order matters."""
+    images = flat_blocks(4)
+    severities = (0.2, 0.3, 1.0, 4.0)
+    output = blur.gaussian_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
+    expected = np.stack([corrupt(image, "gaussian_blur", severity) for image, severity in zip(images, severities)])
+    np.testing.assert_array_equal(truncated(output), expected)
+    seeds = torch.arange(4) + 400
+    output = blur.glass_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), sample_random(seeds))
+    uniforms = sample_random(seeds).uniform(3, 64, 64, 2)
+    expected = [
+        corrupt_replayed(
+            image, "glass_blur", severity, ReplayedDraws(integers=glass_offsets_for_cpu(draws, severity, 64, 64))
+        )
+        for image, severity, draws in zip(images, severities, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+def test_defocus_blur_below_severity_one_third_returns_the_exact_identity() -> None:
+    """Known difference: below 1/3 the disk is one pixel and the kernel exactly a delta, so every value is
+    an exact level times 1.0; OpenCV's DFT rounding (±1e-14) then decides the CPU's truncation to k or
+    k - 1, while torch returns the exact value k (docs/fidelity_torch_blur.md)."""
+    images = flat_blocks(2)
+    severities = (0.2, 0.3)
+    output = blur.defocus_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
+    expected = np.stack([corrupt(image, "defocus_blur", severity) for image, severity in zip(images, severities)])
+    difference = truncated(output).astype(int) - expected
+    assert difference.min() >= 0 and difference.max() <= 1
+    assert np.array_equal(truncated(output), images)
