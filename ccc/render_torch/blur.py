@@ -3,7 +3,8 @@
 Each function takes ``images`` float32 (B, 3, H, W) in [0, 1], ``severities`` float64 (B,) in (0, 5]
 and a :class:`~ccc.render_torch.random.SampleRandom`, and returns float32 (B, 3, H, W): the CPU
 path's (:mod:`ccc.corruptions.blur`) value before its uint8 truncation, divided by 255. Filtering runs
-in float64, as the CPU path does, so that the truncation to uint8 falls on the same side.
+in float64, as the CPU path does, and the Gaussian blurs in OpenCV's own operation order, so that the
+truncation to uint8 falls on the same side even on flat regions (where exact values are integers).
 
 Kernels and tables come from their CPU owners (the antialiased disk, scipy's Gaussian kernel, the
 zoom tables, ImageMagick's motion-blur taps); they are built on the host once per distinct parameter
@@ -18,6 +19,8 @@ Parallel formulations (``docs/fidelity_torch_blur.md``):
   acyclic and are resolved by pointer jumping (log2 of the longest chain gathers). Given the same
   offsets the result equals the sequential loop exactly; the offsets are drawn from ``SampleRandom``.
 - motion_blur: ImageMagick's taps applied as a tap-ordered sum of shifted (edge-clamped) gathers.
+
+Host-side loops over the samples only build kernels and tap tables (numbers per sample, not pixels).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ _QUANTUM_PER_LEVEL = 257.0
 """16-bit quanta per 8-bit level (ImageMagick Q16 reading an 8-bit PNG)."""
 
 _QUANTUM_RANGE = 65535.0
+"""Largest 16-bit quantum (ImageMagick Q16)."""
 
 _MAX_GLASS_ITERATIONS = 3
 """Largest iteration count of the glass-blur table: offsets are always drawn for this many passes,
