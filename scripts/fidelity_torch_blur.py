@@ -31,17 +31,21 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=32)
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--first-seed", type=int, default=0, help="offset of the seeds of both paths")
+    parser.add_argument("--device", default="cpu", help="torch device of the torch path (cpu, cuda)")
     parser.add_argument("--only", nargs="*", default=None, help="corruptions to measure (default: all)")
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     images = demo_images(arguments.images)
-    tensor = as_tensor(images)
+    device = torch.device(arguments.device)
+    tensor = as_tensor(images).to(device)
     print("| corruption | severity | max abs diff | mean abs diff |")
     print("|---|---|---|---|")
     for name in [name for name in DETERMINISTIC if arguments.only is None or name in arguments.only]:
         for severity in (0.1, 0.2, 0.3, *np.arange(0.5, 5.01, 0.5)):
-            severities = torch.full((len(images),), severity, dtype=torch.float64)
-            got = truncated(FUNCTIONS[name](tensor, severities, sample_random(torch.arange(len(images)))))
+            severities = torch.full((len(images),), severity, dtype=torch.float64, device=device)
+            got = truncated(
+                FUNCTIONS[name](tensor, severities, sample_random(torch.arange(len(images), device=device)))
+            )
             expected = np.stack([corrupt(image, name, float(severity)) for image in images])
             difference = np.abs(got.astype(int) - expected)
             print(f"| {name} | {severity:.1f} | {difference.max()} | {difference.mean():.2e} |")
@@ -52,8 +56,8 @@ def main() -> None:
         for severity in (1.0, 3.0, 5.0):
             torch_outputs, cpu_outputs = [], []
             for seed in range(arguments.seeds):
-                seeds = torch.arange(len(images)) + 1000 * seed + 100_000 * arguments.first_seed
-                severities = torch.full((len(images),), severity, dtype=torch.float64)
+                seeds = torch.arange(len(images), device=device) + 1000 * seed + 100_000 * arguments.first_seed
+                severities = torch.full((len(images),), severity, dtype=torch.float64, device=device)
                 torch_outputs.append(truncated(FUNCTIONS[name](tensor, severities, sample_random(seeds))))
                 cpu_outputs.append(
                     np.stack(

@@ -12,12 +12,12 @@ from torch import Tensor
 
 
 class SampleRandomDouble:
-    """Per-sample ``torch.Generator`` streams seeded from (seed, stage); CPU generation, moved to the device."""
+    """Per-sample ``torch.Generator`` streams seeded from (seed, stage); CPU generation, moved to the seeds' device."""
 
-    def __init__(self, seeds: Tensor, stage: int = 0, device: torch.device | str = "cpu") -> None:
+    def __init__(self, seeds: Tensor, stage: int = 0) -> None:
         self.seeds = seeds.to("cpu", torch.int64)
         self.stage = stage
-        self.device = torch.device(device)
+        self.device = seeds.device
         self.generators = []
         for seed in self.seeds.tolist():
             generator = torch.Generator()
