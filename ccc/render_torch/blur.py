@@ -104,24 +104,48 @@ def _split(values: Tensor) -> tuple[Tensor, Tensor]:
     return high, values - high
 
 
-def _fused_multiply_add(weight: Tensor, values: Tensor, halves: tuple[Tensor, Tensor], total: Tensor) -> Tensor:
-    """``weight * values + total`` rounded once, as a hardware FMA, in plain float64 operations.
+class _FusedMultiplyAdd:
+    """``total ← weight * values + total`` rounded once, as a hardware FMA, in plain float64 operations.
 
-    The product is made exact with Dekker's two-product (``halves`` = the split of ``values``, the weight
-    split here) and added with Knuth's two-sum; the one remaining rounding of the three parts equals the
-    FMA's except in double-rounding ties (none seen in the measurements). Shapes broadcast.
+    The product is made exact with Dekker's two-product and added with Knuth's two-sum; the one
+    remaining rounding of the three parts equals the FMA's except in double-rounding ties (none seen in
+    the measurements). Works in place on preallocated (B, C, H, W) buffers: the filters call it once per
+    tap on full images.
     """
-    weight_high, weight_low = _split(weight)
-    value_high, value_low = halves
-    product = values * weight
-    error = weight_high * value_high - product
-    error += weight_high * value_low
-    error += weight_low * value_high
-    error += weight_low * value_low
-    summed = product + total
-    virtual = summed - product
-    rounding = (product - (summed - virtual)) + (total - virtual)
-    return summed + (rounding + error)
+
+    def __init__(self, like: Tensor) -> None:
+        self.product = torch.empty_like(like)
+        self.error = torch.empty_like(like)
+        self.scratch = torch.empty_like(like)
+        self.virtual = torch.empty_like(like)
+        self.summed = torch.empty_like(like)
+
+    def __call__(self, weight: Tensor, values: Tensor, halves: tuple[Tensor, Tensor], total: Tensor) -> Tensor:
+        """Returns ``fma(weight, values, total)`` in one of its buffers; ``total`` is overwritten.
+
+        ``weight`` broadcasts to ``values`` (B, C, H, W); ``halves`` is :func:`_split` of ``values``.
+        The returned tensor is valid until the call after next (the buffers alternate with ``total``).
+        """
+        weight_high, weight_low = _split(weight)
+        value_high, value_low = halves
+        product, error, scratch, virtual, summed = self.product, self.error, self.scratch, self.virtual, self.summed
+        torch.mul(values, weight, out=product)
+        torch.mul(value_high, weight_high, out=error)
+        error.sub_(product)
+        for high_or_low, weight_part in ((value_low, weight_high), (value_high, weight_low), (value_low, weight_low)):
+            torch.mul(high_or_low, weight_part, out=scratch)
+            error.add_(scratch)
+        torch.add(product, total, out=summed)
+        torch.sub(summed, product, out=virtual)
+        torch.sub(summed, virtual, out=scratch)
+        torch.sub(product, scratch, out=scratch)
+        total.sub_(virtual)
+        scratch.add_(total)
+        scratch.add_(error)
+        summed.add_(scratch)
+        # The caller's old total becomes the next call's output buffer.
+        self.summed = total
+        return summed
 
 
 def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
@@ -142,16 +166,19 @@ def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     padded = F.pad(images, (radius, radius, 0, 0), mode="replicate")
     high, low = _split(padded)
     rows = padded[..., :width] * weights[:, 0]
+    fused_multiply_add = _FusedMultiplyAdd(rows)
     for tap in range(1, 2 * radius + 1):
         window = slice(tap, tap + width)
         halves = (high[..., window], low[..., window])
-        rows = _fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
+        rows = fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
     padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
     columns = padded_rows[:, :, radius : radius + height] * weights[:, radius]
+    pair = torch.empty_like(columns)
     for offset in range(1, radius + 1):
-        pair = padded_rows[:, :, radius + offset : radius + offset + height]
-        pair = pair + padded_rows[:, :, radius - offset : radius - offset + height]
-        columns = columns + pair * weights[:, radius + offset]
+        below = padded_rows[:, :, radius + offset : radius + offset + height]
+        torch.add(below, padded_rows[:, :, radius - offset : radius - offset + height], out=pair)
+        pair.mul_(weights[:, radius + offset])
+        columns.add_(pair)
     return columns
 
 
