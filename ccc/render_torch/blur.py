@@ -1,0 +1,453 @@
+"""Blur corruptions in torch, batched with per-sample severities: defocus, glass, motion, zoom, gaussian.
+
+Each function takes ``images`` float32 (B, 3, H, W) in [0, 1], ``severities`` float64 (B,) in (0, 5]
+and a :class:`~ccc.render_torch.random.SampleRandom`, and returns float32 (B, 3, H, W): the CPU
+path's (:mod:`ccc.corruptions.blur`) value before its uint8 truncation, divided by 255. Filtering runs
+in float64, as the CPU path does, and the Gaussian blurs in OpenCV's own operation order, so that the
+truncation to uint8 falls on the same side even on flat regions (where exact values are integers).
+
+Kernels and tables come from their CPU owners (the antialiased disk, scipy's Gaussian kernel, the
+zoom tables, ImageMagick's motion-blur taps); they are built on the host once per distinct parameter
+and moved to the images' device. Per-sample parameters are therefore read on the host (one sync per
+call); the pixels never leave the device.
+
+Parallel formulations (``docs/fidelity_torch_blur.md``):
+
+- glass_blur: the reference's sequential scan copies pixel (h + dy, w + dx) onto (h, w); a pixel whose
+  source was already visited in the same pass takes that source's new value. Each visited pixel thus
+  points either at an original value or at another visited pixel's final value; these chains are
+  acyclic and are resolved by pointer jumping (log2 of the longest chain gathers). Given the same
+  offsets the result equals the sequential loop exactly; the offsets are drawn from ``SampleRandom``.
+- motion_blur: ImageMagick's taps applied as a tap-ordered sum of shifted (edge-clamped) gathers.
+
+Host-side loops over the samples only build kernels and tap tables (numbers per sample, not pixels).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ccc.corruptions._filters import _zoom_axis_table, scipy_gaussian_kernel
+from ccc.corruptions._motion import motion_blur_taps
+from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, _antialiased_disk
+
+from .parameters import per_sample_parameters
+
+if TYPE_CHECKING:
+    from .random import SampleRandom
+
+_GAUSSIAN_TRUNCATE = 4.0
+"""scikit-image's (scipy's) default kernel radius in units of sigma."""
+
+_QUANTUM_PER_LEVEL = 257.0
+"""16-bit quanta per 8-bit level (ImageMagick Q16 reading an 8-bit PNG)."""
+
+_QUANTUM_RANGE = 65535.0
+"""Largest 16-bit quantum (ImageMagick Q16)."""
+
+_MAX_GLASS_ITERATIONS = 3
+"""Largest iteration count of the glass-blur table: offsets are always drawn for this many passes,
+so that a sample's draws do not depend on the other samples' severities."""
+
+_MOTION_ANGLE_RANGE = (-45.0, 45.0)
+"""Motion blur's angle, uniform in degrees (the CPU path's ``rng.uniform(-45, 45)``)."""
+
+
+def unit_float32(unit: Tensor) -> Tensor:
+    """float64 unit-scale values → float32 that truncate like the CPU path's float64 levels.
+
+    Args:
+        unit: float64 tensor, any shape: the CPU's pre-truncation value divided by 255 (any range).
+
+    Returns:
+        float32 tensor ``x`` of the same shape, equal to ``unit`` clamped to [0, 1] (to float32
+        rounding), such that ``floor(clamp(x * 255, 0, 255))`` computed in float32 equals
+        ``floor(clamp(unit * 255, 0, 255))`` computed in float64 (where the float32 product would
+        round across an integer, ``x`` is moved to the middle of the CPU's level).
+    """
+    levels = (unit.clamp(0.0, 1.0) * 255.0).floor()
+    value = unit.clamp(0.0, 1.0).to(torch.float32)
+    safe = ((levels + 0.5) / 255.0).to(torch.float32)
+    return torch.where((value * 255.0).floor() == levels.to(torch.float32), value, safe)
+
+
+def unit_float64(images: Tensor) -> Tensor:
+    """Images in [0, 1] as the CPU path's ``uint8 / 255.0``: float64, rounded to the nearest 8-bit level.
+
+    Args:
+        images: float (B, C, H, W) in [0, 1], normally holding levels k / 255 (the pipeline's input).
+
+    Returns:
+        float64 (B, C, H, W): ``round(images * 255) / 255``, bit-equal to numpy's ``k / 255.0``.
+    """
+    return torch.round(images.to(torch.float64) * 255.0) / 255.0
+
+
+def _host_rows(parameters: Tensor) -> list[tuple[float, ...]]:
+    """(B, P) parameters as B host tuples (one device sync)."""
+    return [tuple(row) for row in parameters.detach().cpu().tolist()]
+
+
+_DEKKER_SPLITTER = 134217729.0
+"""2**27 + 1: splits a float64 into two halves whose products are exact (Dekker)."""
+
+
+def _split(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Dekker's split of float64 ``values`` into high and low halves (``high + low == values``)."""
+    scaled = values * _DEKKER_SPLITTER
+    high = scaled - (scaled - values)
+    return high, values - high
+
+
+class _FusedMultiplyAdd:
+    """``total ← weight * values + total`` rounded once, as a hardware FMA, in plain float64 operations.
+
+    The product is made exact with Dekker's two-product and added with Knuth's two-sum; the one
+    remaining rounding of the three parts equals the FMA's except in double-rounding ties (none seen in
+    the measurements). Works in place on preallocated (B, C, H, W) buffers: the filters call it once per
+    tap on full images.
+    """
+
+    def __init__(self, like: Tensor) -> None:
+        self.product = torch.empty_like(like)
+        self.error = torch.empty_like(like)
+        self.scratch = torch.empty_like(like)
+        self.virtual = torch.empty_like(like)
+        self.summed = torch.empty_like(like)
+
+    def __call__(self, weight: Tensor, values: Tensor, halves: tuple[Tensor, Tensor], total: Tensor) -> Tensor:
+        """Returns ``fma(weight, values, total)`` in one of its buffers; ``total`` is overwritten.
+
+        ``weight`` broadcasts to ``values`` (B, C, H, W); ``halves`` is :func:`_split` of ``values``.
+        The returned tensor is valid until the call after next (the buffers alternate with ``total``).
+        """
+        weight_high, weight_low = _split(weight)
+        value_high, value_low = halves
+        product, error, scratch, virtual, summed = self.product, self.error, self.scratch, self.virtual, self.summed
+        torch.mul(values, weight, out=product)
+        torch.mul(value_high, weight_high, out=error)
+        error.sub_(product)
+        for high_or_low, weight_part in ((value_low, weight_high), (value_high, weight_low), (value_low, weight_low)):
+            torch.mul(high_or_low, weight_part, out=scratch)
+            error.add_(scratch)
+        torch.add(product, total, out=summed)
+        torch.sub(summed, product, out=virtual)
+        torch.sub(summed, virtual, out=scratch)
+        torch.sub(product, scratch, out=scratch)
+        total.sub_(virtual)
+        scratch.add_(total)
+        scratch.add_(error)
+        summed.add_(scratch)
+        # The caller's old total becomes the next call's output buffer.
+        self.summed = total
+        return summed
+
+
+def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
+    """OpenCV's float64 ``sepFilter2D`` with replicated borders, in its operation order (per sample kernels).
+
+    Args:
+        images: float64 (B, C, H, W).
+        kernels: float64 (B, K), K odd, symmetric kernels centred at K // 2 (zero-padded as needed).
+
+    Returns:
+        float64 (B, C, H, W). The row pass sums the taps left to right with fused multiply-adds, the
+        column pass adds mirrored rows first and multiplies once per pair (OpenCV's symmetric column
+        filter), as OpenCV 5 does on a CPU with FMA (measured bit-identical).
+    """
+    batch, channels, height, width = images.shape
+    radius = kernels.shape[1] // 2
+    weights = kernels[:, :, None, None, None]
+    padded = F.pad(images, (radius, radius, 0, 0), mode="replicate")
+    high, low = _split(padded)
+    rows = padded[..., :width] * weights[:, 0]
+    fused_multiply_add = _FusedMultiplyAdd(rows)
+    for tap in range(1, 2 * radius + 1):
+        window = slice(tap, tap + width)
+        halves = (high[..., window], low[..., window])
+        rows = fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
+    padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
+    columns = padded_rows[:, :, radius : radius + height] * weights[:, radius]
+    pair = torch.empty_like(columns)
+    for offset in range(1, radius + 1):
+        below = padded_rows[:, :, radius + offset : radius + offset + height]
+        torch.add(below, padded_rows[:, :, radius - offset : radius - offset + height], out=pair)
+        pair.mul_(weights[:, radius + offset])
+        columns.add_(pair)
+    return columns
+
+
+def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
+    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions._filters.gaussian_blur_nearest``).
+
+    Args:
+        images: float64 (B, C, H, W), any value range.
+        sigmas: B standard deviations in pixels, each > 0 (scipy's kernel truncated at 4 sigma). The
+            kernels are zero-padded to the widest; a zero tap leaves every sum unchanged bit for bit, so
+            a sample's result does not depend on the other samples.
+
+    Returns:
+        float64 (B, C, H, W): the separable blur, in OpenCV's operation order (:func:`_separable_opencv`).
+    """
+    kernels = [scipy_gaussian_kernel(sigma, _GAUSSIAN_TRUNCATE) for sigma in sigmas]
+    radius = max((len(kernel) - 1) // 2 for kernel in kernels)
+    padded = np.zeros((len(kernels), 2 * radius + 1))
+    for row, kernel in enumerate(kernels):
+        own = (len(kernel) - 1) // 2
+        padded[row, radius - own : radius + own + 1] = kernel
+    return _separable_opencv(images, torch.as_tensor(padded, dtype=torch.float64, device=images.device))
+
+
+def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Hold-out Gaussian blur: per-sample sigma from the table, truncated at 4 sigma, borders replicated.
+
+    Deterministic (``random`` is not used). Shapes and ranges as in the module docstring.
+    """
+    sigmas = per_sample_parameters("gaussian_blur", severities).detach().cpu().tolist()
+    return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas))
+
+
+def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Correlation with the CPU path's antialiased disk (per sample), reflect-101 borders, float64.
+
+    The kernels (up to 21×21) are embedded in one common square at OpenCV's anchor (size // 2) and
+    applied by FFT on the reflect-101-padded images (as OpenCV's ``filter2D`` does for large kernels).
+    Where the kernel is exactly a delta (radius < 1 with a negligible antialiasing blur, severities
+    below 1/3) the exact result, the image itself, is returned: the CPU's value there is the image up to
+    OpenCV's DFT rounding (±1e-14), whose sign alone decides its truncation (see the fidelity notes).
+    Deterministic (``random`` is not used).
+    """
+    rows = _host_rows(per_sample_parameters("defocus_blur", severities))
+    disks = [_antialiased_disk(radius, alias) for radius, alias in rows]
+    # The table's kernels fix the common size, whatever the batch holds (batch-independent rounding).
+    table_disks = [_antialiased_disk(radius, alias) for radius, alias in DEFOCUS_BLUR_TABLE[1:]]
+    reach = max(max(disk.shape[0] // 2, disk.shape[0] - 1 - disk.shape[0] // 2) for disk in disks + table_disks)
+    size = 2 * reach + 1
+    embedded = np.zeros((len(disks), size, size))
+    for index, disk in enumerate(disks):
+        start = reach - disk.shape[0] // 2
+        embedded[index, start : start + disk.shape[0], start : start + disk.shape[1]] = disk
+    batch, _, height, width = images.shape
+    padded = F.pad(unit_float64(images), (reach, reach, reach, reach), mode="reflect")
+    shape = padded.shape[-2:]
+    kernels = torch.as_tensor(embedded, dtype=torch.float64, device=images.device)
+    spectrum = torch.fft.rfft2(padded) * torch.fft.rfft2(kernels, s=shape).conj()[:, None]
+    correlated = torch.fft.irfft2(spectrum, s=shape)[..., :height, :width]
+    deltas = [bool(disk.max() == 1.0) for disk in disks]
+    is_delta = torch.tensor(deltas, device=images.device)[:, None, None, None]
+    return unit_float32(torch.where(is_delta, unit_float64(images), correlated))
+
+
+def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Tensor:
+    """Centre zoom of each sample by its factor: ``clipped_zoom`` of the reference (scipy order 1).
+
+    Args:
+        images: float (B, C, H, W), computed in float64.
+        factors: B zoom factors >= 1.
+        dtype: the result's dtype (the reference casts each zoom to its input's dtype).
+
+    Returns:
+        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast, with
+        the CPU path's tables (:func:`ccc.corruptions._filters._zoom_axis_table`).
+    """
+    batch, channels, height, width = images.shape
+    device = images.device
+    row_tables = [_zoom_axis_table(height, factor) for factor in factors]
+    column_tables = [_zoom_axis_table(width, factor) for factor in factors]
+    row_low = torch.as_tensor(np.stack([table[0] for table in row_tables]), device=device)
+    row_weight = torch.as_tensor(np.stack([table[1] for table in row_tables]), device=device)
+    column_low = torch.as_tensor(np.stack([table[0] for table in column_tables]), device=device)
+    column_weight = torch.as_tensor(np.stack([table[1] for table in column_tables]), device=device)
+    source = images.to(torch.float64)
+
+    def rows_at(index: Tensor) -> Tensor:
+        return source.gather(2, index[:, None, :, None].expand(batch, channels, height, width))
+
+    upper = row_weight[:, None, :, None]
+    by_rows = rows_at(row_low) * (1.0 - upper)
+    by_rows += rows_at((row_low + 1).clamp(max=height - 1)) * upper
+
+    def columns_at(index: Tensor) -> Tensor:
+        return by_rows.gather(3, index[:, None, None, :].expand(batch, channels, height, width))
+
+    right = column_weight[:, None, None, :]
+    zoomed = columns_at(column_low) * (1.0 - right)
+    zoomed += columns_at((column_low + 1).clamp(max=width - 1)) * right
+    return zoomed.to(dtype)
+
+
+def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
+
+    Zooms are accumulated in float32 in the CPU path's order; a sample with fewer zoom factors than
+    the batch's longest list adds nothing for the missing slots. Deterministic (``random`` unused).
+    """
+    rows = _host_rows(per_sample_parameters("zoom_blur", severities))
+    factor_lists = [np.arange(start, stop, step).tolist() for start, stop, step in rows]
+    slots = max(len(factors) for factors in factor_lists)
+    unit = unit_float64(images).to(torch.float32)
+    accumulated = torch.zeros_like(unit)
+    for slot in range(slots):
+        present = [slot < len(factors) for factors in factor_lists]
+        factors = [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists]
+        zoomed = clipped_zoom(unit, factors, torch.float32)
+        # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
+        zoomed *= torch.tensor(present, dtype=torch.float32, device=images.device)[:, None, None, None]
+        accumulated += zoomed
+    counts = torch.tensor([len(factors) + 1 for factors in factor_lists], dtype=torch.float32, device=images.device)
+    averaged = (unit + accumulated) / counts[:, None, None, None]
+    return averaged.clamp(0.0, 1.0)
+
+
+def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
+    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip (:mod:`ccc.corruptions._motion`).
+
+    Args:
+        levels: float64 (B, C, H, W) integer 8-bit levels in [0, 255].
+        radii, sigmas: B radii and sigmas in pixels (each > 0).
+        angles: B angles in degrees (0 = to the right, 90 = down).
+
+    Returns:
+        float64 (B, C, H, W) integer levels: ``floor(round(Σ_tap weight × 257 × level) / 257)`` with
+        the taps' products summed in tap order in float64 and edge pixels repeated, as ImageMagick.
+    """
+    batch, channels, height, width = levels.shape
+    device = levels.device
+    taps = [motion_blur_taps(radius, sigma, angle) for radius, sigma, angle in zip(radii, sigmas, angles)]
+    count = max(len(tap.weights) for tap in taps)
+    weights = np.zeros((batch, count))
+    columns = np.zeros((batch, count), dtype=np.int64)
+    rows = np.zeros((batch, count), dtype=np.int64)
+    for index, tap in enumerate(taps):
+        weights[index, : len(tap.weights)] = tap.weights
+        columns[index, : len(tap.weights)] = tap.column_offsets
+        rows[index, : len(tap.weights)] = tap.row_offsets
+    weights_t = torch.as_tensor(weights, device=device)
+    columns_t = torch.as_tensor(columns, device=device)
+    rows_t = torch.as_tensor(rows, device=device)
+    # Beyond the image size an offset samples the same edge pixel as the size itself: clamp, then pad
+    # once by the largest offset so that every tap is a per-sample shift of one flat index grid.
+    rows_t = rows_t.clamp(1 - height, height - 1)
+    columns_t = columns_t.clamp(1 - width, width - 1)
+    pad_rows, pad_columns = int(rows_t.abs().max()), int(columns_t.abs().max())
+    padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
+    padded_width = width + 2 * pad_columns
+    flat = padded.reshape(batch, channels, -1)
+    grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(
+        -1
+    )
+    starts = (rows_t + pad_rows) * padded_width + columns_t + pad_columns
+    total = torch.zeros((batch, channels, height * width), dtype=torch.float64, device=device)
+    for tap in range(count):
+        index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
+        product = flat.gather(2, index)
+        product *= weights_t[:, tap, None, None]
+        total += product
+    quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
+    return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
+
+
+def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """ImageMagick motion blur with per-sample (radius, sigma) and an angle uniform in [-45, 45) degrees.
+
+    One ``random.uniform()`` draw per sample gives the angle. The result is the CPU path's uint8
+    value divided by 255 (its output is already 8-bit).
+    """
+    rows = _host_rows(per_sample_parameters("motion_blur", severities))
+    low, high = _MOTION_ANGLE_RANGE
+    angles = (low + (high - low) * random.uniform().to(torch.float64)).cpu().tolist()
+    levels = torch.round(images.to(torch.float64) * 255.0)
+    blurred = imagemagick_motion_blur(levels, [row[0] for row in rows], [row[1] for row in rows], angles)
+    return (blurred / 255.0).to(torch.float32)
+
+
+def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, height: int, width: int) -> Tensor:
+    """For one pass of glass blur's sequential copy, the flat index of each pixel's original source.
+
+    Args:
+        offsets: int64 (B, H, W, 2): (dx, dy) per pixel, in [-margin, margin).
+        margins: int64 (B,) maximum displacement per sample (>= 1).
+        active: bool (B,): whether the sample runs this pass (otherwise every pixel keeps its value).
+        height, width: image size.
+
+    Returns:
+        int64 (B, H * W): the pass's result is the pass's input gathered at these indices. Visited pixels
+        are those with margin < h <= H - margin and margin < w <= W - margin, in decreasing (h, w)
+        order; a pixel whose source was visited before it follows the source's chain (pointer jumping).
+    """
+    device = offsets.device
+    h = torch.arange(height, device=device)[None, :, None]
+    w = torch.arange(width, device=device)[None, None, :]
+    margin = margins[:, None, None]
+
+    def visited(rows: Tensor, columns: Tensor) -> Tensor:
+        inside_rows = (rows > margin) & (rows <= height - margin)
+        return inside_rows & (columns > margin) & (columns <= width - margin)
+
+    dx, dy = offsets[..., 0], offsets[..., 1]
+    moving = visited(h, w) & active[:, None, None]
+    source_rows, source_columns = h + dy, w + dx
+    own = (h * width + w).expand_as(dx)
+    target = torch.where(moving, source_rows * width + source_columns, own).reshape(len(margins), -1)
+    earlier = (dy > 0) | ((dy == 0) & (dx > 0))
+    link = (moving & earlier & visited(source_rows, source_columns)).reshape(len(margins), -1)
+    while bool(link.any()):
+        next_target = target.gather(1, target)
+        next_link = link.gather(1, target)
+        target = torch.where(link, next_target, target)
+        link = link & next_link
+    return target
+
+
+def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Gaussian blur, per-sample passes of local pixel copies, Gaussian blur again.
+
+    Parameters per sample: (sigma, max displacement rounded half to even and at least 1, iterations
+    rounded half to even). One ``random.uniform(3, H, W, 2)`` draw per call gives the (dx, dy)
+    offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin``.
+    """
+    rows = _host_rows(per_sample_parameters("glass_blur", severities))
+    sigmas = [row[0] for row in rows]
+    margins_list = [round(max(row[1], 1.0)) for row in rows]
+    iterations = torch.tensor([round(row[2]) for row in rows], device=images.device)
+    margins = torch.tensor(margins_list, device=images.device)
+    batch, channels, height, width = images.shape
+    uniforms = random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2).to(torch.float64)
+    spans = (2 * margins)[:, None, None, None, None]
+    offsets = torch.minimum((uniforms * spans).floor().to(torch.int64), spans - 1) - margins[:, None, None, None, None]
+    levels = (gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0).floor()
+    flat = levels.reshape(batch, channels, height * width)
+    for iteration in range(_MAX_GLASS_ITERATIONS):
+        sources = _glass_sources(offsets[:, iteration], margins, iteration < iterations, height, width)
+        flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
+    shuffled = flat.reshape(batch, channels, height, width) / 255.0
+    return unit_float32(gaussian_blur_nearest(shuffled, sigmas))
+
+
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+    "defocus_blur": defocus_blur,
+    "glass_blur": glass_blur,
+    "motion_blur": motion_blur,
+    "zoom_blur": zoom_blur,
+    "gaussian_blur": gaussian_blur,
+}
+"""The blur corruptions of this module by registered name (merged by the pipeline)."""
+
+__all__ = [
+    "TORCH_CORRUPTIONS",
+    "clipped_zoom",
+    "defocus_blur",
+    "gaussian_blur",
+    "gaussian_blur_nearest",
+    "glass_blur",
+    "imagemagick_motion_blur",
+    "motion_blur",
+    "unit_float32",
+    "unit_float64",
+    "zoom_blur",
+]

@@ -1,0 +1,250 @@
+"""The torch blur corruptions (and snow) against the CPU path: bytes where exact, statistics where random.
+
+The random corruptions are checked twice: exactly, by handing the CPU path a generator that replays
+the torch draws (so every step after the draws must agree bit for bit), and in distribution over many
+seeds (slow).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ccc.corruptions import corrupt, get_corruption
+from ccc.corruptions._motion import motion_blur_imagemagick
+from ccc.demo.images import render_demo_image
+from ccc.render_torch import blur
+from ccc.render_torch.snow import TORCH_CORRUPTIONS as SNOW_CORRUPTIONS
+from tests.ccc.render_torch.blur_statistics import paired_comparison, sample_statistics
+from tests.ccc.render_torch.random_double import sample_random
+
+SEVERITIES = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0)
+ALL_CORRUPTIONS = {**blur.TORCH_CORRUPTIONS, **SNOW_CORRUPTIONS}
+
+
+def demo_images(count: int, size: int = 224) -> np.ndarray:
+    """``count`` demo-world images, centre-cropped to ``size``×``size``: uint8 (N, size, size, 3)."""
+    crops = []
+    for index in range(count):
+        image = render_demo_image(index % 16, np.random.default_rng(index))
+        top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
+        crops.append(image[top : top + size, left : left + size])
+    return np.stack(crops)
+
+
+def as_tensor(images: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+
+
+def truncated(output: torch.Tensor) -> np.ndarray:
+    """The pipeline's truncation: uint8 (N, H, W, 3)."""
+    return torch.clamp(output * 255.0, 0, 255).floor().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+
+
+def corrupt_replayed(image: np.ndarray, name: str, severity: float, draws: "ReplayedDraws") -> np.ndarray:
+    """The CPU path's corruption function drawing from ``draws``, truncated to uint8 as ``corrupt`` does."""
+    entry = get_corruption(name)
+    return np.asarray(entry.function(image, entry.parameters(severity), draws)).astype(np.uint8)
+
+
+class ReplayedDraws:
+    """A CPU-path generator that returns the torch draws of one sample (the same values, float64)."""
+
+    def __init__(self, normals=None, uniforms=None, integers=None) -> None:
+        self.normals, self.uniforms, self.integer_draws = normals, uniforms, integers
+
+    def normal(self, size, loc, scale):
+        assert self.normals.shape == size
+        return loc + scale * self.normals
+
+    def uniform(self, low, high):
+        return low + (high - low) * self.uniforms
+
+    def integers(self, low, high, size):
+        assert self.integer_draws.shape == size
+        return self.integer_draws
+
+
+@pytest.fixture(scope="module")
+def images() -> np.ndarray:
+    return demo_images(len(SEVERITIES))
+
+
+@pytest.mark.parametrize("name", ["defocus_blur", "zoom_blur", "gaussian_blur"])
+def test_deterministic_blurs_equal_the_cpu_path_byte_for_byte(images: np.ndarray, name: str) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    output = blur.TORCH_CORRUPTIONS[name](as_tensor(images), severities, sample_random(torch.arange(len(images))))
+    assert output.dtype == torch.float32 and output.shape == (len(images), 3, 224, 224)
+    expected = np.stack([corrupt(image, name, severity) for image, severity in zip(images, SEVERITIES)])
+    np.testing.assert_array_equal(truncated(output), expected)
+
+
+def test_motion_blur_equals_the_cpu_path_given_the_same_angle(images: np.ndarray) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    seeds = torch.arange(len(images)) + 100
+    output = blur.motion_blur(as_tensor(images), severities, sample_random(seeds))
+    uniforms = sample_random(seeds).uniform().to(torch.float64).numpy()
+    expected = [
+        corrupt_replayed(image, "motion_blur", severity, ReplayedDraws(uniforms=uniform))
+        for image, severity, uniform in zip(images, SEVERITIES, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+def test_imagemagick_motion_blur_equals_the_cpu_reimplementation_at_any_angle(images: np.ndarray) -> None:
+    generator = np.random.default_rng(3)
+    radii, sigmas = generator.uniform(0.5, 20, 4).tolist(), generator.uniform(0.5, 15, 4).tolist()
+    angles = generator.uniform(-180, 180, 4).tolist()
+    levels = torch.from_numpy(images[:4]).permute(0, 3, 1, 2).to(torch.float64)
+    output = blur.imagemagick_motion_blur(levels, radii, sigmas, angles).permute(0, 2, 3, 1).numpy()
+    expected = [motion_blur_imagemagick(*arguments) for arguments in zip(images[:4], radii, sigmas, angles)]
+    np.testing.assert_array_equal(output.astype(np.uint8), np.stack(expected))
+
+
+def glass_offsets_for_cpu(uniforms: torch.Tensor, severity: float, height: int, width: int) -> np.ndarray:
+    """The torch offsets of one sample laid out as the CPU loop reads them (iterations, rows, columns, 2)."""
+    parameters = blur.per_sample_parameters("glass_blur", torch.tensor([severity], dtype=torch.float64))[0]
+    margin, iterations = round(max(float(parameters[1]), 1.0)), round(float(parameters[2]))
+    offsets = torch.minimum((uniforms.to(torch.float64) * 2 * margin).floor(), torch.tensor(2 * margin - 1.0))
+    offsets = (offsets - margin).to(torch.int64).numpy()
+    visited = offsets[:iterations, margin + 1 : height - margin + 1, margin + 1 : width - margin + 1]
+    return np.ascontiguousarray(visited[:, ::-1, ::-1])
+
+
+def test_glass_blur_equals_the_sequential_cpu_loop_given_the_same_offsets(images: np.ndarray) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    seeds = torch.arange(len(images)) + 200
+    output = blur.glass_blur(as_tensor(images), severities, sample_random(seeds))
+    uniforms = sample_random(seeds).uniform(3, 224, 224, 2)
+    expected = [
+        corrupt_replayed(
+            image, "glass_blur", severity, ReplayedDraws(integers=glass_offsets_for_cpu(draws, severity, 224, 224))
+        )
+        for image, severity, draws in zip(images, SEVERITIES, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> None:
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    seeds = torch.arange(len(images)) + 300
+    output = SNOW_CORRUPTIONS["snow"](as_tensor(images), severities, sample_random(seeds))
+    replay = sample_random(seeds)
+    normals = replay.normal(224, 224).to(torch.float64).numpy()
+    uniforms = replay.uniform().to(torch.float64).numpy()
+    expected = [
+        corrupt_replayed(image, "snow", severity, ReplayedDraws(normals=normal, uniforms=uniform))
+        for image, severity, normal, uniform in zip(images, SEVERITIES, normals, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+@pytest.mark.parametrize("name", sorted(ALL_CORRUPTIONS))
+def test_a_sample_does_not_depend_on_the_rest_of_its_batch(name: str) -> None:
+    images = as_tensor(demo_images(3, size=64))
+    original = images.clone()
+    severities = torch.tensor([0.7, 3.3, 5.0], dtype=torch.float64)
+    seeds = torch.tensor([5, 6, 7])
+    batch = ALL_CORRUPTIONS[name](images, severities, sample_random(seeds))
+    assert torch.equal(images, original)
+    assert batch.dtype == torch.float32 and batch.shape == images.shape
+    assert 0.0 <= float(batch.min()) and float(batch.max()) <= 1.0
+    for index in range(3):
+        window = slice(index, index + 1)
+        alone = ALL_CORRUPTIONS[name](images[window], severities[window], sample_random(seeds[window]))
+        assert torch.equal(batch[window], alone), f"{name}: sample {index} changes with its batch"
+
+
+def test_unit_float32_truncates_like_the_float64_levels() -> None:
+    levels = torch.arange(256, dtype=torch.float64)
+    below = (levels - 1e-12).clamp(min=0.0)
+    unit = torch.cat([levels, below, levels + 0.5, torch.tensor([-3.0, 300.0])]) / 255.0
+    expected = (unit.clamp(0.0, 1.0) * 255.0).floor().to(torch.float32)
+    converted = blur.unit_float32(unit)
+    assert converted.dtype == torch.float32
+    assert torch.equal(torch.clamp(converted * 255.0, 0, 255).floor(), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["glass_blur", "motion_blur", "snow"])
+@pytest.mark.parametrize("severity", [1.0, 3.0, 5.0])
+def test_random_corruptions_match_the_cpu_path_in_distribution(name: str, severity: float) -> None:
+    """16 images × 4 seeds, torch draws against CPU draws for the same (image, severity).
+
+    Every paired statistic (mean, std, PSNR to the clean image, mean squared Laplacian, the worst of 8
+    log-spectrum bands) must have a z-score below 5: under equal distributions that fails with
+    probability about 1e-5 per statistic (t with 63 degrees of freedom), while a systematic difference
+    grows the z-score with the number of samples.
+    """
+    images = demo_images(16)
+    tensor = as_tensor(images)
+    severities = torch.full((len(images),), severity, dtype=torch.float64)
+    torch_outputs, cpu_outputs = [], []
+    for seed in range(4):
+        seeds = torch.arange(len(images)) + 1000 * seed
+        torch_outputs.append(truncated(ALL_CORRUPTIONS[name](tensor, severities, sample_random(seeds))))
+        cpu_outputs.append(
+            np.stack([corrupt(image, name, severity, rng=50_000 + 100 * seed + k) for k, image in enumerate(images)])
+        )
+    clean = np.concatenate([images] * 4)
+    rows = paired_comparison(
+        sample_statistics(clean, np.concatenate(torch_outputs)), sample_statistics(clean, np.concatenate(cpu_outputs))
+    )
+    assert all(row["z"] < 5.0 for row in rows.values()), rows
+
+
+def flat_blocks(count: int, size: int = 64, block: int = 16) -> np.ndarray:
+    """uint8 (count, size, size, 3) images of constant blocks: every blurred value lies near a level."""
+    generator = np.random.default_rng(11)
+    levels = generator.integers(0, 256, (count, size // block, size // block, 3))
+    return np.repeat(np.repeat(levels, block, 1), block, 2).astype(np.uint8)
+
+
+def test_gaussian_blurs_equal_the_cpu_path_on_flat_regions() -> None:
+    """Flat regions put the float64 values within rounding of an integer: OpenCV's operation order matters."""
+    images = flat_blocks(4)
+    severities = (0.2, 0.3, 1.0, 4.0)
+    output = blur.gaussian_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
+    expected = np.stack([corrupt(image, "gaussian_blur", severity) for image, severity in zip(images, severities)])
+    np.testing.assert_array_equal(truncated(output), expected)
+    seeds = torch.arange(4) + 400
+    output = blur.glass_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), sample_random(seeds))
+    uniforms = sample_random(seeds).uniform(3, 64, 64, 2)
+    expected = [
+        corrupt_replayed(
+            image, "glass_blur", severity, ReplayedDraws(integers=glass_offsets_for_cpu(draws, severity, 64, 64))
+        )
+        for image, severity, draws in zip(images, severities, uniforms)
+    ]
+    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+
+
+def test_defocus_blur_below_severity_one_third_returns_the_exact_identity() -> None:
+    """Known difference: below 1/3 the disk is one pixel and the kernel exactly a delta, so every value is
+    an exact level times 1.0; OpenCV's DFT rounding (±1e-14) then decides the CPU's truncation to k or
+    k - 1, while torch returns the exact value k (docs/fidelity_torch_blur.md)."""
+    images = flat_blocks(2)
+    severities = (0.2, 0.3)
+    output = blur.defocus_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
+    expected = np.stack([corrupt(image, "defocus_blur", severity) for image, severity in zip(images, severities)])
+    difference = truncated(output).astype(int) - expected
+    assert difference.min() >= 0 and difference.max() <= 1
+    assert np.array_equal(truncated(output), images)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", sorted(ALL_CORRUPTIONS))
+def test_cuda_gives_the_bytes_of_cpu_torch(name: str) -> None:
+    """Everything but defocus's FFT is single IEEE float64 operations in a fixed order: the same bytes on
+    CUDA. Defocus may flip a level where its float64 value lies within ~1e-13 of an integer."""
+    images = as_tensor(demo_images(4))
+    severities = torch.tensor([0.4, 1.7, 3.2, 5.0], dtype=torch.float64)
+    seeds = torch.arange(4) + 500
+    on_cpu = truncated(ALL_CORRUPTIONS[name](images, severities, sample_random(seeds)))
+    on_cuda = truncated(ALL_CORRUPTIONS[name](images.cuda(), severities.cuda(), sample_random(seeds.cuda())))
+    difference = np.abs(on_cpu.astype(int) - on_cuda)
+    if name == "defocus_blur":
+        assert difference.max() <= 1 and (difference > 0).mean() < 1e-4
+    else:
+        np.testing.assert_array_equal(on_cuda, on_cpu)
