@@ -13,11 +13,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ccc.corruptions._assets import frost_textures
 from ccc.corruptions.weather import _FROST_CHOICES
 
+from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -170,5 +172,89 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     return to_unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {"frost": frost, "fog": fog}
+def gaussian_blur_replicate(fields: Tensor, sigma: Tensor) -> Tensor:
+    """Per-sample Gaussian blur with replicated borders (the CPU's ``gaussian_blur_nearest``).
+
+    Args:
+        fields: float64 (B, H, W).
+        sigma: float64 (B,), standard deviations in pixels, > 0 (kernel radius ``int(4 * sigma + 0.5)``,
+            scipy's weights); the kernels of a batch are zero-padded to the widest.
+
+    Returns:
+        float64 (B, H, W).
+    """
+    batch = fields.shape[0]
+    radius = torch.floor(4.0 * sigma + 0.5)
+    largest = int(radius.max())
+    offsets = torch.arange(-largest, largest + 1, dtype=torch.float64, device=fields.device)
+    weights = torch.exp((-0.5 / (sigma * sigma))[:, None] * offsets**2)
+    weights = torch.where(offsets.abs() <= radius[:, None], weights, torch.zeros_like(weights))
+    weights = weights / weights.sum(dim=1, keepdim=True)
+    padded = F.pad(fields[None], (largest, largest, largest, largest), mode="replicate")
+    rows = F.conv2d(padded, weights[:, None, None, :], groups=batch)
+    return F.conv2d(rows, weights[:, None, :, None], groups=batch)[0]
+
+
+_WATER = (175 / 255.0, 238 / 255.0, 238 / 255.0)
+_MUD = (63 / 255.0, 42 / 255.0, 20 / 255.0)
+
+
+def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
+    """Spatter's water branch: drops shaded by an embossed, equalised distance-to-edge map (float32 [0, 1])."""
+    liquid_bytes = torch.floor(liquid * 255)
+    edges = canny(liquid_bytes, 50, 150)
+    distance = chamfer_distance(edges, 20.0)
+    distance = torch.floor(box_blur3(distance.double()).float()).double()
+    distance = emboss(equalize_histogram(distance))
+    distance = torch.round(box_blur3(distance)).float()
+    wetness = liquid_bytes.float() * distance
+    peak = wetness.amax(dim=(1, 2), keepdim=True)
+    wetness = torch.where(peak > 0, wetness / torch.where(peak > 0, peak, 1), wetness)
+    wetness = (wetness.double() * intensity[:, None, None]).float()
+    water = torch.tensor(_WATER, dtype=torch.float32, device=unit.device)[None, :, None, None]
+    return torch.clamp(unit + wetness[:, None] * water, 0, 1)
+
+
+def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, intensity: Tensor) -> Tensor:
+    """Spatter's mud branch: brown blotches where the blurred liquid mask exceeds 0.8 (float32 [0, 1])."""
+    mask = gaussian_blur_replicate((liquid > threshold[:, None, None]).double(), intensity).float()
+    mask = torch.where(mask < 0.8, 0, mask)[:, None]
+    mud = torch.tensor(_MUD, dtype=torch.float32, device=unit.device)[None, :, None, None] * mask
+    return torch.clamp(unit * (1 - mask) + mud, 0, 1)
+
+
+def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Water drops or mud blotches from a smoothed, thresholded noise layer (ImageNet-C's spatter).
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1].
+        severities: float64 (B,) in (0, 5]; the branch (water or mud) is the table's switch at
+            ``ceil(severity)``, so one batch may hold both.
+        random: one ``normal(H, W)`` draw per sample (the liquid layer).
+
+    Returns:
+        float32 (B, 3, H, W) in [0, 1], exact given the same draws (see the fidelity notes for the
+        filters of the water branch).
+    """
+    _, _, height, width = images.shape
+    parameters = per_sample_parameters("spatter", severities)
+    mean, spread, liquid_sigma, threshold, intensity, mud = parameters.unbind(dim=1)
+    noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).double()
+    liquid = gaussian_blur_replicate(noise, liquid_sigma)
+    liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
+    unit = images.float()
+    output = torch.empty_like(unit)
+    water = mud < 0.5
+    if water.any():
+        output[water] = _water(unit[water], liquid[water], intensity[water])
+    if (~water).any():
+        output[~water] = _mud(unit[~water], liquid[~water], threshold[~water], intensity[~water])
+    return output
+
+
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+    "frost": frost,
+    "fog": fog,
+    "spatter": spatter,
+}
 """Torch weather corruptions by registered name."""
