@@ -201,7 +201,8 @@ _MUD = (63 / 255.0, 42 / 255.0, 20 / 255.0)
 
 def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
     """Spatter's water branch: drops shaded by an embossed, equalised distance-to-edge map (float32 [0, 1])."""
-    liquid_bytes = torch.floor(liquid * 255)
+    # numpy's float -> uint8 cast wraps values of 256 and more (a liquid above 1.004, rare but seen)
+    liquid_bytes = torch.remainder(torch.floor(liquid * 255), 256)
     edges = canny(liquid_bytes, 50, 150)
     distance = chamfer_distance(edges, 20.0)
     distance = torch.floor(box_blur3(distance.double()).float()).double()

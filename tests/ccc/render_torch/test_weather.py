@@ -54,6 +54,13 @@ def test_same_draws_give_the_cpu_bytes(name, golden_images):
     np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, name, severities, seeds))
 
 
+def test_spatter_wraps_liquid_bytes_like_numpy(golden_images):
+    """Seed 1030 at severity 2.5 gives a liquid layer above 1.004 at one pixel: numpy's uint8 cast wraps it to 0."""
+    images, severities, seeds = golden_images[:1], np.array([2.5]), torch.tensor([1030])
+    output = weather.spatter(_batch(images), torch.from_numpy(severities), StreamRandom(seeds))
+    np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, "spatter", severities, seeds))
+
+
 @pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
 def test_kernel_contract(name, golden_images):
     """float32 (B, 3, H, W) out, input untouched, a sample's result independent of the rest of the batch."""
