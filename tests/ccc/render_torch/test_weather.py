@@ -172,11 +172,16 @@ def _spectrum_slope(maps: np.ndarray) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("decay", [2.0, 1.4])
 def test_plasma_fractal_statistics_match_cpu(decay):
-    """64 maps per path: mean and std within 0.03, spectrum slope within 0.15 (3x the seed spread)."""
+    """64 maps per path: map mean within 0.065, map std within 0.02, spectrum slope within 0.05.
+
+    Measured over 256 maps per path: a map's mean varies by 0.06-0.09 between seeds (standard error of
+    the difference of two 64-map averages 0.011-0.016), its std by 0.02-0.025 (0.004), the 64-map
+    spectrum slope by 0.003; the tolerances are about 4 standard errors.
+    """
     count = 64
     cpu = np.stack([cpu_plasma_fractal(256, decay, np.random.default_rng(seed)) for seed in range(count)])
     decays = torch.full((count,), decay, dtype=torch.float64)
     ours = weather.plasma_fractal(256, decays, StreamRandom(torch.arange(count) + 10**6)).numpy()
-    assert abs(ours.mean() - cpu.mean()) <= 0.03
-    assert abs(ours.std(axis=(1, 2)).mean() - cpu.std(axis=(1, 2)).mean()) <= 0.03
-    assert math.isclose(_spectrum_slope(ours), _spectrum_slope(cpu), abs_tol=0.15)
+    assert abs(ours.mean() - cpu.mean()) <= 0.065
+    assert abs(ours.std(axis=(1, 2)).mean() - cpu.std(axis=(1, 2)).mean()) <= 0.02
+    assert math.isclose(_spectrum_slope(ours), _spectrum_slope(cpu), abs_tol=0.05)
