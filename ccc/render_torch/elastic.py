@@ -12,12 +12,13 @@ Mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample sev
 3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
    about the pixel edges, float64 bilinear sums stored as float32.
 
-Given the same draws, the result equals the CPU path (``docs/fidelity_torch_weather.md``).
+Given the same draws, the result equals the CPU path (``docs/fidelity_torch_weather.md``). The
+pipeline finds it in :data:`ccc.render_torch.weather.TORCH_CORRUPTIONS` (the family modules' tables).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -205,7 +206,3 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     rows = torch.arange(height, dtype=torch.float64, device=device)[None, :, None].expand(batch, -1, width)
     columns = torch.arange(width, dtype=torch.float64, device=device)[None, None, :].expand(batch, height, -1)
     return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)
-
-
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {"elastic": elastic}
-"""Torch elastic transform by registered name."""

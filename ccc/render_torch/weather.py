@@ -1,4 +1,4 @@
-"""Weather corruptions on torch batches: frost, fog and the hold-out spatter.
+"""Weather corruptions on torch batches: frost, fog and the hold-out spatter (and the table entry of elastic).
 
 Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
 batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
@@ -20,6 +20,7 @@ from ccc.corruptions._assets import frost_textures
 from ccc.corruptions.weather import _FROST_CHOICES
 
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
+from .elastic import elastic
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -257,5 +258,6 @@ TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] =
     "frost": frost,
     "fog": fog,
     "spatter": spatter,
+    "elastic": elastic,
 }
-"""Torch weather corruptions by registered name."""
+"""Torch weather corruptions by registered name, and elastic (a digital corruption, in ``elastic.py``)."""

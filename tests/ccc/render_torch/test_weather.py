@@ -22,7 +22,7 @@ from ccc.render_torch._spatter_filters import canny, chamfer_distance, equalize_
 from ccc.render_torch.parameters import per_sample_parameters
 from tests.ccc.render_torch.doubles import MirrorGenerator, StreamRandom
 
-TORCH_CORRUPTIONS = {**weather.TORCH_CORRUPTIONS, **elastic.TORCH_CORRUPTIONS}
+TORCH_CORRUPTIONS = weather.TORCH_CORRUPTIONS
 SEVERITIES = np.arange(1, 11) / 2
 
 
