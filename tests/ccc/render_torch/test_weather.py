@@ -54,6 +54,15 @@ def test_same_draws_give_the_cpu_bytes(name, golden_images):
     np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, name, severities, seeds))
 
 
+@pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
+@pytest.mark.parametrize("height, width", [(180, 224), (64, 96)])
+def test_same_draws_give_the_cpu_bytes_on_other_sizes(name, height, width, golden_images):
+    images = np.ascontiguousarray(golden_images[:, :height, :width])
+    severities, seeds = np.array([1.5, 4.5]), torch.tensor([4, 9])
+    output = TORCH_CORRUPTIONS[name](_batch(images), torch.from_numpy(severities), StreamRandom(seeds))
+    np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, name, severities, seeds))
+
+
 def test_spatter_wraps_liquid_bytes_like_numpy(golden_images):
     """Seed 1030 at severity 2.5 gives a liquid layer above 1.004 at one pixel: numpy's uint8 cast wraps it to 0."""
     images, severities, seeds = golden_images[:1], np.array([2.5]), torch.tensor([1030])
