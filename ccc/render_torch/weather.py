@@ -197,7 +197,9 @@ def gaussian_blur_replicate(fields: Tensor, sigma: Tensor) -> Tensor:
 
 
 _WATER = (175 / 255.0, 238 / 255.0, 238 / 255.0)
+"""Spatter's water colour (RGB in [0, 1]), as the CPU path writes it."""
 _MUD = (63 / 255.0, 42 / 255.0, 20 / 255.0)
+"""Spatter's mud colour (RGB in [0, 1]), as the CPU path writes it."""
 
 
 def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
@@ -244,13 +246,12 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).double()
     liquid = gaussian_blur_replicate(noise, liquid_sigma)
     liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
-    unit = images.float()
-    output = torch.empty_like(unit)
+    output = torch.empty_like(images)
     water = mud < 0.5
     if water.any():
-        output[water] = _water(unit[water], liquid[water], intensity[water])
+        output[water] = _water(images[water], liquid[water], intensity[water])
     if (~water).any():
-        output[~water] = _mud(unit[~water], liquid[~water], threshold[~water], intensity[~water])
+        output[~water] = _mud(images[~water], liquid[~water], threshold[~water], intensity[~water])
     return output
 
 
