@@ -1,0 +1,139 @@
+"""The image filters of spatter's water branch as batched torch operations (OpenCV's arithmetic).
+
+``cv2.Canny``, ``cv2.distanceTransform``, ``cv2.blur``, ``cv2.equalizeHist`` and ``cv2.filter2D``
+on (B, H, W) tensors holding byte or float32 values. The two sequential algorithms are run as
+parallel fixed-point iterations that reach the same result: Canny's hysteresis (a stack-based
+flood fill) as repeated 3x3 dilations restricted to the candidate pixels until nothing changes, and
+the two-pass 5x5 chamfer distance as two phases of Bellman-Ford relaxations (raster-forward steps,
+then raster-backward steps: the same paths and float32 sums as OpenCV's two scans; distances are
+only needed up to the truncation at 20 pixels, which 22 relaxations per phase reach).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_CANNY_SHIFT = 15
+_TAN_22_5 = int(0.4142135623730950488016887242097 * (1 << _CANNY_SHIFT) + 0.5)
+"""OpenCV's ``TG22``: tan(22.5°) in fixed point, for the gradient direction of non-maximum suppression."""
+_CHAMFER_WEIGHTS = (1.0, 1.4, 2.1969)
+"""OpenCV's 5x5 ``DIST_L2`` chamfer weights (horizontal/vertical, diagonal, knight move), added in float32."""
+
+
+def _shifted(padded: Tensor, rows: int, columns: int, pad: int) -> Tensor:
+    """The (B, H, W) window of ``padded`` (padded by ``pad``) moved by (rows, columns)."""
+    height, width = padded.shape[-2] - 2 * pad, padded.shape[-1] - 2 * pad
+    return padded[..., pad + rows : pad + rows + height, pad + columns : pad + columns + width]
+
+
+def _correlate3(images: Tensor, kernel: list[list[int]], mode: str) -> Tensor:
+    """3x3 correlation of float64 (B, H, W) images with integer ``kernel``, borders by ``mode``."""
+    padded = F.pad(images[:, None], (1, 1, 1, 1), mode=mode)[:, 0]
+    total = torch.zeros_like(images)
+    for row in range(3):
+        for column in range(3):
+            if kernel[row][column]:
+                total = total + kernel[row][column] * _shifted(padded, row - 1, column - 1, 1)
+    return total
+
+
+def canny(images: Tensor, low: int, high: int) -> Tensor:
+    """``cv2.Canny(image, low, high)`` (aperture 3, L1 gradient) of byte images.
+
+    Args:
+        images: float64 (B, H, W) holding integers 0..255.
+        low, high: hysteresis thresholds on ``|dx| + |dy|``.
+
+    Returns:
+        bool (B, H, W), True on edges.
+    """
+    dx = _correlate3(images, [[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], "replicate").long()
+    dy = _correlate3(images, [[-1, -2, -1], [0, 0, 0], [1, 2, 1]], "replicate").long()
+    magnitude = dx.abs() + dy.abs()
+    padded = F.pad(magnitude, (1, 1, 1, 1))
+    x_size = dx.abs()
+    y_size = dy.abs() << _CANNY_SHIFT
+    tan_22 = x_size * _TAN_22_5
+    tan_67 = tan_22 + (x_size << (_CANNY_SHIFT + 1))
+    horizontal = (magnitude > _shifted(padded, 0, -1, 1)) & (magnitude >= _shifted(padded, 0, 1, 1))
+    vertical = (magnitude > _shifted(padded, -1, 0, 1)) & (magnitude >= _shifted(padded, 1, 0, 1))
+    rising = (magnitude > _shifted(padded, -1, -1, 1)) & (magnitude > _shifted(padded, 1, 1, 1))
+    falling = (magnitude > _shifted(padded, -1, 1, 1)) & (magnitude > _shifted(padded, 1, -1, 1))
+    diagonal = torch.where((dx ^ dy) < 0, falling, rising)
+    maximum = torch.where(y_size < tan_22, horizontal, torch.where(y_size > tan_67, vertical, diagonal))
+    candidates = maximum & (magnitude > low)
+    edges = candidates & (magnitude > high)
+    while True:
+        grown = candidates & (F.max_pool2d(edges[:, None].float(), 3, stride=1, padding=1)[:, 0] > 0)
+        if torch.equal(grown, edges):
+            return edges
+        edges = grown
+
+
+def chamfer_distance(sources: Tensor, limit: float) -> Tensor:
+    """``min(cv2.distanceTransform(~sources, cv2.DIST_L2, 5), limit)``: 5x5 chamfer distances to sources.
+
+    OpenCV's two raster scans give each pixel the smallest float32 sum of chamfer weights (added
+    one step at a time from the source) over the paths made of steps that go forward in raster order
+    followed by steps that go backward. The same two families of paths are relaxed here in two
+    parallel phases, so the float32 sums and their minima are the same.
+
+    Args:
+        sources: bool (B, H, W), the zero pixels of OpenCV's input (distance 0).
+        limit: distances above it are returned as ``limit`` (the caller's truncation), in pixels.
+
+    Returns:
+        float32 (B, H, W) in pixels; paths stay inside the image.
+    """
+    straight, diagonal, knight = _CHAMFER_WEIGHTS
+    steps = [(0, 1, straight), (0, -1, straight), (1, 0, straight), (-1, 0, straight)]
+    steps += [(row, column, diagonal) for row in (-1, 1) for column in (-1, 1)]
+    steps += [
+        (sign_row * row, sign_column * column, knight)
+        for row, column in ((1, 2), (2, 1))
+        for sign_row in (-1, 1)
+        for sign_column in (-1, 1)
+    ]
+    forward = [step for step in steps if step[0] < 0 or (step[0] == 0 and step[1] < 0)]
+    backward = [step for step in steps if step not in forward]
+    cap = float(limit + 1)
+    distance = torch.where(sources, 0.0, cap).float()
+    for phase in (forward, backward):
+        # a path of length <= limit + 1 has at most limit + 1 steps (each weighs >= 1)
+        for _ in range(int(limit) + 2):
+            padded = F.pad(distance, (2, 2, 2, 2), value=cap)
+            for row, column, weight in phase:
+                distance = torch.minimum(distance, _shifted(padded, row, column, 2) + weight)
+    return torch.clamp(distance, max=limit)
+
+
+def box_blur3(images: Tensor) -> Tensor:
+    """``cv2.blur(image, (3, 3))`` (reflect-101 borders) of float64 (B, H, W) values: the exact sum / 9."""
+    padded = F.pad(images[:, None], (1, 1, 1, 1), mode="reflect")[:, 0]
+    total = sum(_shifted(padded, row, column, 1) for row in (-1, 0, 1) for column in (-1, 0, 1))
+    return total * (1.0 / 9.0)
+
+
+def emboss(images: Tensor) -> Tensor:
+    """``cv2.filter2D(image, cv2.CV_8U, [[-2, -1, 0], [-1, 1, 1], [0, 1, 2]])`` (reflect-101 borders,
+    saturated to 0..255) of byte images held as float64 (B, H, W)."""
+    return torch.clamp(_correlate3(images, [[-2, -1, 0], [-1, 1, 1], [0, 1, 2]], "reflect"), 0, 255)
+
+
+def equalize_histogram(images: Tensor) -> Tensor:
+    """``cv2.equalizeHist`` of byte images: float64 (B, H, W) integers 0..255 → the same, equalised."""
+    batch = images.shape[0]
+    levels = images.long().reshape(batch, -1)
+    histogram = torch.zeros((batch, 256), dtype=torch.long, device=images.device)
+    histogram.scatter_add_(1, levels, torch.ones_like(levels))
+    lowest = torch.argmax((histogram > 0).long(), dim=1, keepdim=True)
+    lowest_count = histogram.gather(1, lowest)
+    total = levels.shape[1]
+    scale = (255.0 / (total - lowest_count).clamp(min=1).float()).float()
+    above = torch.arange(256, device=images.device) > lowest
+    cumulative = torch.cumsum(torch.where(above, histogram, 0), dim=1)
+    table = torch.clamp(torch.round(cumulative.float() * scale), 0, 255)
+    table = torch.where(lowest_count == total, lowest.float(), table)
+    return table.gather(1, levels).reshape(images.shape).double()

@@ -1,0 +1,208 @@
+"""Elastic transform (ImageNet-C's ``elastic_transform``, registered as ``elastic``) on torch batches.
+
+Mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample severities:
+
+1. affine jitter: three control points move by ``uniform(-jitter, jitter)``; the affine map is
+   solved per sample and applied like OpenCV 5's ``warpAffine`` (``INTER_LINEAR``,
+   ``BORDER_REFLECT_101``): the inverse map in float32 with OpenCV's fused multiply-adds, and
+   reflect-101 neighbours;
+2. displacement fields: ``uniform(-1, 1)`` noise smoothed by a Gaussian with scipy's ``reflect``
+   borders, as one folded smoothing matrix per sample and axis (exact for any kernel width, and
+   batched although sigma differs per sample), scaled by ``alpha``;
+3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
+   about the pixel edges, float64 bilinear sums stored as float32.
+
+Given the same draws, the result equals the CPU path (``docs/fidelity_torch_weather.md``). The
+pipeline finds it in :data:`ccc.render_torch.weather.TORCH_CORRUPTIONS` (the family modules' tables).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .parameters import per_sample_parameters
+
+if TYPE_CHECKING:
+    from .random import SampleRandom
+
+_SMOOTHING_TRUNCATE = 3.0
+"""Kernel radius of the displacement smoothing, in units of sigma (the reference's ``truncate=3``)."""
+
+
+def _gather(images: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
+    """``images[b, :, rows[b], columns[b]]``: images (B, C, H, W), int64 indices (B, h, w) → (B, C, h, w)."""
+    batch, channels, _, width = images.shape
+    index = (rows * width + columns).reshape(batch, 1, -1).expand(-1, channels, -1)
+    return images.reshape(batch, channels, -1).gather(2, index).reshape(batch, channels, *rows.shape[1:])
+
+
+def _reflect_101(index: Tensor, length: int) -> Tensor:
+    """OpenCV's ``BORDER_REFLECT_101`` for integer indices (…, 2, 1 | 0, 1, …, n-1 | n-2, …)."""
+    period = 2 * (length - 1)
+    folded = torch.remainder(index, period)
+    return torch.where(folded >= length, period - folded, folded)
+
+
+def _affine_matrices(source: Tensor, target: Tensor) -> Tensor:
+    """Per-sample inverse affine maps as ``warpAffine`` uses them.
+
+    Args:
+        source: float32 (3, 2) control points, target: float32 (B, 3, 2) moved points (OpenCV's x, y).
+
+    Returns:
+        float64 (B, 2, 3): the map from output pixel (x, y, 1) to source coordinates, i.e. the
+        inverse (OpenCV's ``invertAffineTransform`` formulas) of ``getAffineTransform(source, target)``.
+    """
+    homogeneous = torch.cat([source.double(), torch.ones(3, 1, dtype=torch.float64, device=source.device)], dim=1)
+    forward = torch.linalg.solve(homogeneous.expand(target.shape[0], 3, 3), target.double()).transpose(1, 2)
+    a, b, c = forward[:, 0, 0], forward[:, 0, 1], forward[:, 0, 2]
+    d, e, f = forward[:, 1, 0], forward[:, 1, 1], forward[:, 1, 2]
+    determinant = a * e - b * d
+    inverse_determinant = torch.where(determinant != 0, 1.0 / determinant, torch.zeros_like(determinant))
+    a_inverse, b_inverse = e * inverse_determinant, -b * inverse_determinant
+    d_inverse, e_inverse = -d * inverse_determinant, a * inverse_determinant
+    c_inverse = -a_inverse * c - b_inverse * f
+    f_inverse = -d_inverse * c - e_inverse * f
+    first = torch.stack([a_inverse, b_inverse, c_inverse], dim=1)
+    second = torch.stack([d_inverse, e_inverse, f_inverse], dim=1)
+    return torch.stack([first, second], dim=1)
+
+
+def _fused_multiply_add(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+    """float32 ``a * b + c`` rounded once (OpenCV's ``v_fma``): the float32 product is exact in float64."""
+    return (a.double() * b.double() + c.double()).float()
+
+
+def warp_affine_reflect_101(images: Tensor, inverse: Tensor) -> Tensor:
+    """``cv2.warpAffine(image, M, (W, H), borderMode=BORDER_REFLECT_101)`` per sample (OpenCV 5, float32).
+
+    Args:
+        images: float32 (B, C, H, W), any range.
+        inverse: float64 (B, 2, 3), output (x, y, 1) → source (x, y) (the inverse of ``M``).
+
+    Returns:
+        float32 (B, C, H, W), with OpenCV's float32 arithmetic: the map rounded to float32, a row
+        term ``y * m1 + m2`` (float32, two roundings), the source coordinate ``fma(m0, x, row term)``,
+        fractions ``s - floor(s)``, reflect-101 neighbours and the interpolation
+        ``fma(beta, fma(alpha, f11 - f10, f10) - fma(alpha, f01 - f00, f00), fma(alpha, f01 - f00, f00))``.
+    """
+    _, _, height, width = images.shape
+    m = inverse.float()[:, :, :, None]
+    xs = torch.arange(width, dtype=torch.float32, device=images.device)[None, None, :]
+    ys = torch.arange(height, dtype=torch.float32, device=images.device)[None, :, None]
+    source_x = _fused_multiply_add(m[:, 0, 0, None], xs, ys * m[:, 0, 1, None] + m[:, 0, 2, None])
+    source_y = _fused_multiply_add(m[:, 1, 0, None], xs, ys * m[:, 1, 1, None] + m[:, 1, 2, None])
+    x0, y0 = torch.floor(source_x), torch.floor(source_y)
+    alpha, beta = (source_x - x0)[:, None], (source_y - y0)[:, None]
+    x0, y0 = x0.long(), y0.long()
+    columns = (_reflect_101(x0, width), _reflect_101(x0 + 1, width))
+    rows = (_reflect_101(y0, height), _reflect_101(y0 + 1, height))
+    top_left, top_right = _gather(images, rows[0], columns[0]), _gather(images, rows[0], columns[1])
+    bottom_left, bottom_right = _gather(images, rows[1], columns[0]), _gather(images, rows[1], columns[1])
+    top = _fused_multiply_add(alpha, top_right - top_left, top_left)
+    bottom = _fused_multiply_add(alpha, bottom_right - bottom_left, bottom_left)
+    return _fused_multiply_add(beta, bottom - top, top)
+
+
+def reflect_smoothing_matrices(length: int, sigma: Tensor, truncate: float = _SMOOTHING_TRUNCATE) -> Tensor:
+    """Gaussian smoothing along an axis of ``length`` pixels with scipy's ``reflect`` borders, as matrices.
+
+    A reflect-extended line is periodic (period ``2 * length``), so the truncated kernel (radius
+    ``int(truncate * sigma + 0.5)``, scipy's weights) folds onto one period exactly, whatever its width.
+
+    Args:
+        length: pixels along the axis.
+        sigma: float64 (B,), standard deviations in pixels, > 0.
+
+    Returns:
+        float64 (B, length, length) ``S`` with ``S @ line`` = ``gaussian_filter1d(line, sigma, mode="reflect")``.
+    """
+    device = sigma.device
+    radius = torch.floor(truncate * sigma + 0.5)
+    largest = int(radius.max())
+    offsets = torch.arange(-largest, largest + 1, dtype=torch.float64, device=device)
+    weights = torch.exp((-0.5 / (sigma * sigma))[:, None] * offsets**2)
+    weights = torch.where(offsets.abs() <= radius[:, None], weights, torch.zeros_like(weights))
+    weights = weights / weights.sum(dim=1, keepdim=True)
+    period = 2 * length
+    folded = torch.zeros((sigma.shape[0], period), dtype=torch.float64, device=device)
+    folded.index_add_(1, torch.remainder(offsets.long(), period), weights)
+    positions = torch.remainder(
+        torch.arange(length, device=device)[:, None] + torch.arange(period, device=device), period
+    )
+    columns = torch.where(positions < length, positions, period - 1 - positions)
+    matrices = torch.zeros((sigma.shape[0], length, length), dtype=torch.float64, device=device)
+    return matrices.scatter_add_(
+        2, columns.expand(sigma.shape[0], -1, -1), folded[:, None, :].expand(-1, length, -1).contiguous()
+    )
+
+
+def _reflect_coordinates(coordinates: Tensor, length: int) -> Tensor:
+    """scipy's ``mode="reflect"`` for real coordinates: fold about -0.5 and ``length - 0.5``."""
+    period = 2.0 * length
+    folded = torch.remainder(coordinates + 0.5, period)
+    folded = torch.where(folded >= length, period - folded, folded) - 0.5
+    inside = (coordinates >= -0.5) & (coordinates <= length - 0.5)
+    return torch.where(inside, coordinates, folded)
+
+
+def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
+    """``scipy.ndimage.map_coordinates(channel, (rows, columns), order=1, mode="reflect")`` per channel.
+
+    Args:
+        images: float32 (B, C, H, W); rows, columns: float64 (B, H, W) source coordinates (any values).
+
+    Returns:
+        float32 (B, C, H, W): float64 bilinear sums in scipy's order, stored as float32.
+    """
+    _, _, height, width = images.shape
+    rows = _reflect_coordinates(rows, height)
+    columns = _reflect_coordinates(columns, width)
+    row_floor, column_floor = torch.floor(rows), torch.floor(columns)
+    row_weight, column_weight = (rows - row_floor)[:, None], (columns - column_floor)[:, None]
+    r0, q0 = row_floor.long(), column_floor.long()
+    r1, q1 = torch.clamp(r0 + 1, 0, height - 1), torch.clamp(q0 + 1, 0, width - 1)
+    r0, q0 = torch.clamp(r0, 0, height - 1), torch.clamp(q0, 0, width - 1)
+    source = images.double()
+    output = (1.0 - row_weight) * (1.0 - column_weight) * _gather(source, r0, q0)
+    output = output + (1.0 - row_weight) * column_weight * _gather(source, r0, q1)
+    output = output + row_weight * (1.0 - column_weight) * _gather(source, r1, q0)
+    output = output + row_weight * column_weight * _gather(source, r1, q1)
+    return output.float()
+
+
+def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Random affine jitter, then a smooth random displacement field (ImageNet-C's elastic transform).
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1].
+        severities: float64 (B,) in (0, 5]; parameters (alpha, sigma, jitter) in pixels from ``ELASTIC_TABLE``.
+        random: three draws per sample: ``uniform(3, 2)`` jitter, then ``uniform(H, W)`` for the
+            column displacement and ``uniform(H, W)`` for the row displacement.
+
+    Returns:
+        float32 (B, 3, H, W) in [0, 1], exact given the same draws (to float64 rounding of the smoothing).
+    """
+    batch, _, height, width = images.shape
+    device = images.device
+    parameters = per_sample_parameters("elastic", severities)
+    alpha, sigma, jitter = parameters[:, 0, None, None], parameters[:, 1], parameters[:, 2, None, None]
+    centre = torch.tensor([height // 2, width // 2], dtype=torch.float32, device=device)
+    square = min(height, width) // 3
+    corner = torch.tensor([square, -square], dtype=torch.float32, device=device)
+    source = torch.stack([centre + square, centre + corner, centre - square])
+    offsets = (-jitter + (jitter - -jitter) * random.uniform(3, 2).double()).float()
+    warped = warp_affine_reflect_101(images, _affine_matrices(source, source + offsets))
+    row_smoothing = reflect_smoothing_matrices(height, sigma)
+    column_smoothing = reflect_smoothing_matrices(width, sigma)
+    shifts = []
+    for _ in range(2):
+        noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).double()
+        shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().double())
+    shift_columns, shift_rows = shifts
+    rows = torch.arange(height, dtype=torch.float64, device=device)[None, :, None].expand(batch, -1, width)
+    columns = torch.arange(width, dtype=torch.float64, device=device)[None, None, :].expand(batch, height, -1)
+    return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)

@@ -1,0 +1,264 @@
+"""Weather corruptions on torch batches: frost, fog and the hold-out spatter (and the table entry of elastic).
+
+Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
+batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
+order as the CPU draws, different values). Given the same draws the results equal the CPU's (see
+``docs/fidelity_torch_weather.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ccc.corruptions._assets import frost_textures
+from ccc.corruptions.weather import _FROST_CHOICES
+
+from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
+from .elastic import elastic
+from .parameters import per_sample_parameters
+
+if TYPE_CHECKING:
+    from .random import SampleRandom
+
+
+def byte_levels(images: Tensor) -> Tensor:
+    """The grey levels 0..255 of ``images`` (float32 (B, 3, H, W) in [0, 1]) as float64.
+
+    The pipeline hands every stage byte levels divided by 255, so rounding recovers the exact bytes
+    the CPU path computes with (``x * 255`` alone is off by a few 1e-6 and would flip truncations).
+    """
+    return torch.round(images.double() * 255)
+
+
+def to_unit_float32(values: Tensor) -> Tensor:
+    """float64 pre-truncation values in grey levels (any shape) → float32 values / 255.
+
+    The float32 result ``y`` is nudged by one ulp where needed so that the pipeline's
+    ``floor(clamp(y * 255, 0, 255))`` (in float32) equals ``floor(values)`` of the float64 values: a
+    plain ``float32(values / 255) * 255`` lands just below the integer for many integer values.
+    """
+    unit = (values / 255).float()
+    target = torch.floor(values)
+    truncated = torch.floor(unit * 255)
+    unit = torch.where(truncated < target, torch.nextafter(unit, torch.full_like(unit, 2.0)), unit)
+    return torch.where(truncated > target, torch.nextafter(unit, torch.full_like(unit, -1.0)), unit)
+
+
+def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
+    """One integer per sample, uniform in [0, bounds) (int64 (B,)), from one ``uniform()`` draw.
+
+    ``SampleRandom.integers`` takes one range for the batch; here the range depends on each sample's
+    texture, so the draw is ``floor(u * bound)`` with ``u`` in [0, 1) (granularity 2**-24).
+    """
+    draws = random.uniform().double()
+    return torch.clamp(torch.floor(draws * bounds).long(), max=bounds - 1)
+
+
+@lru_cache(maxsize=8)
+def _frost_stack(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The first five frost textures as one uint8 (5, Hmax, Wmax, 3) RGB tensor (zero-padded) on
+    ``device``, with their heights and widths (int64 (5,)); built once per device."""
+    textures = frost_textures()[:_FROST_CHOICES]
+    height = max(texture.shape[0] for texture in textures)
+    width = max(texture.shape[1] for texture in textures)
+    stack = torch.zeros((len(textures), height, width, 3), dtype=torch.uint8)
+    for index, texture in enumerate(textures):
+        stack[index, : texture.shape[0], : texture.shape[1]] = torch.from_numpy(texture[..., ::-1].copy())
+    heights = torch.tensor([texture.shape[0] for texture in textures])
+    widths = torch.tensor([texture.shape[1] for texture in textures])
+    return stack.to(device), heights.to(device), widths.to(device)
+
+
+def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """``a * x + b * window`` of a random frost texture, per sample (ImageNet-C's frost).
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1], H and W below the smallest texture (314 x 484).
+        severities: float64 (B,) in (0, 5].
+        random: three draws per sample: texture (among the first five), window top, window left.
+
+    Returns:
+        float32 (B, 3, H, W): ``clip(a * bytes + b * window, 0, 255) / 255`` ((a, b) from
+        ``FROST_TABLE``), exact given the same texture and window.
+    """
+    batch, _, height, width = images.shape
+    stack, heights, widths = _frost_stack(images.device)
+    if height > int(heights.min()) - 1 or width > int(widths.min()) - 1:
+        raise ValueError(
+            f"frost needs images smaller than its textures (at most {int(heights.min()) - 1}x"
+            f"{int(widths.min()) - 1} pixels), got {height}x{width}"
+        )
+    parameters = per_sample_parameters("frost", severities)
+    choice = _uniform_below(random, torch.full((batch,), _FROST_CHOICES, device=images.device))
+    top = _uniform_below(random, heights[choice] - height)
+    left = _uniform_below(random, widths[choice] - width)
+    rows = top[:, None] + torch.arange(height, device=images.device)
+    columns = left[:, None] + torch.arange(width, device=images.device)
+    window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
+    image_weight, frost_weight = parameters[:, 0, None, None, None], parameters[:, 1, None, None, None]
+    values = image_weight * byte_levels(images) + frost_weight * window.double()
+    return to_unit_float32(torch.clamp(values, 0, 255))
+
+
+def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Tensor:
+    """Diamond-square height maps, one per sample, values in [0, 1].
+
+    The reference's sequential recursion is already level-parallel: each level is a stencil over
+    the previous levels' points (square centres from the corners, then the two diamond sets), so
+    the batch runs level by level with the same arithmetic and ``uniform(n, n)`` draws per stencil.
+
+    Args:
+        size: side in pixels, a power of two >= 2.
+        wibble_decay: float64 (B,), the factor dividing the perturbation amplitude per level.
+        random: three draws per level (square centres, diamonds on corner rows, diamonds between).
+
+    Returns:
+        float64 (B, size, size).
+    """
+    batch = wibble_decay.shape[0]
+    height_map = torch.zeros((batch, size, size), dtype=torch.float64, device=wibble_decay.device)
+    wibble = torch.full((batch, 1, 1), 100.0, dtype=torch.float64, device=wibble_decay.device)
+    decay = wibble_decay[:, None, None]
+    step = size
+
+    def perturbed_mean(total: Tensor) -> Tensor:
+        draws = random.uniform(*total.shape[1:]).double()
+        return total / 4 + wibble * (-wibble + (wibble - -wibble) * draws)
+
+    while step >= 2:
+        half = step // 2
+        corners = height_map[:, 0:size:step, 0:size:step]
+        square_total = corners + torch.roll(corners, -1, 1)
+        square_total = square_total + torch.roll(square_total, -1, 2)
+        height_map[:, half:size:step, half:size:step] = perturbed_mean(square_total)
+
+        centres = height_map[:, half:size:step, half:size:step]
+        corners = height_map[:, 0:size:step, 0:size:step]
+        row_total = (centres + torch.roll(centres, 1, 1)) + (corners + torch.roll(corners, -1, 2))
+        height_map[:, 0:size:step, half:size:step] = perturbed_mean(row_total)
+        column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
+        height_map[:, half:size:step, 0:size:step] = perturbed_mean(column_total)
+        step //= 2
+        wibble = wibble / decay
+
+    height_map = height_map - height_map.amin(dim=(1, 2), keepdim=True)
+    return height_map / height_map.amax(dim=(1, 2), keepdim=True)
+
+
+def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Add ``strength`` times a plasma fractal, rescaled by ``max / (max + strength)`` (ImageNet-C's fog).
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1].
+        severities: float64 (B,) in (0, 5].
+        random: the plasma fractal's draws (3 per level of a map of side ``max(256, 2**ceil(log2 side))``).
+
+    Returns:
+        float32 (B, 3, H, W) in [0, 1], exact given the same draws.
+    """
+    _, _, height, width = images.shape
+    parameters = per_sample_parameters("fog", severities)
+    strength = parameters[:, 0, None, None, None]
+    map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
+    unit = byte_levels(images) / 255.0
+    maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
+    fractal = plasma_fractal(map_size, parameters[:, 1], random)[:, None, :height, :width]
+    unit = unit + strength * fractal
+    return to_unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
+
+
+def gaussian_blur_replicate(fields: Tensor, sigma: Tensor) -> Tensor:
+    """Per-sample Gaussian blur with replicated borders (the CPU's ``gaussian_blur_nearest``).
+
+    Args:
+        fields: float64 (B, H, W).
+        sigma: float64 (B,), standard deviations in pixels, > 0 (kernel radius ``int(4 * sigma + 0.5)``,
+            scipy's weights); the kernels of a batch are zero-padded to the widest.
+
+    Returns:
+        float64 (B, H, W).
+    """
+    batch = fields.shape[0]
+    radius = torch.floor(4.0 * sigma + 0.5)
+    largest = int(radius.max())
+    offsets = torch.arange(-largest, largest + 1, dtype=torch.float64, device=fields.device)
+    weights = torch.exp((-0.5 / (sigma * sigma))[:, None] * offsets**2)
+    weights = torch.where(offsets.abs() <= radius[:, None], weights, torch.zeros_like(weights))
+    weights = weights / weights.sum(dim=1, keepdim=True)
+    padded = F.pad(fields[None], (largest, largest, largest, largest), mode="replicate")
+    rows = F.conv2d(padded, weights[:, None, None, :], groups=batch)
+    return F.conv2d(rows, weights[:, None, :, None], groups=batch)[0]
+
+
+_WATER = (175 / 255.0, 238 / 255.0, 238 / 255.0)
+"""Spatter's water colour (RGB in [0, 1]), as the CPU path writes it."""
+_MUD = (63 / 255.0, 42 / 255.0, 20 / 255.0)
+"""Spatter's mud colour (RGB in [0, 1]), as the CPU path writes it."""
+
+
+def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
+    """Spatter's water branch: drops shaded by an embossed, equalised distance-to-edge map (float32 [0, 1])."""
+    # numpy's float -> uint8 cast wraps values of 256 and more (a liquid above 1.004, rare but seen)
+    liquid_bytes = torch.remainder(torch.floor(liquid * 255), 256)
+    edges = canny(liquid_bytes, 50, 150)
+    distance = chamfer_distance(edges, 20.0)
+    distance = torch.floor(box_blur3(distance.double()).float()).double()
+    distance = emboss(equalize_histogram(distance))
+    distance = torch.round(box_blur3(distance)).float()
+    wetness = liquid_bytes.float() * distance
+    peak = wetness.amax(dim=(1, 2), keepdim=True)
+    wetness = torch.where(peak > 0, wetness / torch.where(peak > 0, peak, 1), wetness)
+    wetness = (wetness.double() * intensity[:, None, None]).float()
+    water = torch.tensor(_WATER, dtype=torch.float32, device=unit.device)[None, :, None, None]
+    return torch.clamp(unit + wetness[:, None] * water, 0, 1)
+
+
+def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, intensity: Tensor) -> Tensor:
+    """Spatter's mud branch: brown blotches where the blurred liquid mask exceeds 0.8 (float32 [0, 1])."""
+    mask = gaussian_blur_replicate((liquid > threshold[:, None, None]).double(), intensity).float()
+    mask = torch.where(mask < 0.8, 0, mask)[:, None]
+    mud = torch.tensor(_MUD, dtype=torch.float32, device=unit.device)[None, :, None, None] * mask
+    return torch.clamp(unit * (1 - mask) + mud, 0, 1)
+
+
+def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+    """Water drops or mud blotches from a smoothed, thresholded noise layer (ImageNet-C's spatter).
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1].
+        severities: float64 (B,) in (0, 5]; the branch (water or mud) is the table's switch at
+            ``ceil(severity)``, so one batch may hold both.
+        random: one ``normal(H, W)`` draw per sample (the liquid layer).
+
+    Returns:
+        float32 (B, 3, H, W) in [0, 1], exact given the same draws (see the fidelity notes for the
+        filters of the water branch).
+    """
+    _, _, height, width = images.shape
+    parameters = per_sample_parameters("spatter", severities)
+    mean, spread, liquid_sigma, threshold, intensity, mud = parameters.unbind(dim=1)
+    noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).double()
+    liquid = gaussian_blur_replicate(noise, liquid_sigma)
+    liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
+    output = torch.empty_like(images)
+    water = mud < 0.5
+    if water.any():
+        output[water] = _water(images[water], liquid[water], intensity[water])
+    if (~water).any():
+        output[~water] = _mud(images[~water], liquid[~water], threshold[~water], intensity[~water])
+    return output
+
+
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+    "frost": frost,
+    "fog": fog,
+    "spatter": spatter,
+    "elastic": elastic,
+}
+"""Torch weather corruptions by registered name, and elastic (a digital corruption, in ``elastic.py``)."""
