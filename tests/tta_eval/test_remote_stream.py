@@ -4,11 +4,13 @@ equal those of the same run over the local shards (issue 30's "done when")."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from ccc.cli.mirror import main as mirror_main
 from ccc.shards.record import shard_name
 from tests.builders import make_ccc_run
 from tests.ccc.shards.fault_server import FaultServer
@@ -56,3 +58,17 @@ def test_a_run_over_a_dropping_server_records_what_the_local_run_records(tmp_pat
         resumed = [headers.get("Range") for path, headers in server.requests if path.endswith("serial_00001.tar")]
     assert remote == local
     assert resumed[0] is None and resumed[-1] not in (None, "bytes=0-")
+
+
+def test_a_run_over_a_mirrored_published_stream_records_what_the_local_run_records(tmp_path, capsys) -> None:
+    folder = make_ccc_run(tmp_path / "stream", num_images=12, speed=4, shard_size=4)
+    local = run(capsys, f"ccc:{folder}", tmp_path / "local")
+    name = "baseline_20_transition+speed_2000_seed_43"
+    files = {f"/ccc/{name}/{shard_name(index)}": (folder / shard_name(index)).read_bytes() for index in range(SHARDS)}
+    with FaultServer(files) as server:
+        server.add_faults(f"/ccc/{name}/serial_00000.tar", ("reset", 5000))
+        arguments = [f"published:{name}", str(tmp_path / "mirror"), "--published-url", server.url("/ccc")]
+        assert mirror_main([*arguments, "--shards", "0-2", "--backoff", "0.01", "--no-progress"]) == 0
+    assert run(capsys, f"ccc:{tmp_path / 'mirror' / name}", tmp_path / "mirrored") == local
+    config = json.loads((tmp_path / "mirrored" / "run" / "config.json").read_text())
+    assert config["stream_verification"] == "sha256" and config["stream_name"] == name
