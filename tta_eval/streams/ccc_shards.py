@@ -67,7 +67,8 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     if not location:
         raise ValueError(_NO_LOCATION)
     if location.startswith(PUBLISHED_PREFIX):
-        return StreamDescription(name=get_published(location[len(PUBLISHED_PREFIX) :]).name)
+        published = get_published(location[len(PUBLISHED_PREFIX) :])
+        return StreamDescription(name=published.name, samples=published.num_images, world="imagenet")
     folder = Path(location)
     folder = folder.parent if folder.name == "manifest.json" else folder
     if not folder.is_dir():
