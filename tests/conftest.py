@@ -12,6 +12,20 @@ import pytest
 from tests.builders import GOLDEN, make_image_folder
 
 
+@pytest.fixture(autouse=True)
+def single_thread(monkeypatch: pytest.MonkeyPatch):
+    """One torch thread per test, and per program a test starts (``OMP_NUM_THREADS``): the models are
+    tiny, and the test workers (pytest-xdist) already use every core, so intra-op threads would only
+    wait for each other."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def golden_images() -> np.ndarray:
     """Two natural 224×224×3 uint8 images (scikit-image's astronaut and coffee), read-only."""

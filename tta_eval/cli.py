@@ -659,7 +659,7 @@ def _timing_line(summary: dict) -> str:
 
 
 def _run(arguments: argparse.Namespace) -> int:
-    from tta_eval.cluster import run_experiments
+    from tta_eval.cluster import print_line, run_experiments
     from tta_eval.experiment import resolve_experiment
     from tta_eval.reports import adaptation_notes, comparison_table, run_scores, scores_table
     from tta_eval.run_folder import PLOT_STEM, load_run
@@ -683,7 +683,9 @@ def _run(arguments: argparse.Namespace) -> int:
 
     executor_context, options = _open_executor(arguments)
     with executor_context as executor:
-        run_dirs = run_experiments(resolved, executor, options, on_finished=report if several else None, notify=print)
+        run_dirs = run_experiments(
+            resolved, executor, options, on_finished=report if several else None, notify=print_line
+        )
     runs = [load_run(run_dir) for run_dir in run_dirs]
     print(comparison_table(runs), end="")
     for run in runs:

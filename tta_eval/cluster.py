@@ -77,6 +77,13 @@ def check_run_folders(runs: Sequence[ResolvedExperiment]) -> None:
         seen[folder] = settings.stream
 
 
+def print_line(line: str) -> None:
+    """Print ``line`` on stdout at once: a ``notify`` for :func:`run_experiments` that a Ray task can
+    carry (it pickles by its module's name; the builtin ``print`` does not once Ray has replaced
+    ``builtins.print`` in the driver)."""
+    print(line, flush=True)
+
+
 def run_experiments(
     runs: Sequence[ResolvedExperiment],
     executor: Executor,
@@ -93,7 +100,8 @@ def run_experiments(
     failure (in the order of ``runs``) is raised as the run raised it (ValueError for a user
     mistake, ``NonFiniteLossError`` for a run stopped by ``--nonfinite-loss stop``,
     ``ccc.execution.TaskFailedError`` when its node kept dying). notify: receives each run's line
-    saying it resumes an unfinished run (on a cluster it is called on the worker). Raises ValueError
+    saying it resumes an unfinished run (on a cluster it is called on the worker, so it must pickle
+    by reference: a module-level function such as :func:`print_line`). Raises ValueError
     before anything runs for two runs sharing a folder or a request no node can hold.
     """
     check_run_folders(runs)

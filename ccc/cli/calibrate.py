@@ -38,6 +38,7 @@ from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.cli.common import (
     INTERRUPTED_EXIT_CODE,
     HelpFormatter,
+    add_image_folder_arguments,
     count,
     examples,
     float_list,
@@ -107,20 +108,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_compute_inputs(group: argparse._ArgumentGroup) -> None:
     """The image folder, its class list and the demo world."""
-    group.add_argument(
-        "--imagenet", metavar="PATH", help="ImageNet validation folder val/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
-    )
-    group.add_argument(
-        "--classes",
-        metavar="FILE",
-        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet "
-        "folder with extra or missing classes",
-    )
-    group.add_argument(
-        "--skip-bad-images",
-        action="store_true",
-        help="exclude unreadable images (deterministically) instead of stopping",
-    )
+    add_image_folder_arguments(group)
     group.add_argument(
         "--demo",
         action="store_true",

@@ -19,6 +19,7 @@ __all__ = [
     "USER_ERROR_EXIT_CODE",
     "HelpFormatter",
     "UsageError",
+    "add_image_folder_arguments",
     "count",
     "examples",
     "float_list",
@@ -41,6 +42,25 @@ STOPPED_EXIT_CODE = 1
 
 class UsageError(ValueError):
     """A command-line mistake the parser itself cannot see (e.g. two options that exclude each other)."""
+
+
+def add_image_folder_arguments(group: argparse._ArgumentGroup) -> None:
+    """``--imagenet PATH``, ``--classes FILE`` and ``--skip-bad-images``: the source image folder of
+    ccc-generate and ccc-calibrate, with the same meaning in both."""
+    group.add_argument(
+        "--imagenet", metavar="PATH", help="ImageNet validation folder PATH/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
+    )
+    group.add_argument(
+        "--classes",
+        metavar="FILE",
+        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet "
+        "folder with extra or missing classes",
+    )
+    group.add_argument(
+        "--skip-bad-images",
+        action="store_true",
+        help="exclude unreadable images (deterministically) instead of stopping",
+    )
 
 
 def format_default(value: object) -> str:

@@ -27,6 +27,7 @@ from ccc.cli.common import (
     USER_ERROR_EXIT_CODE,
     HelpFormatter,
     UsageError,
+    add_image_folder_arguments,
     count,
     examples,
     integer_at_least,
@@ -218,25 +219,12 @@ def _add_stream_options(group: argparse._ArgumentGroup) -> None:
 
 def _add_input_options(group: argparse._ArgumentGroup) -> None:
     """The image folder, its class list, the calibration table and the demo world."""
-    group.add_argument(
-        "--imagenet", metavar="PATH", help="ImageNet validation folder <PATH>/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
-    )
+    add_image_folder_arguments(group)
     group.add_argument(
         "--calibration",
         metavar="FILE",
         help=f"calibration table .npz, or the published CCC pickle (file or URL; converted once and cached) "
         f"(default: {DEFAULT_CALIBRATION} if it exists)",
-    )
-    group.add_argument(
-        "--skip-bad-images",
-        action="store_true",
-        help="exclude unreadable images (deterministically) instead of stopping",
-    )
-    group.add_argument(
-        "--classes",
-        metavar="FILE",
-        help="explicit class list, one class folder name per line (line k = class k); needed for an ImageNet "
-        "folder with extra or missing classes",
     )
     group.add_argument(
         "--demo",

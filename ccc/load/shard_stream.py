@@ -21,6 +21,7 @@ from ccc.load.sample import StreamError, StreamSample
 from ccc.load.selection import DEFAULT_SAMPLES_PER_TURN, Selection
 from ccc.shards.errors import ShardReadError
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
+from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirrored_shards
 from ccc.shards.published import resolve_published
 from ccc.shards.reader import TarSample, open_shard, read_samples
 from ccc.shards.record import sample_key, shard_name, shard_pattern
@@ -203,6 +204,39 @@ def _check_place(sample: TarSample, name: str, count: int | None, index: int | N
         )
 
 
+def _stream_folder(source: object) -> Path | None:
+    """The folder ``source`` names (a folder, or the ``manifest.json`` in one); None for anything else."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    path = Path(source)
+    if path.is_dir():
+        return path
+    return path.parent if path.name == MANIFEST_NAME and path.is_file() else None
+
+
+def _folder_shards(folder: Path) -> tuple[Sequence[ShardLocation], StreamSpec | None, int]:
+    """The shards, the stream definition and the sample count of a run folder, or of a ``ccc-mirror``
+    folder without a manifest (no definition; its ``mirror.json`` gives the shards)."""
+    if not (folder / MANIFEST_NAME).exists() and (folder / MIRROR_NAME).exists():
+        shards = _mirror_shards(folder)
+        return shards, None, sum(shard.sample_count or 0 for shard in shards)
+    manifest_shards, spec = _manifest_shards(folder)
+    return manifest_shards, spec, spec.num_images
+
+
+def _mirror_shards(folder: Path) -> list[ShardLocation]:
+    """The shards of a ``ccc-mirror`` folder without a manifest (a published stream), with the sizes,
+    sha256 and sample counts its ``mirror.json`` records; StreamError for an unreadable one."""
+    try:
+        records = mirrored_shards(folder)
+    except MirrorError as error:
+        raise StreamError(str(error)) from None
+    return [
+        ShardLocation(str(folder / record.name), None, record.samples, True, record.sha256, record.bytes)
+        for record in records
+    ]
+
+
 def _manifest_shards(folder: Path) -> tuple[_ManifestShards, StreamSpec]:
     """The shards and the stream of a run folder; StreamError without a manifest or with a malformed one."""
     try:
@@ -251,8 +285,9 @@ def open_stream(
 
     Args:
         source: a run folder written by ``ccc-generate`` (its ``manifest.json`` gives the shards and
-            their sample ranges; ``start`` skips whole shards); a shard path or URL, a brace pattern
-            (``/data/ccc/serial_{00000..00299}.tar``, ``pipe:curl -s https://…/serial_{00000..00009}.tar``);
+            their sample ranges; ``start`` skips whole shards); a ``ccc-mirror`` folder (its
+            ``mirror.json`` gives the shards, their sizes, sha256 and sample counts); a shard path or
+            URL, a brace pattern (``/data/ccc/serial_{00000..00299}.tar``, ``pipe:curl -s https://…/serial_{00000..00009}.tar``);
             ``published:<name>`` (one of the 27 published streams, e.g.
             ``published:baseline_20_transition+speed_2000_seed_43``; :mod:`ccc.shards.published`);
             or a list of them. Our shards and the published CCC shards (keys ``input.jpg``,
@@ -279,27 +314,26 @@ def open_stream(
 
     Raises:
         StreamError: a folder without manifest or with a malformed one.
-        ValueError: invalid arguments (``verify="sha256"`` without a manifest, an unknown published
-            name included).
+        ValueError: invalid arguments (``verify="sha256"`` without a run or mirror folder, an unknown
+            published name included).
     """
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be None or 'sha256', got {verify!r}")
     if cache is not None:
         remote = dataclasses.replace(remote or RemoteOptions(), cache=os.fspath(cache))
-    spec: StreamSpec | None = None
-    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
-        shards, spec = _manifest_shards(Path(source))
-    elif isinstance(source, (str, os.PathLike)) and Path(source).name == MANIFEST_NAME and Path(source).is_file():
-        shards, spec = _manifest_shards(Path(source).parent)
+    folder = _stream_folder(source)
+    if folder is not None:
+        shards, spec, total = _folder_shards(folder)
     else:
         if verify is not None:
             raise ValueError(
                 f"verify={verify!r} needs a run folder with a manifest (it records each shard's sha256), got {source!r}"
             )
+        spec, total = None, None
         shards = [ShardLocation(location) for location in _expand(resolve_published(source, published_url))]
     return _ShardStream(
         shards,
-        None if spec is None else spec.num_images,
+        total,
         spec,
         verify,
         remote,

@@ -261,6 +261,18 @@ def _load_records(folder: Path) -> dict[str, MirroredShard]:
         raise MirrorError(f"{path}: not a {MIRROR_FORMAT} file ({error}); move it away to start afresh") from None
 
 
+def mirrored_shards(folder: str | os.PathLike[str]) -> list[MirroredShard]:
+    """The checked shards ``mirror.json`` of a ``ccc-mirror`` folder lists, in stream order (by file name).
+
+    Raises:
+        MirrorError: ``folder`` holds no ``mirror.json``, or an unreadable one.
+    """
+    folder = Path(folder)
+    if not (folder / MIRROR_NAME).is_file():
+        raise MirrorError(f"{folder} has no {MIRROR_NAME}; it is not a ccc-mirror folder")
+    return [record for _, record in sorted(_load_records(folder).items())]
+
+
 def _save_records(folder: Path, source: str, records: dict[str, MirroredShard]) -> None:
     document = {
         "format": MIRROR_FORMAT,

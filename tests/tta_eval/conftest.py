@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from torch import nn
 
 from tests.tta_eval.tta_helpers import make_tiny_cnn
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny models run faster on one thread, and the test machine is shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture

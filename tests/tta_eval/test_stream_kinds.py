@@ -117,3 +117,16 @@ def test_an_unknown_published_stream_is_one_line_before_anything_is_printed(tmp_
     )
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "unknown published CCC stream 'baseline_20_speed_2000'" in err
+
+
+def test_a_published_stream_is_described_with_its_length_in_the_imagenet_world() -> None:
+    from tta_eval.streams import StreamOptions, describe_stream_source
+
+    medium = describe_stream_source("ccc:published:baseline_20_transition+speed_2000_seed_43", StreamOptions())
+    assert (medium.name, medium.samples, medium.world) == (
+        "baseline_20_transition+speed_2000_seed_43",
+        7_514_000,
+        "imagenet",
+    )
+    hard = describe_stream_source("ccc:published:baseline_0_transition+speed_5000_seed_45", StreamOptions())
+    assert hard.samples == 7_500_000

@@ -50,7 +50,8 @@ def _open_ccc(location: str, options: StreamOptions, start: int = 0) -> SizedStr
 
 def _ccc_verification(location: str, options: StreamOptions) -> str | None:
     """``ccc.open_stream``'s ``verify`` for ``ccc:<location>``: "sha256" for a run folder (or its
-    manifest.json) unless ``options.verify_shards`` is off; None for shard patterns (no manifest)."""
+    manifest.json) or a ccc-mirror folder unless ``options.verify_shards`` is off; None for shard
+    patterns (no manifest)."""
     folder = Path(location)
     folder = folder.parent if folder.name == "manifest.json" else folder
     return "sha256" if options.verify_shards and folder.is_dir() else None
@@ -60,21 +61,26 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     """A CCC run folder's length, world and shard verification from its manifest; a shard pattern is
     described by its name only."""
     from ccc.demo import DEMO_CLASSES, is_demo_stream
-    from ccc.shards.manifest import ManifestError, load_manifest
+    from ccc.shards.manifest import MANIFEST_NAME, ManifestError, load_manifest
+    from ccc.shards.mirror import MIRROR_NAME
 
     if not location:
         raise ValueError(_NO_LOCATION)
     if location.startswith(PUBLISHED_PREFIX):
-        return StreamDescription(name=get_published(location[len(PUBLISHED_PREFIX) :]).name)
+        published = get_published(location[len(PUBLISHED_PREFIX) :])
+        return StreamDescription(name=published.name, samples=published.num_images, world="imagenet")
     folder = Path(location)
     folder = folder.parent if folder.name == "manifest.json" else folder
     if not folder.is_dir():
         return StreamDescription(name=last_component(location))
+    if not (folder / MANIFEST_NAME).exists() and (folder / MIRROR_NAME).exists():
+        return _describe_mirror(folder, location, options)
     try:
         spec = load_manifest(folder).stream
     except FileNotFoundError:
         raise ValueError(
-            f"stream folder {location!r} has no manifest.json; pass a run folder written by ccc-generate or shard files"
+            f"stream folder {location!r} has no manifest.json; pass a run folder written by ccc-generate, "
+            "a ccc-mirror folder or shard files"
         ) from None
     except ManifestError as error:
         raise ValueError(str(error)) from None
@@ -84,6 +90,23 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
         samples=spec.num_images,
         world=DEMO_WORLD if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
+        verification=_ccc_verification(location, options),
+    )
+
+
+def _describe_mirror(folder: Path, location: str, options: StreamOptions) -> StreamDescription:
+    """A ``ccc-mirror`` folder without a manifest (a published stream): its name, its length from the
+    sample counts ``mirror.json`` records, the ImageNet world."""
+    from ccc.shards.mirror import MirrorError, mirrored_shards
+
+    try:
+        shards = mirrored_shards(folder)
+    except MirrorError as error:
+        raise ValueError(str(error)) from None
+    return StreamDescription(
+        name=folder.resolve().name,
+        samples=sum(shard.samples for shard in shards),
+        world="imagenet",
         verification=_ccc_verification(location, options),
     )
 

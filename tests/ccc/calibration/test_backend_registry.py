@@ -16,7 +16,6 @@ from ccc.calibration.run import CalibrationConfig, calibrate
 from ccc.calibration.table import CalibrationError
 from ccc.execution import SerialExecutor
 from ccc.models import ModelSpec
-from ccc.registry import Registry
 from ccc.stream.sources import index_image_folder
 from tests.builders import make_texture_folder, tiny_texture_classifier
 
@@ -44,13 +43,11 @@ def config(folder: Path, out: Path, **changes) -> CalibrationConfig:
 
 
 @pytest.fixture
-def toy_backend(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A backend "toy" (the model backend, counting the units it runs), registered for one test in
-    a copy of the registry; returns the count of units per run."""
-    fresh = Registry("calibration backend")
-    for name in list_backends():
-        fresh.register(get_backend(name))
-    monkeypatch.setattr(registry, "REGISTRY", fresh)
+def counting_backend(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A backend "counting_test" (the model backend, counting the units it runs), registered for one
+    test in a copy of the registry; returns the count of units per run."""
+    list_backends()  # the built-in backends are imported (and registered) before the copy is made
+    monkeypatch.setattr(registry, "REGISTRY", registry.REGISTRY.copy())
     runs: list[int] = []
 
     class CountingBackend:
@@ -61,7 +58,7 @@ def toy_backend(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             runs.append(len(units))
             self.inner.run(units, on_result)
 
-    register_backend(BackendEntry("toy", CountingBackend, "the model backend, counting units"))
+    register_backend(BackendEntry("counting_test", CountingBackend, "the model backend, counting units"))
     return runs
 
 
@@ -93,14 +90,14 @@ def test_a_backend_option_is_checked_in_one_line(job: CalibrationJob) -> None:
     assert setup.block_sizes() == [2, 2, 1]
 
 
-def test_calibrate_runs_the_backend_its_config_names(folder: Path, tmp_path: Path, toy_backend: list[int]) -> None:
+def test_calibrate_runs_the_backend_its_config_names(folder: Path, tmp_path: Path, counting_backend: list[int]) -> None:
     default = calibrate(config(folder, tmp_path / "model.npz"))
-    assert toy_backend == []
-    toy = calibrate(config(folder, tmp_path / "toy.npz", backend="toy"))
-    assert toy_backend and toy.table.accuracy_array.tolist() == default.table.accuracy_array.tolist()
-    with pytest.raises(CalibrationError, match="unknown calibration backend 'nope'; available: model, simulation, toy"):
+    assert counting_backend == []
+    counted = calibrate(config(folder, tmp_path / "counted.npz", backend="counting_test"))
+    assert counting_backend and counted.table.accuracy_array.tolist() == default.table.accuracy_array.tolist()
+    with pytest.raises(CalibrationError, match="unknown calibration backend 'nope'; available: .*counting_test"):
         calibrate(config(folder, tmp_path / "nope.npz", backend="nope"))
 
 
-def test_the_toy_backend_is_gone_after_its_test() -> None:
-    assert "toy" not in list_backends()
+def test_the_counting_backend_is_gone_after_its_test() -> None:
+    assert "counting_test" not in list_backends()

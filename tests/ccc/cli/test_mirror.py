@@ -10,7 +10,7 @@ import pytest
 
 from ccc.cli import mirror as mirror_cli
 from ccc.cli import verify as verify_cli
-from ccc.load import open_stream
+from ccc.load import StreamError, open_stream
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
 from ccc.shards.record import shard_name
 from ccc.shards.remote import RemoteOptions
@@ -117,6 +117,8 @@ def test_a_published_stream_is_mirrored_read_back_and_verified(
     assert listed["source"] == f"published:{NAME}" and len(listed["shards"]) == 3
     local = samples(f"published:{NAME}", published_url=str(tmp_path / "mirror"), limit=12)
     assert [row[1:] for row in local] == [row[1:] for row in samples(run)]
+    mirrored = samples(tmp_path / "mirror" / NAME, verify="sha256")
+    assert mirrored == local and open_stream(tmp_path / "mirror" / NAME).length == 12
     capsys.readouterr()
     assert verify_cli.main([str(tmp_path / "mirror" / NAME), "--no-progress"]) == 0
     assert "3 of 3 shards intact, 12 samples decoded; a ccc-mirror folder without a manifest" in capsys.readouterr().out
@@ -125,6 +127,8 @@ def test_a_published_stream_is_mirrored_read_back_and_verified(
     for flags in ([], ["--no-decode"]):
         assert verify_cli.main([str(tmp_path / "mirror" / NAME), "--no-progress", *flags]) == 1
         assert capsys.readouterr().out.startswith("serial_00001.tar: altered")
+    with pytest.raises(StreamError, match=r"serial_00001\.tar: altered \(sha256 differs"):
+        samples(tmp_path / "mirror" / NAME, verify="sha256")
 
 
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:

@@ -78,7 +78,7 @@ def test_published_defaults():
 
 
 def test_unknown_method_lists_the_available_ones(tiny_cnn):
-    with pytest.raises(ValueError, match=r"unknown method 'tentt'; available: adabn, asr, bn, .*, tent, ttac_nq$"):
+    with pytest.raises(ValueError, match=r"unknown method 'tentt'; available: adabn, asr, bn, .*, tent, .*ttac_nq"):
         create("tentt", tiny_cnn)
 
 
