@@ -16,7 +16,6 @@ samples or its position (every group draws from fresh per-sample streams).
 
 from __future__ import annotations
 
-import importlib
 from typing import Callable, Sequence
 
 import torch
@@ -25,27 +24,18 @@ from torch import Tensor
 from ccc.corruptions import get_corruption
 from ccc.stream.spec import SampleSpec
 
+from . import blur, digital, noise, snow, weather
 from .geometry import SourceImage, crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
 from .random import SampleRandom
 
 __all__ = ["TORCH_CORRUPTIONS", "apply_corruption_stage", "render_batch", "torch_corruption"]
 
-_FAMILY_MODULES = ("noise", "digital", "blur", "weather")
-
-
 def _collect_corruptions() -> dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]]:
-    """Every family module's ``TORCH_CORRUPTIONS``; a family module not (yet) present is skipped."""
+    """Every family module's ``TORCH_CORRUPTIONS``, merged (each name is implemented by one module)."""
     table: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {}
-    for family in _FAMILY_MODULES:
-        module_name = f"{__package__}.{family}"
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue
-        table.update(module.TORCH_CORRUPTIONS)
+    for family in (noise, digital, blur, snow, weather):
+        table.update(family.TORCH_CORRUPTIONS)
     return table
 
 
