@@ -3,7 +3,7 @@
 Pixels only, no file access and no calibration table: the caller reads the source file. The
 pipeline is the public generator's, with every random choice taken from the spec:
 
-1. decode with PIL and convert to RGB (as the public ``pil_loader``);
+1. :func:`decode_source`: decode with PIL and convert to RGB (as the public ``pil_loader``);
 2. crop ``spec.crop_box`` and resize to 224×224 with PIL's bilinear filter (exactly what torchvision's
    ``RandomResizedCrop`` does to a PIL image), then mirror if ``spec.flip``; with ``spec.resize``
    (the ``center`` crop) the whole image is first resized to that size with the same filter, and the
@@ -37,6 +37,7 @@ __all__ = [
     "SourceImageMismatchError",
     "crop_resize_flip",
     "decode_jpeg",
+    "decode_source",
     "encode_jpeg",
     "render_pixels",
     "render_sample",
@@ -81,8 +82,13 @@ def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], fl
     return np.asarray(resized)
 
 
-def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
-    """The corrupted 224×224×3 uint8 image of ``spec`` before JPEG encoding (steps 1–3 of :func:`render_sample`).
+def decode_source(spec: SampleSpec, source: bytes) -> Image.Image:
+    """The source image of ``spec`` decoded from its file's bytes ``source``: step 1 of :func:`render_sample`
+    (PIL, converted to RGB as the public ``pil_loader``), the one decoder of both rendering backends.
+
+    Returns:
+        a loaded RGB PIL image of ``spec.source_size`` (width, height) pixels; ``numpy.asarray`` of it is
+        uint8 (height, width, 3).
 
     Raises:
         SourceImageMismatchError: if the image's size is not ``spec.source_size``.
@@ -94,7 +100,17 @@ def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
                 f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
                 f"as when the stream was planned, got {opened.size[0]}x{opened.size[1]}"
             )
-        image = opened.convert("RGB")
+        return opened.convert("RGB")
+
+
+def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
+    """The corrupted 224×224×3 uint8 image of ``spec`` before JPEG encoding (steps 1–3 of :func:`render_sample`).
+
+    Raises:
+        SourceImageMismatchError: if the image's size is not ``spec.source_size``.
+        PIL.UnidentifiedImageError, OSError: if ``source`` cannot be decoded.
+    """
+    image = decode_source(spec, source)
     if spec.resize is not None:
         image = image.resize(tuple(spec.resize), Image.Resampling.BILINEAR)
     cropped = crop_resize_flip(image, spec.crop_box, spec.flip)
