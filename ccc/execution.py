@@ -379,13 +379,18 @@ class Executor(abc.ABC):
         """Give up the calls behind ``handles`` (results not needed any more)."""
 
     def map_ordered(
-        self, function: Callable[[Any, Any], Any], shared: Any, items: Iterable[Any], max_in_flight: int | None = None
+        self,
+        function: Callable[[Any, Any], Any],
+        shared: Any,
+        items: Iterable[Any],
+        max_in_flight: int | None = None,
+        options: TaskOptions = DEFAULT_TASK_OPTIONS,
     ) -> Iterator[Any]:
         """Yield ``function(shared, item)`` for each item, in item order; ``shared`` is sent once.
 
         ``items`` is consumed lazily; at most ``max_in_flight`` (>= 1, default :attr:`max_in_flight`)
-        calls are submitted but not yet yielded, which bounds memory. Closing the iterator cancels
-        the calls still running.
+        calls are submitted but not yet yielded, which bounds memory. Each call is a task with
+        ``options`` (e.g. one GPU each). Closing the iterator cancels the calls still running.
         """
         limit = self.max_in_flight if max_in_flight is None else max_in_flight
         check_positive_int("max_in_flight", limit)
@@ -402,7 +407,7 @@ class Executor(abc.ABC):
                     if item is _END:
                         exhausted = True
                         break
-                    pending[self.submit(function, shared_handle, item)] = submitted
+                    pending[self.submit(function, shared_handle, item, options=options)] = submitted
                     submitted += 1
                 if yielded in finished:
                     yield finished.pop(yielded)

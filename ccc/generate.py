@@ -12,6 +12,15 @@ at the same path on every node; the run folder is written by the driver alone.
 
 Every sample is a pure function of the plan and its index, so the shards are byte-identical
 whatever the executor, the number of workers or the number of interruptions.
+
+Two renderers: the CPU reference path (:func:`render_chunk`, ``ccc.render``; the default) and, when
+a :class:`TorchRendering` is given, the torch backend (:func:`render_chunk_torch`): each task decodes
+a batch of source images on the CPU with the CPU path's decoder, renders them with
+:func:`ccc.render_torch.render_batch` on the device and encodes them with the CPU path's JPEG encoder
+(Pillow, quality 85, optimised Huffman tables). Its bytes differ from the CPU path's (the random
+corruptions draw from counter-based per-sample streams); they are reproducible on the same device
+type and do not depend on the batch size or the number of workers. The manifest records the
+renderer, and a run folder is only resumed with the renderer that started it.
 """
 
 from __future__ import annotations
@@ -22,38 +31,58 @@ import logging
 import os
 import platform
 import sys
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from ccc.execution import Executor
+from ccc.execution import DEFAULT_TASK_OPTIONS, Executor, TaskOptions
 from ccc.folder_lock import FolderInUseError, FolderLock
-from ccc.render import RenderedSample, render_sample
-from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
+from ccc.render import RenderedSample, decode_source, encode_jpeg, render_sample
+from ccc.shards.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ManifestError,
+    describe_renderer,
+    file_sha256,
+    load_manifest,
+    save_manifest,
+)
 from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
 from ccc.shards.writer import ShardWriter
 from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
 from ccc.validation import check_positive_int
 
 __all__ = [
+    "DEFAULT_RENDER_BATCH_SIZE",
     "DEFAULT_SAMPLES_PER_TASK",
     "GenerationSummary",
     "OutputFolderError",
+    "RenderDeviceError",
+    "TorchRendering",
     "expected_shard_names",
     "generate_stream",
     "library_versions",
+    "check_render_device",
     "render_chunk",
+    "render_chunk_torch",
 ]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SAMPLES_PER_TASK = 25
 """Samples rendered per executor task (``chunk_size`` of :func:`generate_stream`)."""
+
+DEFAULT_RENDER_BATCH_SIZE = 64
+"""Samples per torch rendering batch (one executor task) of :class:`TorchRendering`."""
+
+_RENDER_DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
 
 LOCK_NAME = ".ccc-generate.lock"
 _PROGRESS_INTERVAL_TTY_SECONDS = 0.5
@@ -62,6 +91,95 @@ _PROGRESS_INTERVAL_LOG_SECONDS = 60.0
 
 class OutputFolderError(ValueError):
     """The run folder holds another stream, unknown shards, or is in use by another run."""
+
+
+class RenderDeviceError(ValueError):
+    """The torch renderer's device cannot be used here (not ``cpu`` or ``cuda[:index]``, no torch, no GPU)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchRendering:
+    """Render shards with the torch backend (:func:`ccc.render_torch.render_batch`) instead of the CPU
+    reference path.
+
+    The bytes differ from the CPU path's: the random corruptions draw from counter-based per-sample
+    streams (and on CUDA the float arithmetic differs in the last bits); they are reproducible on the
+    same device type, whatever the batch size or the number of workers. The final JPEG is the CPU
+    path's (Pillow, quality 85, optimised Huffman tables, on the host).
+
+    Attributes:
+        device: ``"cpu"`` or ``"cuda[:index]"``; with Ray each task takes one GPU (``num_gpus=1``)
+            and renders on ``"cuda"``, the GPU Ray gives it, so an index is only for one process.
+        batch_size: samples per batch (one executor task; a batch never straddles two shards), >= 1.
+
+    Raises:
+        RenderDeviceError: a device that is not ``cpu`` or ``cuda[:index]``.
+    """
+
+    device: str
+    batch_size: int = DEFAULT_RENDER_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        if not _RENDER_DEVICE.fullmatch(self.device):
+            raise RenderDeviceError(f"render device must be 'cpu' or 'cuda[:index]', got {self.device!r}")
+        check_positive_int("batch_size", self.batch_size)
+
+    @property
+    def device_type(self) -> str:
+        """``"cpu"`` or ``"cuda"``."""
+        return self.device.partition(":")[0]
+
+    def manifest_record(self) -> dict[str, str]:
+        """What the manifest records as its ``renderer`` (the device type, not the index or batch size,
+        which do not change the bytes)."""
+        return {"backend": "torch", "device_type": self.device_type}
+
+    def describe(self) -> str:
+        """One line for the command's output."""
+        return (
+            f"{describe_renderer(self.manifest_record())} ({self.device}, batches of {self.batch_size}; "
+            "bytes differ from the CPU reference path's)"
+        )
+
+
+def _torch_versions() -> dict[str, str]:
+    """Versions of torch and torchvision (recorded besides :func:`library_versions` by the torch renderer)."""
+    import torch
+    import torchvision
+
+    return {"torch": torch.__version__, "torchvision": torchvision.__version__}
+
+
+def check_render_device(rendering: TorchRendering, executor: Executor | None = None) -> TaskOptions:
+    """Check that ``rendering.device`` can be used by ``executor``'s tasks and return the resources each
+    task asks for (one GPU on Ray with CUDA).
+
+    In this process (``executor`` None or not distributed): torch and torchvision import and see the
+    device (CUDA available, the index a visible GPU). On Ray: the cluster has a GPU, and the device
+    is ``cuda`` without an index (each task renders on the GPU Ray gives it).
+
+    Raises:
+        RenderDeviceError: one line saying what is missing.
+    """
+    try:
+        _torch_versions()
+        from ccc.models import resolve_device
+    except ImportError as error:
+        raise RenderDeviceError(f"the torch renderer needs torch and torchvision ({error})") from None
+    if executor is None or not executor.distributed or rendering.device_type != "cuda":
+        try:
+            resolve_device(rendering.device)
+        except ValueError as error:
+            raise RenderDeviceError(f"render device: {error}") from None
+        return DEFAULT_TASK_OPTIONS
+    if rendering.device != "cuda":
+        raise RenderDeviceError(
+            f"render device {rendering.device!r}: with Ray each worker renders on the one GPU Ray gives it; "
+            "pass 'cuda', or render in one process (--workers 1) to pick a GPU"
+        )
+    if executor.gpus < 1:
+        raise RenderDeviceError("render device 'cuda' requested but the Ray cluster has no GPU")
+    return TaskOptions(gpus=1)
 
 
 def library_versions() -> dict[str, str]:
@@ -98,6 +216,39 @@ def render_chunk(plan: StreamPlan, chunk: tuple[int, int]) -> list[RenderedSampl
         spec = plan_sample(plan, index)
         rendered.append(render_sample(spec, (root / spec.source_path).read_bytes()))
     return rendered
+
+
+def render_chunk_torch(job: tuple[StreamPlan, TorchRendering], chunk: tuple[int, int]) -> list[RenderedSample]:
+    """Plan and render samples ``chunk[0]`` … ``chunk[1] - 1`` as one batch with the torch backend.
+
+    The sources are read from ``plan.sources.root`` and decoded by :func:`ccc.render.decode_source`
+    (the CPU path's decoder), rendered by :func:`ccc.render_torch.render_batch` on
+    ``rendering.device`` without its JPEG round trip, then encoded by :func:`ccc.render.encode_jpeg`.
+    On CUDA the host work (reading, decoding, encoding) runs on a thread per CPU (Pillow releases
+    the GIL), so that it keeps up with the GPU.
+
+    Args:
+        job: the stream plan and the :class:`TorchRendering`.
+        chunk: (first, stop) sample indices, at most ``rendering.batch_size`` samples.
+
+    Returns:
+        the rendered samples in index order; each depends only on its spec and source image.
+    """
+    from ccc.render_torch import render_batch
+
+    plan, rendering = job
+    root = Path(plan.sources.root)
+    specs = [plan_sample(plan, index) for index in range(*chunk)]
+    threads = (os.cpu_count() or 1) if rendering.device_type == "cuda" else 1
+
+    def decode(spec: Any) -> np.ndarray:
+        return np.array(decode_source(spec, (root / spec.source_path).read_bytes()))
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        images = list(pool.map(decode, specs))
+        pixels = render_batch(specs, images, rendering.device, jpeg=False).permute(0, 2, 3, 1).cpu().numpy()
+        encoded = list(pool.map(encode_jpeg, pixels))
+    return [RenderedSample(spec, jpeg) for spec, jpeg in zip(specs, encoded)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,10 +322,16 @@ def _verified_shards(run_dir: Path, manifest: Manifest) -> Manifest:
 
 
 def _prepare_folder(
-    run_dir: Path, plan: StreamPlan, hash_of_plan: str, versions: dict[str, str], overwrite: bool
+    run_dir: Path,
+    plan: StreamPlan,
+    hash_of_plan: str,
+    versions: dict[str, str],
+    overwrite: bool,
+    renderer: Mapping[str, str] | None = None,
 ) -> Manifest:
-    """Return the manifest to continue from, after checking that ``run_dir`` holds this stream (or nothing)."""
-    fresh = Manifest(stream=plan.spec, plan_hash=hash_of_plan, library_versions=versions)
+    """Return the manifest to continue from, after checking that ``run_dir`` holds this stream (or nothing),
+    rendered by ``renderer`` (the manifest's record; None for the CPU reference path)."""
+    fresh = Manifest(stream=plan.spec, plan_hash=hash_of_plan, library_versions=versions, renderer=renderer)
     manifest_path = run_dir / MANIFEST_NAME
     if overwrite:
         for path in _own_files(run_dir):
@@ -209,6 +366,11 @@ def _prepare_folder(
             f"{run_dir} holds the same stream definition but a different plan (plan hash {existing.plan_hash[:12]}… "
             f"vs {hash_of_plan[:12]}…, e.g. another numpy version or changed source images); pass --overwrite"
         )
+    if (None if existing.renderer is None else dict(existing.renderer)) != renderer:
+        raise OutputFolderError(
+            f"{run_dir} was rendered by {describe_renderer(existing.renderer)}, not {describe_renderer(renderer)}: "
+            "resume it with the renderer that started it (--render-device), use another folder or pass --overwrite"
+        )
     previous = existing.previous_library_versions
     if dict(existing.library_versions) != versions:
         logger.warning(
@@ -238,6 +400,7 @@ def generate_stream(
     overwrite: bool = False,
     progress: bool = True,
     chunk_size: int = DEFAULT_SAMPLES_PER_TASK,
+    rendering: TorchRendering | None = None,
 ) -> GenerationSummary:
     """Render the stream of ``plan`` into ``run_dir`` (created if needed), resuming an earlier run.
 
@@ -251,19 +414,30 @@ def generate_stream(
             :class:`~ccc.execution.RayExecutor`).
         overwrite: delete shards, temporary files and manifest of whatever stream the folder holds first.
         progress: show a tqdm progress bar on stderr (redrawn at most every 60 s when stderr is not a terminal).
-        chunk_size: samples per executor task, >= 1.
+        chunk_size: samples per executor task, >= 1 (the CPU path; the torch renderer's tasks are its batches).
+        rendering: render with the torch backend (see :class:`TorchRendering`: its bytes differ from the
+            CPU path's); None: the CPU reference path.
 
     Raises:
         OutputFolderError: the folder holds another stream or unknown shards (without ``overwrite``),
-            or another process is writing to it.
+            another renderer's shards, or another process is writing to it.
+        RenderDeviceError: the torch renderer's device cannot be used (checked before anything is written).
         ccc.shards.writer.ShardWriteError: the file system failed (e.g. disk full); finished shards stay recorded.
     """
     check_positive_int("chunk_size", chunk_size)
+    versions, renderer = library_versions(), None
+    function: Any = render_chunk
+    shared: Any = plan
+    options = DEFAULT_TASK_OPTIONS
+    if rendering is not None:
+        options = check_render_device(rendering, executor)
+        versions, renderer = {**versions, **_torch_versions()}, rendering.manifest_record()
+        function, shared, chunk_size = render_chunk_torch, (plan, rendering), rendering.batch_size
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     spec = plan.spec
     with _folder_lock(folder):
-        manifest = _prepare_folder(folder, plan, plan_hash(plan), library_versions(), overwrite)
+        manifest = _prepare_folder(folder, plan, plan_hash(plan), versions, overwrite, renderer)
         save_manifest(manifest, folder)
         finished = {entry.index for entry in manifest.shards}
         pending = [index for index in range(spec.num_shards) if index not in finished]
@@ -282,7 +456,7 @@ def generate_stream(
                 disable=not progress,
                 mininterval=interval,
             ) as bar,
-            contextlib.closing(executor.map_ordered(render_chunk, plan, chunks)) as results,
+            contextlib.closing(executor.map_ordered(function, shared, chunks, options=options)) as results,
         ):
             for shard_index in pending:
                 sample_range = spec.shard_range(shard_index)

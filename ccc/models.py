@@ -222,11 +222,15 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
 
 
 def resolve_device(device: str) -> torch.device:
-    """torch.device for "cpu" or "cuda[:index]"; ValueError if CUDA is requested but unavailable."""
+    """torch.device for "cpu" or "cuda[:index]"; ValueError if CUDA is requested but unavailable, or
+    the index names no visible GPU."""
     if device == "cpu":
         return torch.device("cpu")
     if device == "cuda" or device.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} requested but CUDA is not available; use --device cpu")
-        return torch.device(device)
+            raise ValueError(f"device {device!r} requested but CUDA is not available; use cpu")
+        resolved = torch.device(device)
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r} requested but only {torch.cuda.device_count()} GPU(s) are visible")
+        return resolved
     raise ValueError(f"device must be 'cpu' or 'cuda[:index]', got {device!r}")

@@ -3,7 +3,7 @@
 Pixels only, no file access and no calibration table: the caller reads the source file. The
 pipeline is the public generator's, with every random choice taken from the spec:
 
-1. decode with PIL and convert to RGB (as the public ``pil_loader``);
+1. :func:`decode_source`: decode with PIL and convert to RGB (as the public ``pil_loader``);
 2. crop ``spec.crop_box`` and resize to 224×224 with PIL's bilinear filter (exactly what torchvision's
    ``RandomResizedCrop`` does to a PIL image), then mirror if ``spec.flip``; with ``spec.resize``
    (the ``center`` crop) the whole image is first resized to that size with the same filter, and the
@@ -83,8 +83,12 @@ def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], fl
 
 
 def decode_source(spec: SampleSpec, source: bytes) -> Image.Image:
-    """Step 1 of :func:`render_sample`: the encoded source image ``source`` decoded to an RGB PIL image,
-    checked to be the ``spec.source_size`` (width, height; pixels) the plan was made for.
+    """The source image of ``spec`` decoded from its file's bytes ``source``: step 1 of :func:`render_sample`
+    (PIL, converted to RGB as the public ``pil_loader``), the one decoder of both rendering backends.
+
+    Returns:
+        a loaded RGB PIL image of ``spec.source_size`` (width, height) pixels; ``numpy.asarray`` of it is
+        uint8 (height, width, 3).
 
     Raises:
         SourceImageMismatchError: if the image's size is not ``spec.source_size``.

@@ -37,7 +37,15 @@ from ccc.cli.generate_definition import DEFAULT_NUM_IMAGES, StreamDefinition, de
 from ccc.demo import count_source_images
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
-from ccc.generate import OutputFolderError, expected_shard_names, generate_stream
+from ccc.generate import (
+    DEFAULT_RENDER_BATCH_SIZE,
+    OutputFolderError,
+    RenderDeviceError,
+    TorchRendering,
+    check_render_device,
+    expected_shard_names,
+    generate_stream,
+)
 from ccc.render import SourceImageMismatchError
 from ccc.shards.manifest import ManifestError
 from ccc.shards.record import shard_name
@@ -117,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "no calibration table needed",
             ),
             ("ccc-generate --demo --kind gradual --crop center", "the gradual setting on the demo world"),
+            (
+                "ccc-generate --demo --difficulty medium --render-device cuda --out shards/torch_cuda",
+                "render on a GPU with the torch backend (bytes differ from the default CPU path's)",
+            ),
         ),
     )
     _add_kind_options(parser.add_argument_group('kind (docs/generator.md, "Stream kinds")'))
@@ -253,9 +265,23 @@ def _add_execution_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--workers",
         type=integer_at_least(1),
-        default=os.cpu_count() or 1,
         metavar="N",
-        help="local Ray workers (default: all CPUs); 1 renders in this process without Ray",
+        help="local Ray workers (default: all CPUs; with --render-device cuda one per GPU); 1 renders in this "
+        "process without Ray",
+    )
+    group.add_argument(
+        "--render-device",
+        metavar="DEVICE",
+        help="render with the torch backend on cpu or cuda[:index] instead of the CPU reference path (the default): "
+        "choose it when a GPU is at hand. Its bytes differ from the CPU path's (random corruptions draw from "
+        "counter-based per-sample streams) and are reproducible on the same device type, whatever the workers and "
+        "batch size; the manifest records it. With Ray each worker takes one GPU (num_gpus=1) and renders on cuda",
+    )
+    group.add_argument(
+        "--render-batch-size",
+        type=integer_at_least(1),
+        metavar="N",
+        help=f"--render-device: samples per batch and per task (default {DEFAULT_RENDER_BATCH_SIZE})",
     )
     group.add_argument(
         "--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)"
@@ -299,12 +325,42 @@ def _load_table(definition: StreamDefinition, progress: bool) -> CalibrationTabl
     return table
 
 
+def _rendering(arguments: argparse.Namespace) -> TorchRendering | None:
+    """The torch renderer of ``--render-device`` (None: the CPU reference path), its device checked on
+    this machine unless the run goes to a Ray cluster (checked there by the generation) or is a dry
+    run (which renders nothing, so it can be previewed on a machine without the GPU)."""
+    if arguments.render_device is None:
+        if arguments.render_batch_size is not None:
+            raise UsageError("--render-batch-size applies to the torch renderer: add --render-device cpu|cuda")
+        return None
+    rendering = TorchRendering(arguments.render_device, arguments.render_batch_size or DEFAULT_RENDER_BATCH_SIZE)
+    if arguments.ray_address is None and not arguments.dry_run:
+        check_render_device(rendering)
+    return rendering
+
+
+def _describe_rendering(rendering: TorchRendering | None) -> str:
+    """The dry run's line about the renderer."""
+    if rendering is None:
+        return "renderer: the CPU reference path (the default; --render-device picks the torch backend)"
+    return f"renderer: {rendering.describe()}"
+
+
+def _default_workers(rendering: TorchRendering | None) -> int:
+    """``--workers`` when not given: one per GPU for the torch renderer on CUDA, else one per CPU."""
+    if rendering is not None and rendering.device_type == "cuda":
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return os.cpu_count() or 1
+
+
 def _run_folder(arguments: argparse.Namespace, definition: StreamDefinition, default_name: str) -> Path:
     """The run folder: ``--out`` / (``--name``, else ``default_name``, prefixed ``demo_`` for the demo world)."""
     return Path(arguments.out) / (arguments.name or ("demo_" if definition.demo else "") + default_name)
 
 
-def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition) -> int:
+def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, rendering: TorchRendering | None) -> int:
     """A cin-c or gradual stream: no calibration table, only an image folder."""
     progress = not arguments.no_progress
     if arguments.dry_run:
@@ -319,9 +375,10 @@ def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition) ->
     )
     if arguments.dry_run:
         print(describe_domains(spec, shard_name))
-        print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)")
+        print(f"\n{_describe_rendering(rendering)}")
+        print(f"run folder: {run_dir} (nothing written there by --dry-run)")
         return 0
-    return _render(arguments, definition, plan, run_dir)
+    return _render(arguments, definition, plan, run_dir, rendering)
 
 
 def _count_source_images(definition: StreamDefinition) -> int | None:
@@ -356,17 +413,30 @@ def _plan(
     )
 
 
-def _render(arguments: argparse.Namespace, definition: StreamDefinition, plan: StreamPlan, run_dir: Path) -> int:
+def _render(
+    arguments: argparse.Namespace,
+    definition: StreamDefinition,
+    plan: StreamPlan,
+    run_dir: Path,
+    rendering: TorchRendering | None,
+) -> int:
     """Render ``plan`` into ``run_dir`` and print what was done and what comes next."""
     spec, sources = plan.spec, plan.sources
+    renderer = "" if rendering is None else f", rendered by {rendering.describe()}"
     print(
         f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} "
-        f"({expected_shard_names(plan)[0]} …) in {run_dir}"
+        f"({expected_shard_names(plan)[0]} …) in {run_dir}{renderer}"
     )
-    serial = arguments.ray_address is None and arguments.workers == 1
-    with open_executor(arguments.workers, arguments.ray_address, serial=serial) as executor:
+    workers = arguments.workers or _default_workers(rendering)
+    serial = arguments.ray_address is None and workers == 1
+    with open_executor(workers, arguments.ray_address, serial=serial) as executor:
         summary = generate_stream(
-            plan, run_dir, executor, overwrite=arguments.overwrite, progress=not arguments.no_progress
+            plan,
+            run_dir,
+            executor,
+            overwrite=arguments.overwrite,
+            progress=not arguments.no_progress,
+            rendering=rendering,
         )
     skipped = summary.shards_skipped
     print(
@@ -382,7 +452,7 @@ def _render(arguments: argparse.Namespace, definition: StreamDefinition, plan: S
     return 0
 
 
-def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition) -> int:
+def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, rendering: TorchRendering | None) -> int:
     """A ccc stream: calibration table → target and corruptions → schedule → dry run or shards."""
     table = _load_table(definition, progress=not arguments.no_progress)
     if definition.difficulty is None and (definition.baseline_accuracy is None or definition.corruptions is None):
@@ -401,17 +471,19 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition) -> int
         plot = plot_schedule(
             schedule, definition.speed, definition.num_images, definition.plot or f"{run_dir.name}_schedule.png"
         )
-        print(f"\nrun folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
+        print(f"\n{_describe_rendering(rendering)}")
+        print(f"run folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
         return 0
     plan = _plan(definition, table, not arguments.no_progress, schedule)
-    return _render(arguments, definition, plan, run_dir)
+    return _render(arguments, definition, plan, run_dir, rendering)
 
 
 def _run(arguments: argparse.Namespace) -> int:
+    rendering = _rendering(arguments)  # first: a bad --render-device ends the command before anything is read
     definition = definition_from_arguments(arguments, note=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr))
     if definition.kind == CCC_KIND:
-        return _run_ccc(arguments, definition)
-    return _run_domains(arguments, definition)
+        return _run_ccc(arguments, definition, rendering)
+    return _run_domains(arguments, definition, rendering)
 
 
 _USER_ERRORS = (
@@ -424,6 +496,7 @@ _USER_ERRORS = (
     ManifestError,
     SourceImageMismatchError,
     RayUnavailableError,
+    RenderDeviceError,
     OSError,
 )
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from ccc.calibration import CalibrationError
 from ccc.cli.common import HelpFormatter, UsageError, count, examples, run_command
 from ccc.stream.sources import ImageFolderError, read_class_list
-from ccc.shards.manifest import ManifestError, load_manifest
+from ccc.shards.manifest import ManifestError, describe_renderer, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
 from ccc.stream.spec import CCC_KIND, PlanError
 
@@ -140,11 +140,16 @@ def _run(arguments: argparse.Namespace) -> int:
     for name in report.stray_files:
         print(f"{name}: temporary file of an interrupted run (the next ccc-generate removes it)")
     decoded = f", {count(report.samples_decoded, 'sample')} decoded" if report.samples_decoded else ""
+    renderer = (
+        ""
+        if report.renderer is None
+        else f"; rendered by {describe_renderer(report.renderer)} (bytes differ from the CPU reference path's)"
+    )
     print(
         f"{PROGRAM}: {report.intact_shards:,} of {count(report.num_shards, 'shard')} intact "
         f"({count(report.num_images, 'image')} in the stream"
         f"{decoded}); plan hash {report.plan_hash}"
-        f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}"
+        f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}{renderer}"
     )
     if arguments.json:
         try:

@@ -1,7 +1,9 @@
 """The run manifest (``manifest.json``): which stream a run folder holds and which shards are finished.
 
 It records the :class:`ccc.stream.spec.StreamSpec`, the plan hash, the rendering settings, the
-library versions that shape the bytes and, per finished shard, its sample range, size and sha256.
+library versions that shape the bytes and, per finished shard, its sample range, size and sha256;
+a run rendered by the torch backend (``ccc-generate --render-device``) also records its
+``renderer`` (absent for the CPU reference path, whose manifests keep their bytes).
 Written atomically (temporary file, fsync, rename) after every finished shard; the full document is
 described in ``docs/generator.md``.
 """
@@ -30,6 +32,7 @@ __all__ = [
     "MANIFEST_NAME",
     "Manifest",
     "ManifestError",
+    "describe_renderer",
     "file_sha256",
     "load_manifest",
     "rendering_settings",
@@ -69,6 +72,14 @@ def rendering_settings() -> dict[str, Any]:
     }
 
 
+def describe_renderer(renderer: Mapping[str, str] | None) -> str:
+    """The renderer a manifest records, in words: ``the CPU reference path`` (None) or e.g.
+    ``the torch backend on cuda``."""
+    if renderer is None:
+        return "the CPU reference path"
+    return f"the {renderer.get('backend', '?')} backend on {renderer.get('device_type', '?')}"
+
+
 @dataclass(frozen=True)
 class Manifest:
     """The record of a run folder: what stream it holds and which shards are finished.
@@ -80,6 +91,8 @@ class Manifest:
         shards: finished shards, sorted by index.
         previous_library_versions: versions of earlier runs that wrote shards into this folder,
             when they differ from :attr:`library_versions`.
+        renderer: the rendering backend when it is not the CPU reference path, e.g.
+            ``{"backend": "torch", "device_type": "cuda"}``; None (not written) for the CPU path.
     """
 
     stream: StreamSpec
@@ -87,6 +100,7 @@ class Manifest:
     library_versions: Mapping[str, str]
     shards: tuple[ShardInfo, ...] = ()
     previous_library_versions: tuple[Mapping[str, str], ...] = field(default=())
+    renderer: Mapping[str, str] | None = None
 
     @property
     def complete(self) -> bool:
@@ -99,8 +113,10 @@ class Manifest:
         return replace(self, shards=tuple(sorted([*kept, info], key=lambda entry: entry.index)))
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The manifest document (see ``docs/generator.md``)."""
+        """The manifest document (see ``docs/generator.md``); ``renderer`` only when :attr:`renderer` is set."""
+        renderer = {} if self.renderer is None else {"renderer": dict(self.renderer)}
         return {
+            **renderer,
             "format": MANIFEST_FORMAT,
             "format_version": MANIFEST_FORMAT_VERSION,
             "stream": self.stream.to_json_dict(),
@@ -171,6 +187,7 @@ def load_manifest(directory: Path) -> Manifest:
     versions = _manifest_field(path, document, "library_versions", dict)
     previous = _manifest_field(path, document, "previous_library_versions", list)
     entries = _manifest_field(path, document, "shards", list)
+    renderer = None if "renderer" not in document else _manifest_field(path, document, "renderer", dict)
     shards = []
     for entry in entries:
         if not isinstance(entry, dict) or set(entry) != {
@@ -202,4 +219,5 @@ def load_manifest(directory: Path) -> Manifest:
         library_versions=versions,
         shards=tuple(sorted(shards, key=lambda info: info.index)),
         previous_library_versions=tuple(previous),
+        renderer=renderer,
     )

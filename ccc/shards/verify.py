@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,8 @@ class VerificationReport:
         plan_hash: ``"matches"``, ``"differs"`` or ``"not checked"``.
         stray_files: temporary files of an interrupted run (removed by the next ``ccc-generate``).
         samples_decoded: samples read and decoded.
+        renderer: the manifest's renderer (None: the CPU reference path; see
+            :func:`ccc.shards.manifest.describe_renderer`).
     """
 
     folder: Path
@@ -83,6 +86,7 @@ class VerificationReport:
     plan_hash: str
     stray_files: tuple[str, ...] = field(default=())
     samples_decoded: int = 0
+    renderer: Mapping[str, str] | None = None
 
     @property
     def problems(self) -> tuple[ShardCheck, ...]:
@@ -108,6 +112,7 @@ class VerificationReport:
             "num_shards": self.num_shards,
             "plan_hash": self.plan_hash,
             "samples_decoded": self.samples_decoded,
+            "renderer": None if self.renderer is None else dict(self.renderer),
             "stray_files": list(self.stray_files),
             "shards": [vars(check) for check in self.shards],
         }
@@ -248,4 +253,5 @@ def verify_shards(
         plan_hash="not checked",
         stray_files=stray,
         samples_decoded=decoded_total,
+        renderer=manifest.renderer,
     )
