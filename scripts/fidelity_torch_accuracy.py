@@ -40,7 +40,8 @@ from ccc.corruptions import corrupt
 from ccc.demo import demo_image_folder, demo_model
 from ccc.demo.calibration import DEMO_CALIBRATION_CORRUPTIONS
 from ccc.load import render_stream, stream_loader
-from ccc.render_torch import apply_corruption_stage, render_device
+from ccc.models import resolve_device
+from ccc.render_torch import apply_corruption_stage
 from ccc.stream.sources import index_image_folder
 
 SINGLE_SEVERITIES = (1.0, 2.0, 3.0, 4.0, 5.0)
@@ -97,7 +98,7 @@ def _torch_cell(
 
 def measure_grid(args: argparse.Namespace) -> dict:
     """Per-cell accuracy (percent) of the demo model under both backends, and the differences."""
-    device = render_device(args.device)
+    device = resolve_device(args.device)
     index = index_image_folder(str(demo_image_folder()))
     image_set = select_calibration_images(index, count=args.images)
     images = image_set.load(range(len(image_set)))

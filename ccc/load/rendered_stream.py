@@ -29,7 +29,7 @@ from ccc.shards.record import record_metadata
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
 from ccc.stream.spec import CCC_KIND, PlanError, StreamSpec
 
-__all__ = ["render_stream"]
+__all__ = ["check_render_device", "render_stream"]
 
 
 class _RenderedStream(CCCStream):
@@ -132,6 +132,21 @@ def _manifest_stream(definition: str | os.PathLike[str]) -> StreamSpec:
         raise StreamError(str(error)) from None
 
 
+def check_render_device(device: str | torch.device) -> torch.device:
+    """The torch device of a rendering ``device`` (``cpu`` or ``cuda[:index]``, usable here).
+
+    Raises:
+        ValueError: one line, ``render device: …``, for another name, or CUDA or a GPU index this
+            machine does not have.
+    """
+    from ccc.models import resolve_device
+
+    try:
+        return resolve_device(str(device))
+    except ValueError as error:
+        raise ValueError(f"render device: {error}") from None
+
+
 def render_stream(
     definition: Any,
     *,
@@ -187,9 +202,7 @@ def render_stream(
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
     if device is not None:
-        from ccc.render_torch import render_device
-
-        device = render_device(device)
+        device = check_render_device(device)
         if image_format not in TENSOR_FORMATS:
             raise ValueError(
                 f"a stream rendered on a device gives tensors there: image_format must be one of "

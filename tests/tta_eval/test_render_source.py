@@ -177,7 +177,7 @@ def test_parse_render_location() -> None:
         ),
         ("a,b,calibration=t.npz", "one run folder"),
         ("demo,start=-1", "start must be"),
-        ("demo,device=tpu", "render device must be cpu or cuda"),
+        ("demo,device=tpu", "render device: device must be .cpu. or .cuda"),
     ],
 )
 def test_parse_render_location_refuses(location: str, message: str) -> None:

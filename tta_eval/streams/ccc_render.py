@@ -83,10 +83,10 @@ def parse_render_location(location: str) -> RenderRequest:
     check_non_negative_int("start", start)
     device = values.pop("device", None)
     if device is not None:
-        from ccc.render_torch import render_device
+        from ccc.load.rendered_stream import check_render_device
 
-        render_device(str(device))
         device = str(device)
+        check_render_device(device)
     imagenet = values.pop("imagenet", None)
     calibration = values.pop("calibration", None)
     if folders and not demo and imagenet is None and calibration is None:
