@@ -37,6 +37,7 @@ __all__ = [
     "SourceImageMismatchError",
     "crop_resize_flip",
     "decode_jpeg",
+    "decode_source",
     "encode_jpeg",
     "render_pixels",
     "render_sample",
@@ -81,8 +82,9 @@ def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], fl
     return np.asarray(resized)
 
 
-def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
-    """The corrupted 224×224×3 uint8 image of ``spec`` before JPEG encoding (steps 1–3 of :func:`render_sample`).
+def decode_source(spec: SampleSpec, source: bytes) -> Image.Image:
+    """Step 1 of :func:`render_sample`: the encoded source image ``source`` decoded to an RGB PIL image,
+    checked to be the ``spec.source_size`` (width, height; pixels) the plan was made for.
 
     Raises:
         SourceImageMismatchError: if the image's size is not ``spec.source_size``.
@@ -94,7 +96,17 @@ def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
                 f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
                 f"as when the stream was planned, got {opened.size[0]}x{opened.size[1]}"
             )
-        image = opened.convert("RGB")
+        return opened.convert("RGB")
+
+
+def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
+    """The corrupted 224×224×3 uint8 image of ``spec`` before JPEG encoding (steps 1–3 of :func:`render_sample`).
+
+    Raises:
+        SourceImageMismatchError: if the image's size is not ``spec.source_size``.
+        PIL.UnidentifiedImageError, OSError: if ``source`` cannot be decoded.
+    """
+    image = decode_source(spec, source)
     if spec.resize is not None:
         image = image.resize(tuple(spec.resize), Image.Resampling.BILINEAR)
     cropped = crop_resize_flip(image, spec.crop_box, spec.flip)

@@ -93,7 +93,7 @@ RULES = (
     ),
     *(
         Rule(importer, ("ccc.render_torch",), "torch is optional for the CPU path: it never imports the torch backend")
-        for importer in ("ccc.corruptions", "ccc.render", "ccc.stream", "ccc.shards", "ccc.load")
+        for importer in ("ccc.corruptions", "ccc.render", "ccc.stream", "ccc.shards")
     ),
     Rule(
         "ccc.render_torch",

@@ -13,6 +13,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -116,6 +117,16 @@ class CCCStream(torch.utils.data.IterableDataset):
         duplicate = copy.copy(self)
         duplicate.chunk_size = check_positive_int("chunk_size", chunk_size)
         return duplicate
+
+    def for_workers(self) -> CCCStream:
+        """The stream DataLoader worker processes iterate for :func:`ccc.load.stream_loader`: this one,
+        unless the stream finishes its batches in the main process (rendering on a device), where it is
+        a stream of what the workers prepare and :meth:`finish_batch` completes each collated batch."""
+        return self
+
+    def finish_batch(self, batch: tuple[Any, torch.Tensor, list[dict[str, Any]]]) -> tuple[Any, torch.Tensor, list]:
+        """A collated batch of :meth:`for_workers`' samples completed in the main process (default: as is)."""
+        return batch
 
     def _selection(self) -> Selection:
         """The positions this rank and, inside a DataLoader worker process, this worker read."""

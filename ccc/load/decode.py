@@ -18,10 +18,12 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "IMAGE_FORMATS",
+    "TENSOR_FORMATS",
     "check_image_format",
     "decode_image",
     "decode_tar_sample",
     "pixels_to_format",
+    "tensor_to_format",
 ]
 
 IMAGE_FORMATS = ("uint8", "float", "normalized", "pil", "jpeg")
@@ -50,11 +52,23 @@ def pixels_to_format(pixels: np.ndarray, image_format: str) -> Any:
     """
     if image_format == "pil":
         return Image.fromarray(pixels)
-    tensor = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
+    return tensor_to_format(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))), image_format)
+
+
+TENSOR_FORMATS = ("uint8", "float", "normalized")
+"""The image forms :func:`tensor_to_format` gives (those of :data:`IMAGE_FORMATS` that are tensors)."""
+
+
+def tensor_to_format(pixels: torch.Tensor, image_format: str) -> torch.Tensor:
+    """uint8 RGB pixels ``(..., 3, H, W)`` (one image or a batch, any device) in ``image_format``, one of
+    :data:`TENSOR_FORMATS`: ``uint8`` as is, ``float`` scaled to [0, 1], ``normalized`` then standardised
+    with :data:`IMAGENET_MEAN` and :data:`IMAGENET_STD`; on the pixels' device."""
     if image_format == "uint8":
-        return tensor
-    scaled = tensor.float().div_(255.0)
-    return scaled if image_format == "float" else scaled.sub_(_MEAN).div_(_STD)
+        return pixels
+    scaled = pixels.float().div_(255.0)
+    if image_format == "float":
+        return scaled
+    return scaled.sub_(_MEAN.to(scaled.device)).div_(_STD.to(scaled.device))
 
 
 def decode_image(jpeg: bytes, image_format: str = "uint8") -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ def collate_samples(samples: Sequence[StreamSample]) -> tuple[Any, torch.Tensor,
 
 def stream_loader(
     stream: CCCStream, batch_size: int, num_workers: int = 0, **dataloader_options: Any
-) -> torch.utils.data.DataLoader:
+) -> Iterable[tuple[Any, torch.Tensor, list[dict[str, Any]]]]:
     """A DataLoader yielding ``(images, labels, metadata)`` batches of ``stream`` in stream order.
 
     ``images``: a tensor N×3×H×W (uint8 or float, as the stream's ``image_format``) or, for PIL
@@ -37,6 +37,10 @@ def stream_loader(
     The recipe that keeps order: the stream's ``chunk_size`` is set to ``batch_size``, so worker
     ``w`` of ``W`` renders or reads batches ``w, w + W, …`` and the DataLoader, which collects
     batches from its workers round-robin, returns them in order. Only the last batch may be short.
+
+    A stream rendered on a device (``render_stream(..., device="cuda")``) has its workers decode the
+    source images and renders each collated batch in this process on the device; its batches are then
+    tensors on that device, and the loader is a thin iterable over the DataLoader (with ``len``).
 
     Args:
         stream: from :func:`ccc.load.open_stream` or :func:`ccc.load.render_stream`.
@@ -52,11 +56,29 @@ def stream_loader(
     )
     if reserved:
         raise ValueError(f"stream_loader sets {', '.join(reserved)} itself to keep stream order")
-    return torch.utils.data.DataLoader(
-        stream.with_chunk_size(batch_size),
+    workers_stream = stream.for_workers()
+    loader = torch.utils.data.DataLoader(
+        workers_stream.with_chunk_size(batch_size),
         batch_size=batch_size,
         num_workers=num_workers,
         collate_fn=collate_samples,
         in_order=True,
         **dataloader_options,
     )
+    return loader if workers_stream is stream else _FinishingLoader(loader, stream)
+
+
+class _FinishingLoader:
+    """A DataLoader over a stream's :meth:`~ccc.load.CCCStream.for_workers`, each batch completed by the
+    stream's :meth:`~ccc.load.CCCStream.finish_batch` in the main process (e.g. rendered on a device)."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader, stream: CCCStream) -> None:
+        self.loader = loader
+        self.stream = stream
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, list[dict[str, Any]]]]:
+        for batch in self.loader:
+            yield self.stream.finish_batch(batch)

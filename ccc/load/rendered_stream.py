@@ -1,22 +1,29 @@
 """Rendered streams: :func:`render_stream` renders a stream's samples on the fly, as its shards would hold them.
 
-Each sample is planned (:func:`ccc.stream.plan.plan_sample`) and rendered
-(:func:`ccc.render.render_pixels`) where the stream is iterated, only for the positions this
-consumer reads (:mod:`ccc.load.selection`).
+Each sample is planned (:func:`ccc.stream.plan.plan_sample`) and rendered where the stream is
+iterated, only for the positions this consumer reads (:mod:`ccc.load.selection`): by the CPU
+reference path (:func:`ccc.render.render_pixels`, the shards' bytes) one sample at a time, or, with
+``device=``, by the torch backend (:func:`ccc.render_torch.render_batch`) a batch at a time on that
+device, the source images being decoded on the CPU (in DataLoader workers under
+:func:`ccc.load.stream_loader`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from ccc.load.base import CCCStream, Skipped
-from ccc.load.decode import decode_image, pixels_to_format
+from ccc.load.decode import TENSOR_FORMATS, decode_image, pixels_to_format, tensor_to_format
 from ccc.load.sample import StreamError, StreamSample
 from ccc.load.selection import DEFAULT_SAMPLES_PER_TURN, Selection
-from ccc.render import encode_jpeg, render_pixels
+from ccc.render import decode_source, encode_jpeg, render_pixels
 from ccc.shards.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from ccc.shards.record import record_metadata
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
@@ -50,6 +57,67 @@ class _RenderedStream(CCCStream):
             relative = selection.next_wanted(relative + 1)
 
 
+class _DeviceRenderedStream(_RenderedStream):
+    """A plan's samples rendered by the torch backend on ``device``, ``chunk_size`` samples at a time.
+
+    Iterated directly, it decodes and renders in this process. Under :func:`ccc.load.stream_loader`
+    the DataLoader workers iterate :meth:`for_workers` (decoded source images, uint8 (H, W, 3)) and
+    :meth:`finish_batch` renders each collated batch here, on the device. A sample's bytes depend
+    only on its plan entry and source image: not on the batch size, the workers or the ranks.
+    """
+
+    def __init__(self, plan: StreamPlan, compress: bool, device: Any, **options: Any) -> None:
+        super().__init__(plan, compress, **options)
+        self.device = device
+        self.decode_only = False
+
+    def for_workers(self) -> CCCStream:
+        workers_stream = copy.copy(self)
+        workers_stream.decode_only = True
+        return workers_stream
+
+    def finish_batch(self, batch: tuple[Any, torch.Tensor, list[dict[str, Any]]]) -> tuple[Any, torch.Tensor, list]:
+        """Render a collated batch of decoded sources on the device: images (B, 3, 224, 224) there, in
+        the stream's ``image_format``; labels and metadata as given."""
+        from ccc.render_torch import render_batch
+
+        sources, labels, metadata = batch
+        specs = [plan_sample(self.plan, entry["index"]) for entry in metadata]
+        pixels = render_batch(specs, sources, self.device, jpeg=self.compress)
+        return tensor_to_format(pixels, self.image_format), labels, metadata
+
+    def _decoded(self, selection: Selection) -> Iterator[StreamSample]:
+        root = Path(self.plan.sources.root)
+        relative = selection.next_wanted(0)
+        while relative is not None:
+            index = self.start + relative
+            spec = plan_sample(self.plan, index)
+            image = np.array(decode_source(spec, (root / spec.source_path).read_bytes()))
+            metadata = {**record_metadata(spec.to_json_dict(), index), "key": None, "shard": None}
+            yield StreamSample(image, spec.class_index, metadata)
+            relative = selection.next_wanted(relative + 1)
+
+    def _samples(self, selection: Selection) -> Iterator[StreamSample | Skipped]:
+        if self.decode_only:
+            yield from self._decoded(selection)
+            return
+        pending: list[StreamSample] = []
+        for sample in self._decoded(selection):
+            pending.append(sample)
+            if len(pending) == self.chunk_size:
+                yield from self._rendered(pending)
+                pending = []
+        yield from self._rendered(pending)
+
+    def _rendered(self, samples: list[StreamSample]) -> Iterator[StreamSample]:
+        if not samples:
+            return
+        labels = torch.tensor([sample.label for sample in samples], dtype=torch.int64)
+        images, _, _ = self.finish_batch(([s.image for s in samples], labels, [s.metadata for s in samples]))
+        for image, sample in zip(images, samples):
+            yield StreamSample(image, sample.label, sample.metadata)
+
+
 def _manifest_stream(definition: str | os.PathLike[str]) -> StreamSpec:
     """The stream of a run folder (or of its ``manifest.json``)."""
     folder = Path(definition)
@@ -78,6 +146,7 @@ def render_stream(
     world_size: int | None = None,
     rank_split: str = "interleaved",
     skip_bad_images: bool = False,
+    device: str | None = None,
 ) -> CCCStream:
     """Render a stream on the fly: the samples its shards would hold, without storing them.
 
@@ -96,6 +165,15 @@ def render_stream(
             images are byte-identical to the shards'; False skips the JPEG step (uncompressed
             pixels, not those of the shards; ``image_format="jpeg"`` then is refused).
         skip_bad_images: exclude unreadable source images, as ``ccc-generate --skip-bad-images``.
+        device: None (default) renders with the CPU reference path, the shards' bytes. ``"cpu"`` or
+            ``"cuda[:index]"`` renders with the torch backend (:mod:`ccc.render_torch`) on that device,
+            ``chunk_size`` samples at a time (the batch size under :func:`ccc.load.stream_loader`, whose
+            workers then only decode the sources): images are tensors on the device, ``image_format``
+            one of ``uint8``, ``float``, ``normalized``. Its bytes differ from the CPU path's (the random
+            corruptions draw from counter-based per-sample streams; the JPEG round trip on CUDA is
+            nvJPEG's) and are reproducible on the same device type, whatever the batch size or the
+            workers (``docs/fidelity.md``). Choose it when a GPU is at hand: on the CPU the reference
+            path is the faster one.
 
     Rendering runs where the stream is iterated: wrap it in :func:`ccc.load.stream_loader` with
     ``num_workers`` to render in worker processes.
@@ -108,6 +186,15 @@ def render_stream(
 
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
+    if device is not None:
+        from ccc.render_torch import render_device
+
+        device = render_device(device)
+        if image_format not in TENSOR_FORMATS:
+            raise ValueError(
+                f"a stream rendered on a device gives tensors there: image_format must be one of "
+                f"{', '.join(TENSOR_FORMATS)}, got {image_format!r}"
+            )
     if isinstance(definition, (str, os.PathLike)):
         definition = _manifest_stream(definition)
     elif not isinstance(definition, (StreamSpec, Mapping)):
@@ -127,15 +214,16 @@ def render_stream(
         )
     except PlanError as error:
         raise StreamError(f"stream definition does not fit the calibration table and images: {error}") from None
-    return _RenderedStream(
-        plan,
-        compress,
-        start=start,
-        limit=limit,
-        image_format=image_format,
-        chunk_size=chunk_size,
-        rank=rank,
-        world_size=world_size,
-        rank_split=rank_split,
-        on_error="raise",
-    )
+    common = {
+        "start": start,
+        "limit": limit,
+        "image_format": image_format,
+        "chunk_size": chunk_size,
+        "rank": rank,
+        "world_size": world_size,
+        "rank_split": rank_split,
+        "on_error": "raise",
+    }
+    if device is None:
+        return _RenderedStream(plan, compress, **common)
+    return _DeviceRenderedStream(plan, compress, device, **common)

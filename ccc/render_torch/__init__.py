@@ -20,6 +20,7 @@ Public names:
 
 - :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224);
 - :func:`apply_corruption_stage`, :func:`torch_corruption`, :data:`TORCH_CORRUPTIONS` (the dispatch);
+- :func:`render_device` (``device``): the device a user names, checked;
 - :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
 - :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``);
 - the corruption modules ``noise``, ``digital`` (and ``blur``, ``weather``), each with its
@@ -31,6 +32,7 @@ Importing this package needs torch and torchvision; ``ccc.corruptions``, ``ccc.r
 ``ccc.shards`` and ``ccc.load`` never import it.
 """
 
+from .device import render_device
 from .geometry import crop_resize_flip
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
@@ -44,6 +46,7 @@ __all__ = [
     "crop_resize_flip",
     "jpeg_round_trip",
     "per_sample_parameters",
+    "render_device",
     "render_batch",
     "torch_corruption",
 ]

@@ -31,6 +31,7 @@ from .random import SampleRandom
 
 __all__ = ["TORCH_CORRUPTIONS", "apply_corruption_stage", "render_batch", "torch_corruption"]
 
+
 def _collect_corruptions() -> dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]]:
     """Every family module's ``TORCH_CORRUPTIONS``, merged (each name is implemented by one module)."""
     table: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {}

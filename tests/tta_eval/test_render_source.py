@@ -71,6 +71,21 @@ def test_rendered_batches_equal_the_stored_shards(world: dict, workers: int) -> 
         assert [entry["index"] for entry in metadata] == [entry["index"] for entry in stored_metadata]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rendered_on_a_device_a_deterministic_stream_equals_the_stored_shards(world: dict, workers: int) -> None:
+    options = StreamOptions(batch_size=5, num_workers=workers)
+    stored = _batches(open_stream_source(f"ccc:{world['run']}", options))
+    text = f"ccc-render:{world['run']},imagenet={world['folder']},calibration={world['table']},device=cpu"
+    rendered = _batches(open_stream_source(text, options))
+    assert len(rendered) == len(stored) == 5  # the world's table holds brightness, jpeg, pixelate, contrast
+    for (images, labels, metadata), (stored_images, stored_labels, stored_metadata) in zip(rendered, stored):
+        assert images.dtype == torch.float32 and torch.equal(images, stored_images)
+        assert torch.equal(labels, stored_labels)
+        assert [entry["pair"] for entry in metadata] == [entry["pair"] for entry in stored_metadata]
+    described = describe_stream_source(text, options)
+    assert (described.name, described.run_name) == (world["run"].name, world["run"].name + "_rendered_torch")
+
+
 def test_a_definition_renders_the_stream_ccc_generate_would_store(world: dict) -> None:
     options = StreamOptions(batch_size=8)
     text = f"ccc-render:{_definition(world, f'num_images={NUM_IMAGES}')}"
@@ -144,6 +159,9 @@ def test_parse_render_location() -> None:
     assert parse_render_location("shards/RUN,calibration=t.npz,imagenet=/data/val") == RenderRequest(
         "shards/RUN", "/data/val", "t.npz"
     )
+    assert parse_render_location("shards/RUN,calibration=t.npz,device=cpu") == RenderRequest(
+        "shards/RUN", None, "t.npz", device="cpu"
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,6 +177,7 @@ def test_parse_render_location() -> None:
         ),
         ("a,b,calibration=t.npz", "one run folder"),
         ("demo,start=-1", "start must be"),
+        ("demo,device=tpu", "render device must be cpu or cuda"),
     ],
 )
 def test_parse_render_location_refuses(location: str, message: str) -> None:

@@ -16,7 +16,7 @@ from tta_eval.streams.options import StreamOptions
 from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource
 
 
-RENDER_OPTIONS = ("imagenet", "calibration", "start")
+RENDER_OPTIONS = ("imagenet", "calibration", "start", "device")
 """Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
 
 
@@ -28,7 +28,9 @@ class RenderRequest:
     (``ccc.stream.spec.DEFINITION_KEYS``); imagenet: the source image folder (None: ``$CCC_IMAGENET``);
     calibration: the table's path (None for the kinds without calibration); start: first stream
     index rendered (>= 0); demo: the demo world (its images and table; speed and length default to
-    ``ccc-generate --demo``'s).
+    ``ccc-generate --demo``'s); device: None renders with the CPU reference path in the DataLoader
+    workers (the shards' bytes), ``cpu`` or ``cuda[:index]`` with the torch backend on that device
+    (the workers decode; its bytes differ from the shards', ``docs/fidelity.md``).
     """
 
     definition: str | dict[str, Any]
@@ -36,6 +38,7 @@ class RenderRequest:
     calibration: str | None
     start: int = 0
     demo: bool = False
+    device: str | None = None
 
 
 RENDER_EXAMPLE = (
@@ -49,8 +52,9 @@ def parse_render_location(location: str) -> RenderRequest:
     ``speed``, ``seed``, ``baseline_accuracy``, ``corruptions`` joined by '+', ``num_images``,
     ``schedule``, ``path_objective``, ``severity``, ``crop``; ``ccc.stream.spec.resolve_stream_spec``)
     or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
-    for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none) and ``start=INDEX``. Raises
-    ValueError naming what is wrong."""
+    for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none), ``start=INDEX`` and
+    ``device=cpu|cuda[:index]`` (render with the torch backend there). Raises ValueError naming what
+    is wrong."""
     from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
@@ -77,6 +81,12 @@ def parse_render_location(location: str) -> RenderRequest:
         )
     start = values.pop("start", 0)
     check_non_negative_int("start", start)
+    device = values.pop("device", None)
+    if device is not None:
+        from ccc.render_torch import render_device
+
+        render_device(str(device))
+        device = str(device)
     imagenet = values.pop("imagenet", None)
     calibration = values.pop("calibration", None)
     if folders and not demo and imagenet is None and calibration is None:
@@ -102,7 +112,7 @@ def parse_render_location(location: str) -> RenderRequest:
                 f"do not add {', '.join(values)}"
             )
         return RenderRequest(
-            folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo
+            folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device
         )
     if "corruptions" in values:
         values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
@@ -111,7 +121,9 @@ def parse_render_location(location: str) -> RenderRequest:
         values.setdefault("num_images", DEMO_NUM_IMAGES)
     elif demo and values.get("kind") == "gradual":
         values.setdefault("speed", DEMO_DOMAIN_IMAGES)
-    return RenderRequest(values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo)
+    return RenderRequest(
+        values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device
+    )
 
 
 def _optional_path(path: Any) -> str | None:
@@ -121,7 +133,8 @@ def _optional_path(path: Any) -> str | None:
 def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> SizedStream:
     """``ccc-render:<definition>``: a CCC stream rendered on the fly (``ccc.render_stream``) in
     ``options.num_workers`` DataLoader workers, float batches in [0, 1] in stream order, samples as
-    the shards of ``ccc-generate`` would hold them; metadata as ``ccc:``'s (with ``PAIR_KEY``).
+    the shards of ``ccc-generate`` would hold them; metadata as ``ccc:``'s (with ``PAIR_KEY``). With
+    ``device=``, the workers decode and the torch backend renders each batch on that device.
     start: samples after the location's own ``start=`` that are not rendered (a resumed run)."""
     from ccc.demo import demo_image_folder
     from ccc.load import render_stream, stream_loader
@@ -135,6 +148,7 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
         calibration=request.calibration,
         start=request.start + start,
         image_format="float",
+        device=request.device,
     )
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     unbounded = stream.spec.num_images >= UNBOUNDED_IMAGES  # type: ignore[attr-defined]
@@ -143,6 +157,9 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
 
 RENDERED_RUN_SUFFIX = "_rendered"
 """Ends the default run folder name of a ``ccc-render:`` stream (the stream's name stays ``ccc-generate``'s)."""
+
+TORCH_RENDERED_RUN_SUFFIX = "_rendered_torch"
+"""Ends it for a stream rendered by the torch backend (``device=``), whose bytes differ from the shards'."""
 
 
 def _count_source_images(request: RenderRequest) -> int | None:
@@ -206,7 +223,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         samples=samples,
         world=DEMO_WORLD if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
-        run_name=name + RENDERED_RUN_SUFFIX,
+        run_name=name + (RENDERED_RUN_SUFFIX if request.device is None else TORCH_RENDERED_RUN_SUFFIX),
     )
 
 

@@ -1,0 +1,98 @@
+"""``render_stream(..., device=)``: the torch backend renders a stream on a device (here the CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ccc.load import StreamError, render_stream, stream_loader
+from ccc.load.decode import tensor_to_format
+from tests.builders import make_image_folder
+
+DETERMINISTIC = {"kind": "cin-c", "severity": 3, "speed": 3, "corruptions": ["contrast", "pixelate", "brightness"]}
+RANDOM = {"kind": "cin-c", "severity": 2, "speed": 4, "corruptions": ["gaussian_noise", "impulse_noise"]}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 source images (3 classes of 4) of 320×240 pixels."""
+    return make_image_folder(tmp_path_factory.mktemp("device") / "val", size=(320, 240))
+
+
+def _images(stream: object) -> torch.Tensor:
+    return torch.stack([sample.image for sample in stream])  # type: ignore[attr-defined]
+
+
+def test_deterministic_corruptions_give_the_cpu_paths_bytes(folder: Path) -> None:
+    reference = _images(render_stream(DETERMINISTIC, imagenet=folder, limit=9))
+    on_device = render_stream(DETERMINISTIC, imagenet=folder, limit=9, device="cpu", chunk_size=4)
+    samples = list(on_device)
+    assert torch.equal(torch.stack([sample.image for sample in samples]), reference)
+    assert [sample.metadata["index"] for sample in samples] == list(range(9))
+    assert samples[0].metadata["n1"] == "contrast" and samples[0].image.device.type == "cpu"
+
+
+def test_a_random_stream_is_the_same_whatever_the_batches_workers_and_ranks(folder: Path) -> None:
+    def stream(**options: object):
+        return render_stream(RANDOM, imagenet=folder, limit=8, device="cpu", image_format="uint8", **options)
+
+    whole = _images(stream(chunk_size=8))
+    assert torch.equal(_images(stream(chunk_size=3)), whole)
+    assert torch.equal(_images(stream(chunk_size=8)), whole)
+    for workers in (0, 2):
+        batches = list(stream_loader(stream(), batch_size=3, num_workers=workers))
+        assert [len(batch[1]) for batch in batches] == [3, 3, 2]
+        assert torch.equal(torch.cat([batch[0] for batch in batches]), whole)
+        assert [entry["index"] for batch in batches for entry in batch[2]] == list(range(8))
+    ranks = [_images(stream(chunk_size=2, rank=rank, world_size=2)) for rank in (0, 1)]
+    interleaved = torch.stack([ranks[(k // 2) % 2][2 * (k // 4) + k % 2] for k in range(8)])
+    assert torch.equal(interleaved, whole)
+
+
+def test_a_random_corruption_differs_from_the_cpu_path_but_keeps_its_statistics(folder: Path) -> None:
+    reference = _images(render_stream(RANDOM, imagenet=folder, limit=8)).double()
+    rendered = _images(render_stream(RANDOM, imagenet=folder, limit=8, device="cpu")).double()
+    assert not torch.equal(rendered, reference)
+    assert abs(rendered.mean() - reference.mean()) < 1.0
+    assert abs(rendered.std() - reference.std()) < 1.0
+
+
+@pytest.mark.parametrize("image_format", ["float", "normalized"])
+def test_tensor_formats_are_those_of_the_cpu_path(folder: Path, image_format: str) -> None:
+    pixels = _images(render_stream(DETERMINISTIC, imagenet=folder, limit=3, device="cpu"))
+    formatted = _images(render_stream(DETERMINISTIC, imagenet=folder, limit=3, device="cpu", image_format=image_format))
+    assert formatted.dtype == torch.float32 and torch.equal(formatted, tensor_to_format(pixels, image_format))
+    reference = _images(render_stream(DETERMINISTIC, imagenet=folder, limit=3, image_format=image_format))
+    assert torch.equal(formatted, reference)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device": "tpu"}, "render device must be cpu or cuda"),
+        ({"device": "cpu", "image_format": "pil"}, "image_format must be one of uint8, float, normalized"),
+    ],
+)
+def test_bad_device_options_are_refused_in_one_line(folder: Path, options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as error:
+        render_stream(DETERMINISTIC, imagenet=folder, **options)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_refused(folder: Path) -> None:
+    with pytest.raises(ValueError, match="CUDA is not available on this machine"):
+        render_stream(DETERMINISTIC, imagenet=folder, device="cuda")
+
+
+def test_a_changed_source_image_stops_the_stream(folder: Path, tmp_path: Path) -> None:
+    copy = make_image_folder(tmp_path / "val", size=(320, 240))
+    stream = render_stream(DETERMINISTIC, imagenet=copy, limit=3, device="cpu")
+    first = sorted(copy.rglob("*.JPEG"))[0]
+    from PIL import Image
+
+    Image.new("RGB", (100, 100)).save(first)
+    with pytest.raises((StreamError, ValueError), match="must be 320x240 pixels"):
+        list(stream)
