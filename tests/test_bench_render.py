@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.builders import REPOSITORY
-from tta_eval.streams.ccc_render import RENDER_OPTIONS
 
 SCRIPT = REPOSITORY / "scripts" / "bench" / "render.py"
 RATE_KEYS = {"wall", "cpu_time"}
@@ -83,6 +82,7 @@ def test_render_part_writes_every_case_batch_size_and_path(tmp_path: Path) -> No
         (["--corruptions", "fogg"], "--corruptions must be 'all', 'main' or a comma-separated list"),
         (["--tta-streams", "disk"], "--tta-streams must be a comma list of shards, device, workers, got 'disk'"),
         (["--precision", "bf16"], "reduced precision needs a CUDA device"),
+        (["--device", "gpu"], "render device must be cpu or cuda[:index], got 'gpu'"),
     ],
 )
 def test_a_usage_mistake_is_one_line(arguments: list[str], message: str) -> None:
@@ -93,7 +93,6 @@ def test_a_usage_mistake_is_one_line(arguments: list[str], message: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.skipif("device" not in RENDER_OPTIONS, reason="ccc-render: has no device= option on this branch yet")
 def test_gpu_check_quick_runs_both_parts_on_the_cpu(tmp_path: Path) -> None:
     result = subprocess.run(
         ["bash", str(REPOSITORY / "scripts" / "bench" / "gpu_check.sh"), "--quick", str(tmp_path)],

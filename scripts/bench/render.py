@@ -38,17 +38,19 @@ On the CPU, rates are CPU time of this process by default (``--clock cpu``: the 
 thread), robust to other load on a shared machine; ``--clock wall`` gives elapsed time, the default on
 CUDA. Both are written to the JSON. The ``tta`` part always uses wall time.
 
-CPU (this machine; ≲ 5 minutes)::
+CPU (the defaults: about 1.5 minutes of CPU)::
 
     python scripts/bench/render.py --json results/bench_render.json
+    python scripts/bench/render.py --part tta --tta-samples 384 --json results/bench_render_tta.json
 
-GPU (``scripts/bench/gpu_check.sh`` runs both parts; goals: ≥ 5,000 images/s for the medium mix with the
-JPEG round trip, ResNet-50 source on the on-the-fly stream within 10 % of the shards)::
+GPU (``scripts/bench/gpu_check.sh`` runs both parts, about 8 minutes on one H100; goals: ≥ 5,000
+images/s for the medium mix with the JPEG round trip, ResNet-50 source on the on-the-fly stream within
+10 % of the shards)::
 
-    python scripts/bench/render.py --part render --device cuda --batch-sizes 64,128,256,512 --images 2048 \
+    python scripts/bench/render.py --part render --device cuda --batch-sizes 64,128,256,512 --images 1024 \
         --repeats 3 --json render_cuda.json
     python scripts/bench/render.py --part tta --device cuda --model resnet50 --precision fp32,bf16 \
-        --tta-samples 12800 --tta-warmup 1280 --num-workers 12 --json tta_cuda.json
+        --tta-streams shards,device --tta-samples 12800 --tta-warmup 1280 --num-workers 12 --json tta_cuda.json
 """
 
 from __future__ import annotations
@@ -74,9 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corruptions import UsageError, _environment, _parse_names  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
 
-from ccc.models import resolve_device  # noqa: E402
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
-from ccc.render_torch import jpeg_round_trip, render_batch  # noqa: E402
+from ccc.render_torch import jpeg_round_trip, render_batch, render_device  # noqa: E402
 from ccc.stream.plan import plan_sample, plan_stream  # noqa: E402
 from ccc.stream.spec import SampleSpec  # noqa: E402
 
@@ -453,8 +454,8 @@ def run(arguments: argparse.Namespace) -> dict:
             f"--cpu-images and --num-workers must be >= 0, got {arguments.cpu_images}, {arguments.num_workers}"
         )
     try:
-        device = resolve_device(arguments.device)
-    except (ValueError, RuntimeError) as error:
+        device = render_device(arguments.device)
+    except ValueError as error:
         raise UsageError(str(error)) from None
     if device.type == "cpu" and arguments.precision != ["fp32"]:
         raise UsageError("reduced precision needs a CUDA device; CPU runs use fp32")
