@@ -1,0 +1,115 @@
+"""``scripts/bench/render.py`` and ``scripts/bench/gpu_check.sh`` run end to end on tiny sizes (CPU) and write
+their results with the keys BENCHMARKS.md quotes; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.builders import REPOSITORY
+
+SCRIPT = REPOSITORY / "scripts" / "bench" / "render.py"
+RATE_KEYS = {"wall", "cpu_time"}
+
+
+def _environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
+
+
+def _bench(*arguments: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *arguments],
+        cwd=REPOSITORY,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _assert_rates(rates: dict) -> None:
+    assert set(rates) == RATE_KEYS
+    assert all(value > 0 for value in rates.values())
+
+
+def test_render_part_writes_every_case_batch_size_and_path(tmp_path: Path) -> None:
+    output = tmp_path / "render.json"
+    result = _bench(
+        "--corruptions", "gaussian_noise,contrast", "--images", "4", "--cpu-images", "2", "--batch-sizes", "2,4",
+        "--json", str(output),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    written = json.loads(output.read_text())
+    assert written["settings"]["batch_sizes"] == [2, 4]
+    assert written["settings"]["clock"] == "cpu"
+    render = written["render"]
+    _assert_rates(render["decoding"])
+    assert render["medium_mix_pairs"] and all("+" in pair for pair in render["medium_mix_pairs"])
+    cases = {"medium mix", "crop only", "gaussian_noise", "contrast"}
+    assert set(render["cpu_path"]) == set(render["torch_path"]) == cases
+    for case in cases:
+        assert set(render["cpu_path"][case]) == {
+            "without_jpeg",
+            "with_jpeg",
+            "without_jpeg_excluding_decoding",
+            "with_jpeg_excluding_decoding",
+        }
+        for rates in render["cpu_path"][case].values():
+            _assert_rates(rates)
+        assert set(render["torch_path"][case]) == {"2", "4"}
+        for batch in render["torch_path"][case].values():
+            assert set(batch) == {"without_jpeg", "jpeg_only", "with_jpeg"}
+            for rates in batch.values():
+                _assert_rates(rates)
+    table_rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in table_rows[1:]] == [
+        "| medium mix",
+        "| crop only",
+        "| gaussian_noise",
+        "| contrast",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--batch-sizes", "64,0"], "--batch-sizes must be comma-separated positive integers, got '64,0'"),
+        (["--corruptions", "fogg"], "--corruptions must be 'all', 'main' or a comma-separated list"),
+        (["--tta-streams", "disk"], "--tta-streams must be a comma list of shards, device, workers, got 'disk'"),
+        (["--precision", "bf16"], "reduced precision needs a CUDA device"),
+        (["--device", "gpu"], "render device must be cpu or cuda[:index], got 'gpu'"),
+    ],
+)
+def test_a_usage_mistake_is_one_line(arguments: list[str], message: str) -> None:
+    result = _bench(*arguments, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert message in result.stderr
+
+
+@pytest.mark.slow
+def test_gpu_check_quick_runs_both_parts_on_the_cpu(tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["bash", str(REPOSITORY / "scripts" / "bench" / "gpu_check.sh"), "--quick", str(tmp_path)],
+        cwd=REPOSITORY,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    render = json.loads((tmp_path / "render.json").read_text())
+    assert set(render["render"]["torch_path"]) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
+    tta = json.loads((tmp_path / "tta.json").read_text())["tta"]
+    assert [(run["stream"], run["method"], run["precision"]) for run in tta["runs"]] == [
+        ("shards", "source", "fp32"),
+        ("device", "source", "fp32"),
+    ]
+    assert all(run["seconds_whole_run"] > 0 for run in tta["runs"])
+    assert set(tta["ratios"]) == {"device / shards, source fp32"}
+    assert (tmp_path / "render.md").read_text().count("| medium mix |") == 1
