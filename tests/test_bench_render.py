@@ -82,7 +82,7 @@ def test_render_part_writes_every_case_batch_size_and_path(tmp_path: Path) -> No
         (["--corruptions", "fogg"], "--corruptions must be 'all', 'main' or a comma-separated list"),
         (["--tta-streams", "disk"], "--tta-streams must be a comma list of shards, device, workers, got 'disk'"),
         (["--precision", "bf16"], "reduced precision needs a CUDA device"),
-        (["--device", "gpu"], "render device must be cpu or cuda[:index], got 'gpu'"),
+        (["--device", "gpu"], "render device: device must be 'cpu' or 'cuda[:index]', got 'gpu'"),
     ],
 )
 def test_a_usage_mistake_is_one_line(arguments: list[str], message: str) -> None:

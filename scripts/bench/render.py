@@ -77,7 +77,8 @@ from corruptions import UsageError, _environment, _parse_names  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
 
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
-from ccc.render_torch import jpeg_round_trip, render_batch, render_device  # noqa: E402
+from ccc.load.rendered_stream import check_render_device  # noqa: E402
+from ccc.render_torch import jpeg_round_trip, render_batch  # noqa: E402
 from ccc.stream.plan import plan_sample, plan_stream  # noqa: E402
 from ccc.stream.spec import SampleSpec  # noqa: E402
 
@@ -454,7 +455,7 @@ def run(arguments: argparse.Namespace) -> dict:
             f"--cpu-images and --num-workers must be >= 0, got {arguments.cpu_images}, {arguments.num_workers}"
         )
     try:
-        device = render_device(arguments.device)
+        device = check_render_device(arguments.device)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if device.type == "cpu" and arguments.precision != ["fp32"]:
