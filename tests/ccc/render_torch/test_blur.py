@@ -69,18 +69,28 @@ def glass_offsets_for_cpu(uniforms: torch.Tensor, severity: float, height: int, 
     return np.ascontiguousarray(visited[:, ::-1, ::-1])
 
 
+def cpu_glass_blur_given_torch_offsets(images: np.ndarray, severities, seeds: torch.Tensor) -> np.ndarray:
+    """The CPU path's glass blur of each image (uint8 N×H×W×3) with the offsets ``SampleRandom(seeds)`` draws."""
+    height, width = images.shape[1:3]
+    uniforms = SampleRandom(seeds).uniform(3, height, width, 2)
+    return np.stack(
+        [
+            corrupt_mirrored(
+                image,
+                "glass_blur",
+                severity,
+                MirroredDraws(0, integers=glass_offsets_for_cpu(draws, severity, height, width)),
+            )
+            for image, severity, draws in zip(images, severities, uniforms)
+        ]
+    )
+
+
 def test_glass_blur_equals_the_sequential_cpu_loop_given_the_same_offsets(images: np.ndarray) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
     seeds = torch.arange(len(images)) + 200
     output = blur.glass_blur(to_tensor(images), severities, SampleRandom(seeds))
-    uniforms = SampleRandom(seeds).uniform(3, 224, 224, 2)
-    expected = [
-        corrupt_mirrored(
-            image, "glass_blur", severity, MirroredDraws(0, integers=glass_offsets_for_cpu(draws, severity, 224, 224))
-        )
-        for image, severity, draws in zip(images, SEVERITIES, uniforms)
-    ]
-    np.testing.assert_array_equal(to_bytes(output), np.stack(expected))
+    np.testing.assert_array_equal(to_bytes(output), cpu_glass_blur_given_torch_offsets(images, SEVERITIES, seeds))
 
 
 def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> None:
@@ -154,14 +164,7 @@ def test_gaussian_blurs_equal_the_cpu_path_on_flat_regions() -> None:
     np.testing.assert_array_equal(to_bytes(output), expected)
     seeds = torch.arange(4) + 400
     output = blur.glass_blur(to_tensor(images), torch.tensor(severities, dtype=torch.float64), SampleRandom(seeds))
-    uniforms = SampleRandom(seeds).uniform(3, 64, 64, 2)
-    expected = [
-        corrupt_mirrored(
-            image, "glass_blur", severity, MirroredDraws(0, integers=glass_offsets_for_cpu(draws, severity, 64, 64))
-        )
-        for image, severity, draws in zip(images, severities, uniforms)
-    ]
-    np.testing.assert_array_equal(to_bytes(output), np.stack(expected))
+    np.testing.assert_array_equal(to_bytes(output), cpu_glass_blur_given_torch_offsets(images, severities, seeds))
 
 
 def test_defocus_blur_below_severity_one_third_returns_the_exact_identity() -> None:
