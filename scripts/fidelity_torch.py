@@ -1,7 +1,7 @@
 """Measure the torch backend (``ccc.render_torch``) against the CPU path, per corruption and severity.
 
 Usage: PYTHONPATH=. python scripts/fidelity_torch.py [--corruptions NAME ...] [--images 16] [--seeds 4]
-       [--device cpu] [--throughput] > tables.md
+       [--device cpu] [--part fidelity|throughput|all] > tables.md
 
 Prints the per-corruption table of docs/fidelity.md ("The torch backend"), severities 0.5, 1.0, ..., 5.0,
 on demo-world images centre-cropped to 224×224, both paths truncated to bytes as the pipeline does:
@@ -14,7 +14,7 @@ on demo-world images centre-cropped to 224×224, both paths truncated to bytes a
   the largest difference of the 8 radial log10 power-spectrum bands, and the largest z-score (paired
   difference / its standard error) over mean, std, PSNR, Laplacian and spectrum.
 
-With ``--throughput``: images/s of each torch corruption on ``--device`` at batch ``--images`` (one
+With ``--part throughput`` (or ``all``): images/s of each torch corruption on ``--device`` at batch ``--images`` (one
 torch thread, severities spread over 0.5..5), of the CPU path (``corrupt``, per image), of the
 geometry and of the final JPEG round trip.
 """
@@ -125,7 +125,12 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=16, help="demo images per severity (default 16)")
     parser.add_argument("--seeds", type=int, default=4, help="seeds per image for random corruptions (default 4)")
     parser.add_argument("--device", default="cpu", help="torch device of the torch path: cpu or cuda[:index]")
-    parser.add_argument("--throughput", action="store_true", help="also print images/s per corruption")
+    parser.add_argument(
+        "--part",
+        choices=("fidelity", "throughput", "all"),
+        default="fidelity",
+        help="the per-severity table (default), images/s per corruption, or both",
+    )
     arguments = parser.parse_args()
     try:
         names = [get_corruption(name).name for name in arguments.corruptions]
@@ -134,16 +139,17 @@ def main() -> None:
         sys.exit(f"error: {error}")
     torch.set_num_threads(1)
     images = demo_images(arguments.images)
-    print(f"### torch − CPU, {arguments.images} images × {arguments.seeds} seeds (random), device {device}\n")
-    print(HEADER)
-    for name in names:
-        for severity in SEVERITIES:
-            if get_corruption(name).random:
-                print(random_row(name, images, severity, arguments.seeds, device), flush=True)
-            else:
-                print(deterministic_row(name, images, severity, device), flush=True)
-    if arguments.throughput:
-        print("\n### Throughput\n")
+    if arguments.part in ("fidelity", "all"):
+        print(f"### torch − CPU, {arguments.images} images × {arguments.seeds} seeds (random), device {device}\n")
+        print(HEADER)
+        for name in names:
+            for severity in SEVERITIES:
+                if get_corruption(name).random:
+                    print(random_row(name, images, severity, arguments.seeds, device), flush=True)
+                else:
+                    print(deterministic_row(name, images, severity, device), flush=True)
+    if arguments.part in ("throughput", "all"):
+        print(f"\n### Throughput, device {device}\n")
         print("\n".join(throughput_table(names, images, device)))
 
 
