@@ -11,7 +11,7 @@ zoom tables, ImageMagick's motion-blur taps); they are built on the host once pe
 and moved to the images' device. Per-sample parameters are therefore read on the host (one sync per
 call); the pixels never leave the device.
 
-Parallel formulations (``docs/fidelity_torch_blur.md``):
+Parallel formulations (``docs/fidelity.md``, "The torch backend"):
 
 - glass_blur: the reference's sequential scan copies pixel (h + dy, w + dx) onto (h, w); a pixel whose
   source was already visited in the same pass takes that source's new value. Each visited pixel thus

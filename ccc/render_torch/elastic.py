@@ -13,7 +13,7 @@ Mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample sev
 3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
    about the pixel edges, float64 bilinear sums stored as float32.
 
-Given the same draws, the result equals the CPU path (``docs/fidelity_torch_weather.md``). The
+Given the same draws, the result equals the CPU path (``docs/fidelity.md``, "The torch backend"). The
 pipeline finds it in :data:`ccc.render_torch.weather.TORCH_CORRUPTIONS` (the family modules' tables).
 """
 

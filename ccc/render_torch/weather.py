@@ -3,7 +3,7 @@
 Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
 batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
 order as the CPU draws, different values). Given the same draws the results equal the CPU's (see
-``docs/fidelity_torch_weather.md``).
+``docs/fidelity.md``, "The torch backend").
 """
 
 from __future__ import annotations
