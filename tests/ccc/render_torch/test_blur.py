@@ -104,22 +104,6 @@ def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> No
     np.testing.assert_array_equal(to_bytes(output), np.stack(expected))
 
 
-@pytest.mark.parametrize("name", sorted(ALL_CORRUPTIONS))
-def test_a_sample_does_not_depend_on_the_rest_of_its_batch(name: str) -> None:
-    images = to_tensor(demo_images(3, size=64))
-    original = images.clone()
-    severities = torch.tensor([0.7, 3.3, 5.0], dtype=torch.float64)
-    seeds = torch.tensor([5, 6, 7])
-    batch = ALL_CORRUPTIONS[name](images, severities, SampleRandom(seeds))
-    assert torch.equal(images, original)
-    assert batch.dtype == torch.float32 and batch.shape == images.shape
-    assert 0.0 <= float(batch.min()) and float(batch.max()) <= 1.0
-    for index in range(3):
-        window = slice(index, index + 1)
-        alone = ALL_CORRUPTIONS[name](images[window], severities[window], SampleRandom(seeds[window]))
-        assert torch.equal(batch[window], alone), f"{name}: sample {index} changes with its batch"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["glass_blur", "motion_blur", "snow"])
 @pytest.mark.parametrize("severity", [1.0, 3.0, 5.0])

@@ -40,15 +40,3 @@ def test_statistics_match_the_cpu_path(name: str, severity: float):
     assert abs(ours.std() - theirs.std()) < 0.2
     assert abs(psnr(ours, IMAGES[None]) - psnr(theirs, IMAGES[None])) < 0.05
     assert histogram_distance(ours, theirs) < 0.01
-
-
-@pytest.mark.parametrize("name", sorted(noise.TORCH_CORRUPTIONS))
-def test_each_sample_follows_its_own_severity_and_seed(name: str):
-    function = noise.TORCH_CORRUPTIONS[name]
-    images = to_tensor(IMAGES[:3])
-    severities = torch.tensor([1.0, 5.0, 3.0], dtype=torch.float64)
-    together = function(images, severities, SampleRandom(torch.tensor([4, 5, 6])))
-    alone = function(images[1:2], severities[1:2], SampleRandom(torch.tensor([5])))
-    assert together.dtype == torch.float32 and together.shape == images.shape
-    assert torch.equal(together[1:2], alone)
-    assert torch.equal(together, function(images, severities, SampleRandom(torch.tensor([4, 5, 6]))))

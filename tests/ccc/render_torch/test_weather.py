@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from ccc.corruptions import corrupt, get_corruption
+from ccc.corruptions import corrupt
 from ccc.corruptions.weather import plasma_fractal as cpu_plasma_fractal
 from ccc.render_torch import elastic, weather
 from ccc.render_torch._spatter_filters import canny, chamfer_distance, equalize_histogram
-from ccc.render_torch.parameters import per_sample_parameters
 from ccc.render_torch.random import SampleRandom
 from tests.ccc.render_torch.doubles import MirroredDraws, corrupt_mirrored
 from tests.ccc.render_torch.image_statistics import histogram_distance, psnr
@@ -64,27 +63,6 @@ def test_spatter_wraps_liquid_bytes_like_numpy(golden_images):
     images, severities, seeds = golden_images[:1], np.array([2.5]), torch.tensor([538])
     output = weather.spatter(to_tensor(images), torch.from_numpy(severities), SampleRandom(seeds))
     np.testing.assert_array_equal(to_bytes(output), _cpu_mirrored(images, "spatter", severities, seeds))
-
-
-@pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
-def test_kernel_contract(name, golden_images):
-    """float32 (B, 3, H, W) out, input untouched, a sample's result independent of the rest of the batch."""
-    batch = to_tensor(golden_images)
-    before = batch.clone()
-    severities = torch.tensor([2.5, 4.5], dtype=torch.float64)
-    output = TORCH_CORRUPTIONS[name](batch, severities, SampleRandom(torch.tensor([5, 6])))
-    assert output.dtype == torch.float32 and output.shape == batch.shape
-    assert torch.equal(batch, before)
-    assert float(output.min()) >= 0.0 and float(output.max()) <= 1.0
-    alone = TORCH_CORRUPTIONS[name](batch[1:], severities[1:], SampleRandom(torch.tensor([6])))
-    assert torch.equal(alone[0], output[1])
-
-
-def test_per_sample_parameters_are_the_registry_parameters():
-    severities = torch.tensor([0.25, 1.0, 3.5, 5.0], dtype=torch.float64)
-    for name in ("frost", "fog", "spatter", "elastic"):
-        expected = np.array([get_corruption(name).parameters(float(s)) for s in severities], dtype=np.float64)
-        np.testing.assert_array_equal(per_sample_parameters(name, severities).numpy(), expected)
 
 
 def test_frost_refuses_images_larger_than_its_textures():
