@@ -55,7 +55,21 @@ def gaussian_blur_nearest(image: NDArray[np.floating], sigma: float) -> NDArray[
 
 
 @lru_cache(maxsize=64)
-def _reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDArray[np.float64]:
+def reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDArray[np.float64]:
+    """Gaussian smoothing along an axis of ``length`` pixels with scipy's ``mode="reflect"``, as a matrix.
+
+    A reflect-extended line is periodic (period ``2 * length``), so the truncated kernel
+    (:func:`scipy_gaussian_kernel`, radius ``int(truncate * sigma + 0.5)``) folds onto one period
+    exactly, however wide it is. Shared by the CPU path and ``ccc.render_torch.elastic``.
+
+    Args:
+        length: pixels along the axis (≥ 1); sigma: standard deviation in pixels, > 0; truncate: kernel
+            radius in units of sigma.
+
+    Returns:
+        float64 (length, length) ``S``, read-only and cached: ``S @ line`` is
+        ``scipy.ndimage.gaussian_filter1d(line, sigma, mode="reflect", truncate=truncate)`` (to rounding).
+    """
     kernel = scipy_gaussian_kernel(sigma, truncate)
     radius = (len(kernel) - 1) // 2
     period = 2 * length
@@ -91,17 +105,27 @@ def gaussian_smooth_reflect(field: NDArray[np.floating], sigma: float, truncate:
         kernel = scipy_gaussian_kernel(float(sigma), float(truncate))
         source = np.ascontiguousarray(field, dtype=np.float64)
         return cv2.sepFilter2D(source, cv2.CV_64F, kernel, kernel, borderType=cv2.BORDER_REFLECT)
-    row_matrix = _reflect_smoothing_matrix(height, float(sigma), float(truncate))
-    column_matrix = _reflect_smoothing_matrix(width, float(sigma), float(truncate))
+    row_matrix = reflect_smoothing_matrix(height, float(sigma), float(truncate))
+    column_matrix = reflect_smoothing_matrix(width, float(sigma), float(truncate))
     return row_matrix @ np.asarray(field, dtype=np.float64) @ column_matrix.T
 
 
 @lru_cache(maxsize=512)
-def _zoom_axis_table(length: int, zoom_factor: float) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+def zoom_axis_table(length: int, zoom_factor: float) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """Source index and weight per output position of a centre zoom along one axis.
 
     Mirrors ``clipped_zoom``: crop ``ceil(length / zoom)`` centred pixels, zoom them with
     ``scipy.ndimage.zoom(order=1)`` to ``round(crop * zoom)`` pixels, and keep the centred ``length``.
+    Shared by the CPU path and ``ccc.render_torch.blur``.
+
+    Args:
+        length: the axis length in pixels (≥ 1).
+        zoom_factor: the zoom, ≥ 1.
+
+    Returns:
+        (index, weight), each read-only of shape (length,): output ``i`` is
+        ``(1 - weight[i]) · x[index[i]] + weight[i] · x[min(index[i] + 1, length - 1)]`` (int64 source indices into the
+        whole axis; float64 weights in [0, 1)).
     """
     crop = int(math.ceil(length / zoom_factor))
     crop_start = (length - crop) // 2
@@ -134,8 +158,8 @@ def zoom_bilinear_accumulate(
         HxWxC array of ``dtype``, the sum of the zoomed copies.
     """
     height, width = image.shape[:2]
-    row_tables = [_zoom_axis_table(height, float(z)) for z in zoom_factors]
-    column_tables = [_zoom_axis_table(width, float(z)) for z in zoom_factors]
+    row_tables = [zoom_axis_table(height, float(z)) for z in zoom_factors]
+    column_tables = [zoom_axis_table(width, float(z)) for z in zoom_factors]
     row_index = np.stack([table[0] for table in row_tables])
     row_weight = np.stack([table[1] for table in row_tables])
     column_index = np.stack([table[0] for table in column_tables])

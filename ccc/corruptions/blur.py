@@ -53,7 +53,17 @@ GAUSSIAN_BLUR_TABLE = (0.0, 1, 2, 3, 4, 6)
 
 
 @lru_cache(maxsize=128)
-def _antialiased_disk(radius: float, alias_blur: float) -> NDArray[np.float32]:
+def antialiased_disk(radius: float, alias_blur: float) -> NDArray[np.float32]:
+    """Defocus blur's kernel: a normalised disk of ``radius`` pixels smoothed by a Gaussian of ``alias_blur``.
+
+    Args:
+        radius: disk radius in pixels, > 0 (the grid is 17×17 up to radius 8, else ``2·radius + 1`` wide).
+        alias_blur: the antialiasing Gaussian's sigma in pixels (OpenCV ``GaussianBlur``, 3×3 or 5×5).
+
+    Returns:
+        float32 square kernel (17×17 or wider), summing to about 1; read-only and cached (shared by the
+        CPU path and ``ccc.render_torch.blur``).
+    """
     if radius <= 8:
         grid = np.arange(-8, 8 + 1)
         kernel_size = (3, 3)
@@ -71,7 +81,7 @@ def _antialiased_disk(radius: float, alias_blur: float) -> NDArray[np.float32]:
 def defocus_blur(image: NDArray[np.uint8], parameters: tuple[float, float], rng: RandomSource) -> NDArray[np.float64]:
     """Convolve each channel with an antialiased disk of ``parameters = (radius, alias_sigma)``."""
     radius, alias_blur = parameters
-    kernel = _antialiased_disk(radius, alias_blur)
+    kernel = antialiased_disk(radius, alias_blur)
     blurred = cv2.filter2D(image / 255.0, -1, kernel)
     return np.clip(blurred, 0, 1) * 255
 

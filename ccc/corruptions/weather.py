@@ -52,8 +52,9 @@ SPATTER_TABLE = (
 """(liquid mean, liquid std, liquid sigma, threshold, intensity, mud flag), severities 0..5.
 Severity 0 is the identity anchor (intensity 0). The mud flag (0 water, 1 mud) is not interpolated."""
 
-_FROST_CHOICES = 5
-"""The reference draws the texture among the first five of the six."""
+FROST_CHOICES = 5
+"""How many frost textures are drawn from (the first five of the six, as the reference); shared with
+``ccc.render_torch.weather``."""
 
 
 def snow(image: NDArray[np.uint8], parameters: tuple[float, ...], rng: RandomSource) -> NDArray[np.float64]:
@@ -76,7 +77,7 @@ def frost(image: NDArray[np.uint8], parameters: tuple[float, float], rng: Random
     """``clip(a * x + b * frost_window, 0, 255)`` with a random window of a random frost texture."""
     image_weight, frost_weight = parameters
     height, width = image.shape[:2]
-    candidates = frost_textures()[:_FROST_CHOICES]
+    candidates = frost_textures()[:FROST_CHOICES]
     max_height = min(texture.shape[0] for texture in candidates) - 1
     max_width = min(texture.shape[1] for texture in candidates) - 1
     if height > max_height or width > max_width:
@@ -84,7 +85,7 @@ def frost(image: NDArray[np.uint8], parameters: tuple[float, float], rng: Random
             f"frost needs images smaller than its textures (at most {max_height}x{max_width} pixels), "
             f"got {height}x{width}"
         )
-    texture = candidates[int(draw_integers(rng, 0, _FROST_CHOICES))]
+    texture = candidates[int(draw_integers(rng, 0, FROST_CHOICES))]
     top = int(draw_integers(rng, 0, texture.shape[0] - height))
     left = int(draw_integers(rng, 0, texture.shape[1] - width))
     window = texture[top : top + height, left : left + width][..., [2, 1, 0]]

@@ -5,27 +5,33 @@ and untouched), the same steps run on torch tensors for a whole batch, on ``cpu`
 crop/resize/flip → corruption pair ``(n1, s1, n2, s2)`` with per-sample severities and seeds →
 JPEG quality-85 round trip → uint8 (B, 3, 224, 224).
 
+Its bytes differ from the CPU path's: the random corruptions draw from :class:`SampleRandom` (a
+counter-based hash of ``(seed, stage, draw, element)``) instead of ``numpy.random.default_rng(spec.seed)``.
 What matches the CPU path exactly (same bytes, on the CPU device): the crop, bilinear resize and flip
-(Pillow's fixed-point resampling as integer matrices), the deterministic corruptions brightness,
-contrast, saturate, pixelate and jpeg, and the final JPEG round trip (torchvision's libjpeg on the
-CPU; nvJPEG on CUDA is close, not equal). What differs: the random corruptions draw from
-:class:`SampleRandom` (a counter-based hash of ``(seed, stage, draw, element)``) instead of
-``numpy.random.default_rng(spec.seed)``, so their bytes differ from the CPU path's while their
-distribution is the same (``docs/fidelity_torch_core.md``). A sample's bytes depend only on its spec
-and its source image: never on the batch size or the other samples; they are reproducible on the same
-device type (the integer random streams are identical on every device; float transcendental
-functions may differ in the last bit between devices).
+(Pillow's fixed-point resampling as integer matrices), the deterministic corruptions (brightness,
+contrast, saturate, pixelate, jpeg, defocus_blur from severity 1/3, zoom_blur, gaussian_blur) and the
+final JPEG round trip (torchvision's libjpeg on the CPU; nvJPEG on CUDA is close, not equal). The random
+corruptions other than the four noises (glass_blur, motion_blur, snow, frost, fog, spatter, elastic)
+give the CPU's bytes when handed the same draws, so they are equal in distribution; the noises are equal
+in distribution. Per corruption: ``docs/fidelity.md``, "The torch backend (``ccc.render_torch``)". A
+sample's bytes depend only on its spec and its source image: never on the batch size or the other
+samples; they are reproducible on the same device type (the integer random streams are identical on
+every device; float transcendental functions may differ in the last bit between devices).
 
 Public names:
 
 - :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224);
-- :func:`apply_corruption_stage`, :func:`torch_corruption`, :data:`TORCH_CORRUPTIONS` (the dispatch);
+- :func:`apply_corruption_stage`, :func:`torch_corruption`, :data:`TORCH_CORRUPTIONS` (the dispatch of
+  all 19 registered corruptions);
 - :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
 - :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``);
-- the corruption modules ``noise``, ``digital`` (and ``blur``, ``weather``), each with its
-  ``TORCH_CORRUPTIONS``; a corruption function is ``f(images float32 (B, 3, H, W) in [0, 1],
-  severities float64 (B,) in (0, 5], random: SampleRandom) -> float32 (B, 3, H, W)``, the reference's
-  value before its uint8 truncation, divided by 255.
+- the family modules the pipeline merges, each with its ``TORCH_CORRUPTIONS``: ``noise`` (the four
+  noises), ``digital`` (brightness, contrast, saturate, pixelate, jpeg), ``blur`` (defocus, glass,
+  motion, zoom, gaussian), ``snow``, ``weather`` (frost, fog, spatter, and elastic from ``elastic``).
+  A corruption function is ``f(images float32 (B, 3, H, W) in [0, 1], severities float64 (B,) in (0, 5],
+  random: SampleRandom) -> float32 (B, 3, H, W)``, the reference's value before its uint8 truncation,
+  divided by 255 (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
+  Pillow's resampling, ``_spatter_filters`` for spatter's OpenCV filters).
 
 Importing this package needs torch and torchvision; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``,
 ``ccc.shards`` and ``ccc.load`` never import it.

@@ -11,7 +11,7 @@ zoom tables, ImageMagick's motion-blur taps); they are built on the host once pe
 and moved to the images' device. Per-sample parameters are therefore read on the host (one sync per
 call); the pixels never leave the device.
 
-Parallel formulations (``docs/fidelity_torch_blur.md``):
+Parallel formulations (``docs/fidelity.md``, "The torch backend"):
 
 - glass_blur: the reference's sequential scan copies pixel (h + dy, w + dx) onto (h, w); a pixel whose
   source was already visited in the same pass takes that source's new value. Each visited pixel thus
@@ -32,10 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ccc.corruptions._filters import _zoom_axis_table, scipy_gaussian_kernel
+from ccc.corruptions._filters import zoom_axis_table, scipy_gaussian_kernel
 from ccc.corruptions._motion import motion_blur_taps
-from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, _antialiased_disk
+from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
+from ._levels import unit_float32, unit_float64
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -56,36 +57,6 @@ so that a sample's draws do not depend on the other samples' severities."""
 
 _MOTION_ANGLE_RANGE = (-45.0, 45.0)
 """Motion blur's angle, uniform in degrees (the CPU path's ``rng.uniform(-45, 45)``)."""
-
-
-def unit_float32(unit: Tensor) -> Tensor:
-    """float64 unit-scale values → float32 that truncate like the CPU path's float64 levels.
-
-    Args:
-        unit: float64 tensor, any shape: the CPU's pre-truncation value divided by 255 (any range).
-
-    Returns:
-        float32 tensor ``x`` of the same shape, equal to ``unit`` clamped to [0, 1] (to float32
-        rounding), such that ``floor(clamp(x * 255, 0, 255))`` computed in float32 equals
-        ``floor(clamp(unit * 255, 0, 255))`` computed in float64 (where the float32 product would
-        round across an integer, ``x`` is moved to the middle of the CPU's level).
-    """
-    levels = (unit.clamp(0.0, 1.0) * 255.0).floor()
-    value = unit.clamp(0.0, 1.0).to(torch.float32)
-    safe = ((levels + 0.5) / 255.0).to(torch.float32)
-    return torch.where((value * 255.0).floor() == levels.to(torch.float32), value, safe)
-
-
-def unit_float64(images: Tensor) -> Tensor:
-    """Images in [0, 1] as the CPU path's ``uint8 / 255.0``: float64, rounded to the nearest 8-bit level.
-
-    Args:
-        images: float (B, C, H, W) in [0, 1], normally holding levels k / 255 (the pipeline's input).
-
-    Returns:
-        float64 (B, C, H, W): ``round(images * 255) / 255``, bit-equal to numpy's ``k / 255.0``.
-    """
-    return torch.round(images.to(torch.float64) * 255.0) / 255.0
 
 
 def _host_rows(parameters: Tensor) -> list[tuple[float, ...]]:
@@ -209,7 +180,7 @@ def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> T
     Deterministic (``random`` is not used). Shapes and ranges as in the module docstring.
     """
     sigmas = per_sample_parameters("gaussian_blur", severities).detach().cpu().tolist()
-    return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas))
+    return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0)
 
 
 def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -223,9 +194,9 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     Deterministic (``random`` is not used).
     """
     rows = _host_rows(per_sample_parameters("defocus_blur", severities))
-    disks = [_antialiased_disk(radius, alias) for radius, alias in rows]
+    disks = [antialiased_disk(radius, alias) for radius, alias in rows]
     # The table's kernels fix the common size, whatever the batch holds (batch-independent rounding).
-    table_disks = [_antialiased_disk(radius, alias) for radius, alias in DEFOCUS_BLUR_TABLE[1:]]
+    table_disks = [antialiased_disk(radius, alias) for radius, alias in DEFOCUS_BLUR_TABLE[1:]]
     reach = max(max(disk.shape[0] // 2, disk.shape[0] - 1 - disk.shape[0] // 2) for disk in disks + table_disks)
     size = 2 * reach + 1
     embedded = np.zeros((len(disks), size, size))
@@ -240,7 +211,7 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     correlated = torch.fft.irfft2(spectrum, s=shape)[..., :height, :width]
     deltas = [bool(disk.max() == 1.0) for disk in disks]
     is_delta = torch.tensor(deltas, device=images.device)[:, None, None, None]
-    return unit_float32(torch.where(is_delta, unit_float64(images), correlated))
+    return unit_float32(torch.where(is_delta, unit_float64(images), correlated) * 255.0)
 
 
 def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Tensor:
@@ -253,12 +224,12 @@ def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Te
 
     Returns:
         (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast, with
-        the CPU path's tables (:func:`ccc.corruptions._filters._zoom_axis_table`).
+        the CPU path's tables (:func:`ccc.corruptions._filters.zoom_axis_table`).
     """
     batch, channels, height, width = images.shape
     device = images.device
-    row_tables = [_zoom_axis_table(height, factor) for factor in factors]
-    column_tables = [_zoom_axis_table(width, factor) for factor in factors]
+    row_tables = [zoom_axis_table(height, factor) for factor in factors]
+    column_tables = [zoom_axis_table(width, factor) for factor in factors]
     row_low = torch.as_tensor(np.stack([table[0] for table in row_tables]), device=device)
     row_weight = torch.as_tensor(np.stack([table[1] for table in row_tables]), device=device)
     column_low = torch.as_tensor(np.stack([table[0] for table in column_tables]), device=device)
@@ -426,7 +397,7 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tens
         sources = _glass_sources(offsets[:, iteration], margins, iteration < iterations, height, width)
         flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
     shuffled = flat.reshape(batch, channels, height, width) / 255.0
-    return unit_float32(gaussian_blur_nearest(shuffled, sigmas))
+    return unit_float32(gaussian_blur_nearest(shuffled, sigmas) * 255.0)
 
 
 TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
@@ -447,7 +418,5 @@ __all__ = [
     "glass_blur",
     "imagemagick_motion_blur",
     "motion_blur",
-    "unit_float32",
-    "unit_float64",
     "zoom_blur",
 ]

@@ -22,31 +22,13 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ._levels import byte_levels, unit_float32, unit_float64
 from ._resample import resize_levels
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
 from .random import SampleRandom
 
 __all__ = ["TORCH_CORRUPTIONS", "brightness", "contrast", "jpeg", "pixelate", "saturate"]
-
-
-def _byte_levels(images: Tensor) -> Tensor:
-    """float64 byte levels 0..255 of images whose values are ``k / 255``."""
-    return torch.round(images.to(torch.float64) * 255)
-
-
-def _unit_float32(values: Tensor) -> Tensor:
-    """float64 pre-truncation values in [0, 255] → float32 ``values / 255`` that truncates alike.
-
-    ``float32(v / 255) * 255`` may land on the other side of an integer than ``v`` when ``v`` is within
-    a float32 rounding of it (the HSV arithmetic often gives values like 204.99999999999997); such a value
-    is moved by one float32 step so that the pipeline's ``floor(x * 255)`` gives the reference's byte.
-    """
-    byte = torch.floor(values)
-    unit = (values / 255.0).to(torch.float32)
-    truncated = torch.floor(unit * 255)
-    unit = torch.where(truncated > byte, torch.nextafter(unit, torch.zeros_like(unit)), unit)
-    return torch.where(truncated < byte, torch.nextafter(unit, torch.ones_like(unit)), unit)
 
 
 def adjust_hsv(unit: Tensor, value_shift: Tensor, saturation_scale: Tensor, saturation_shift: Tensor) -> Tensor:
@@ -94,9 +76,9 @@ def adjust_hsv(unit: Tensor, value_shift: Tensor, saturation_scale: Tensor, satu
 
 
 def _hsv_corruption(images: Tensor, value_shift: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-    unit = _byte_levels(images) / 255.0
+    unit = unit_float64(images)
     adjusted = adjust_hsv(unit, value_shift.view(-1, 1, 1), scale.view(-1, 1, 1), shift.view(-1, 1, 1))
-    return _unit_float32(torch.clamp(adjusted, 0, 1) * 255)
+    return unit_float32(torch.clamp(adjusted, 0, 1) * 255)
 
 
 def brightness(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -114,9 +96,9 @@ def saturate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor
 def contrast(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """``clip((x - mean) * factor + mean, 0, 1)`` with each image's per-channel mean, factor 0.4..0.05."""
     factor = per_sample_parameters("contrast", severities).to(images.device).view(-1, 1, 1, 1)
-    unit = _byte_levels(images) / 255.0
+    unit = unit_float64(images)
     means = unit.mean(dim=(2, 3), keepdim=True)
-    return _unit_float32(torch.clamp((unit - means) * factor + means, 0, 1) * 255)
+    return unit_float32(torch.clamp((unit - means) * factor + means, 0, 1) * 255)
 
 
 def pixelate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -126,7 +108,7 @@ def pixelate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor
     """
     factors = per_sample_parameters("pixelate", severities).tolist()
     height, width = images.shape[-2:]
-    levels = _byte_levels(images)
+    levels = byte_levels(images)
     output = torch.empty_like(levels)
     sizes = [(int(height * factor), int(width * factor)) for factor in factors]
     for size in sorted(set(sizes)):
@@ -142,7 +124,7 @@ def jpeg(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     Uses :func:`ccc.render_torch.jpeg.jpeg_round_trip` (torchvision.io on the images' device).
     """
     qualities = [round(quality) for quality in per_sample_parameters("jpeg", severities).tolist()]
-    levels = _byte_levels(images).to(torch.uint8)
+    levels = byte_levels(images).to(torch.uint8)
     output = torch.empty_like(levels)
     for quality in sorted(set(qualities)):
         members = torch.tensor([k for k, other in enumerate(qualities) if other == quality], device=images.device)

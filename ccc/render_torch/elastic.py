@@ -7,12 +7,13 @@ Mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample sev
    ``BORDER_REFLECT_101``): the inverse map in float32 with OpenCV's fused multiply-adds, and
    reflect-101 neighbours;
 2. displacement fields: ``uniform(-1, 1)`` noise smoothed by a Gaussian with scipy's ``reflect``
-   borders, as one folded smoothing matrix per sample and axis (exact for any kernel width, and
-   batched although sigma differs per sample), scaled by ``alpha``;
+   borders, as one folded smoothing matrix per sample and axis (the CPU path's
+   :func:`~ccc.corruptions._filters.reflect_smoothing_matrix`, built on the host; exact for any kernel
+   width, and batched although sigma differs per sample), scaled by ``alpha``;
 3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
    about the pixel edges, float64 bilinear sums stored as float32.
 
-Given the same draws, the result equals the CPU path (``docs/fidelity_torch_weather.md``). The
+Given the same draws, the result equals the CPU path (``docs/fidelity.md``, "The torch backend"). The
 pipeline finds it in :data:`ccc.render_torch.weather.TORCH_CORRUPTIONS` (the family modules' tables).
 """
 
@@ -20,8 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from ccc.corruptions._filters import reflect_smoothing_matrix
 
 from .parameters import per_sample_parameters
 
@@ -107,37 +111,10 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor) -> Tensor:
     return _fused_multiply_add(beta, bottom - top, top)
 
 
-def reflect_smoothing_matrices(length: int, sigma: Tensor, truncate: float = _SMOOTHING_TRUNCATE) -> Tensor:
-    """Gaussian smoothing along an axis of ``length`` pixels with scipy's ``reflect`` borders, as matrices.
-
-    A reflect-extended line is periodic (period ``2 * length``), so the truncated kernel (radius
-    ``int(truncate * sigma + 0.5)``, scipy's weights) folds onto one period exactly, whatever its width.
-
-    Args:
-        length: pixels along the axis.
-        sigma: float64 (B,), standard deviations in pixels, > 0.
-
-    Returns:
-        float64 (B, length, length) ``S`` with ``S @ line`` = ``gaussian_filter1d(line, sigma, mode="reflect")``.
-    """
-    device = sigma.device
-    radius = torch.floor(truncate * sigma + 0.5)
-    largest = int(radius.max())
-    offsets = torch.arange(-largest, largest + 1, dtype=torch.float64, device=device)
-    weights = torch.exp((-0.5 / (sigma * sigma))[:, None] * offsets**2)
-    weights = torch.where(offsets.abs() <= radius[:, None], weights, torch.zeros_like(weights))
-    weights = weights / weights.sum(dim=1, keepdim=True)
-    period = 2 * length
-    folded = torch.zeros((sigma.shape[0], period), dtype=torch.float64, device=device)
-    folded.index_add_(1, torch.remainder(offsets.long(), period), weights)
-    positions = torch.remainder(
-        torch.arange(length, device=device)[:, None] + torch.arange(period, device=device), period
-    )
-    columns = torch.where(positions < length, positions, period - 1 - positions)
-    matrices = torch.zeros((sigma.shape[0], length, length), dtype=torch.float64, device=device)
-    return matrices.scatter_add_(
-        2, columns.expand(sigma.shape[0], -1, -1), folded[:, None, :].expand(-1, length, -1).contiguous()
-    )
+def _smoothing_matrices(length: int, sigmas: list[float], device: torch.device) -> Tensor:
+    """float64 (B, length, length): the CPU path's folded reflect smoothing matrix of each sample's sigma."""
+    matrices = [reflect_smoothing_matrix(length, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas]
+    return torch.as_tensor(np.stack(matrices), dtype=torch.float64, device=device)
 
 
 def _reflect_coordinates(coordinates: Tensor, length: int) -> Tensor:
@@ -196,8 +173,9 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     source = torch.stack([centre + square, centre + corner, centre - square])
     offsets = (-jitter + (jitter - -jitter) * random.uniform(3, 2).double()).float()
     warped = warp_affine_reflect_101(images, _affine_matrices(source, source + offsets))
-    row_smoothing = reflect_smoothing_matrices(height, sigma)
-    column_smoothing = reflect_smoothing_matrices(width, sigma)
+    sigmas = sigma.detach().cpu().tolist()
+    row_smoothing = _smoothing_matrices(height, sigmas, device)
+    column_smoothing = _smoothing_matrices(width, sigmas, device)
     shifts = []
     for _ in range(2):
         noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).double()

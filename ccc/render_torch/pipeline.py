@@ -25,6 +25,7 @@ from ccc.corruptions import get_corruption
 from ccc.stream.spec import SampleSpec
 
 from . import blur, digital, noise, snow, weather
+from ._levels import truncate_to_levels
 from .geometry import SourceImage, crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
 from .random import SampleRandom
@@ -55,11 +56,6 @@ def torch_corruption(name: str) -> Callable[[Tensor, Tensor, SampleRandom], Tens
     if canonical not in TORCH_CORRUPTIONS:
         raise NotImplementedError(f"corruption {canonical!r} has no torch implementation yet")
     return TORCH_CORRUPTIONS[canonical]
-
-
-def truncate_to_levels(images: Tensor) -> Tensor:
-    """``floor(clip(x * 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W)."""
-    return torch.floor(torch.clamp(images * 255, 0, 255)) / 255
 
 
 def apply_corruption_stage(

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor
 
-from .blur import clipped_zoom, imagemagick_motion_blur, unit_float32
+from ._levels import unit_float32
+from .blur import clipped_zoom, imagemagick_motion_blur
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def snow(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     unit = torch.round(images * 255.0) / 255.0
     brightened = torch.maximum(unit, opencv_gray(unit) * 1.5 + 0.5).to(torch.float64)
     whitened = blend * unit.to(torch.float64) + (1.0 - blend) * brightened
-    return unit_float32(whitened + flakes + flakes.flip(2, 3))
+    return unit_float32((whitened + flakes + flakes.flip(2, 3)) * 255.0)
 
 
 TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {"snow": snow}

@@ -3,7 +3,7 @@
 Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
 batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
 order as the CPU draws, different values). Given the same draws the results equal the CPU's (see
-``docs/fidelity_torch_weather.md``).
+``docs/fidelity.md``, "The torch backend").
 """
 
 from __future__ import annotations
@@ -13,41 +13,19 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ccc.corruptions._assets import frost_textures
-from ccc.corruptions.weather import _FROST_CHOICES
+from ccc.corruptions.weather import FROST_CHOICES
 
+from ._levels import byte_levels, unit_float32, unit_float64
+from .blur import gaussian_blur_nearest
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
 from .elastic import elastic
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
     from .random import SampleRandom
-
-
-def byte_levels(images: Tensor) -> Tensor:
-    """The grey levels 0..255 of ``images`` (float32 (B, 3, H, W) in [0, 1]) as float64.
-
-    The pipeline hands every stage byte levels divided by 255, so rounding recovers the exact bytes
-    the CPU path computes with (``x * 255`` alone is off by a few 1e-6 and would flip truncations).
-    """
-    return torch.round(images.double() * 255)
-
-
-def to_unit_float32(values: Tensor) -> Tensor:
-    """float64 pre-truncation values in grey levels (any shape) → float32 values / 255.
-
-    The float32 result ``y`` is nudged by one ulp where needed so that the pipeline's
-    ``floor(clamp(y * 255, 0, 255))`` (in float32) equals ``floor(values)`` of the float64 values: a
-    plain ``float32(values / 255) * 255`` lands just below the integer for many integer values.
-    """
-    unit = (values / 255).float()
-    target = torch.floor(values)
-    truncated = torch.floor(unit * 255)
-    unit = torch.where(truncated < target, torch.nextafter(unit, torch.full_like(unit, 2.0)), unit)
-    return torch.where(truncated > target, torch.nextafter(unit, torch.full_like(unit, -1.0)), unit)
 
 
 def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
@@ -64,7 +42,7 @@ def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
 def _frost_stack(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
     """The first five frost textures as one uint8 (5, Hmax, Wmax, 3) RGB tensor (zero-padded) on
     ``device``, with their heights and widths (int64 (5,)); built once per device."""
-    textures = frost_textures()[:_FROST_CHOICES]
+    textures = frost_textures()[:FROST_CHOICES]
     height = max(texture.shape[0] for texture in textures)
     width = max(texture.shape[1] for texture in textures)
     stack = torch.zeros((len(textures), height, width, 3), dtype=torch.uint8)
@@ -95,7 +73,7 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
             f"{int(widths.min()) - 1} pixels), got {height}x{width}"
         )
     parameters = per_sample_parameters("frost", severities)
-    choice = _uniform_below(random, torch.full((batch,), _FROST_CHOICES, device=images.device))
+    choice = _uniform_below(random, torch.full((batch,), FROST_CHOICES, device=images.device))
     top = _uniform_below(random, heights[choice] - height)
     left = _uniform_below(random, widths[choice] - width)
     rows = top[:, None] + torch.arange(height, device=images.device)
@@ -103,7 +81,7 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
     image_weight, frost_weight = parameters[:, 0, None, None, None], parameters[:, 1, None, None, None]
     values = image_weight * byte_levels(images) + frost_weight * window.double()
-    return to_unit_float32(torch.clamp(values, 0, 255))
+    return unit_float32(torch.clamp(values, 0, 255))
 
 
 def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Tensor:
@@ -166,34 +144,17 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     parameters = per_sample_parameters("fog", severities)
     strength = parameters[:, 0, None, None, None]
     map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
-    unit = byte_levels(images) / 255.0
+    unit = unit_float64(images)
     maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
     fractal = plasma_fractal(map_size, parameters[:, 1], random)[:, None, :height, :width]
     unit = unit + strength * fractal
-    return to_unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
+    return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
 
 
-def gaussian_blur_replicate(fields: Tensor, sigma: Tensor) -> Tensor:
-    """Per-sample Gaussian blur with replicated borders (the CPU's ``gaussian_blur_nearest``).
-
-    Args:
-        fields: float64 (B, H, W).
-        sigma: float64 (B,), standard deviations in pixels, > 0 (kernel radius ``int(4 * sigma + 0.5)``,
-            scipy's weights); the kernels of a batch are zero-padded to the widest.
-
-    Returns:
-        float64 (B, H, W).
-    """
-    batch = fields.shape[0]
-    radius = torch.floor(4.0 * sigma + 0.5)
-    largest = int(radius.max())
-    offsets = torch.arange(-largest, largest + 1, dtype=torch.float64, device=fields.device)
-    weights = torch.exp((-0.5 / (sigma * sigma))[:, None] * offsets**2)
-    weights = torch.where(offsets.abs() <= radius[:, None], weights, torch.zeros_like(weights))
-    weights = weights / weights.sum(dim=1, keepdim=True)
-    padded = F.pad(fields[None], (largest, largest, largest, largest), mode="replicate")
-    rows = F.conv2d(padded, weights[:, None, None, :], groups=batch)
-    return F.conv2d(rows, weights[:, None, :, None], groups=batch)[0]
+def _blur_fields(fields: Tensor, sigmas: Tensor) -> Tensor:
+    """float64 (B, H, W) fields blurred with replicated borders, sigmas float64 (B,) > 0 in pixels (the CPU's
+    ``gaussian_blur_nearest``, in OpenCV's operation order: :func:`~ccc.render_torch.blur.gaussian_blur_nearest`)."""
+    return gaussian_blur_nearest(fields[:, None], sigmas.tolist())[:, 0]
 
 
 _WATER = (175 / 255.0, 238 / 255.0, 238 / 255.0)
@@ -221,7 +182,7 @@ def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
 
 def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, intensity: Tensor) -> Tensor:
     """Spatter's mud branch: brown blotches where the blurred liquid mask exceeds 0.8 (float32 [0, 1])."""
-    mask = gaussian_blur_replicate((liquid > threshold[:, None, None]).double(), intensity).float()
+    mask = _blur_fields((liquid > threshold[:, None, None]).double(), intensity).float()
     mask = torch.where(mask < 0.8, 0, mask)[:, None]
     mud = torch.tensor(_MUD, dtype=torch.float32, device=unit.device)[None, :, None, None] * mask
     return torch.clamp(unit * (1 - mask) + mud, 0, 1)
@@ -244,7 +205,7 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     parameters = per_sample_parameters("spatter", severities)
     mean, spread, liquid_sigma, threshold, intensity, mud = parameters.unbind(dim=1)
     noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).double()
-    liquid = gaussian_blur_replicate(noise, liquid_sigma)
+    liquid = _blur_fields(noise, liquid_sigma)
     liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
     output = torch.empty_like(images)
     water = mud < 0.5

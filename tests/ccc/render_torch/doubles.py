@@ -1,65 +1,55 @@
-"""Test doubles for the torch weather tests: a per-sample ``SampleRandom`` and its numpy mirror.
+"""Test double: a numpy generator that replays one sample's ``SampleRandom`` draws to a CPU corruption.
 
-``StreamRandom`` has ``SampleRandom``'s interface, sample ``k`` drawing float32 values from
-``numpy.random.default_rng((seeds[k], stage))``. ``MirrorGenerator(seed, stage)`` hands a CPU
-corruption (``entry.function(image, parameters, rng)``) the same values through the numpy calls it
-makes (``uniform``, ``normal``, ``integers``), so that both paths see identical draws as long as they
-draw in the same order and shapes (integers are ``low + floor(u * (high - low))`` of one uniform).
+``MirroredDraws(seed, stage)`` answers the numpy calls a CPU corruption function makes
+(``entry.function(image, parameters, rng)``: ``uniform``, ``normal``, ``integers``) with the values
+``SampleRandom(seeds, stage)`` gives that sample when the torch corruption draws in the same order and
+shapes, turned into the CPU's arguments with numpy's formulas (``low + (high - low) * u``,
+``loc + scale * z``). So both paths see identical draws and their bytes can be compared exactly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import Tensor
+from numpy.typing import NDArray
+
+from ccc.corruptions import get_corruption
+from ccc.render_torch.random import SampleRandom
 
 
-class StreamRandom:
-    """SampleRandom test double: one numpy generator per sample."""
+class MirroredDraws:
+    """The draws of sample ``seed`` of a ``SampleRandom(seeds, stage)``, through numpy's Generator calls.
 
-    def __init__(self, seeds: Tensor, stage: int = 0, device: str = "cpu"):
-        self.seeds = [int(seed) for seed in seeds]
-        self.generators = [np.random.default_rng((seed, stage)) for seed in self.seeds]
-        self.device = device
+    ``integers``: the preset array ``integers`` when given (glass blur lays its draws out differently
+    from the CPU loop), else ``low + floor(u * (high - low))`` of one uniform (frost's texture and window).
+    """
 
-    def _stack(self, draw) -> Tensor:
-        return torch.from_numpy(np.stack([draw(generator) for generator in self.generators])).to(self.device)
+    def __init__(self, seed: int, stage: int = 0, integers: NDArray[np.int64] | None = None) -> None:
+        self.random = SampleRandom(torch.tensor([seed]), stage)
+        self.preset_integers = integers
 
-    def uniform(self, *shape: int) -> Tensor:
-        return self._stack(lambda generator: generator.random(shape, dtype=np.float32))
+    @staticmethod
+    def _shape(size) -> tuple[int, ...]:
+        return () if size is None else tuple(np.atleast_1d(size).tolist())
 
-    def normal(self, *shape: int) -> Tensor:
-        return self._stack(lambda generator: generator.standard_normal(shape, dtype=np.float32))
-
-    def integers(self, low: int, high: int, *shape: int) -> Tensor:
-        return self._stack(lambda generator: generator.integers(low, high, shape))
-
-    def poisson(self, rates: Tensor) -> Tensor:
-        values = [generator.poisson(rate.cpu().numpy()) for generator, rate in zip(self.generators, rates)]
-        return torch.as_tensor(np.stack(values), dtype=rates.dtype, device=rates.device)
-
-    def subset(self, index: Tensor) -> StreamRandom:
-        subset = StreamRandom(torch.tensor([self.seeds[int(k)] for k in index]), device=self.device)
-        subset.generators = [self.generators[int(k)] for k in index]
-        return subset
-
-
-class MirrorGenerator:
-    """The numpy calls of a CPU corruption, answered with the values ``StreamRandom`` draws for ``seed``."""
-
-    def __init__(self, seed: int, stage: int = 0):
-        self.generator = np.random.default_rng((seed, stage))
-
-    def _unit(self, size) -> np.ndarray:
-        shape = () if size is None else size
-        return self.generator.random(shape, dtype=np.float32).astype(np.float64)
+    def _unit(self, size) -> NDArray[np.float64]:
+        return self.random.uniform(*self._shape(size))[0].to(torch.float64).numpy()
 
     def uniform(self, low=0.0, high=1.0, size=None):
         return low + (high - low) * self._unit(size)
 
     def normal(self, loc=0.0, scale=1.0, size=None):
-        shape = () if size is None else size
-        return loc + scale * self.generator.standard_normal(shape, dtype=np.float32).astype(np.float64)
+        return loc + scale * self.random.normal(*self._shape(size))[0].to(torch.float64).numpy()
 
     def integers(self, low, high=None, size=None):
+        if self.preset_integers is not None:
+            assert self.preset_integers.shape == self._shape(size)
+            return self.preset_integers
         return np.minimum(low + np.floor(self._unit(size) * (high - low)).astype(np.int64), high - 1)
+
+
+def corrupt_mirrored(image: NDArray[np.uint8], name: str, severity: float, draws: MirroredDraws) -> NDArray[np.uint8]:
+    """The CPU path's corruption ``name`` of ``image`` (uint8 H×W×3) drawing from ``draws``, clipped and
+    truncated to uint8 as ``ccc.corruptions.corrupt`` does."""
+    entry = get_corruption(name)
+    return np.clip(entry.function(image, entry.parameters(float(severity)), draws), 0, 255).astype(np.uint8)

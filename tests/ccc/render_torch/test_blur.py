@@ -11,59 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from ccc.corruptions import corrupt, get_corruption
+from ccc.corruptions import corrupt
 from ccc.corruptions._motion import motion_blur_imagemagick
-from ccc.demo.images import render_demo_image
 from ccc.render_torch import blur
 from ccc.render_torch.snow import TORCH_CORRUPTIONS as SNOW_CORRUPTIONS
-from tests.ccc.render_torch.blur_statistics import paired_comparison, sample_statistics
-from tests.ccc.render_torch.random_double import sample_random
+from ccc.render_torch.random import SampleRandom
+from tests.ccc.render_torch.doubles import MirroredDraws, corrupt_mirrored
+from tests.ccc.render_torch.image_statistics import paired_comparison, sample_statistics
+from tests.ccc.render_torch.images import demo_images, to_bytes, to_tensor
 
 SEVERITIES = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0)
 ALL_CORRUPTIONS = {**blur.TORCH_CORRUPTIONS, **SNOW_CORRUPTIONS}
-
-
-def demo_images(count: int, size: int = 224) -> np.ndarray:
-    """``count`` demo-world images, centre-cropped to ``size``×``size``: uint8 (N, size, size, 3)."""
-    crops = []
-    for index in range(count):
-        image = render_demo_image(index % 16, np.random.default_rng(index))
-        top, left = (image.shape[0] - size) // 2, (image.shape[1] - size) // 2
-        crops.append(image[top : top + size, left : left + size])
-    return np.stack(crops)
-
-
-def as_tensor(images: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
-
-
-def truncated(output: torch.Tensor) -> np.ndarray:
-    """The pipeline's truncation: uint8 (N, H, W, 3)."""
-    return torch.clamp(output * 255.0, 0, 255).floor().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-
-
-def corrupt_replayed(image: np.ndarray, name: str, severity: float, draws: "ReplayedDraws") -> np.ndarray:
-    """The CPU path's corruption function drawing from ``draws``, truncated to uint8 as ``corrupt`` does."""
-    entry = get_corruption(name)
-    return np.asarray(entry.function(image, entry.parameters(severity), draws)).astype(np.uint8)
-
-
-class ReplayedDraws:
-    """A CPU-path generator that returns the torch draws of one sample (the same values, float64)."""
-
-    def __init__(self, normals=None, uniforms=None, integers=None) -> None:
-        self.normals, self.uniforms, self.integer_draws = normals, uniforms, integers
-
-    def normal(self, size, loc, scale):
-        assert self.normals.shape == size
-        return loc + scale * self.normals
-
-    def uniform(self, low, high):
-        return low + (high - low) * self.uniforms
-
-    def integers(self, low, high, size):
-        assert self.integer_draws.shape == size
-        return self.integer_draws
 
 
 @pytest.fixture(scope="module")
@@ -74,22 +32,21 @@ def images() -> np.ndarray:
 @pytest.mark.parametrize("name", ["defocus_blur", "zoom_blur", "gaussian_blur"])
 def test_deterministic_blurs_equal_the_cpu_path_byte_for_byte(images: np.ndarray, name: str) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
-    output = blur.TORCH_CORRUPTIONS[name](as_tensor(images), severities, sample_random(torch.arange(len(images))))
+    output = blur.TORCH_CORRUPTIONS[name](to_tensor(images), severities, SampleRandom(torch.arange(len(images))))
     assert output.dtype == torch.float32 and output.shape == (len(images), 3, 224, 224)
     expected = np.stack([corrupt(image, name, severity) for image, severity in zip(images, SEVERITIES)])
-    np.testing.assert_array_equal(truncated(output), expected)
+    np.testing.assert_array_equal(to_bytes(output), expected)
 
 
 def test_motion_blur_equals_the_cpu_path_given_the_same_angle(images: np.ndarray) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
     seeds = torch.arange(len(images)) + 100
-    output = blur.motion_blur(as_tensor(images), severities, sample_random(seeds))
-    uniforms = sample_random(seeds).uniform().to(torch.float64).numpy()
+    output = blur.motion_blur(to_tensor(images), severities, SampleRandom(seeds))
     expected = [
-        corrupt_replayed(image, "motion_blur", severity, ReplayedDraws(uniforms=uniform))
-        for image, severity, uniform in zip(images, SEVERITIES, uniforms)
+        corrupt_mirrored(image, "motion_blur", severity, MirroredDraws(int(seed)))
+        for image, severity, seed in zip(images, SEVERITIES, seeds)
     ]
-    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+    np.testing.assert_array_equal(to_bytes(output), np.stack(expected))
 
 
 def test_imagemagick_motion_blur_equals_the_cpu_reimplementation_at_any_angle(images: np.ndarray) -> None:
@@ -112,58 +69,39 @@ def glass_offsets_for_cpu(uniforms: torch.Tensor, severity: float, height: int, 
     return np.ascontiguousarray(visited[:, ::-1, ::-1])
 
 
+def cpu_glass_blur_given_torch_offsets(images: np.ndarray, severities, seeds: torch.Tensor) -> np.ndarray:
+    """The CPU path's glass blur of each image (uint8 N×H×W×3) with the offsets ``SampleRandom(seeds)`` draws."""
+    height, width = images.shape[1:3]
+    uniforms = SampleRandom(seeds).uniform(3, height, width, 2)
+    return np.stack(
+        [
+            corrupt_mirrored(
+                image,
+                "glass_blur",
+                severity,
+                MirroredDraws(0, integers=glass_offsets_for_cpu(draws, severity, height, width)),
+            )
+            for image, severity, draws in zip(images, severities, uniforms)
+        ]
+    )
+
+
 def test_glass_blur_equals_the_sequential_cpu_loop_given_the_same_offsets(images: np.ndarray) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
     seeds = torch.arange(len(images)) + 200
-    output = blur.glass_blur(as_tensor(images), severities, sample_random(seeds))
-    uniforms = sample_random(seeds).uniform(3, 224, 224, 2)
-    expected = [
-        corrupt_replayed(
-            image, "glass_blur", severity, ReplayedDraws(integers=glass_offsets_for_cpu(draws, severity, 224, 224))
-        )
-        for image, severity, draws in zip(images, SEVERITIES, uniforms)
-    ]
-    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+    output = blur.glass_blur(to_tensor(images), severities, SampleRandom(seeds))
+    np.testing.assert_array_equal(to_bytes(output), cpu_glass_blur_given_torch_offsets(images, SEVERITIES, seeds))
 
 
 def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
     seeds = torch.arange(len(images)) + 300
-    output = SNOW_CORRUPTIONS["snow"](as_tensor(images), severities, sample_random(seeds))
-    replay = sample_random(seeds)
-    normals = replay.normal(224, 224).to(torch.float64).numpy()
-    uniforms = replay.uniform().to(torch.float64).numpy()
+    output = SNOW_CORRUPTIONS["snow"](to_tensor(images), severities, SampleRandom(seeds))
     expected = [
-        corrupt_replayed(image, "snow", severity, ReplayedDraws(normals=normal, uniforms=uniform))
-        for image, severity, normal, uniform in zip(images, SEVERITIES, normals, uniforms)
+        corrupt_mirrored(image, "snow", severity, MirroredDraws(int(seed)))
+        for image, severity, seed in zip(images, SEVERITIES, seeds)
     ]
-    np.testing.assert_array_equal(truncated(output), np.stack(expected))
-
-
-@pytest.mark.parametrize("name", sorted(ALL_CORRUPTIONS))
-def test_a_sample_does_not_depend_on_the_rest_of_its_batch(name: str) -> None:
-    images = as_tensor(demo_images(3, size=64))
-    original = images.clone()
-    severities = torch.tensor([0.7, 3.3, 5.0], dtype=torch.float64)
-    seeds = torch.tensor([5, 6, 7])
-    batch = ALL_CORRUPTIONS[name](images, severities, sample_random(seeds))
-    assert torch.equal(images, original)
-    assert batch.dtype == torch.float32 and batch.shape == images.shape
-    assert 0.0 <= float(batch.min()) and float(batch.max()) <= 1.0
-    for index in range(3):
-        window = slice(index, index + 1)
-        alone = ALL_CORRUPTIONS[name](images[window], severities[window], sample_random(seeds[window]))
-        assert torch.equal(batch[window], alone), f"{name}: sample {index} changes with its batch"
-
-
-def test_unit_float32_truncates_like_the_float64_levels() -> None:
-    levels = torch.arange(256, dtype=torch.float64)
-    below = (levels - 1e-12).clamp(min=0.0)
-    unit = torch.cat([levels, below, levels + 0.5, torch.tensor([-3.0, 300.0])]) / 255.0
-    expected = (unit.clamp(0.0, 1.0) * 255.0).floor().to(torch.float32)
-    converted = blur.unit_float32(unit)
-    assert converted.dtype == torch.float32
-    assert torch.equal(torch.clamp(converted * 255.0, 0, 255).floor(), expected)
+    np.testing.assert_array_equal(to_bytes(output), np.stack(expected))
 
 
 @pytest.mark.slow
@@ -178,12 +116,12 @@ def test_random_corruptions_match_the_cpu_path_in_distribution(name: str, severi
     grows the z-score with the number of samples.
     """
     images = demo_images(16)
-    tensor = as_tensor(images)
+    tensor = to_tensor(images)
     severities = torch.full((len(images),), severity, dtype=torch.float64)
     torch_outputs, cpu_outputs = [], []
     for seed in range(4):
         seeds = torch.arange(len(images)) + 1000 * seed
-        torch_outputs.append(truncated(ALL_CORRUPTIONS[name](tensor, severities, sample_random(seeds))))
+        torch_outputs.append(to_bytes(ALL_CORRUPTIONS[name](tensor, severities, SampleRandom(seeds))))
         cpu_outputs.append(
             np.stack([corrupt(image, name, severity, rng=50_000 + 100 * seed + k) for k, image in enumerate(images)])
         )
@@ -205,32 +143,25 @@ def test_gaussian_blurs_equal_the_cpu_path_on_flat_regions() -> None:
     """Flat regions put the float64 values within rounding of an integer: OpenCV's operation order matters."""
     images = flat_blocks(4)
     severities = (0.2, 0.3, 1.0, 4.0)
-    output = blur.gaussian_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
+    output = blur.gaussian_blur(to_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
     expected = np.stack([corrupt(image, "gaussian_blur", severity) for image, severity in zip(images, severities)])
-    np.testing.assert_array_equal(truncated(output), expected)
+    np.testing.assert_array_equal(to_bytes(output), expected)
     seeds = torch.arange(4) + 400
-    output = blur.glass_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), sample_random(seeds))
-    uniforms = sample_random(seeds).uniform(3, 64, 64, 2)
-    expected = [
-        corrupt_replayed(
-            image, "glass_blur", severity, ReplayedDraws(integers=glass_offsets_for_cpu(draws, severity, 64, 64))
-        )
-        for image, severity, draws in zip(images, severities, uniforms)
-    ]
-    np.testing.assert_array_equal(truncated(output), np.stack(expected))
+    output = blur.glass_blur(to_tensor(images), torch.tensor(severities, dtype=torch.float64), SampleRandom(seeds))
+    np.testing.assert_array_equal(to_bytes(output), cpu_glass_blur_given_torch_offsets(images, severities, seeds))
 
 
 def test_defocus_blur_below_severity_one_third_returns_the_exact_identity() -> None:
     """Known difference: below 1/3 the disk is one pixel and the kernel exactly a delta, so every value is
     an exact level times 1.0; OpenCV's DFT rounding (±1e-14) then decides the CPU's truncation to k or
-    k - 1, while torch returns the exact value k (docs/fidelity_torch_blur.md)."""
+    k - 1, while torch returns the exact value k (docs/fidelity.md)."""
     images = flat_blocks(2)
     severities = (0.2, 0.3)
-    output = blur.defocus_blur(as_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
+    output = blur.defocus_blur(to_tensor(images), torch.tensor(severities, dtype=torch.float64), None)
     expected = np.stack([corrupt(image, "defocus_blur", severity) for image, severity in zip(images, severities)])
-    difference = truncated(output).astype(int) - expected
+    difference = to_bytes(output).astype(int) - expected
     assert difference.min() >= 0 and difference.max() <= 1
-    assert np.array_equal(truncated(output), images)
+    assert np.array_equal(to_bytes(output), images)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -238,11 +169,11 @@ def test_defocus_blur_below_severity_one_third_returns_the_exact_identity() -> N
 def test_cuda_gives_the_bytes_of_cpu_torch(name: str) -> None:
     """Everything but defocus's FFT is single IEEE float64 operations in a fixed order: the same bytes on
     CUDA. Defocus may flip a level where its float64 value lies within ~1e-13 of an integer."""
-    images = as_tensor(demo_images(4))
+    images = to_tensor(demo_images(4))
     severities = torch.tensor([0.4, 1.7, 3.2, 5.0], dtype=torch.float64)
     seeds = torch.arange(4) + 500
-    on_cpu = truncated(ALL_CORRUPTIONS[name](images, severities, sample_random(seeds)))
-    on_cuda = truncated(ALL_CORRUPTIONS[name](images.cuda(), severities.cuda(), sample_random(seeds.cuda())))
+    on_cpu = to_bytes(ALL_CORRUPTIONS[name](images, severities, SampleRandom(seeds)))
+    on_cuda = to_bytes(ALL_CORRUPTIONS[name](images.cuda(), severities.cuda(), SampleRandom(seeds.cuda())))
     difference = np.abs(on_cpu.astype(int) - on_cuda)
     if name == "defocus_blur":
         assert difference.max() <= 1 and (difference > 0).mean() < 1e-4

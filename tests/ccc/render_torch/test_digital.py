@@ -50,10 +50,3 @@ def test_resize_levels_equals_pillow_on_random_sizes():
             expected = np.asarray(Image.fromarray(image).resize((int(width), int(height)), resample))
             ours = resize_levels(levels, int(height), int(width), kind).permute(1, 2, 0).to(torch.uint8).numpy()
             np.testing.assert_array_equal(ours, expected)
-
-
-def test_values_near_an_integer_truncate_like_the_float64_reference():
-    values = torch.tensor([204.99999999999997, 205.0, 0.0, 255.0, 12.5, 1e-13], dtype=torch.float64)
-    unit = digital._unit_float32(values)
-    assert unit.dtype == torch.float32
-    assert torch.equal(torch.floor(unit * 255).to(torch.float64), torch.floor(values))

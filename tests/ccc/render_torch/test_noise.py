@@ -9,19 +9,11 @@ import torch
 from ccc.corruptions import corrupt
 from ccc.render_torch import noise
 from ccc.render_torch.random import SampleRandom
+from tests.ccc.render_torch.image_statistics import histogram_distance, psnr
 from tests.ccc.render_torch.images import demo_images, to_bytes, to_tensor
 
 IMAGES = demo_images(6)
 SEEDS = 4
-
-
-def _psnr(corrupted: np.ndarray, clean: np.ndarray) -> float:
-    error = np.mean((corrupted.astype(np.float64) - clean) ** 2)
-    return float(10 * np.log10(255.0**2 / error))
-
-
-def _histogram(values: np.ndarray) -> np.ndarray:
-    return np.bincount(values.ravel(), minlength=256) / values.size
 
 
 @pytest.mark.parametrize("name", sorted(noise.TORCH_CORRUPTIONS))
@@ -46,17 +38,5 @@ def test_statistics_match_the_cpu_path(name: str, severity: float):
     )
     assert abs(ours.mean() - theirs.mean()) < 0.2
     assert abs(ours.std() - theirs.std()) < 0.2
-    assert abs(_psnr(ours, IMAGES[None]) - _psnr(theirs, IMAGES[None])) < 0.05
-    assert 0.5 * np.abs(_histogram(ours) - _histogram(theirs)).sum() < 0.01
-
-
-@pytest.mark.parametrize("name", sorted(noise.TORCH_CORRUPTIONS))
-def test_each_sample_follows_its_own_severity_and_seed(name: str):
-    function = noise.TORCH_CORRUPTIONS[name]
-    images = to_tensor(IMAGES[:3])
-    severities = torch.tensor([1.0, 5.0, 3.0], dtype=torch.float64)
-    together = function(images, severities, SampleRandom(torch.tensor([4, 5, 6])))
-    alone = function(images[1:2], severities[1:2], SampleRandom(torch.tensor([5])))
-    assert together.dtype == torch.float32 and together.shape == images.shape
-    assert torch.equal(together[1:2], alone)
-    assert torch.equal(together, function(images, severities, SampleRandom(torch.tensor([4, 5, 6]))))
+    assert abs(psnr(ours, IMAGES[None]) - psnr(theirs, IMAGES[None])) < 0.05
+    assert histogram_distance(ours, theirs) < 0.01

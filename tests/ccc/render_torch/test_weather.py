@@ -1,9 +1,9 @@
 """The torch weather corruptions (frost, fog, spatter) and elastic against the CPU path.
 
-Given the same draws (``StreamRandom`` for torch, ``MirrorGenerator`` answering the CPU function's
+Given the same draws (``SampleRandom`` for torch, ``MirroredDraws`` answering the CPU function's
 numpy calls with the same values) every corruption is exact, byte for byte after the pipeline's
 truncation. With independent draws (slow tests) the distributions of the outputs agree within the
-tolerances below. Numbers: docs/fidelity_torch_weather.md.
+tolerances below. Numbers: docs/fidelity.md.
 """
 
 from __future__ import annotations
@@ -15,33 +15,27 @@ import numpy as np
 import pytest
 import torch
 
-from ccc.corruptions import corrupt, get_corruption
+from ccc.corruptions import corrupt
 from ccc.corruptions.weather import plasma_fractal as cpu_plasma_fractal
 from ccc.render_torch import elastic, weather
 from ccc.render_torch._spatter_filters import canny, chamfer_distance, equalize_histogram
-from ccc.render_torch.parameters import per_sample_parameters
-from tests.ccc.render_torch.doubles import MirrorGenerator, StreamRandom
+from ccc.render_torch.random import SampleRandom
+from tests.ccc.render_torch.doubles import MirroredDraws, corrupt_mirrored
+from tests.ccc.render_torch.image_statistics import histogram_distance, psnr
+from tests.ccc.render_torch.images import to_bytes, to_tensor
 
 TORCH_CORRUPTIONS = weather.TORCH_CORRUPTIONS
 SEVERITIES = np.arange(1, 11) / 2
 
 
-def _batch(images: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.array(images)).permute(0, 3, 1, 2).float() / 255
-
-
-def _truncate(output: torch.Tensor) -> np.ndarray:
-    """The pipeline's truncation: ``floor(clamp(x * 255, 0, 255))`` as uint8 NxHxWx3."""
-    return torch.clamp(output * 255, 0, 255).floor().byte().permute(0, 2, 3, 1).numpy()
-
-
-def _cpu_with_mirror(images: np.ndarray, name: str, severities, seeds) -> np.ndarray:
-    entry = get_corruption(name)
-    outputs = [
-        np.clip(entry.function(image, entry.parameters(float(severity)), MirrorGenerator(int(seed))), 0, 255)
-        for image, severity, seed in zip(images, severities, seeds)
-    ]
-    return np.stack(outputs).astype(np.uint8)
+def _cpu_mirrored(images: np.ndarray, name: str, severities, seeds) -> np.ndarray:
+    """The CPU path's bytes of each (image, severity) drawing what ``SampleRandom(seeds)`` gives that sample."""
+    return np.stack(
+        [
+            corrupt_mirrored(im, name, float(s), MirroredDraws(int(seed)))
+            for im, s, seed in zip(images, severities, seeds)
+        ]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
@@ -50,8 +44,8 @@ def test_same_draws_give_the_cpu_bytes(name, golden_images):
     images = np.repeat(golden_images, len(SEVERITIES), axis=0)
     severities = np.tile(SEVERITIES, len(golden_images))
     seeds = torch.arange(len(images)) + 7
-    output = TORCH_CORRUPTIONS[name](_batch(images), torch.from_numpy(severities), StreamRandom(seeds))
-    np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, name, severities, seeds))
+    output = TORCH_CORRUPTIONS[name](to_tensor(images), torch.from_numpy(severities), SampleRandom(seeds))
+    np.testing.assert_array_equal(to_bytes(output), _cpu_mirrored(images, name, severities, seeds))
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
@@ -59,49 +53,22 @@ def test_same_draws_give_the_cpu_bytes(name, golden_images):
 def test_same_draws_give_the_cpu_bytes_on_other_sizes(name, height, width, golden_images):
     images = np.ascontiguousarray(golden_images[:, :height, :width])
     severities, seeds = np.array([1.5, 4.5]), torch.tensor([4, 9])
-    output = TORCH_CORRUPTIONS[name](_batch(images), torch.from_numpy(severities), StreamRandom(seeds))
-    np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, name, severities, seeds))
+    output = TORCH_CORRUPTIONS[name](to_tensor(images), torch.from_numpy(severities), SampleRandom(seeds))
+    np.testing.assert_array_equal(to_bytes(output), _cpu_mirrored(images, name, severities, seeds))
 
 
 def test_spatter_wraps_liquid_bytes_like_numpy(golden_images):
-    """Seed 1030 at severity 2.5 gives a liquid layer above 1.004 at one pixel: numpy's uint8 cast wraps it to 0."""
-    images, severities, seeds = golden_images[:1], np.array([2.5]), torch.tensor([1030])
-    output = weather.spatter(_batch(images), torch.from_numpy(severities), StreamRandom(seeds))
-    np.testing.assert_array_equal(_truncate(output), _cpu_with_mirror(images, "spatter", severities, seeds))
-
-
-@pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
-def test_kernel_contract(name, golden_images):
-    """float32 (B, 3, H, W) out, input untouched, a sample's result independent of the rest of the batch."""
-    batch = _batch(golden_images)
-    before = batch.clone()
-    severities = torch.tensor([2.5, 4.5], dtype=torch.float64)
-    output = TORCH_CORRUPTIONS[name](batch, severities, StreamRandom(torch.tensor([5, 6])))
-    assert output.dtype == torch.float32 and output.shape == batch.shape
-    assert torch.equal(batch, before)
-    assert float(output.min()) >= 0.0 and float(output.max()) <= 1.0
-    alone = TORCH_CORRUPTIONS[name](batch[1:], severities[1:], StreamRandom(torch.tensor([6])))
-    assert torch.equal(alone[0], output[1])
-
-
-def test_per_sample_parameters_are_the_registry_parameters():
-    severities = torch.tensor([0.25, 1.0, 3.5, 5.0], dtype=torch.float64)
-    for name in ("frost", "fog", "spatter", "elastic"):
-        expected = np.array([get_corruption(name).parameters(float(s)) for s in severities], dtype=np.float64)
-        np.testing.assert_array_equal(per_sample_parameters(name, severities).numpy(), expected)
-
-
-def test_unit_float32_truncates_like_the_float64_values():
-    values = torch.cat([torch.arange(256, dtype=torch.float64), torch.arange(2550, dtype=torch.float64) / 10])
-    output = weather.to_unit_float32(values)
-    assert output.dtype == torch.float32
-    np.testing.assert_array_equal(torch.floor(output * 255).numpy(), torch.floor(values).numpy())
+    """Seed 538 at severity 2.5 gives a liquid layer up to 1.076 (``SampleRandom``'s draws): numpy's uint8 cast
+    wraps its bytes above 255 (274 → 18), and so must the torch path."""
+    images, severities, seeds = golden_images[:1], np.array([2.5]), torch.tensor([538])
+    output = weather.spatter(to_tensor(images), torch.from_numpy(severities), SampleRandom(seeds))
+    np.testing.assert_array_equal(to_bytes(output), _cpu_mirrored(images, "spatter", severities, seeds))
 
 
 def test_frost_refuses_images_larger_than_its_textures():
     images = torch.zeros((1, 3, 320, 320))
     with pytest.raises(ValueError, match="frost needs images smaller than its textures.*got 320x320"):
-        weather.frost(images, torch.ones(1, dtype=torch.float64), StreamRandom(torch.tensor([0])))
+        weather.frost(images, torch.ones(1, dtype=torch.float64), SampleRandom(torch.tensor([0])))
 
 
 def test_warp_affine_matches_opencv():
@@ -136,11 +103,10 @@ def test_water_filters_match_opencv(sigma):
 
 def _residual_statistics(outputs: np.ndarray, clean: np.ndarray) -> dict[str, float]:
     residual = outputs.astype(np.float64) - clean
-    mean_square = np.maximum((residual**2).mean(axis=(1, 2, 3)), 1e-12)
     return {
         "mean": float(residual.mean()),
         "std": float(residual.std(axis=(1, 2, 3)).mean()),
-        "psnr": float(np.mean(10 * np.log10(255.0**2 / mean_square))),
+        "psnr": float(np.mean(psnr(outputs, clean, axis=(1, 2, 3)))),
     }
 
 
@@ -152,7 +118,7 @@ def test_independent_draws_match_cpu_statistics(name, severity, golden_images):
 
     Tolerances: residual mean and std within 1.5 grey levels plus 15 % of the CPU value, PSNR within
     1 dB, value histograms within 0.05 total variation. These are about three times the seed-to-seed
-    spread measured over 64 images x 8 seeds (docs/fidelity_torch_weather.md): the draws are exact
+    spread measured over 64 images x 8 seeds (docs/fidelity.md): the draws are exact
     given the same values, so only sampling noise separates the two paths.
     """
     seeds = 32
@@ -161,13 +127,14 @@ def test_independent_draws_match_cpu_statistics(name, severity, golden_images):
         [corrupt(image, name, severity, rng=np.random.default_rng((k, 29))) for k, image in enumerate(clean)]
     )
     severities = torch.full((len(clean),), severity, dtype=torch.float64)
-    ours = _truncate(TORCH_CORRUPTIONS[name](_batch(clean), severities, StreamRandom(torch.arange(len(clean)) + 10**6)))
+    ours = to_bytes(
+        TORCH_CORRUPTIONS[name](to_tensor(clean), severities, SampleRandom(torch.arange(len(clean)) + 10**6))
+    )
     expected, measured = _residual_statistics(cpu, clean), _residual_statistics(ours, clean)
     for key in ("mean", "std"):
         assert abs(measured[key] - expected[key]) <= 1.5 + 0.15 * abs(expected[key]), (key, expected, measured)
     assert abs(measured["psnr"] - expected["psnr"]) <= 1.0, (expected, measured)
-    histograms = [np.bincount(values.ravel(), minlength=256) / values.size for values in (cpu, ours)]
-    assert 0.5 * np.abs(histograms[0] - histograms[1]).sum() <= 0.05
+    assert histogram_distance(cpu, ours) <= 0.05
 
 
 def _spectrum_slope(maps: np.ndarray) -> float:
@@ -190,7 +157,7 @@ def test_plasma_fractal_statistics_match_cpu(decay):
     count = 64
     cpu = np.stack([cpu_plasma_fractal(256, decay, np.random.default_rng(seed)) for seed in range(count)])
     decays = torch.full((count,), decay, dtype=torch.float64)
-    ours = weather.plasma_fractal(256, decays, StreamRandom(torch.arange(count) + 10**6)).numpy()
+    ours = weather.plasma_fractal(256, decays, SampleRandom(torch.arange(count) + 10**6)).numpy()
     assert abs(ours.mean() - cpu.mean()) <= 0.065
     assert abs(ours.std(axis=(1, 2)).mean() - cpu.std(axis=(1, 2)).mean()) <= 0.02
     assert math.isclose(_spectrum_slope(ours), _spectrum_slope(cpu), abs_tol=0.05)

@@ -1,27 +1,45 @@
 """Distribution statistics of corrupted images, to compare the torch and CPU paths of a random corruption.
 
+The one owner of these statistics for the torch backend's tests and ``scripts/fidelity_torch.py``.
 Per sample (uint8 H×W×3 corrupted image and its clean source): mean and standard deviation of the levels,
 PSNR to the clean image, mean squared Laplacian (fine detail left), and the radially averaged log power
 spectrum of the grey image in ``SPECTRUM_BANDS`` bands. Paired comparisons (same image and severity,
-independent draws) give a z-score per statistic.
+independent draws) give a z-score per statistic; :func:`histogram_distance` compares the output bytes.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 SPECTRUM_BANDS = 8
 SCALAR_STATISTICS = ("mean", "std", "psnr", "laplacian")
 
 
-def sample_statistics(clean: np.ndarray, corrupted: np.ndarray) -> dict[str, np.ndarray]:
+def psnr(corrupted: NDArray[np.uint8], clean: NDArray[np.uint8], axis=None) -> NDArray[np.float64] | float:
+    """PSNR (dB, peak 255) of ``corrupted`` against ``clean`` (broadcastable uint8 arrays).
+
+    ``axis``: the axes averaged into one squared error (None: all, one number; ``(1, 2, 3)``: per sample).
+    A zero error counts as 1e-12 (a finite, very large PSNR).
+    """
+    error = np.mean((corrupted.astype(np.float64) - clean) ** 2, axis=axis)
+    return 10 * np.log10(255.0**2 / np.maximum(error, 1e-12))
+
+
+def histogram_distance(first: NDArray[np.uint8], second: NDArray[np.uint8]) -> float:
+    """Total variation distance in [0, 1] between the byte histograms (256 bins) of two uint8 arrays."""
+    histograms = [np.bincount(values.ravel(), minlength=256) / values.size for values in (first, second)]
+    return float(0.5 * np.abs(histograms[0] - histograms[1]).sum())
+
+
+def sample_statistics(clean: NDArray[np.uint8], corrupted: NDArray[np.uint8]) -> dict[str, NDArray[np.float64]]:
     """Statistics of N corrupted samples (uint8 N×H×W×3) against their clean sources (same shape).
 
-    Returns arrays of shape (N,) for the scalar statistics and (N, SPECTRUM_BANDS) for ``spectrum``
-    (log10 of the mean power per radial frequency band, DC excluded).
+    Returns arrays of shape (N,) for the scalar statistics (levels; ``psnr`` in dB; ``laplacian`` in
+    squared levels) and (N, SPECTRUM_BANDS) for ``spectrum`` (log10 of the mean power per radial
+    frequency band, DC excluded).
     """
     levels = corrupted.astype(np.float64)
-    error = ((levels - clean.astype(np.float64)) ** 2).mean(axis=(1, 2, 3))
     gray = levels.mean(axis=3)
     laplacian = (
         4 * gray[:, 1:-1, 1:-1] - gray[:, :-2, 1:-1] - gray[:, 2:, 1:-1] - gray[:, 1:-1, :-2] - gray[:, 1:-1, 2:]
@@ -37,7 +55,7 @@ def sample_statistics(clean: np.ndarray, corrupted: np.ndarray) -> dict[str, np.
     return {
         "mean": levels.mean(axis=(1, 2, 3)),
         "std": levels.std(axis=(1, 2, 3)),
-        "psnr": 10 * np.log10(255.0**2 / np.maximum(error, 1e-12)),
+        "psnr": psnr(corrupted, clean, axis=(1, 2, 3)),
         "laplacian": (laplacian**2).mean(axis=(1, 2)),
         "spectrum": spectrum,
     }

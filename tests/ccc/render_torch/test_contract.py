@@ -1,0 +1,36 @@
+"""The corruption-function contract, for every torch corruption the pipeline dispatches (all 19)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ccc.corruptions import list_corruptions
+from ccc.render_torch import TORCH_CORRUPTIONS
+from ccc.render_torch.random import SampleRandom
+from tests.ccc.render_torch.images import demo_images, to_tensor
+
+IMAGES = to_tensor(demo_images(3, size=64))
+
+
+def test_every_registered_corruption_has_a_torch_implementation():
+    assert sorted(TORCH_CORRUPTIONS) == sorted(list_corruptions())
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
+def test_a_sample_depends_only_on_its_image_severity_and_seed(name: str):
+    """float32 (B, 3, H, W) in [0, 1] out, the input untouched, each sample of a mixed-severity batch equal
+    to itself alone, and the same seeds giving the same values twice."""
+    function = TORCH_CORRUPTIONS[name]
+    images = IMAGES.clone()
+    severities = torch.tensor([0.7, 3.3, 5.0], dtype=torch.float64)
+    seeds = torch.tensor([5, 6, 7])
+    batch = function(images, severities, SampleRandom(seeds))
+    assert torch.equal(images, IMAGES)
+    assert batch.dtype == torch.float32 and batch.shape == images.shape
+    assert 0.0 <= float(batch.min()) and float(batch.max()) <= 1.0
+    assert torch.equal(batch, function(images, severities, SampleRandom(seeds)))
+    for index in range(3):
+        window = slice(index, index + 1)
+        alone = function(images[window], severities[window], SampleRandom(seeds[window]))
+        assert torch.equal(batch[window], alone), f"{name}: sample {index} changes with its batch"

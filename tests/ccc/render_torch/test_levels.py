@@ -1,0 +1,33 @@
+"""The byte-level conversions every torch corruption shares (``ccc.render_torch._levels``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ccc.render_torch._levels import byte_levels, truncate_to_levels, unit_float32, unit_float64
+
+
+def test_unit_float32_truncates_like_the_float64_values():
+    """Integers, values a float64 rounding below them, tenths, out-of-range values: the pipeline's float32
+    truncation of the result equals the float64 truncation of the clamped value."""
+    levels = torch.arange(256, dtype=torch.float64)
+    values = torch.cat(
+        [
+            levels,
+            (levels - 1e-12).clamp(min=0.0),
+            torch.arange(2550, dtype=torch.float64) / 10,
+            torch.tensor([204.99999999999997, 1e-13, -3.0, 300.0], dtype=torch.float64),
+        ]
+    )
+    converted = unit_float32(values)
+    assert converted.dtype == torch.float32
+    assert float(converted.min()) >= 0.0 and float(converted.max()) <= 1.0
+    np.testing.assert_array_equal(truncate_to_levels(converted) * 255, torch.floor(values.clamp(0, 255)).float())
+
+
+def test_byte_levels_recover_the_exact_bytes():
+    bytes_ = torch.arange(256, dtype=torch.uint8)
+    images = bytes_.to(torch.float32) / 255
+    assert torch.equal(byte_levels(images), bytes_.to(torch.float64))
+    np.testing.assert_array_equal(unit_float64(images).numpy(), np.arange(256) / 255.0)
