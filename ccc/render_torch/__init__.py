@@ -33,8 +33,10 @@ Public names:
   divided by 255 (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
   Pillow's resampling, ``_spatter_filters`` for spatter's OpenCV filters).
 
-Importing this package needs torch and torchvision; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``,
-``ccc.shards`` and ``ccc.load`` never import it.
+Importing this package needs torch and torchvision; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``
+and ``ccc.shards`` never import it, and its users (``ccc.load.render_stream(device=)``,
+``ccc-generate --render-device``, the calibration's torch backend) import it only inside the functions
+that render on a device.
 """
 
 from .geometry import crop_resize_flip
