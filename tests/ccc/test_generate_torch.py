@@ -29,7 +29,7 @@ from ccc.stream.spec import StreamSpec
 from tests.builders import make_calibration_table, make_image_folder
 
 DETERMINISTIC = ("brightness", "jpeg", "pixelate", "contrast")
-"""Corruptions whose torch implementation gives the CPU path's bytes on the CPU (docs/fidelity.md, "The torch backend")."""
+"""Corruptions the torch backend renders with the CPU path's bytes on the CPU (docs/fidelity.md, torch section)."""
 RANDOM = ("gaussian_noise", "impulse_noise", "brightness", "contrast")
 NUM_IMAGES = 24
 SHARD_SIZE = 10
