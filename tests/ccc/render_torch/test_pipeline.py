@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 from PIL import Image
 
 from ccc.demo.images import render_demo_image
+from ccc.render import crop_resize_flip as crop_resize_flip_pillow
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels
 from ccc.render_torch import pipeline
 from ccc.render_torch.geometry import crop_resize_flip
@@ -55,6 +57,30 @@ def _torch(specs: list[SampleSpec], jpeg: bool = False) -> np.ndarray:
 def test_geometry_equals_the_cpu_path():
     specs = [_spec(k, "contrast", 0.0, "brightness", 0.0, center=k >= 4) for k in range(6)]
     np.testing.assert_array_equal(_torch(specs), _cpu(specs))
+
+
+def test_one_batch_of_crops_of_every_shape_equals_pillow():
+    boxes = [
+        (10, 5, 234, 229),  # 224×224: copied, no resampling
+        (0, 0, 320, 240),  # the whole image, wider than tall
+        (100, 0, 160, 240),  # narrow and tall: Pillow resamples vertically first
+        (30, 40, 130, 90),  # small: enlarged
+        (5, 7, 300, 60),  # flat
+        (50, 10, 274, 200),  # 224 wide: only the vertical pass changes
+    ]
+    specs = [
+        dataclasses.replace(_spec(k, "contrast", 0.0, "brightness", 0.0), index=k, crop_box=box, source_size=(320, 240))
+        for k, box in enumerate(boxes)
+    ]
+    sources = [np.random.default_rng(k).integers(0, 256, (240, 320, 3), dtype=np.uint8) for k in range(len(boxes))]
+    expected = np.stack(
+        [
+            crop_resize_flip_pillow(Image.fromarray(image), spec.crop_box, spec.flip)
+            for spec, image in zip(specs, sources)
+        ]
+    )
+    ours = crop_resize_flip(specs, sources, "cpu")
+    np.testing.assert_array_equal(torch.round(ours * 255).to(torch.uint8).permute(0, 2, 3, 1).numpy(), expected)
 
 
 def test_tensor_sources_give_the_same_crops():
