@@ -583,6 +583,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 "ResNet-50 on ImageNet, measuring only the cells the severity paths need",
             ),
             (
+                "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --backend torch --device cuda "
+                "--out calibration/resnet50_torch.npz",
+                "the same with every cell rendered on the GPU (torch backend: its bytes differ from the CPU path's)",
+            ),
+            (
                 "ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt "
                 "--out calibration/vit.npz",
                 "your own model (module:function factory)",

@@ -22,10 +22,14 @@ from ccc.calibration.compute.engine import (
 from ccc.validation import MAX_BATCH_SIZE, check_positive_int
 
 
-def to_model_input(images: NDArray[np.uint8], device: torch.device | str) -> Tensor:
-    """uint8 ``N × H × W × 3`` images → float32 ``N × 3 × H × W`` in [0, 1] (``images / 255``) on ``device``."""
-    chunk = np.array(images, dtype=np.uint8, copy=True)
-    return torch.from_numpy(chunk).to(device).permute(0, 3, 1, 2).float().div_(255.0)
+def images_to_device(images: NDArray[np.uint8], device: torch.device | str) -> Tensor:
+    """uint8 ``N × H × W × 3`` images → uint8 ``N × 3 × H × W`` on ``device`` (a copy)."""
+    return torch.from_numpy(np.array(images, dtype=np.uint8, copy=True)).to(device).permute(0, 3, 1, 2)
+
+
+def to_model_input(images: Tensor) -> Tensor:
+    """uint8 ``N × 3 × H × W`` images → the model's input, float32 ``images / 255`` in [0, 1], on their device."""
+    return images.float().div_(255.0)
 
 
 class ModelEvaluator:
@@ -62,7 +66,7 @@ class ModelEvaluator:
         for start in range(0, len(images), self.batch_size):
             chunk = images[start : start + self.batch_size]
             predictions[start : start + len(chunk)] = (
-                self.predict_tensor(to_model_input(chunk, self.device)).cpu().numpy()
+                self.predict_tensor(to_model_input(images_to_device(chunk, self.device))).cpu().numpy()
             )
         return predictions
 

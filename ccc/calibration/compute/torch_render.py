@@ -7,7 +7,7 @@ each unit, in this process:
 
 1. the block's preprocessed images are loaded on the host (decode, resize, centre crop:
    :meth:`~ccc.calibration.compute.imageset.CalibrationImageSet.load`, as the CPU engine does) and moved to
-   the device once;
+   the device, where they stay as uint8 for the block's other units (up to :data:`CACHED_IMAGES` images);
 2. the base corruption ``(n1, s1)`` is applied once with
    :func:`~ccc.render_torch.apply_corruption_stage` (stage 0) and reused for every target of the unit,
    as :func:`~ccc.calibration.compute.engine.render_base` does on the CPU;
@@ -35,6 +35,7 @@ resumed with the other backend.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -53,7 +54,7 @@ from ccc.calibration.compute.engine import (
     seed_key,
     target_groups,
 )
-from ccc.calibration.compute.evaluator import ModelEvaluator, to_model_input
+from ccc.calibration.compute.evaluator import ModelEvaluator, images_to_device, to_model_input
 from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
 from ccc.calibration.table import SEVERITIES
 from ccc.models import resolve_device
@@ -64,6 +65,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_IMAGES_PER_BATCH = 250
 """Target images corrupted in one call (memory ≈ a few × this × 3 × H × W × 4 bytes on the device)."""
+
+CACHED_IMAGES = 10_000
+"""Decoded clean images kept on the device as uint8 (≈ 1.5 GB at 224 × 224), by block, least recently used dropped."""
 
 
 class TorchRenderBackend:
@@ -83,6 +87,7 @@ class TorchRenderBackend:
         self.context = context
         self.evaluator = evaluator
         self.images_per_batch = images_per_batch
+        self._blocks: OrderedDict[int, Tensor] = OrderedDict()
 
     @property
     def device(self) -> torch.device:
@@ -97,11 +102,25 @@ class TorchRenderBackend:
     def _seeds(self, positions: Sequence[int], key: tuple[int, ...]) -> Tensor:
         return torch.from_numpy(image_seeds(self.context.seed, positions, key)).to(self.device)
 
+    def block_images(self, block: int) -> Tensor:
+        """The clean preprocessed images of ``block``: float32 (B, 3, H, W) byte levels ``k / 255`` on the device.
+
+        Decoded on the host once and kept on the device as uint8 (the least recently used blocks
+        beyond :data:`CACHED_IMAGES` images are dropped): the units of one block share its decoding.
+        """
+        cached = self._blocks.pop(block, None)
+        if cached is None:
+            cached = images_to_device(self.context.image_set.load(self.context.block_positions(block)), self.device)
+        self._blocks[block] = cached
+        while sum(len(images) for images in self._blocks.values()) > CACHED_IMAGES and len(self._blocks) > 1:
+            self._blocks.pop(next(iter(self._blocks)))
+        return to_model_input(cached)
+
     def render_base(self, unit: WorkUnit) -> Tensor:
         """The unit's block with its base corruption: float32 (B, 3, H, W) byte levels ``k / 255`` on the device."""
         context = self.context
         positions = context.block_positions(unit.block)
-        images = to_model_input(context.image_set.load(positions), self.device)
+        images = self.block_images(unit.block)
         if unit.corruption == NO_CORRUPTION:
             return images
         name = context.corruptions[unit.corruption]
