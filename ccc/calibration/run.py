@@ -87,7 +87,9 @@ class CalibrationConfig:
         show_progress: show progress bars while indexing.
         backend: the calibration backend that runs the work units, by name
             (:func:`ccc.calibration.compute.registry.list_backends`; default ``model``: the model
-            measures them).
+            measures them on CPU-rendered images; ``torch``: rendered and measured on ``device`` with
+            the torch rendering backend, whose bytes differ from the CPU path's). A backend that does
+            not use the executor runs in this process (no Ray cluster).
         backend_options: the backend's own options (name → value, see its description).
     """
 
@@ -176,9 +178,14 @@ def _check(config: CalibrationConfig) -> None:
     check_positive_int("--batch-size", config.batch_size, MAX_BATCH_SIZE, error=CalibrationError)
     resolve_device(config.device)
     try:
-        get_backend(config.backend)
+        entry = get_backend(config.backend)
     except ValueError as error:
         raise CalibrationError(str(error)) from None
+    if not entry.uses_executor and (config.ray_address is not None or config.workers):
+        raise CalibrationError(
+            f"calibration backend {config.backend!r} runs in this process on --device: "
+            "do not combine it with --workers or --ray-address"
+        )
 
 
 def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = None) -> CalibrationRun:
@@ -224,24 +231,27 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
         block_size=config.block_size,
         amp=config.amp,
         weights_file_sha256=weights_sha256,
+        backend=config.backend,
     )
     folder_path = config.work_folder_path
     folder = WorkFolder.open(folder_path, job.identity())
     try:
         if folder.results:
             logger.warning("resuming: %d results already in %s", len(folder.results), folder_path)
-        with open_executor(config.workers, config.ray_address, serial=config.serial) as executor:
+        entry = get_backend(config.backend)
+        serial = config.serial or not entry.uses_executor
+        with open_executor(config.workers, config.ray_address, serial=serial) as executor:
             setup = BackendSetup(
                 job,
                 executor,
-                model if config.serial else config.model,
+                model if serial else config.model,
                 device=config.device,
                 batch_size=config.batch_size,
                 amp=config.amp,
                 evaluators=config.evaluators,
                 options=config.backend_options,
             )
-            backend = get_backend(config.backend).factory(setup)
+            backend = entry.factory(setup)
             outcome = compute_calibration(job, backend, folder, progress)
         table = outcome.table if config.presets is None else _with_presets(outcome.table, config.presets)
         written = table.save(config.out)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from ccc.cache import DownloadError
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing
+from ccc.calibration.compute.registry import DEFAULT_BACKEND
 from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
@@ -209,6 +210,17 @@ def _add_compute_execution(group: argparse._ArgumentGroup) -> None:
         help="model actors (default: one per GPU with --device cuda, else one per CPU, each rendering too)",
     )
     group.add_argument("--device", default="cpu", help="cpu or cuda[:index] (default: cpu)")
+    group.add_argument(
+        "--backend",
+        default=DEFAULT_BACKEND,
+        metavar="NAME",
+        help="who renders and evaluates the cells: model (default) renders on the CPU (the reference path, "
+        "byte-reproducible) with Ray workers or --workers 0; torch renders and evaluates each cell on --device "
+        "with the torch rendering backend, in this process (choose it with a GPU: --backend torch --device cuda). "
+        "Its bytes differ from the CPU path's (random corruptions draw from counter-based per-sample streams; "
+        "reproducible on the same device type), so its tables differ slightly from the model backend's; "
+        "docs/calibration.md",
+    )
     group.add_argument("--batch-size", type=_positive, default=64, help="images per forward pass (default: 64)")
     group.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
     group.add_argument(
@@ -290,6 +302,7 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         work_folder=arguments.work_folder,
         overwrite=arguments.overwrite,
         show_progress=not arguments.no_progress,
+        backend=arguments.backend,
     )
 
 
@@ -568,6 +581,11 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
                 "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --device cuda "
                 "--out calibration/resnet50_adaptive.npz",
                 "ResNet-50 on ImageNet, measuring only the cells the severity paths need",
+            ),
+            (
+                "ccc-calibrate compute --imagenet /data/imagenet/val --adaptive --backend torch --device cuda "
+                "--out calibration/resnet50_torch.npz",
+                "the same with every cell rendered on the GPU (torch backend: its bytes differ from the CPU path's)",
             ),
             (
                 "ccc-calibrate compute --imagenet /data/imagenet/val --model mymodels:vit --weights ~/vit.pt "

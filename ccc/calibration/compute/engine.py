@@ -197,6 +197,35 @@ def image_generators(
     return [np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(k), *key))) for k in positions]
 
 
+def seed_key(
+    context: RenderContext, corruption: int, severity: int, target: tuple[int, int] | None = None
+) -> tuple[int, ...]:
+    """The per-image seed key (after the image position) of a base ``(corruption, severity)``, or of
+    its second stage ``target = (n2, s2)``: ``(id(n1), s1)`` or ``(id(n1), s1, id(n2), s2)``."""
+    key = (corruption_identifier(context.corruptions[corruption]), severity)
+    if target is None:
+        return key
+    n2, s2 = target
+    return (*key, corruption_identifier(context.corruptions[n2]), s2)
+
+
+def image_seeds(seed: int, positions: Sequence[int], key: tuple[int, ...]) -> NDArray[np.int64]:
+    """One integer seed per image from ``SeedSequence(seed, spawn_key=(position, *key))``.
+
+    The first 64-bit word of the sequence's state, masked to 63 bits: int64 array of
+    ``len(positions)`` values in [0, 2**63), for renderers that take integer seeds (the torch
+    calibration backend) instead of the generators of :func:`image_generators`.
+    """
+    mask = np.uint64(2**63 - 1)
+    return np.array(
+        [
+            np.random.SeedSequence(seed, spawn_key=(int(k), *key)).generate_state(1, np.uint64)[0] & mask
+            for k in positions
+        ],
+        dtype=np.int64,
+    )
+
+
 def render_base(context: RenderContext, corruption: int, severity: int, block: int) -> NDArray[np.uint8]:
     """Load block ``block`` and apply the base corruption; uint8 ``B × H × W × 3``.
 
@@ -207,7 +236,7 @@ def render_base(context: RenderContext, corruption: int, severity: int, block: i
     if corruption == NO_CORRUPTION:
         return images
     name = context.corruptions[corruption]
-    generators = image_generators(context.seed, positions, (corruption_identifier(name), severity), name)
+    generators = image_generators(context.seed, positions, seed_key(context, corruption, severity), name)
     return corrupt_batch(images, name, float(SEVERITIES[severity]), generators)
 
 
@@ -229,8 +258,7 @@ def render_targets(
     outputs = []
     for n2, s2 in targets:
         name = context.corruptions[n2]
-        key = (corruption_identifier(context.corruptions[corruption]), severity, corruption_identifier(name), s2)
-        generators = image_generators(context.seed, positions, key, name)
+        generators = image_generators(context.seed, positions, seed_key(context, corruption, severity, (n2, s2)), name)
         outputs.append(corrupt_batch(base_images, name, float(SEVERITIES[s2]), generators))
     if not outputs:
         return base_images[:0].copy()

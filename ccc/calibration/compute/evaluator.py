@@ -7,7 +7,7 @@ import contextlib
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from torch import nn
+from torch import Tensor, nn
 
 from ccc.calibration.compute.engine import (
     DEFAULT_IMAGES_PER_TASK,
@@ -20,6 +20,16 @@ from ccc.calibration.compute.engine import (
     target_groups,
 )
 from ccc.validation import MAX_BATCH_SIZE, check_positive_int
+
+
+def images_to_device(images: NDArray[np.uint8], device: torch.device | str) -> Tensor:
+    """uint8 ``N × H × W × 3`` images → uint8 ``N × 3 × H × W`` on ``device`` (a copy)."""
+    return torch.from_numpy(np.array(images, dtype=np.uint8, copy=True)).to(device).permute(0, 3, 1, 2)
+
+
+def to_model_input(images: Tensor) -> Tensor:
+    """uint8 ``N × 3 × H × W`` images → the model's input, float32 ``images / 255`` in [0, 1], on their device."""
+    return images.float().div_(255.0)
 
 
 class ModelEvaluator:
@@ -54,12 +64,29 @@ class ModelEvaluator:
         """Predicted class index per image of uint8 ``N × H × W × 3``; int64 array of length N."""
         predictions = np.empty(len(images), dtype=np.int64)
         for start in range(0, len(images), self.batch_size):
-            chunk = np.array(images[start : start + self.batch_size], dtype=np.uint8, copy=True)
-            batch = torch.from_numpy(chunk).to(self.device).permute(0, 3, 1, 2).float().div_(255.0)
+            chunk = images[start : start + self.batch_size]
+            predictions[start : start + len(chunk)] = (
+                self.predict_tensor(to_model_input(images_to_device(chunk, self.device))).cpu().numpy()
+            )
+        return predictions
+
+    @torch.inference_mode()
+    def predict_tensor(self, images: Tensor) -> Tensor:
+        """Predicted class index per image of float32 ``N × 3 × H × W`` in [0, 1] (any device).
+
+        Returns int64 (N,) on the evaluator's device; the images move to it batch by batch, so
+        images already there (rendered on the device) never visit the host. The same forward passes
+        as :meth:`predict` for the same images and batches.
+        """
+        predictions = []
+        for start in range(0, len(images), self.batch_size):
+            batch = images[start : start + self.batch_size].to(self.device)
             with self._autocast():
                 logits = self.model(batch)
-            predictions[start : start + len(chunk)] = logits.argmax(dim=1).cpu().numpy()
-        return predictions
+            predictions.append(logits.argmax(dim=1))
+        if not predictions:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        return torch.cat(predictions)
 
 
 def execute_unit(

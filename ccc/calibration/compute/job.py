@@ -51,6 +51,7 @@ from ccc.calibration.compute.engine import (
     single_cell,
 )
 from ccc.calibration.compute.imageset import CalibrationImageSet
+from ccc.calibration.compute.registry import DEFAULT_BACKEND
 from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
 from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name
@@ -228,6 +229,9 @@ class CalibrationJob:
         block_size: images per block, ≥ 1.
         amp: whether predictions use float16 autocast (changes numbers slightly, so part of the identity).
         weights_file_sha256: sha256 of the weights file when one was given (metadata), else None.
+        backend: the calibration backend that runs the units (:mod:`ccc.calibration.compute.registry`);
+            one other than the default ``model`` is part of the identity and named in the table's notes
+            (the ``torch`` backend's pixels differ from the CPU path's, so its results differ).
     """
 
     image_set: CalibrationImageSet
@@ -239,6 +243,7 @@ class CalibrationJob:
     block_size: int = DEFAULT_BLOCK_SIZE
     amp: bool = False
     weights_file_sha256: str | None = None
+    backend: str = DEFAULT_BACKEND
 
     def __post_init__(self) -> None:
         names = tuple(canonical_name(name, "corruptions") for name in self.corruptions)
@@ -260,7 +265,7 @@ class CalibrationJob:
 
     def identity(self) -> dict[str, Any]:
         """JSON-able identity of the run (stored in the work folder; a resume must match it)."""
-        return {
+        identity: dict[str, Any] = {
             "format": "ccc-calibration-run",
             "format_version": 1,
             "corruptions": list(self.corruptions),
@@ -275,6 +280,9 @@ class CalibrationJob:
             "amp": self.amp,
             "planner": self.planner.identity(),
         }
+        if self.backend != DEFAULT_BACKEND:
+            identity["backend"] = self.backend
+        return identity
 
 
 def state_dict_digest(model: nn.Module) -> str:
@@ -440,6 +448,7 @@ def _build_table(
             f"blocks of {job.block_size} images; model weights sha256 is "
             + ("of the weights file" if job.weights_file_sha256 else "of the state_dict (ccc state_dict_digest)")
             + ("; float16 autocast" if job.amp else "")
+            + (f"; computed by calibration backend {job.backend!r}" if job.backend != DEFAULT_BACKEND else "")
         ),
     )
     presets = {}

@@ -9,7 +9,9 @@ renders on the GPU) is one new module. Registered here: ``model``
 (:class:`~ccc.calibration.compute.backends.ModelBackend`, the default: a model measures the units
 on an executor) and ``simulation``
 (:class:`~ccc.calibration.compute.simulation.CorrelatedImagesBackend`: results drawn from known
-accuracies).
+accuracies) and ``torch`` (:class:`~ccc.calibration.compute.torch_render.TorchRenderBackend`: the
+cells rendered and evaluated on one device with :mod:`ccc.render_torch`; its bytes differ from the
+CPU path's).
 
 This module imports neither torch nor the backends; the package itself imports nothing on its own
 (Ray rendering workers import :mod:`~ccc.calibration.compute.engine` alone).
@@ -78,12 +80,15 @@ class BackendEntry:
     """One registered calibration backend.
 
     name: its registry key (``CalibrationConfig.backend``); factory: ``factory(setup)`` returns
-    the backend (ValueError in one line for a bad option); description: one line, naming its options.
+    the backend (ValueError in one line for a bad option); description: one line, naming its options;
+    uses_executor: whether it runs work on ``setup.executor`` (False: in the calling process, so
+    ``calibrate`` starts no Ray cluster for it).
     """
 
     name: str
     factory: Callable[[BackendSetup], CalibrationBackend]
     description: str
+    uses_executor: bool = True
 
 
 REGISTRY: Registry[BackendEntry] = Registry("calibration backend")

@@ -1,0 +1,182 @@
+"""The calibration backend ``torch``: every cell rendered and evaluated on one device with :mod:`ccc.render_torch`.
+
+The work units, their results and everything around them (work folder, resume, the adaptive scheme,
+the table) are those of the default backend ``model``
+(:class:`~ccc.calibration.compute.backends.ModelBackend`); only the pixels are made differently. For
+each unit, in this process:
+
+1. the block's preprocessed images are loaded on the host (decode, resize, centre crop:
+   :meth:`~ccc.calibration.compute.imageset.CalibrationImageSet.load`, as the CPU engine does) and moved to
+   the device, where they stay as uint8 for the block's other units (up to :data:`CACHED_IMAGES` images);
+2. the base corruption ``(n1, s1)`` is applied once with
+   :func:`~ccc.render_torch.apply_corruption_stage` (stage 0) and reused for every target of the unit,
+   as :func:`~ccc.calibration.compute.engine.render_base` does on the CPU;
+3. the targets ``(n2, s2)`` are applied to the base images (stage 1), several targets in one batch of
+   about ``images_per_batch`` images (each sample carries its own corruption, severity and seed);
+4. the model predicts on the device (:meth:`~ccc.calibration.compute.evaluator.ModelEvaluator.predict_tensor`)
+   and only the per-cell counts of correct predictions come back to the host.
+
+Like the CPU engine, there is no JPEG round trip (calibration measures the corrupted images
+themselves), and between the two stages the images are truncated to byte levels. Image ``k``'s seed
+for a stage is :func:`~ccc.calibration.compute.engine.image_seeds` of the CPU engine's key for the
+same image and cell, so a cell's images depend neither on the unit nor on the batch.
+
+**Its bytes differ from the CPU path's**: the random corruptions draw from counter-based per-sample
+streams (:class:`~ccc.render_torch.SampleRandom`) instead of numpy generators, and several
+corruptions are parallel formulations equivalent in distribution (``docs/fidelity.md``); results
+are reproducible on the same device type. The deterministic corruptions (brightness, contrast,
+saturate, pixelate, jpeg) give the CPU path's bytes on the CPU device, so their cells' counts agree
+exactly. Choose it with a GPU (``--backend torch --device cuda``): rendering, the CPU path's
+bottleneck, then runs on the device. Registered as the calibration backend ``torch`` (option:
+``images_per_batch``); the run identity and the table's notes record it, so a work folder is never
+resumed with the other backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from ccc.calibration.compute.backends import build_evaluator
+from ccc.calibration.compute.engine import (
+    NO_CORRUPTION,
+    RenderContext,
+    UnitResult,
+    WorkUnit,
+    count_correct,
+    image_seeds,
+    seed_key,
+    target_groups,
+)
+from ccc.calibration.compute.evaluator import ModelEvaluator, images_to_device, to_model_input
+from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
+from ccc.calibration.table import SEVERITIES
+from ccc.models import resolve_device
+from ccc.render_torch import apply_corruption_stage
+from ccc.validation import check_positive_int
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_IMAGES_PER_BATCH = 250
+"""Target images corrupted in one call (memory ≈ a few × this × 3 × H × W × 4 bytes on the device)."""
+
+CACHED_IMAGES = 10_000
+"""Decoded clean images kept on the device as uint8 (≈ 1.5 GB at 224 × 224), by block, least recently used dropped."""
+
+
+class TorchRenderBackend:
+    """Renders and evaluates work units on ``evaluator.device`` (see the module docstring).
+
+    Args:
+        context: what every unit renders from (image set, corruptions, seed, block size).
+        evaluator: the model on the rendering device.
+        images_per_batch: target images corrupted and evaluated together, >= 1 (whole targets:
+            ``max(1, images_per_batch // block size)`` targets per batch).
+    """
+
+    def __init__(
+        self, context: RenderContext, evaluator: ModelEvaluator, images_per_batch: int = DEFAULT_IMAGES_PER_BATCH
+    ) -> None:
+        check_positive_int("images_per_batch", images_per_batch)
+        self.context = context
+        self.evaluator = evaluator
+        self.images_per_batch = images_per_batch
+        self._blocks: OrderedDict[int, Tensor] = OrderedDict()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the units are rendered and evaluated."""
+        return self.evaluator.device
+
+    def run(self, units: Sequence[WorkUnit], on_result: Callable[[UnitResult], None]) -> None:
+        """Execute ``units`` one after the other, reporting each through ``on_result``."""
+        for unit in units:
+            on_result(self.execute(unit))
+
+    def _seeds(self, positions: Sequence[int], key: tuple[int, ...]) -> Tensor:
+        return torch.from_numpy(image_seeds(self.context.seed, positions, key)).to(self.device)
+
+    def block_images(self, block: int) -> Tensor:
+        """The clean preprocessed images of ``block``: float32 (B, 3, H, W) byte levels ``k / 255`` on the device.
+
+        Decoded on the host once and kept on the device as uint8 (the least recently used blocks
+        beyond :data:`CACHED_IMAGES` images are dropped): the units of one block share its decoding.
+        """
+        cached = self._blocks.pop(block, None)
+        if cached is None:
+            cached = images_to_device(self.context.image_set.load(self.context.block_positions(block)), self.device)
+        self._blocks[block] = cached
+        while sum(len(images) for images in self._blocks.values()) > CACHED_IMAGES and len(self._blocks) > 1:
+            self._blocks.pop(next(iter(self._blocks)))
+        return to_model_input(cached)
+
+    def render_base(self, unit: WorkUnit) -> Tensor:
+        """The unit's block with its base corruption: float32 (B, 3, H, W) byte levels ``k / 255`` on the device."""
+        context = self.context
+        positions = context.block_positions(unit.block)
+        images = self.block_images(unit.block)
+        if unit.corruption == NO_CORRUPTION:
+            return images
+        name = context.corruptions[unit.corruption]
+        seeds = self._seeds(positions, seed_key(context, unit.corruption, unit.severity))
+        severity = float(SEVERITIES[unit.severity])
+        return apply_corruption_stage(images, [name] * len(positions), [severity] * len(positions), seeds, 0)
+
+    def render_targets(self, unit: WorkUnit, base: Tensor, targets: Sequence[tuple[int, int]]) -> Tensor:
+        """Each target ``(n2, s2)`` applied to ``base`` (B images): float32 (len(targets)·B, 3, H, W), target-major."""
+        context = self.context
+        positions = context.block_positions(unit.block)
+        count = len(positions)
+        names = [context.corruptions[n2] for n2, _ in targets for _ in range(count)]
+        severities = [float(SEVERITIES[s2]) for _, s2 in targets for _ in range(count)]
+        seeds = torch.cat(
+            [self._seeds(positions, seed_key(context, unit.corruption, unit.severity, target)) for target in targets]
+        )
+        return apply_corruption_stage(base.repeat(len(targets), 1, 1, 1), names, severities, seeds, 1)
+
+    def execute(self, unit: WorkUnit) -> UnitResult:
+        """Render and evaluate one unit; its :class:`UnitResult` (counts per cell of ``unit.cells()``).
+
+        The images stay on the device; only the predicted class indices (int64, one per image) come back.
+        """
+        if unit.corruption == NO_CORRUPTION and unit.targets:
+            raise ValueError("targets need a corrupted base: corruption must be >= 0, got -1 (clean)")
+        labels = self.context.block_labels(unit.block)
+        base = self.render_base(unit)
+        correct: list[int] = []
+        if unit.evaluate_base:
+            correct += count_correct(self._predict(base), labels)
+        for group in target_groups(unit, len(labels), self.images_per_batch):
+            correct += count_correct(self._predict(self.render_targets(unit, base, group)), labels)
+        return UnitResult(unit, tuple(correct), len(labels))
+
+    def _predict(self, images: Tensor) -> NDArray[np.int64]:
+        return self.evaluator.predict_tensor(images).cpu().numpy()
+
+
+def _torch_backend(setup: BackendSetup) -> TorchRenderBackend:
+    setup.check_options("torch", ("images_per_batch",))
+    if setup.evaluators is not None:
+        raise ValueError("calibration backend 'torch' runs one model in this process: do not pass evaluators")
+    resolve_device(setup.device)
+    evaluator = build_evaluator(setup.model, setup.device, setup.batch_size, setup.amp)
+    backend = TorchRenderBackend(setup.job.render_context(), evaluator, **setup.options)
+    logger.info("calibration: rendering and predicting on %s (torch rendering backend)", setup.device)
+    return backend
+
+
+register_backend(
+    BackendEntry(
+        "torch",
+        _torch_backend,
+        "renders each cell with the torch rendering backend and evaluates it on --device, in this process "
+        "(choose it with a GPU; its bytes differ from the CPU path's; option: images_per_batch)",
+        uses_executor=False,
+    )
+)
