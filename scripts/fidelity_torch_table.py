@@ -4,6 +4,7 @@ Usage::
 
     python scripts/fidelity_torch_table.py [--images 200] [--corruptions gaussian_noise,contrast]
         [--targets 50,30,12] [--device cpu] [--folder fidelity_torch_table] [--no-cpu-table] [--torch-cells]
+        [--path-fraction 0.2]
 
 On the demo world (its images, ``ccc.demo:demo_model``), with the committed demo table's settings
 (docs/demo.md: adaptive scheme, blocks of 10, centre crop 224) on fewer corruptions:
@@ -70,7 +71,7 @@ def compute_table(backend: str, arguments: argparse.Namespace) -> CalibrationTab
             corruptions=tuple(arguments.corruptions),
             images=arguments.images,
             block_size=BLOCK_SIZE,
-            adaptive=AdaptiveSettings(targets=tuple(arguments.targets)),
+            adaptive=AdaptiveSettings(targets=tuple(arguments.targets), path_fraction=arguments.path_fraction),
             serial=True,
             device=arguments.device if backend == "torch" else "cpu",
             backend=backend,
@@ -92,6 +93,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="device of the torch backend (cpu or cuda[:index])")
     parser.add_argument("--folder", default="fidelity_torch_table", help="where the tables are kept")
     parser.add_argument("--no-cpu-table", action="store_true", help="skip the CPU-backend baseline table")
+    parser.add_argument(
+        "--path-fraction",
+        type=float,
+        default=AdaptiveSettings.path_fraction,
+        help="largest share of the images a pair cell on a path gets (the adaptive scheme's path_fraction; "
+        "default 1/5 as the demo table; 1 measures path cells on every image)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument(
         "--torch-cells",
