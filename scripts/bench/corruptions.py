@@ -482,6 +482,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     global _clock
     arguments = build_parser().parse_args(argv)
     _clock = CLOCKS[arguments.clock]
+    return run_and_write(run, arguments)
+
+
+def run_and_write(run: Callable[[argparse.Namespace], dict], arguments: argparse.Namespace) -> int:
+    """``run(arguments)``, its results written to ``arguments.json`` (if set); the exit code of a bench
+    script (2 with one line on stderr for a :class:`UsageError`)."""
     try:
         results = run(arguments)
     except UsageError as error:

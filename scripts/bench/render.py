@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import statistics
@@ -73,7 +72,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corruptions import UsageError, _environment, _parse_names  # noqa: E402
+from corruptions import UsageError, _environment, _parse_names, run_and_write  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
 
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
@@ -493,16 +492,7 @@ def run(arguments: argparse.Namespace) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 for a usage error)."""
-    arguments = build_parser().parse_args(argv)
-    try:
-        results = run(arguments)
-    except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if arguments.json is not None:
-        arguments.json.parent.mkdir(parents=True, exist_ok=True)
-        arguments.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return run_and_write(run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
