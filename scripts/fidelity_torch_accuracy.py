@@ -45,7 +45,7 @@ from ccc.render_torch import apply_corruption_stage
 from ccc.stream.sources import index_image_folder
 
 SINGLE_SEVERITIES = (1.0, 2.0, 3.0, 4.0, 5.0)
-SEED = 0
+DEFAULT_SEED = 0
 
 
 def _cells(corruptions: list[str], pair_severity: float) -> list[tuple[str, float, str, float]]:
@@ -54,26 +54,26 @@ def _cells(corruptions: list[str], pair_severity: float) -> list[tuple[str, floa
     return singles + pairs
 
 
-def _image_seed(position: int, key: tuple[int, ...]) -> np.random.SeedSequence:
-    return np.random.SeedSequence(SEED, spawn_key=(position, *key))
+def _image_seed(seed: int, position: int, key: tuple[int, ...]) -> np.random.SeedSequence:
+    return np.random.SeedSequence(seed, spawn_key=(position, *key))
 
 
-def _cpu_cell(images: np.ndarray, cell: tuple[str, float, str, float]) -> np.ndarray:
+def _cpu_cell(images: np.ndarray, cell: tuple[str, float, str, float], seed: int) -> np.ndarray:
     n1, s1, n2, s2 = cell
     first_key, second_key = (corruption_identifier(n1), int(s1 * 4)), (corruption_identifier(n2), int(s2 * 4))
     output = np.empty_like(images)
     for position, image in enumerate(images):
-        corrupted = corrupt(image, n1, s1, rng=np.random.default_rng(_image_seed(position, first_key)))
+        corrupted = corrupt(image, n1, s1, rng=np.random.default_rng(_image_seed(seed, position, first_key)))
         if s2 > 0:
             corrupted = corrupt(
-                corrupted, n2, s2, rng=np.random.default_rng(_image_seed(position, first_key + second_key))
+                corrupted, n2, s2, rng=np.random.default_rng(_image_seed(seed, position, first_key + second_key))
             )
         output[position] = corrupted
     return output
 
 
 def _torch_cell(
-    images: np.ndarray, cell: tuple[str, float, str, float], device: torch.device, batch_size: int
+    images: np.ndarray, cell: tuple[str, float, str, float], device: torch.device, batch_size: int, seed: int
 ) -> np.ndarray:
     n1, s1, n2, s2 = cell
     output = np.empty_like(images)
@@ -83,7 +83,7 @@ def _torch_cell(
         positions = np.arange(start, start + count)
         seeds = torch.tensor(
             [
-                int(_image_seed(int(p), (corruption_identifier(n1),)).generate_state(1, np.uint64)[0] >> 1)
+                int(_image_seed(seed, int(p), (corruption_identifier(n1),)).generate_state(1, np.uint64)[0] >> 1)
                 for p in positions
             ],
             dtype=torch.int64,
@@ -107,8 +107,10 @@ def measure_grid(args: argparse.Namespace) -> dict:
     rows = []
     for cell in _cells(args.corruptions, args.pair_severity):
         began = time.perf_counter()
-        cpu = float(np.mean(evaluator.predict(_cpu_cell(images, cell)) == labels) * 100)
-        rendered = float(np.mean(evaluator.predict(_torch_cell(images, cell, device, args.batch_size)) == labels) * 100)
+        cpu = float(np.mean(evaluator.predict(_cpu_cell(images, cell, args.seed)) == labels) * 100)
+        rendered = float(
+            np.mean(evaluator.predict(_torch_cell(images, cell, device, args.batch_size, args.seed)) == labels) * 100
+        )
         rows.append({"cell": list(cell), "cpu": cpu, "torch": rendered, "difference": rendered - cpu})
         print(
             f"{cell[0]}@{cell[1]:g} → {cell[2]}@{cell[3]:g}: CPU {cpu:.1f} %, torch {rendered:.1f} %, "
@@ -183,6 +185,7 @@ def main() -> None:
         default=list(DEMO_CALIBRATION_CORRUPTIONS),
         help="grid: comma-separated corruptions (default: the demo table's five)",
     )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="grid: root seed of the per-image draws")
     parser.add_argument("--pair-severity", type=float, default=3.0, help="grid: both severities of pair cells")
     parser.add_argument("--stream-images", type=int, default=30_000, help="stream: first samples rendered")
     parser.add_argument("--batch-size", type=int, default=100, help="images per torch batch (default: 100)")
