@@ -87,13 +87,23 @@ def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image
     ``make_image_folder`` under ``root``) with ``make_calibration_table()`` at target 30 %."""
     from ccc.execution import SerialExecutor
     from ccc.generate import generate_stream
-    from ccc.stream.plan import build_stream_plan
     from ccc.stream.sources import index_image_folder, load_source_images
-    from ccc.stream.spec import StreamSpec, run_name
+    from ccc.stream.spec import run_name
 
     folder = image_folder if image_folder is not None else make_image_folder(root / "val")
     table = make_calibration_table()
     sources = load_source_images(index_image_folder(folder, progress=False))
+    run = root / run_name(30.0, speed, 43)
+    generate_stream(make_ccc_plan(table, sources, num_images, speed, shard_size), run, SerialExecutor(), progress=False)
+    return run
+
+
+def make_ccc_plan(table, sources, num_images: int, speed: int, shard_size: int):
+    """The plan of a CCC stream at target 30 %, seed 43, over ``table`` (a CalibrationTable) and
+    ``sources`` (loaded SourceImages): ``num_images`` samples, ``speed`` per step, shards of ``shard_size``."""
+    from ccc.stream.plan import build_stream_plan
+    from ccc.stream.spec import StreamSpec
+
     spec = StreamSpec(
         target_accuracy=30.0,
         corruptions=table.corruptions,
@@ -104,9 +114,7 @@ def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image
         source_index_checksum=sources.index_checksum,
         shard_size=shard_size,
     )
-    run = root / run_name(30.0, speed, 43)
-    generate_stream(build_stream_plan(spec, table, sources), run, SerialExecutor(), progress=False)
-    return run
+    return build_stream_plan(spec, table, sources)
 
 
 def texture_image(class_index: int, generator: np.random.Generator, size: int = 40) -> np.ndarray:

@@ -23,10 +23,9 @@ from ccc.execution import RayExecutor, SerialExecutor
 from ccc.generate import OutputFolderError, RenderDeviceError, TorchRendering, check_render_device, generate_stream
 from ccc.load import open_stream
 from ccc.shards.manifest import MANIFEST_NAME, load_manifest
-from ccc.stream.plan import build_stream_plan, plan_sample
+from ccc.stream.plan import plan_sample
 from ccc.stream.sources import index_image_folder, load_source_images
-from ccc.stream.spec import StreamSpec
-from tests.builders import make_calibration_table, make_image_folder
+from tests.builders import make_calibration_table, make_ccc_plan, make_image_folder
 
 DETERMINISTIC = ("brightness", "jpeg", "pixelate", "contrast")
 """Corruptions the torch backend renders with the CPU path's bytes on the CPU (docs/fidelity.md, torch section)."""
@@ -45,18 +44,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory):
 
 def make_plan(sources, corruptions: tuple[str, ...]):
     """A 24-image stream over ``corruptions`` in shards of 10, 10 and 4 samples."""
-    table = make_calibration_table(corruptions)
-    spec = StreamSpec(
-        target_accuracy=30.0,
-        corruptions=table.corruptions,
-        speed=4,
-        seed=43,
-        num_images=NUM_IMAGES,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        shard_size=SHARD_SIZE,
-    )
-    return build_stream_plan(spec, table, sources)
+    return make_ccc_plan(make_calibration_table(corruptions), sources, NUM_IMAGES, 4, SHARD_SIZE)
 
 
 def shard_hashes(run_dir: Path) -> dict[str, str]:

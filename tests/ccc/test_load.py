@@ -37,10 +37,9 @@ from ccc.load import (
 from ccc.shards.errors import ShardReadError
 from ccc.shards.reader import open_shard, read_all, read_samples
 from ccc.shards.record import parse_info
-from ccc.stream.plan import build_stream_plan, plan_sample
+from ccc.stream.plan import plan_sample
 from ccc.stream.sources import index_image_folder, load_source_images
-from ccc.stream.spec import StreamSpec
-from tests.builders import REPOSITORY, make_calibration_table, make_image_folder
+from tests.builders import REPOSITORY, make_calibration_table, make_ccc_plan, make_image_folder
 from tta_eval.streams import StreamOptions, open_stream_source
 
 NUM_IMAGES = 40
@@ -54,18 +53,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     table = make_calibration_table()
     table_path = tmp_path_factory.mktemp("table") / "table.npz"
     table.save(table_path)
-    sources = load_source_images(index_image_folder(folder, progress=False))
-    spec = StreamSpec(
-        target_accuracy=30.0,
-        corruptions=table.corruptions,
-        speed=4,
-        seed=43,
-        num_images=NUM_IMAGES,
-        calibration_checksum=table.checksum(),
-        source_index_checksum=sources.index_checksum,
-        shard_size=SHARD_SIZE,
+    plan = make_ccc_plan(
+        table, load_source_images(index_image_folder(folder, progress=False)), NUM_IMAGES, 4, SHARD_SIZE
     )
-    plan = build_stream_plan(spec, table, sources)
     run = tmp_path_factory.mktemp("run") / "run"
     generate_stream(plan, run, SerialExecutor(), progress=False)
     return {"folder": folder, "table": table, "table_path": table_path, "plan": plan, "run": run}
