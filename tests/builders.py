@@ -185,3 +185,16 @@ def tiny_texture_classifier():
         head.weight.copy_(2.0 * prototype * 20.0)
         head.bias.copy_(-(prototype**2).sum(1) * 20.0)
     return nn.Sequential(features, head).eval()
+
+
+def cli_user_error(main, capsys, argv: list[str]) -> str:
+    """Run a command's ``main(argv)`` expecting a user error (exit code 2, one line on stderr, no
+    traceback; ``capsys`` is pytest's fixture) and return that line."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_request:
+        code = exit_request.code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]

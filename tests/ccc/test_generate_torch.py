@@ -25,7 +25,7 @@ from ccc.load import open_stream
 from ccc.shards.manifest import MANIFEST_NAME, load_manifest
 from ccc.stream.plan import plan_sample
 from ccc.stream.sources import index_image_folder, load_source_images
-from tests.builders import make_calibration_table, make_ccc_plan, make_image_folder
+from tests.builders import cli_user_error, make_calibration_table, make_ccc_plan, make_image_folder
 
 DETERMINISTIC = ("brightness", "jpeg", "pixelate", "contrast")
 """Corruptions the torch backend renders with the CPU path's bytes on the CPU (docs/fidelity.md, torch section)."""
@@ -171,15 +171,8 @@ def demo_arguments(out: Path, *extra: str) -> list[str]:
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ccc-generate expecting a user error (exit code 2, one line on stderr); return that line."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_request:
-        code = exit_request.code
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
+    """Run ccc-generate expecting a user error; return its one line."""
+    return cli_user_error(main, capsys, argv)
 
 
 def test_a_demo_run_on_the_torch_renderer_is_read_and_verified(tmp_path: Path, capsys) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from ccc.calibration import CalibrationTable
 from ccc.cli.generate import main
-from tests.builders import REPOSITORY, make_calibration_table, make_image_folder
+from tests.builders import cli_user_error, REPOSITORY, make_calibration_table, make_image_folder
 from tests.image_fixtures import bomb_png
 
 RUN_NAME = "baseline_30_transition+speed_4_seed_43"
@@ -39,16 +39,8 @@ def arguments(inputs: dict[str, Path], out: Path, *extra: str) -> list[str]:
 
 
 def run_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI expecting a user error (exit code 2, one line on stderr, no traceback); return that line."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_request:
-        code = exit_request.code
-    captured = capsys.readouterr()
-    assert code == 2
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
+    """Run ccc-generate expecting a user error; return its one line."""
+    return cli_user_error(main, capsys, argv)
 
 
 def test_missing_calibration_says_what_to_provide(
