@@ -61,9 +61,10 @@ class _DeviceRenderedStream(_RenderedStream):
     """A plan's samples rendered by the torch backend on ``device``, ``chunk_size`` samples at a time.
 
     Iterated directly, it decodes and renders in this process. Under :func:`ccc.load.stream_loader`
-    the DataLoader workers iterate :meth:`for_workers` (decoded source images, uint8 (H, W, 3)) and
-    :meth:`finish_batch` renders each collated batch here, on the device. A sample's bytes depend
-    only on its plan entry and source image: not on the batch size, the workers or the ranks.
+    the DataLoader workers iterate :meth:`for_workers` (each sample planned and its source decoded:
+    ``(SampleSpec, uint8 (H, W, 3))``) and :meth:`finish_batch` renders each collated batch here, on
+    the device. A sample's bytes depend only on its plan entry and source image: not on the batch
+    size, the workers or the ranks.
     """
 
     def __init__(self, plan: StreamPlan, compress: bool, device: Any, **options: Any) -> None:
@@ -77,16 +78,19 @@ class _DeviceRenderedStream(_RenderedStream):
         return workers_stream
 
     def finish_batch(self, batch: tuple[Any, torch.Tensor, list[dict[str, Any]]]) -> tuple[Any, torch.Tensor, list]:
-        """Render a collated batch of decoded sources on the device: images (B, 3, 224, 224) there, in
-        the stream's ``image_format``; labels and metadata as given."""
+        """Render a collated batch of decoded sources (``(SampleSpec, uint8 (H, W, 3))`` pairs, as
+        :meth:`for_workers` yields them) on the device: images (B, 3, 224, 224) there, in the stream's
+        ``image_format``; labels and metadata as given."""
         from ccc.render_torch import render_batch
 
-        sources, labels, metadata = batch
-        specs = [plan_sample(self.plan, entry["index"]) for entry in metadata]
+        planned, labels, metadata = batch
+        specs, sources = zip(*planned)
         pixels = render_batch(specs, sources, self.device, jpeg=self.compress)
         return tensor_to_format(pixels, self.image_format), labels, metadata
 
     def _decoded(self, selection: Selection) -> Iterator[StreamSample]:
+        """This consumer's samples with image ``(SampleSpec, decoded source uint8 (H, W, 3))``: planned
+        once, so the rendering process does not plan them again."""
         root = Path(self.plan.sources.root)
         relative = selection.next_wanted(0)
         while relative is not None:
@@ -94,7 +98,7 @@ class _DeviceRenderedStream(_RenderedStream):
             spec = plan_sample(self.plan, index)
             image = np.array(decode_source(spec, (root / spec.source_path).read_bytes()))
             metadata = {**record_metadata(spec.to_json_dict(), index), "key": None, "shard": None}
-            yield StreamSample(image, spec.class_index, metadata)
+            yield StreamSample((spec, image), spec.class_index, metadata)
             relative = selection.next_wanted(relative + 1)
 
     def _samples(self, selection: Selection) -> Iterator[StreamSample | Skipped]:
