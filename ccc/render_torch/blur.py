@@ -183,11 +183,25 @@ def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> T
     return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0)
 
 
+def _fft_correlate(image: Tensor, kernel: Tensor) -> Tensor:
+    """Circular cross-correlation of one padded image float64 (C, H, W) with one kernel (K, K), K <= H, W.
+
+    Returns float64 (1, C, H, W). One sample per transform call: FFT libraries choose their blocking
+    and vector kernels by the number of transforms in a call (MKL on AVX-512 Intel CPUs does), which
+    changes the last bits of each result; transforms of the same (1, C, H, W) shape always take the
+    same path, so a sample's values do not depend on its batch on any CPU.
+    """
+    shape = image.shape[-2:]
+    spectrum = torch.fft.rfft2(image[None]) * torch.fft.rfft2(kernel, s=shape).conj()
+    return torch.fft.irfft2(spectrum, s=shape)
+
+
 def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """Correlation with the CPU path's antialiased disk (per sample), reflect-101 borders, float64.
 
     The kernels (up to 21×21) are embedded in one common square at OpenCV's anchor (size // 2) and
-    applied by FFT on the reflect-101-padded images (as OpenCV's ``filter2D`` does for large kernels).
+    applied by FFT on the reflect-101-padded images (as OpenCV's ``filter2D`` does for large kernels),
+    one sample per transform (:func:`_fft_correlate`).
     Where the kernel is exactly a delta (radius < 1 with a negligible antialiasing blur, severities
     below 1/3) the exact result, the image itself, is returned: the CPU's value there is the image up to
     OpenCV's DFT rounding (±1e-14), whose sign alone decides its truncation (see the fidelity notes).
@@ -203,12 +217,11 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     for index, disk in enumerate(disks):
         start = reach - disk.shape[0] // 2
         embedded[index, start : start + disk.shape[0], start : start + disk.shape[1]] = disk
-    batch, _, height, width = images.shape
+    height, width = images.shape[-2:]
     padded = F.pad(unit_float64(images), (reach, reach, reach, reach), mode="reflect")
-    shape = padded.shape[-2:]
     kernels = torch.as_tensor(embedded, dtype=torch.float64, device=images.device)
-    spectrum = torch.fft.rfft2(padded) * torch.fft.rfft2(kernels, s=shape).conj()[:, None]
-    correlated = torch.fft.irfft2(spectrum, s=shape)[..., :height, :width]
+    correlated = torch.cat([_fft_correlate(image, kernel) for image, kernel in zip(padded, kernels)])
+    correlated = correlated[..., :height, :width]
     deltas = [bool(disk.max() == 1.0) for disk in disks]
     is_delta = torch.tensor(deltas, device=images.device)[:, None, None, None]
     return unit_float32(torch.where(is_delta, unit_float64(images), correlated) * 255.0)

@@ -164,6 +164,31 @@ def test_defocus_blur_below_severity_one_third_returns_the_exact_identity() -> N
     assert np.array_equal(to_bytes(output), images)
 
 
+def _transform_count_dependent(transform):
+    """``transform`` whose result's last bits change with the number of transforms in the call, as MKL's
+    FFT does on AVX-512 Intel CPUs (it picks its vector kernels by that count)."""
+
+    def perturbed(values, *arguments, **keywords):
+        result = transform(values, *arguments, **keywords)
+        count = values.shape[:-2].numel()
+        return result * (1.0 + 1e-9 * (count % 7))
+
+    return perturbed
+
+
+def test_defocus_blur_does_not_depend_on_the_batch_with_a_count_dependent_fft(monkeypatch) -> None:
+    """The guarantee holds whatever the FFT library does with the batch: a sample alone and in a batch
+    of 4 are transformed by calls of the same shape."""
+    for name in ("rfft2", "irfft2"):
+        monkeypatch.setattr(torch.fft, name, _transform_count_dependent(getattr(torch.fft, name)))
+    images = to_tensor(demo_images(4, size=64))
+    severities = torch.tensor([0.8, 2.2, 3.9, 5.0], dtype=torch.float64)
+    batch = blur.defocus_blur(images, severities, None)
+    for index in range(4):
+        alone = blur.defocus_blur(images[index : index + 1], severities[index : index + 1], None)
+        assert torch.equal(batch[index : index + 1], alone), f"sample {index} changes with its batch"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", sorted(ALL_CORRUPTIONS))
 def test_cuda_gives_the_bytes_of_cpu_torch(name: str) -> None:
