@@ -1,4 +1,4 @@
-"""Pillow's 8-bit separable resampling (``Image.resize`` with BOX or BILINEAR) as integer matrices.
+"""Pillow's 8-bit separable resampling (``Image.resize`` with BOX or BILINEAR), batched, in exact integers.
 
 Pillow computes, per output pixel, filter weights in double precision (``precompute_coeffs`` in
 ``libImaging/Resample.c``), normalises them to sum 1, rounds them to fixed point with 22 fraction
@@ -6,93 +6,167 @@ bits, and accumulates ``in * weight`` in integers starting from ``2**21`` (round
 by 22 and clipping to [0, 255]; the first pass's result is stored as uint8. Pillow 13 runs the
 vertical pass first when the height shrinks by more than twice as many pixels as the width
 (``ImagingResampleInner``), the horizontal pass first otherwise; the order changes the bytes.
-Here the same integer weights form an (out, in) matrix and each pass is one float64 matrix product:
-every term and every partial sum is an integer below 2**53, so the product is exact and the result
-equals Pillow's bytes on every device.
+
+Here every sample of a batch has its own input box and output size. The host builds, per sample and
+axis, tap tables with numpy in Pillow's own double-precision operations (the weights' sum accumulated
+tap by tap, as the C loop does): for each output pixel the index of each tap and its integer weight
+(a few taps, zero-weighted past a pixel's own count). The device then gathers and accumulates in
+int32: every weight is >= 0 and the weights of a pixel sum to about ``2**22``, so no sum exceeds
+``255 · 2**22 + 2**21 < 2**31`` and the result is Pillow's bytes on every device, whatever the order
+of the additions. The launches per pass grow with the widest filter (taps), never with the batch.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch import Tensor
 
+__all__ = ["resample_batch"]
+
 _PRECISION_BITS = 22
+_FILTER_SUPPORT = {"box": 0.5, "bilinear": 1.0}
 
 
-def _box(x: float) -> float:
-    return 1.0 if -0.5 < x <= 0.5 else 0.0
+def _filter(kind: str, offsets: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Pillow's filter function at ``offsets`` (input pixels from the output pixel's centre)."""
+    if kind == "box":
+        return np.where((offsets > -0.5) & (offsets <= 0.5), 1.0, 0.0)
+    distance = np.abs(offsets)
+    return np.where(distance < 1.0, 1.0 - distance, 0.0)
 
 
-def _triangle(x: float) -> float:
-    x = abs(x)
-    return 1.0 - x if x < 1.0 else 0.0
-
-
-_FILTERS = {"box": (_box, 0.5), "bilinear": (_triangle, 1.0)}
-
-
-@lru_cache(maxsize=256)
-def _weights(in_size: int, out_size: int, kind: str) -> tuple[tuple[int, ...], ...]:
-    """Pillow's fixed-point weights, row ``j`` = output pixel ``j`` over the ``in_size`` inputs."""
-    function, filter_support = _FILTERS[kind]
-    scale = in_size / out_size
-    filter_scale = max(scale, 1.0)
-    support = filter_support * filter_scale
-    inverse_scale = 1.0 / filter_scale
-    rows = []
-    for output in range(out_size):
-        center = (output + 0.5) * scale
-        first = max(int(center - support + 0.5), 0)
-        last = min(int(center + support + 0.5), in_size)
-        weights = [function((index - center + 0.5) * inverse_scale) for index in range(first, last)]
-        total = sum(weights)
-        row = [0] * in_size
-        for offset, weight in enumerate(weights):
-            normalised = weight / total if total != 0.0 else weight
-            row[first + offset] = int(normalised * (1 << _PRECISION_BITS) + 0.5)
-        rows.append(tuple(row))
-    return tuple(rows)
-
-
-def resample_matrix(in_size: int, out_size: int, kind: str, device: torch.device) -> Tensor:
-    """float64 (out_size, in_size) integer weights of Pillow's ``kind`` filter ("box" or "bilinear")."""
-    return torch.tensor(_weights(in_size, out_size, kind), dtype=torch.float64, device=device)
-
-
-def _pass(levels: Tensor, matrix: Tensor) -> Tensor:
-    accumulated = levels @ matrix.T + float(1 << (_PRECISION_BITS - 1))
-    return torch.clamp(torch.floor(accumulated / float(1 << _PRECISION_BITS)), 0, 255)
-
-
-def resize_levels(levels: Tensor, height: int, width: int, kind: str) -> Tensor:
-    """Pillow's ``resize((width, height), kind)`` of byte levels.
+def _axis_taps(
+    in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64], out_length: int, kind: str
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Pillow's taps along one axis for N samples.
 
     Args:
-        levels: float64 (..., H, W) tensor of integers in [0, 255] (one plane per leading index).
-        height, width: output size in pixels, >= 1.
+        in_sizes: (N,) input lengths in pixels, >= 1.
+        out_sizes: (N,) output lengths in pixels, 1..``out_length``.
+        out_length: the padded output length; positions past a sample's own size get zero weights.
         kind: "box" or "bilinear".
 
-    Pillow's pass order (see the module docstring) is followed.
+    Returns:
+        ``index`` (N, out_length, T) int64 in [0, in_size) and ``weight`` (N, out_length, T) int64, the
+        fixed-point weights (22 fraction bits), T the most taps of any output pixel (>= 1).
+    """
+    scale = in_sizes.astype(np.float64) / out_sizes.astype(np.float64)
+    filter_scale = np.maximum(scale, 1.0)
+    support = (_FILTER_SUPPORT[kind] * filter_scale)[:, None]
+    inverse_scale = (1.0 / filter_scale)[:, None, None]
+    center = (np.arange(out_length) + 0.5)[None, :] * scale[:, None]
+    first = np.maximum(np.trunc(center - support + 0.5), 0).astype(np.int64)
+    last = np.minimum(np.trunc(center + support + 0.5), in_sizes[:, None]).astype(np.int64)
+    inside = np.arange(out_length)[None, :] < out_sizes[:, None]
+    count = np.where(inside, last - first, 0)
+    taps = np.arange(max(int(count.max()), 1))
+    index = first[..., None] + taps
+    values = _filter(kind, (index - center[..., None] + 0.5) * inverse_scale)
+    values = np.where(taps < count[..., None], values, 0.0)
+    total = np.zeros(count.shape)
+    for tap in taps:  # Pillow's order of additions, tap by tap
+        total = total + values[..., tap]
+    normalised = values / np.where(total != 0.0, total, 1.0)[..., None]
+    weight = np.trunc(normalised * float(1 << _PRECISION_BITS) + 0.5).astype(np.int64)
+    return np.minimum(index, in_sizes[:, None, None] - 1), weight
+
+
+def _vertical_first(in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Pillow 13's pass order per sample: sizes (N, 2) as (height, width) in pixels."""
+    shrink = in_sizes - out_sizes
+    return (shrink[:, 0] > 0) & (shrink[:, 0] > 2 * shrink[:, 1])
+
+
+def _pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
+    """One resampling pass of uint8 ``levels`` (B, L, M, C) along its axis 1.
+
+    ``index`` (B, O, T) int64 holds row numbers of ``levels`` viewed as (B·L, M·C) and ``weight``
+    (B, O, T) int32 their weights: each output row is a whole contiguous row gathered per tap, so one
+    gather serves every tap, column and channel. Returns uint8 (B, O, M, C), each value
+    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32.
+    """
+    batch, _, *rest = levels.shape
+    rows = levels.reshape(-1, levels[0, 0].numel()).index_select(0, index.view(-1))
+    products = rows.view(*index.shape, -1).to(torch.int32).mul_(weight[..., None])
+    total = products.sum(dim=2, dtype=torch.int32).add_(1 << (_PRECISION_BITS - 1))
+    total.bitwise_right_shift_(_PRECISION_BITS).clamp_(0, 255)
+    return total.to(torch.uint8).view(batch, index.shape[1], *rest)
+
+
+def _tables(boxes: NDArray[np.int64], out_sizes: NDArray[np.int64], out_shape: tuple[int, int], kind: str, flips):
+    """Host tap tables of both axes, offset by the boxes, the columns mirrored where ``flips``."""
+    rows = _axis_taps(boxes[:, 3] - boxes[:, 1], out_sizes[:, 0], out_shape[0], kind)
+    columns = _axis_taps(boxes[:, 2] - boxes[:, 0], out_sizes[:, 1], out_shape[1], kind)
+    row_index, column_index = rows[0] + boxes[:, 1, None, None], columns[0] + boxes[:, 0, None, None]
+    positions = np.arange(out_shape[1])[None, :]
+    mirrored = np.where(flips[:, None] & (positions < out_sizes[:, 1:]), out_sizes[:, 1:] - 1 - positions, positions)
+    pick = (np.arange(len(boxes))[:, None], mirrored)
+    return row_index, rows[1], column_index[pick], columns[1][pick]
+
+
+def resample_batch(
+    levels: Tensor,
+    boxes: NDArray[np.int64],
+    out_sizes: NDArray[np.int64],
+    out_shape: tuple[int, int],
+    kind: str,
+    flips: NDArray[np.bool_] | None = None,
+) -> Tensor:
+    """Pillow's ``image.crop(box).resize((width, height), kind)`` of every sample, optionally mirrored.
+
+    Args:
+        levels: uint8 (B, H, W, C) byte levels, channels last, on any device; a sample may use only
+            part of its plane (padding).
+        boxes: (B, 4) int (left, top, right, bottom) in pixels, right and bottom exclusive, inside H×W.
+        out_sizes: (B, 2) int (height, width) of each sample's result, >= 1 and within ``out_shape``.
+        out_shape: (height, width) of the returned planes; a sample's pixels past its own size are 0.
+        kind: "box" or "bilinear".
+        flips: (B,) bool, mirror the sample's result left to right (None: no sample).
 
     Returns:
-        float64 (..., height, width) of integers in [0, 255], Pillow's bytes. An axis whose size is
-        unchanged is not resampled (as Pillow skips it).
+        uint8 (B, out_shape[0], out_shape[1], C) on ``levels.device``: Pillow's bytes. An axis whose
+        size is unchanged gives single taps of weight ``2**22`` (a copy, as Pillow skips that pass).
+        Each pass order present in the batch (at most two) uploads its tables once and runs a fixed
+        number of operations, whatever the batch size and the filters' widths.
     """
-    in_height, in_width = levels.shape[-2:]
-    vertical_first = 0 < in_height - height and in_height - height > 2 * (in_width - width)
-    if vertical_first:
-        levels = _vertical_pass(levels, height, kind)
-    if in_width != width:
-        levels = _pass(levels, resample_matrix(in_width, width, kind, levels.device))
-    if not vertical_first:
-        levels = _vertical_pass(levels, height, kind)
-    return levels
-
-
-def _vertical_pass(levels: Tensor, height: int, kind: str) -> Tensor:
-    in_height = levels.shape[-2]
-    if in_height == height:
-        return levels
-    return _pass(levels.transpose(-1, -2), resample_matrix(in_height, height, kind, levels.device)).transpose(-1, -2)
+    boxes = np.asarray(boxes, dtype=np.int64).reshape(-1, 4)
+    out_sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2)
+    flips = np.zeros(len(boxes), dtype=bool) if flips is None else np.asarray(flips, dtype=bool)
+    in_sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
+    vertical_first = _vertical_first(in_sizes, out_sizes)
+    height, width = levels.shape[1:3]
+    output = None
+    for order in (False, True):
+        members = np.flatnonzero(vertical_first == order)
+        if len(members) == 0:
+            continue
+        row_index, row_weight, column_index, column_weight = _tables(
+            boxes[members], out_sizes[members], out_shape, kind, flips[members]
+        )
+        # row numbers in the (B·L, M·C) view of each pass's input: L is the height for the rows pass
+        # and the width for the columns pass (run on the transposed planes), in either order
+        firsts = np.arange(len(members))[:, None, None]
+        row_index, column_index = row_index + firsts * height, column_index + firsts * width
+        tables = (row_index, row_weight, column_index, column_weight)
+        packed = np.concatenate([table.ravel() for table in tables] + [members])
+        uploaded = torch.as_tensor(packed).to(levels.device, non_blocking=True)
+        pieces = torch.split(uploaded, [table.size for table in tables] + [len(members)])
+        rows_index, rows_weight, columns_index, columns_weight = (
+            piece.view(table.shape) for piece, table in zip(pieces, tables)
+        )
+        whole = len(members) == len(boxes)
+        group = levels if whole else levels.index_select(0, pieces[4])
+        if order:
+            group = _pass(group, rows_index, rows_weight.to(torch.int32)).transpose(1, 2)
+            group = _pass(group, columns_index, columns_weight.to(torch.int32)).transpose(1, 2)
+        else:
+            group = _pass(group.transpose(1, 2), columns_index, columns_weight.to(torch.int32)).transpose(1, 2)
+            group = _pass(group, rows_index, rows_weight.to(torch.int32))
+        if whole:
+            return group.contiguous()
+        if output is None:
+            output = torch.zeros((len(boxes), *out_shape, levels.shape[3]), dtype=torch.uint8, device=levels.device)
+        output.index_copy_(0, pieces[4], group)
+    return output

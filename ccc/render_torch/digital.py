@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ._levels import byte_levels, unit_float32, unit_float64
-from ._resample import resize_levels
+from ._resample import resample_batch
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
 from .random import SampleRandom
@@ -104,18 +105,20 @@ def contrast(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor
 def pixelate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """Pillow BOX resize to ``int(side * factor)`` (factor 0.6..0.25) and back, bytes equal to Pillow's.
 
-    Samples are grouped by their reduced size (one pair of matrix products per group).
+    Each sample has its own reduced size; both resizes run on the whole batch at once
+    (:func:`._resample.resample_batch`).
     """
     factors = per_sample_parameters("pixelate", severities).tolist()
     height, width = images.shape[-2:]
-    levels = byte_levels(images)
-    output = torch.empty_like(levels)
-    sizes = [(int(height * factor), int(width * factor)) for factor in factors]
-    for size in sorted(set(sizes)):
-        members = torch.tensor([k for k, other in enumerate(sizes) if other == size], device=images.device)
-        small = resize_levels(levels[members], size[0], size[1], "box")
-        output[members] = resize_levels(small, height, width, "box")
-    return (output / 255.0).to(torch.float32)
+    batch = len(factors)
+    reduced = np.array([(int(height * factor), int(width * factor)) for factor in factors], dtype=np.int64)
+    whole = np.tile(np.array([0, 0, width, height], dtype=np.int64), (batch, 1))
+    levels = byte_levels(images).to(torch.uint8).permute(0, 2, 3, 1)
+    small = resample_batch(levels, whole, reduced, tuple(reduced.max(axis=0)), "box")
+    reduced_boxes = np.concatenate([np.zeros_like(reduced), reduced[:, ::-1]], axis=1)
+    full = np.tile(np.array([height, width], dtype=np.int64), (batch, 1))
+    output = resample_batch(small, reduced_boxes, full, (height, width), "box")
+    return output.permute(0, 3, 1, 2).to(torch.float32) / 255
 
 
 def jpeg(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:

@@ -1,9 +1,9 @@
 """Crop, resize to 224×224 and flip source images on a torch device, with Pillow's bytes.
 
 The CPU path (``ccc.render``) resizes with Pillow's 8-bit bilinear filter; here the same fixed-point
-arithmetic runs as exact integer matrix products (:mod:`._resample`), so the result equals the CPU
-path's pixels on every device (no ``F.interpolate``: its antialiased bilinear weights and float
-rounding differ from Pillow's by up to a few levels).
+arithmetic runs as exact integer gathers and sums over per-sample tap tables (:mod:`._resample`), so
+the result equals the CPU path's pixels on every device (no ``F.interpolate``: its antialiased
+bilinear weights and float rounding differ from Pillow's by up to a few levels).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ccc.stream.spec import SampleSpec
 
-from ._resample import resize_levels
+from ._resample import resample_batch
 
 __all__ = ["OUTPUT_SIZE", "SourceImage", "crop_resize_flip"]
 
@@ -28,31 +28,58 @@ SourceImage = Union[NDArray[np.uint8], Tensor]
 """A decoded RGB source image: numpy uint8 (H, W, 3) or torch uint8 (3, H, W) (``torchvision.io``'s layout)."""
 
 
-def _planes(image: SourceImage, device: torch.device) -> Tensor:
-    """float64 (3, H, W) byte levels on ``device``."""
+def _check(spec: SampleSpec, image: SourceImage) -> tuple[int, int]:
+    """The (height, width) of ``image``, checked against ``spec``'s source size and crop box."""
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
             raise ValueError(f"a numpy source image must be uint8 (H, W, 3), got {image.dtype} {image.shape}")
-        return torch.from_numpy(np.ascontiguousarray(image)).to(device).permute(2, 0, 1).to(torch.float64)
-    if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] != 3:
-        raise ValueError(f"a tensor source image must be uint8 (3, H, W), got {image.dtype} {tuple(image.shape)}")
-    return image.to(device).to(torch.float64)
-
-
-def _crop_resize_flip_one(planes: Tensor, spec: SampleSpec) -> Tensor:
-    height, width = planes.shape[-2:]
+        height, width = image.shape[:2]
+    else:
+        if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] != 3:
+            raise ValueError(f"a tensor source image must be uint8 (3, H, W), got {image.dtype} {tuple(image.shape)}")
+        height, width = image.shape[1:]
     if (width, height) != tuple(spec.source_size):
         raise ValueError(
             f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
             f"as when the stream was planned, got {width}x{height}"
         )
-    if spec.resize is not None:
-        planes = resize_levels(planes, spec.resize[1], spec.resize[0], "bilinear")
+    crop_width, crop_height = spec.resize if spec.resize is not None else (width, height)
     left, top, right, bottom = spec.crop_box
-    if not (0 <= left < right <= planes.shape[-1] and 0 <= top < bottom <= planes.shape[-2]):
-        raise ValueError(f"crop_box {spec.crop_box} must lie inside the {planes.shape[-1]}x{planes.shape[-2]} image")
-    resized = resize_levels(planes[:, top:bottom, left:right], OUTPUT_SIZE, OUTPUT_SIZE, "bilinear")
-    return torch.flip(resized, dims=(-1,)) if spec.flip else resized
+    if not (0 <= left < right <= crop_width and 0 <= top < bottom <= crop_height):
+        raise ValueError(f"crop_box {spec.crop_box} must lie inside the {crop_width}x{crop_height} image")
+    return height, width
+
+
+def _upload(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
+    """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
+    on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
+    travel)."""
+    sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
+    padded = torch.empty((len(images), *sizes.max(axis=0), 3), dtype=torch.uint8)  # padding is never read
+    if device.type == "cuda":
+        padded = padded.pin_memory()
+    for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
+        if isinstance(image, np.ndarray):
+            plane[: bottom - top, : right - left] = torch.from_numpy(image[top:bottom, left:right])
+        else:
+            plane[: bottom - top, : right - left] = image[:, top:bottom, left:right].permute(1, 2, 0)
+    return padded.to(device, non_blocking=True)
+
+
+def _crop_group(specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device) -> Tensor:
+    """uint8 (B, 224, 224, 3) crops of samples that all have, or all have no, ``spec.resize``."""
+    sizes = np.array([_check(spec, image) for spec, image in zip(specs, images)], dtype=np.int64)
+    boxes = np.array([spec.crop_box for spec in specs], dtype=np.int64)
+    if specs[0].resize is None:
+        levels = _upload(images, boxes, device)
+        boxes = np.concatenate([np.zeros_like(sizes), boxes[:, 2:] - boxes[:, :2]], axis=1)
+    else:
+        whole = np.concatenate([np.zeros_like(sizes), sizes[:, ::-1]], axis=1)
+        resized = np.array([spec.resize[::-1] for spec in specs], dtype=np.int64)
+        levels = resample_batch(_upload(images, whole, device), whole, resized, tuple(resized.max(axis=0)), "bilinear")
+    flips = np.array([spec.flip for spec in specs], dtype=bool)
+    square = np.full((len(specs), 2), OUTPUT_SIZE, dtype=np.int64)
+    return resample_batch(levels, boxes, square, (OUTPUT_SIZE, OUTPUT_SIZE), "bilinear", flips)
 
 
 def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device | str) -> Tensor:
@@ -64,12 +91,15 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
 
     Args:
         specs: one :class:`SampleSpec` per image.
-        images: decoded RGB images of any sizes (``spec.source_size`` each), see :data:`SourceImage`.
+        images: decoded RGB images of any sizes (``spec.source_size`` each) in host memory, see
+            :data:`SourceImage`.
         device: where the work and the result live.
 
     Returns:
-        float32 (B, 3, 224, 224) on ``device``, values ``k / 255`` for Pillow's bytes ``k``. Images of
-        different sizes are resized one by one (a loop over the samples), then stacked.
+        float32 (B, 3, 224, 224) on ``device``, values ``k / 255`` for Pillow's bytes ``k``. The samples
+        with and without ``spec.resize`` form at most two groups; each group's images are padded into
+        one uint8 tensor, uploaded at once and resampled together (:func:`._resample.resample_batch`):
+        no operation on the device runs per sample.
 
     Raises:
         ValueError: a count, dtype, layout or size mismatch, or a crop box outside the image.
@@ -77,7 +107,15 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
     if len(specs) != len(images):
         raise ValueError(f"specs and images must have the same length, got {len(specs)} and {len(images)}")
     device = torch.device(device)
-    crops = [_crop_resize_flip_one(_planes(image, device), spec) for spec, image in zip(specs, images)]
-    if not crops:
+    if not specs:
         return torch.empty((0, 3, OUTPUT_SIZE, OUTPUT_SIZE), dtype=torch.float32, device=device)
-    return (torch.stack(crops) / 255).to(torch.float32)
+    groups = [[k for k, spec in enumerate(specs) if (spec.resize is not None) == resized] for resized in (False, True)]
+    groups = [members for members in groups if members]
+    crops = [_crop_group([specs[k] for k in members], [images[k] for k in members], device) for members in groups]
+    if len(groups) == 1:
+        levels = crops[0]
+    else:
+        levels = torch.empty((len(specs), OUTPUT_SIZE, OUTPUT_SIZE, 3), dtype=torch.uint8, device=device)
+        for members, group in zip(groups, crops):
+            levels[torch.tensor(members, device=device)] = group
+    return levels.permute(0, 3, 1, 2).to(torch.float32) / 255

@@ -9,7 +9,7 @@ from PIL import Image
 
 from ccc.corruptions import corrupt
 from ccc.render_torch import digital
-from ccc.render_torch._resample import resize_levels
+from ccc.render_torch._resample import resample_batch
 from ccc.render_torch.random import SampleRandom
 from tests.ccc.render_torch.images import demo_images, to_bytes, to_tensor
 
@@ -28,14 +28,21 @@ def test_bytes_equal_the_cpu_path_at_every_half_severity(name: str):
     np.testing.assert_array_equal(ours, theirs)
 
 
+def _resize(image: np.ndarray, height: int, width: int, kind: str) -> np.ndarray:
+    """``resample_batch`` of one uint8 (H, W, 3) image to (height, width), as uint8 (height, width, 3)."""
+    box = [[0, 0, image.shape[1], image.shape[0]]]
+    resized = resample_batch(
+        torch.from_numpy(image)[None], np.array(box), np.array([[height, width]]), (height, width), kind
+    )
+    return resized[0].numpy()
+
+
 @pytest.mark.parametrize("kind, resample", [("box", Image.Resampling.BOX), ("bilinear", Image.Resampling.BILINEAR)])
 @pytest.mark.parametrize("size", [(224, 224), (67, 56), (300, 250), (224, 100), (111, 331)])
 def test_resize_levels_equals_pillow(kind: str, resample: Image.Resampling, size: tuple[int, int]):
     image = IMAGES[0][:200, :150]
     expected = np.asarray(Image.fromarray(image).resize(size, resample))
-    levels = torch.from_numpy(image).permute(2, 0, 1).to(torch.float64)
-    ours = resize_levels(levels, size[1], size[0], kind).permute(1, 2, 0).to(torch.uint8).numpy()
-    np.testing.assert_array_equal(ours, expected)
+    np.testing.assert_array_equal(_resize(image, size[1], size[0], kind), expected)
 
 
 def test_resize_levels_equals_pillow_on_random_sizes():
@@ -45,8 +52,6 @@ def test_resize_levels_equals_pillow_on_random_sizes():
     for _ in range(40):
         (in_width, in_height), (width, height) = generator.integers(8, 300, 2), generator.integers(2, 350, 2)
         image = noise[:in_height, :in_width]
-        levels = torch.from_numpy(image).permute(2, 0, 1).to(torch.float64)
         for kind, resample in (("box", Image.Resampling.BOX), ("bilinear", Image.Resampling.BILINEAR)):
             expected = np.asarray(Image.fromarray(image).resize((int(width), int(height)), resample))
-            ours = resize_levels(levels, int(height), int(width), kind).permute(1, 2, 0).to(torch.uint8).numpy()
-            np.testing.assert_array_equal(ours, expected)
+            np.testing.assert_array_equal(_resize(image, int(height), int(width), kind), expected)

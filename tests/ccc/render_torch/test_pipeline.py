@@ -83,6 +83,13 @@ def test_one_batch_of_crops_of_every_shape_equals_pillow():
     np.testing.assert_array_equal(torch.round(ours * 255).to(torch.uint8).permute(0, 2, 3, 1).numpy(), expected)
 
 
+def test_crops_run_on_the_meta_device():
+    """The crop reads no device data on the host (the meta device holds none), with and without resize."""
+    specs = [_spec(k, "contrast", 0.0, "brightness", 0.0, center=k == 2) for k in range(3)]
+    crops = crop_resize_flip(specs, [SOURCES[k % len(SOURCES)] for k in range(3)], "meta")
+    assert crops.shape == (3, 3, 224, 224) and crops.dtype == torch.float32 and crops.device.type == "meta"
+
+
 def test_tensor_sources_give_the_same_crops():
     specs = [_spec(k, "contrast", 0.0, "brightness", 0.0) for k in range(2)]
     arrays = crop_resize_flip(specs, SOURCES[:2], "cpu")
