@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ccc.pickles import load_torch_file
 from ccc.demo.images import CLASS_NAMES
+from ccc.pickles import load_torch_file
 from ccc.validation import check_integer
 
 DEMO_WEIGHTS_PATH = Path(__file__).with_name("demo_model.pt")
