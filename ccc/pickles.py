@@ -7,6 +7,11 @@ a user supplies counts its opcodes first (at most :data:`MAX_PICKLE_OPCODES`): t
 importer (``ccc.calibration.published``), run checkpoints (``tta_eval.checkpoint``) and source
 statistics (``tta_eval.methods.ttac_nq``). Torch files are then read with ``torch.load(...,
 weights_only=True)``, which builds tensors and plain values only: no code named by the file runs.
+
+A zip's compressed entry can inflate about 1,000-fold (a 3 MB file to 3 GB), and ``torch.load``
+inflates every entry whole. ``torch.save`` stores its entries as they are, so a torch zip with a
+compressed entry is refused before anything is inflated: nothing read from the file is then larger
+than the file itself, and the opcodes of ``data.pkl`` are counted as it streams from the file.
 """
 
 from __future__ import annotations
@@ -65,13 +70,20 @@ system information, the object, its storages' keys; the storages' bytes follow."
 
 def _torch_file_opcodes(path: Path, magic_number: int) -> int:
     """Opcodes of the pickles of a file written by ``torch.save`` (zip, or legacy when it starts with
-    torch's ``magic_number``), counted up to one past the bound; ValueError for any other file."""
+    torch's ``magic_number``), counted up to one past the bound; ValueError for any other file, and
+    for a zip with a compressed entry (``torch.save`` compresses none)."""
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
             names = [name for name in archive.namelist() if name.count("/") == 1 and name.endswith("/data.pkl")]
             if len(names) != 1:
                 raise ValueError("it is not a file written by torch.save (a zip archive without data.pkl)")
-            return count_pickle_opcodes(archive.read(names[0]))
+            compressed = [info.filename for info in archive.infolist() if info.compress_type != zipfile.ZIP_STORED]
+            if compressed:
+                raise ValueError(
+                    f"its entry {compressed[0]!r} is compressed, which torch.save never does; refusing to inflate it"
+                )
+            with archive.open(names[0]) as pickle_stream:
+                return count_pickle_opcodes(pickle_stream)
     with open(path, "rb") as handle:
         try:
             # The magic number's pickle is PROTO, LONG1, STOP: a few opcodes decide, whatever follows.

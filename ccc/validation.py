@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Collection
 
 
@@ -70,6 +71,34 @@ def check_positive_int(
 def check_non_negative_int(name: str, value: object, *, error: type[ValueError] = ValueError) -> int:
     """Require an integer >= 0; returns it as a Python int (see :func:`check_integer`)."""
     return check_integer(name, value, 0, error=error)
+
+
+LOADER_WORKERS_PER_CPU = 4
+"""DataLoader worker processes allowed per CPU of this machine (more than one: a worker may wait on the
+network or the disk rather than compute)."""
+
+MIN_LOADER_WORKERS_LIMIT = 16
+"""The worker limit on a machine with few CPUs."""
+
+
+def max_loader_workers() -> int:
+    """Most DataLoader worker processes a stream loader may start: 4 per CPU of this machine
+    (``os.cpu_count()``), or 16 where that is more. Each is a process of its own (about 15 MB, and a copy of the
+    stream); torch only warns past the CPU count, and 1,000,000 forked about 1,450 before memory ran out."""
+    return max(MIN_LOADER_WORKERS_LIMIT, LOADER_WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def check_loader_workers(name: str, value: object) -> int:
+    """Require a DataLoader worker count in [0, :func:`max_loader_workers`]; returns it as a Python int.
+    The one check of every loader's ``num_workers`` (``stream_loader``, tta-eval's ``StreamOptions``)."""
+    count = check_integer(name, value, 0)
+    limit = max_loader_workers()
+    if count > limit:
+        raise ValueError(
+            f"{name} must be an integer in [0, {limit:,}] ({LOADER_WORKERS_PER_CPU} worker processes per CPU of "
+            f"this machine's {os.cpu_count() or 1}, or {MIN_LOADER_WORKERS_LIMIT} if that is more), got {count:,}"
+        )
+    return count
 
 
 def check_choice(name: str, value: str, choices: Collection[str]) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ccc.cli.common import HelpFormatter, count, examples, integer_at_least, run_command
 from ccc.execution import RayUnavailableError, TaskFailedError
+from ccc.validation import LOADER_WORKERS_PER_CPU, MIN_LOADER_WORKERS_LIMIT, max_loader_workers
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import (
     CostModel,
@@ -120,7 +121,15 @@ def _add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         default=64,
         help="samples per batch (each method predicts, then adapts, once per batch)",
     )
-    group.add_argument("--num-workers", type=int, default=0, help="DataLoader workers for image folders")
+    group.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="DataLoader worker processes that read or render the stream, for every stream with images "
+        "(ccc:, ccc-render:, folder:; synthetic: has none); 0 reads in this process; at most "
+        f"{LOADER_WORKERS_PER_CPU} per CPU of this machine or {MIN_LOADER_WORKERS_LIMIT}, whichever is more "
+        f"(here {max_loader_workers()})",
+    )
     group.add_argument(
         "--max-samples", type=int, default=None, help="stop after this many samples (default: the whole stream)"
     )

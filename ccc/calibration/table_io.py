@@ -213,8 +213,10 @@ def decode_table(data: bytes) -> TableContent:
     with archive:
         _check_members(archive)
         try:
-            document_text = archive.read(METADATA_MEMBER).decode("utf-8")
-            arrays = {name: _read_npy(name, archive.read(name)) for name in _MEMBERS[:3]}
+            document_text = _read_member(archive, METADATA_MEMBER, MAX_METADATA_BYTES).decode("utf-8")
+            arrays = {
+                name: _read_npy(name, _read_member(archive, name, MAX_ARRAY_MEMBER_BYTES)) for name in _MEMBERS[:3]
+            }
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as error:
             raise CalibrationError(f"damaged .npz (zip) file ({error})") from None
         except UnicodeDecodeError:
@@ -227,7 +229,7 @@ def decode_table(data: bytes) -> TableContent:
 
 
 def _check_members(archive: zipfile.ZipFile) -> None:
-    """The archive holds exactly the format's members, each once and within its size limit."""
+    """The archive holds exactly the format's members, each once."""
     names = archive.namelist()
     missing = [name for name in _MEMBERS if name not in names]
     if missing:
@@ -237,13 +239,26 @@ def _check_members(archive: zipfile.ZipFile) -> None:
     unexpected = sorted(set(names) - set(_MEMBERS)) + sorted({name for name in names if names.count(name) > 1})
     if unexpected:
         raise CalibrationError(f"unexpected or repeated member(s): {', '.join(unexpected)}")
-    for info in archive.infolist():
-        limit = MAX_METADATA_BYTES if info.filename == METADATA_MEMBER else MAX_ARRAY_MEMBER_BYTES
-        if info.file_size > limit:
-            raise CalibrationError(
-                f"member {info.filename} inflates to {info.file_size:,} bytes, more than the limit of {limit:,}; "
-                "refusing to read it"
-            )
+
+
+_READ_PIECE_BYTES = 2**20
+"""Most bytes one read of a member inflates (a compressed member can inflate about 1,000-fold)."""
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """The member ``name`` inflated, at most ``limit`` bytes: read in pieces and refused as soon as it
+    exceeds ``limit``, whatever its header claims (a header may understate the size)."""
+    pieces = []
+    size = 0
+    with archive.open(name) as member:
+        while piece := member.read(_READ_PIECE_BYTES):
+            size += len(piece)
+            if size > limit:
+                raise CalibrationError(
+                    f"member {name} inflates to more than {limit:,} bytes, the limit; refusing to read it"
+                )
+            pieces.append(piece)
+    return b"".join(pieces)
 
 
 def _content(document: object, arrays: dict[str, np.ndarray]) -> TableContent:

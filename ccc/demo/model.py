@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ccc.demo.images import CLASS_NAMES
+from ccc.pickles import load_torch_file
 from ccc.validation import check_integer
 
 DEMO_WEIGHTS_PATH = Path(__file__).with_name("demo_model.pt")
@@ -108,7 +109,7 @@ def load_demo_weights(
                 f"demo model weights {file} must have sha256 {expected_sha256}, got {actual} "
                 "(the file is damaged or was replaced; restore it from the package)"
             )
-    state = torch.load(file, map_location="cpu", weights_only=True)
+    state = load_torch_file(file, "demo model weights")
     if not isinstance(state, dict):
         raise ValueError(f"demo model weights {file} must hold a state_dict, got {type(state).__name__}")
     try:

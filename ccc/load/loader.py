@@ -9,7 +9,7 @@ import torch
 
 from ccc.load.base import CCCStream
 from ccc.load.sample import StreamSample
-from ccc.validation import check_non_negative_int, check_positive_int
+from ccc.validation import check_loader_workers, check_positive_int
 
 __all__ = ["collate_samples", "stream_loader"]
 
@@ -45,12 +45,13 @@ def stream_loader(
     Args:
         stream: from :func:`ccc.load.open_stream` or :func:`ccc.load.render_stream`.
         batch_size: samples per batch, >= 1.
-        num_workers: DataLoader worker processes, >= 0.
+        num_workers: DataLoader worker processes, in [0, :func:`ccc.validation.max_loader_workers`] (4 per
+            CPU of this machine, or 16 where that is more).
         dataloader_options: further ``torch.utils.data.DataLoader`` arguments (not ``batch_size``,
             ``collate_fn``, ``shuffle`` or ``sampler``).
     """
     check_positive_int("batch_size", batch_size)
-    check_non_negative_int("num_workers", num_workers)
+    check_loader_workers("num_workers", num_workers)
     reserved = sorted(
         {"batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "in_order"} & set(dataloader_options)
     )

@@ -656,3 +656,17 @@ def test_a_stream_error_from_a_dataloader_worker_keeps_its_message_only() -> Non
     )
     assert str(StreamError(relayed)) == "shard serial_00001.tar: truncated (10 bytes)"
     assert str(StreamError("shard a.tar: cannot open")) == "shard a.tar: cannot open"
+
+
+def test_a_worker_count_past_the_limit_is_refused_before_any_worker_starts(world: dict, monkeypatch) -> None:
+    """``num_workers=1_000_000`` forked about 1,450 processes (21 GB) before anything stopped it."""
+    from ccc.validation import max_loader_workers
+
+    def no_loader(*arguments, **options):  # type: ignore[no-untyped-def]
+        raise AssertionError("a DataLoader was made")
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", no_loader)
+    limit = max_loader_workers()
+    assert limit >= 16
+    with pytest.raises(ValueError, match=rf"^num_workers must be an integer in \[0, {limit:,}\] .*got 1,000,000$"):
+        stream_loader(open_stream(world["run"]), batch_size=4, num_workers=1_000_000)

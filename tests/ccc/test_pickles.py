@@ -78,3 +78,40 @@ def test_a_weights_file_is_bounded_before_it_is_unpickled(tmp_path, monkeypatch)
         ValueError, match=r"weights file '.*flood.pt' cannot be read: its pickles hold more than 500,000 opcodes"
     ):
         load_model(ModelSpec("tests.tta_eval.tta_helpers:make_tiny_cnn", weights=str(tmp_path / "flood.pt")))
+
+
+def deflated_copy(source, destination, inflating: dict[str, bytes] | None = None) -> None:
+    """``destination``: the zip ``source`` with every entry deflated (and the entries named in
+    ``inflating`` given that content), as a zip tool would recompress a file torch.save wrote."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in archive.infolist():
+            out.writestr(info.filename, (inflating or {}).get(info.filename, archive.read(info)))
+
+
+def test_a_zip_bomb_pickle_is_refused_before_it_is_inflated(tmp_path) -> None:
+    import tracemalloc
+
+    torch.save({"weights": torch.ones(2)}, tmp_path / "state.pt")
+    # 64 MiB of NONE opcodes deflate to about 64 KiB; reading them whole would allocate the 64 MiB.
+    deflated_copy(tmp_path / "state.pt", tmp_path / "bomb.pt", {"state/data.pkl": b"\x80\x02" + b"N" * 2**26})
+    assert (tmp_path / "bomb.pt").stat().st_size < 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            ValueError, match=r"^checkpoint '.*bomb.pt' cannot be read: its entry 'state/data.pkl' is compressed"
+        ):
+            load_torch_file(tmp_path / "bomb.pt", "checkpoint")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**22
+
+
+def test_a_compressed_tensor_storage_is_refused(tmp_path) -> None:
+    """torch.load would inflate it in C++ (a 3 MB file to 3 GB): every entry must be stored as torch.save stores it."""
+    torch.save({"weights": torch.zeros(2**18)}, tmp_path / "state.pt")
+    deflated_copy(tmp_path / "state.pt", tmp_path / "deflated.pt")
+    with pytest.raises(ValueError, match=r"its entry 'state/[^']+' is compressed"):
+        load_torch_file(tmp_path / "deflated.pt", "checkpoint")

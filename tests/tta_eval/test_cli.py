@@ -303,6 +303,7 @@ def test_existing_run_folder_is_not_overwritten(tmp_path, capsys):
         (["--method", "tent", "--model", "tta_eval.synthetic:missing"], "has no callable 'missing'"),
         (["--method", "tent", "--collapse-reference", "2"], "--collapse-reference accuracy must be in [0, 1], got 2.0"),
         (["--method", "tent", "--batch-size", "0"], "batch_size must be an integer >= 1, got 0"),
+        (["--method", "tent", "--num-workers", "1000000"], "num_workers must be an integer in [0, "),
         (["--method", "tent", "--device", "tpu"], "device must be 'cpu' or 'cuda[:index]', got 'tpu'"),
         (["--method", "tent", "--episodic-domain", "pair"], "domain key 'pair' not in the metadata of stream batch 0"),
     ],

@@ -82,3 +82,11 @@ def test_importing_the_streams_loads_no_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
     )
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_stream_options_bound_the_loader_workers() -> None:
+    from ccc.validation import max_loader_workers
+
+    assert StreamOptions(num_workers=max_loader_workers()).num_workers == max_loader_workers()
+    with pytest.raises(ValueError, match=rf"^num_workers must be an integer in \[0, {max_loader_workers():,}\]"):
+        StreamOptions(num_workers=max_loader_workers() + 1)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_non_negative_int, check_positive_int
+from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_loader_workers, check_positive_int
 
 
 @dataclass(frozen=True)
 class StreamOptions:
     """Options given to stream openers.
 
-    batch_size in [1, 65536]; num_workers >= 0 DataLoader worker processes; image_size: side in
-    pixels of the centre crop for image folders (images are resized so the short side is 256/224
+    batch_size in [1, 65536]; num_workers: DataLoader worker processes of every stream that has a loader,
+    in [0, ``ccc.validation.max_loader_workers()``] (4 per CPU of this machine, or 16 where that is more);
+    image_size: side in pixels of the centre crop for image folders (images are resized so the short side is 256/224
     of it), at most 16384; shuffle_seed: seed of the fixed permutation applied to image folders
     (their files are sorted by class otherwise), None keeps the sorted order; skip_bad_images:
     decode every image of a folder before the run and exclude the unreadable ones (logged), as
@@ -36,4 +37,4 @@ class StreamOptions:
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
-        check_non_negative_int("num_workers", self.num_workers)
+        check_loader_workers("num_workers", self.num_workers)
