@@ -368,9 +368,12 @@ def set_position(batches: int, samples: int) -> Callable[[dict[str, Any]], None]
         ),
         (set_position(10**15 // 16, 10**15), r"beyond the stream's end"),
         (set_position(7, 112), r"position \(sample 112\) is beyond the stream's end \(sample 96\)"),
-        (set_position(1, 16), r"records file .*\.csv.* holds 2 rows, more than the 1 batch of its position"),
-        (set_position(2, 1), r"position \(2 batches, 1 sample\) has more batches than samples"),
-        (set_position(0, 0), r"position \(0 batches, 0 samples\) is before the stream's first batch"),
+        (
+            set_position(1, 16),
+            r"source\.csv' holds 2 batches up to sample 32 .*, beyond its position \(1 batches, 16 samples\)",
+        ),
+        (set_position(2, 1), r"position \(2 batches, 1 samples\) has more batches than samples"),
+        (set_position(0, 0), r"holds 2 batches up to sample 32 .*, beyond its position \(0 batches, 0 samples\)"),
     ],
     ids=["samples 1e15", "batches and samples 1e15", "past the end", "behind the records", "batches > samples", "0"],
 )
