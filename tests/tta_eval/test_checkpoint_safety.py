@@ -24,7 +24,14 @@ import torch
 import tta_eval.checkpoint
 from tests.tta_eval.method_helpers import statistics_file
 from tests.tta_eval.tta_helpers import run_cli
-from tta_eval.checkpoint import Checkpoint, Checkpointer, read_checkpoint
+from tta_eval.checkpoint import (
+    CUDA_RNG_STATE_BYTES,
+    Checkpoint,
+    Checkpointer,
+    check_rng_states,
+    read_checkpoint,
+    rng_states,
+)
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
@@ -447,3 +454,25 @@ def test_a_malformed_random_state_is_one_line_naming_the_checkpoint(
     run_dir = interrupted_run(tmp_path, monkeypatch, capsys)
     tamper(run_dir, change)
     assert_refused_untouched(tmp_path, run_dir, capsys, reason)
+
+
+def test_a_checkpoint_that_does_not_fit_restores_no_deleted_config(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 35 §3: with config.json deleted, a checkpoint is checked whole before config.json is
+    written back from it."""
+    run_dir = interrupted_run(tmp_path, monkeypatch, capsys)
+    tamper(run_dir, set_records("source", lambda size: 0))
+    (run_dir / CONFIG_FILE).unlink()
+    before = folder_files(run_dir)
+    code, _, err = run_cli(capsys, *COMMAND, "--out", str(tmp_path), "--name", "run")
+    assert code == 2 and err.count("\n") == 1 and "source.csv' has no header" in err, err
+    assert folder_files(run_dir) == before
+
+
+def test_more_cuda_random_states_than_devices_are_refused(monkeypatch) -> None:
+    """A checkpoint written on a machine with more CUDA devices than this one's cannot set their states."""
+    states = {**rng_states(), "cuda": [torch.zeros(CUDA_RNG_STATE_BYTES, dtype=torch.uint8)] * 2}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"random state 'cuda' holds the states of 2 CUDA devices, this machine has 1"):
+        check_rng_states(states)
+    check_rng_states({**states, "cuda": states["cuda"][:1]})
