@@ -22,6 +22,10 @@ never runs code named by the file (a replaced file is refused in one line):
 - ``extra``: what the caller adds (``tta_eval.run.Run``: λ and its calibration, and the
   ``model_sha256`` of the weights the run started from, checked when it resumes).
 
+Before a run resumes, ``check_checkpoint_claims`` checks what the file claims against the run folder
+and the stream (its methods, its position, the records' sizes and rows, the random states' types and
+sizes), so that a damaged or edited checkpoint is refused in one line before any file is changed.
+
 The file is written to a temporary name next to it, fsynced and renamed over the previous one, then
 the folder is fsynced: a kill at any moment leaves the previous checkpoint or the new one, never a
 partial file; a write that fails (a full disk) is an OSError naming the file.
@@ -36,7 +40,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,7 +49,7 @@ import numpy as np
 import torch
 
 from ccc.pickles import NotPlainDataError, load_torch_file
-from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, write_text_atomic
+from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, checkpointed_rows, records_path, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +141,112 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
+CUDA_RNG_STATE_BYTES = 16
+"""Bytes of one CUDA device's random state (torch's Philox generator: its seed and offset, 8 bytes each)."""
+
+MT19937_WORDS = 624
+"""32-bit words of a Mersenne Twister's state (numpy's legacy generator and python's ``random``)."""
+
+
+def _shown_value(value: Any) -> str:
+    """A short description of a value read from a checkpoint, for an error message."""
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value):,} entries"
+    return f"a {type(value).__name__}"
+
+
+def _is_bytes_tensor(value: Any, size: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and tuple(value.shape) == (size,)
+
+
+def _is_int(value: Any, low: int, high: int | None = None) -> bool:
+    """Whether ``value`` is an int (not a bool) in [low, high] (None: no upper bound)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
+
+
+def _is_numpy_state(state: Any) -> bool:
+    """Whether ``state`` is ``rng_states``' numpy entry: ("MT19937", its key as an int64 tensor of 624
+    words in [0, 2**32), position in [0, 624], has_gauss 0 or 1, the cached gaussian as a float)."""
+    if not isinstance(state, (list, tuple)) or len(state) != 5:
+        return False
+    kind, key, position, has_gauss, cached = state
+    return (
+        kind == "MT19937"
+        and isinstance(key, torch.Tensor)
+        and key.dtype == torch.int64
+        and tuple(key.shape) == (MT19937_WORDS,)
+        and bool(((key >= 0) & (key < 2**32)).all())
+        and _is_int(position, 0, MT19937_WORDS)
+        and _is_int(has_gauss, 0, 1)
+        and isinstance(cached, (int, float))
+    )
+
+
+def _is_python_state(state: Any) -> bool:
+    """Whether ``state`` is ``random.getstate()``: (3, 624 words in [0, 2**32) and a position in
+    [0, 624], the next gaussian or None)."""
+    if not isinstance(state, (list, tuple)) or len(state) != 3:
+        return False
+    version, internal, gauss = state
+    return (
+        version == 3
+        and isinstance(internal, (list, tuple))
+        and len(internal) == MT19937_WORDS + 1
+        and all(_is_int(word, 0, 2**32 - 1) for word in internal[:-1])
+        and _is_int(internal[-1], 0, MT19937_WORDS)
+        and (gauss is None or isinstance(gauss, float))
+    )
+
+
+def check_rng_states(states: Mapping[str, Any]) -> None:
+    """ValueError (one line saying which state is wrong and what it should be) unless ``states`` has
+    the form ``rng_states`` writes, so that ``restore_rng_states`` cannot fail: torch's CPU state a
+    uint8 tensor of this torch's size (5,056 bytes), each CUDA device's a uint8 tensor of
+    ``CUDA_RNG_STATE_BYTES`` (at most as many as this machine's devices when it has CUDA), numpy's and
+    python's Mersenne Twister states."""
+    unknown = sorted(set(states) - {"torch", "cuda", "numpy", "python"}, key=str)
+    if unknown:
+        raise ValueError(f"unknown random state {unknown[0]!r} (known: cuda, numpy, python, torch)")
+    missing = [name for name in ("torch", "numpy", "python") if name not in states]
+    if missing:
+        raise ValueError(f"random states lack {', '.join(map(repr, missing))}")
+    size = torch.get_rng_state().numel()
+    if not _is_bytes_tensor(states["torch"], size):
+        raise ValueError(
+            f"random state 'torch' must be a uint8 tensor of {size:,} bytes, got {_shown_value(states['torch'])}"
+        )
+    cuda = states.get("cuda", [])
+    wrong = (
+        [cuda]
+        if not isinstance(cuda, (list, tuple))
+        else [state for state in cuda if not _is_bytes_tensor(state, CUDA_RNG_STATE_BYTES)]
+    )
+    if wrong:
+        raise ValueError(
+            f"random state 'cuda' must be a list of uint8 tensors of {CUDA_RNG_STATE_BYTES} bytes "
+            f"(one per CUDA device), got {_shown_value(wrong[0])}"
+        )
+    if torch.cuda.is_available() and len(cuda) > torch.cuda.device_count():
+        raise ValueError(
+            f"random state 'cuda' holds the states of {len(cuda)} CUDA devices, this machine has "
+            f"{torch.cuda.device_count()}"
+        )
+    if not _is_numpy_state(states["numpy"]):
+        raise ValueError(
+            "random state 'numpy' must be numpy's MT19937 state (its kind, 624 words, position, has_gauss, "
+            f"cached gaussian), got {_shown_value(states['numpy'])}"
+        )
+    if not _is_python_state(states["python"]):
+        raise ValueError(
+            "random state 'python' must be random.getstate() (version 3, 625 integers, next gaussian), "
+            f"got {_shown_value(states['python'])}"
+        )
+
+
 def restore_rng_states(states: Mapping[str, Any]) -> None:
-    """Set the global random states saved by ``rng_states``."""
+    """Set the global random states saved by ``rng_states`` (of the form ``check_rng_states`` accepts)."""
     torch.set_rng_state(states["torch"].cpu())
     kind, key, position, has_gauss, cached = states["numpy"]
     np.random.set_state((kind, key.cpu().numpy().astype(np.uint32), position, has_gauss, cached))
@@ -315,6 +423,42 @@ def check_checkpoint_config(run_dir: Path, checkpoint: Checkpoint, current: Mapp
         )
 
 
+def check_checkpoint_claims(run_dir: Path, checkpoint: Checkpoint, labels: Sequence[str], end: int | None) -> None:
+    """ValueError (one line naming the checkpoint file, what is wrong and how to start over) unless
+    ``checkpoint`` can resume the run in ``run_dir`` as it is: it holds the states and records of the
+    run's methods (``labels``, in order); its position (batches <= samples) is not beyond ``end``, the
+    samples of the run's stream (None: unknown); each records file holds the rows the checkpoint says
+    (``tta_eval.run_folder.checkpointed_rows``), batches 0, 1, … no further than its position (a method
+    whose rows wait in a protocol's queue may be behind it); its random states have the form
+    ``check_rng_states`` accepts. Reads the records files, changes nothing: a resumption checks this
+    before it cuts the records or restores a file."""
+    try:
+        for entry in ("methods", "runners", "records"):
+            saved = list(getattr(checkpoint, entry))
+            if saved != list(labels):
+                raise ValueError(f"it holds the {entry} of methods {', '.join(saved)}, not {', '.join(labels)}")
+        batches, samples = checkpoint.batches, checkpoint.samples
+        if batches > samples:
+            raise ValueError(f"its position ({batches:,} batches, {samples:,} samples) has more batches than samples")
+        if end is not None and samples > end:
+            raise ValueError(f"its position (sample {samples:,}) is beyond the stream's end (sample {end:,})")
+        for label, size in checkpoint.records.items():
+            if not _is_int(size, 0):
+                raise ValueError(f"its records size of method {label} is {size!r}, not a number of bytes")
+            rows, covered = checkpointed_rows(run_dir, label, size)
+            if rows > batches or covered > samples:
+                raise ValueError(
+                    f"records file {str(records_path(run_dir, label))!r} holds {rows:,} batches up to sample "
+                    f"{covered:,} at the checkpoint, beyond its position ({batches:,} batches, {samples:,} samples)"
+                )
+        check_rng_states(checkpoint.rng)
+    except ValueError as error:
+        raise ValueError(
+            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} cannot resume this run: {error}; "
+            "delete it or pass --overwrite to start the run over"
+        ) from None
+
+
 class Checkpointer:
     """Writes a run's checkpoints every ``every`` samples (> 0).
 
@@ -383,11 +527,11 @@ class Checkpointer:
         logger.info("checkpoint at sample %d: %.1f MB in %.2f s", samples, size / 1e6, self.writes[-1][1])
 
 
-def restore_config(run_dir: Path, current: Mapping[str, Any]) -> bool:
+def restore_config(run_dir: Path, current: Mapping[str, Any], check: Callable[[Checkpoint], None]) -> bool:
     """Write config.json back from the checkpoint when ``run_dir`` holds a checkpoint but no config.json
     (deleted), after checking the checkpoint was written by the command of ``current`` (a fresh config
-    without λ); True when it did. ValueError (one line saying what is wrong and how to go on) when
-    the checkpoint cannot be used."""
+    without λ) and passes ``check`` (the caller's ``check_checkpoint_claims``); True when it did.
+    ValueError (one line saying what is wrong and how to go on) when the checkpoint cannot be used."""
     run_dir = Path(run_dir)
     if (run_dir / CONFIG_FILE).exists() or not (run_dir / CHECKPOINT_FILE).is_file():
         return False
@@ -398,5 +542,6 @@ def restore_config(run_dir: Path, current: Mapping[str, Any]) -> bool:
     if checkpoint is None:
         return False
     check_checkpoint_config(run_dir, checkpoint, current)
+    check(checkpoint)
     write_text_atomic(run_dir / CONFIG_FILE, checkpoint.config)
     return True

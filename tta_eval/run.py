@@ -4,7 +4,9 @@ its phases.
 ``tta_eval.experiment.run_experiment`` drives a ``Run`` through them, holding the run folder's lock:
 
 1. ``checkpoint_to_resume``: check the folder (restore a deleted config.json from the checkpoint,
-   refuse another command's run) and find the checkpoint of an unfinished run, if any;
+   refuse another command's run) and find the checkpoint of an unfinished run, if any, checked
+   against the folder and the stream (``check_checkpoint_claims``: its methods, position, records
+   sizes and random states) before any file changes;
 2. ``open_stream``: the stream from its start, or from the checkpoint's position;
 3. ``start`` (a new run: check the model against the stream, build the methods, obtain λ, write
    config.json, open empty records) or ``resume`` (check the model is the one the checkpoint's run
@@ -38,6 +40,7 @@ from ccc.models import resolve_device
 from tta_eval.checkpoint import (
     Checkpoint,
     Checkpointer,
+    check_checkpoint_claims,
     check_checkpoint_config,
     check_checkpoint_model,
     check_same_run,
@@ -271,9 +274,11 @@ class Run:
         Without ``overwrite``: a deleted config.json is restored from the checkpoint written by this
         command; an unfinished run of this command is resumed from its checkpoint (started over, with
         a line to ``notify``, when it has none); an unfinished run or a checkpoint of another command,
-        and a complete run, are refused (ValueError, one line). With ``overwrite``: None."""
+        a checkpoint that does not fit the folder or the stream (``check_checkpoint_claims``: nothing is
+        changed then, config.json included) and a complete run are refused (ValueError, one line).
+        With ``overwrite``: None."""
         overwrite = self.settings.overwrite
-        if not overwrite and restore_config(self.folder, self.config):
+        if not overwrite and restore_config(self.folder, self.config, self._check_checkpoint):
             notify(f"run {self.folder.name}: {CONFIG_FILE} restored from its checkpoint")
         check_run_folder(self.folder, overwrite, resume=not overwrite)
         if overwrite or not is_unfinished_run(self.folder):
@@ -284,14 +289,24 @@ class Run:
             notify(f"run {self.folder.name} has no checkpoint: starting it over")
         else:
             check_checkpoint_config(self.folder, checkpoint, self.config)
+            self._check_checkpoint(checkpoint)
         return checkpoint
+
+    def _check_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """``check_checkpoint_claims`` of ``checkpoint`` against this run's folder, methods and stream."""
+        check_checkpoint_claims(self.folder, checkpoint, [method.label for method in self.methods], self._end())
+
+    def _end(self) -> int | None:
+        """Samples the run covers when known: the stream's length, or ``max_samples`` when smaller."""
+        ends = [limit for limit in (self.stream_description.samples, self.settings.max_samples) if limit is not None]
+        return min(ends) if ends else None
 
     def open_stream(self, checkpoint: Checkpoint | None) -> Iterable[Any]:
         """The stream's batches from its start, or from ``checkpoint``'s position (nothing when the
         checkpoint is at the stream's end), up to ``max_samples`` samples in all."""
         start = 0 if checkpoint is None else checkpoint.samples
-        ends = [limit for limit in (self.stream_description.samples, self.settings.max_samples) if limit is not None]
-        if checkpoint is not None and ends and start >= min(ends):
+        end = self._end()
+        if checkpoint is not None and end is not None and start >= end:
             return []
         stream = open_stream_source(self.settings.stream, self.settings.stream_options, start=start)
         if self.settings.max_samples is not None:

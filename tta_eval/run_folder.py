@@ -27,9 +27,12 @@ only complete runs of their own config.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import csv
 import glob
 import hashlib
+import io
 import json
 import math
 import os
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ccc.folder_lock import FolderInUseError, FolderLock
+from tta_eval.records import RECORD_COLUMNS
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
@@ -79,19 +83,49 @@ def records_path(run_dir: Path, label: str) -> Path:
 def open_records(run_dir: Path, label: str, keep_bytes: int | None = None) -> TextIO:
     """The records file of method ``label``, opened for writing with line buffering: every row
     reaches the file when written, so a killed run leaves its rows. keep_bytes: resume a file,
-    cut to its first ``keep_bytes`` bytes (the rows a checkpoint covers), and append after them
-    (None: a new, empty file). ValueError when the file is shorter than ``keep_bytes``."""
+    cut to its first ``keep_bytes`` bytes (the rows a checkpoint covers, checked beforehand by
+    ``checkpointed_rows``), and append after them (None: a new, empty file)."""
     path = records_path(run_dir, label)
     if keep_bytes is None:
         return open(path, "w", newline="", buffering=1)
-    if not path.is_file() or path.stat().st_size < keep_bytes:
-        raise ValueError(
-            f"records file {str(path)!r} is shorter than its checkpoint says ({keep_bytes:,} bytes); "
-            "pass --overwrite to start over"
-        )
     with open(path, "r+b") as handle:
         handle.truncate(keep_bytes)
     return open(path, "a", newline="", buffering=1)
+
+
+def checkpointed_rows(run_dir: Path, label: str, size: int) -> tuple[int, int]:
+    """The rows in the first ``size`` bytes (>= 0) of method ``label``'s records file, the part a
+    checkpoint covers: (rows, the sample their last row ends at; 0 without rows). Reads the file,
+    changes nothing. ValueError (one line naming the file) unless those bytes are the header and whole
+    rows of batches 0, 1, … in order: a missing or shorter file, no header, a cut inside a row, a
+    malformed last row."""
+    path = records_path(run_dir, label)
+    if not path.is_file():
+        raise ValueError(f"records file {str(path)!r} is missing")
+    found = path.stat().st_size
+    if found < size:
+        raise ValueError(f"records file {str(path)!r} is {found:,} bytes, shorter than its {size:,} at the checkpoint")
+    with open(path, "rb") as handle:
+        head = handle.read(size)
+    if not head.endswith(b"\n"):
+        where = "has no header" if not head else f"ends inside a row (at byte {size:,})"
+        raise ValueError(f"records file {str(path)!r} {where} at the checkpoint")
+    try:
+        reader = csv.reader(io.StringIO(head.decode(), newline=""))
+        if tuple(next(reader)) != RECORD_COLUMNS:
+            raise ValueError(f"its header is not {', '.join(RECORD_COLUMNS)}")
+        tail = collections.deque(enumerate(reader, 1), maxlen=1)
+        if not tail:
+            return 0, 0
+        rows, last = tail[0]
+        row = dict(zip(RECORD_COLUMNS, last, strict=True))
+        index, end = int(row["batch_index"]), int(row["sample_start"]) + int(row["batch_size"])
+    except (ValueError, csv.Error) as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(f"records file {str(path)!r} is not a file of records at the checkpoint: {reason}") from None
+    if index != rows - 1:
+        raise ValueError(f"records file {str(path)!r} holds {rows:,} rows, the last of batch {index:,}")
+    return rows, end
 
 
 def file_sha256(path: Path) -> str:

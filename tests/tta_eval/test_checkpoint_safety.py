@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import builtins
 import errno
+import json
 import os
 import pickle
+import re
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,11 +24,18 @@ import torch
 import tta_eval.checkpoint
 from tests.tta_eval.method_helpers import statistics_file
 from tests.tta_eval.tta_helpers import run_cli
-from tta_eval.checkpoint import Checkpoint, Checkpointer, read_checkpoint
+from tta_eval.checkpoint import (
+    CUDA_RNG_STATE_BYTES,
+    Checkpoint,
+    Checkpointer,
+    check_rng_states,
+    read_checkpoint,
+    rng_states,
+)
 from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
 from tta_eval.methods import create
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
-from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, RECORDS_FOLDER
+from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, LOCK_FILE, RECORDS_FOLDER, RUN_COMPLETE, SUMMARY_FILE
 from tta_eval.streams import StreamOptions
 
 FACTORY = "tests.tta_eval.tta_helpers:make_tiny_cnn"
@@ -287,3 +298,181 @@ def test_a_run_resumed_with_other_model_weights_is_refused_in_one_line(tmp_path,
     assert "\n" not in str(error.value)
     assert (run_dir / CHECKPOINT_FILE).is_file()
     run_experiment(settings(tmp_path), model=load_model(ModelSpec(FACTORY), "cpu"))
+
+
+def folder_files(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run folder (its lock file aside) by relative path, with its bytes."""
+    return {
+        str(path.relative_to(run_dir)): path.read_bytes()
+        for path in sorted(run_dir.rglob("*"))
+        if path.is_file() and path.name != LOCK_FILE
+    }
+
+
+def tamper(run_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite the checkpoint of ``run_dir`` with ``change`` applied to its payload."""
+    path = run_dir / CHECKPOINT_FILE
+    payload = torch.load(path, weights_only=True)
+    change(payload)
+    torch.save(payload, path)
+
+
+def assert_refused_untouched(tmp_path: Path, run_dir: Path, capsys: pytest.CaptureFixture[str], reason: str) -> None:
+    """The resumption of the tampered run in ``run_dir`` is one line naming its checkpoint and ``reason``
+    (a regular expression), and no file of the folder changed; deleting the checkpoint starts it over."""
+    before = folder_files(run_dir)
+    code, _, err = run_cli(capsys, *COMMAND, "--out", str(tmp_path), "--name", "run")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"checkpoint {str(run_dir / CHECKPOINT_FILE)!r}" in err and re.search(reason, err), err
+    assert "delete it or pass --overwrite" in err, err
+    assert folder_files(run_dir) == before
+    (run_dir / CHECKPOINT_FILE).unlink()
+    code, _, err = run_cli(capsys, *COMMAND, "--out", str(tmp_path), "--name", "run")
+    assert code == 0, err
+    assert json.loads((run_dir / SUMMARY_FILE).read_text())["status"] == RUN_COMPLETE
+
+
+def set_records(label: str, size: Callable[[int], int]) -> Callable[[dict[str, Any]], None]:
+    def change(payload: dict[str, Any]) -> None:
+        payload["records"][label] = size(payload["records"][label])
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (set_records("source", lambda size: 0), r"records file .*source\.csv.* has no header"),
+        (set_records("tent", lambda size: size + 10**6), r"records file .*tent\.csv.* is \d[\d,]* bytes, shorter than"),
+        (set_records("source", lambda size: size - 3), r"records file .*source\.csv.* ends inside a row"),
+        (lambda payload: payload["records"].pop("tent"), r"records of methods source, not source, tent"),
+        (lambda payload: payload["records"].update(other=10), r"records of methods source, tent, other"),
+    ],
+    ids=["source cut to 0 bytes", "beyond the file", "inside a row", "a method missing", "another method"],
+)
+def test_records_sizes_that_do_not_fit_are_refused_before_a_record_changes(
+    tmp_path, monkeypatch, capsys, change, reason
+) -> None:
+    """Issue 35 §3: a checkpoint's records sizes are checked against the files before they are cut."""
+    run_dir = interrupted_run(tmp_path, monkeypatch, capsys)
+    tamper(run_dir, change)
+    assert_refused_untouched(tmp_path, run_dir, capsys, reason)
+
+
+def set_position(batches: int, samples: int) -> Callable[[dict[str, Any]], None]:
+    def change(payload: dict[str, Any]) -> None:
+        payload["batches"], payload["samples"] = batches, samples
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            set_position(2, 10**15),
+            r"position \(sample 1,000,000,000,000,000\) is beyond the stream's end \(sample 96\)",
+        ),
+        (set_position(10**15 // 16, 10**15), r"beyond the stream's end"),
+        (set_position(7, 112), r"position \(sample 112\) is beyond the stream's end \(sample 96\)"),
+        (
+            set_position(1, 16),
+            r"source\.csv' holds 2 batches up to sample 32 .*, beyond its position \(1 batches, 16 samples\)",
+        ),
+        (set_position(2, 1), r"position \(2 batches, 1 samples\) has more batches than samples"),
+        (set_position(0, 0), r"holds 2 batches up to sample 32 .*, beyond its position \(0 batches, 0 samples\)"),
+    ],
+    ids=["samples 1e15", "batches and samples 1e15", "past the end", "behind the records", "batches > samples", "0"],
+)
+def test_a_position_beyond_the_stream_or_behind_the_records_is_refused(
+    tmp_path, monkeypatch, capsys, change, reason
+) -> None:
+    """Issue 35 §4: a checkpoint claiming samples=10**15 ended the run "complete" after 32 of 96 samples."""
+    run_dir = interrupted_run(tmp_path, monkeypatch, capsys)
+    tamper(run_dir, change)
+    assert_refused_untouched(tmp_path, run_dir, capsys, reason)
+
+
+def set_rng(name: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def change(payload: dict[str, Any]) -> None:
+        payload["rng"][name] = value
+
+    return change
+
+
+def numpy_state(**changes: object) -> Callable[[dict[str, Any]], None]:
+    def change(payload: dict[str, Any]) -> None:
+        kind, key, position, has_gauss, cached = payload["rng"]["numpy"]
+        values = {"kind": kind, "key": key, "position": position, "has_gauss": has_gauss, "cached": cached}
+        payload["rng"]["numpy"] = tuple({**values, **changes}.values())
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (set_rng("torch", torch.zeros(10, dtype=torch.uint8)), r"random state 'torch' .*5,056 bytes"),
+        (set_rng("torch", torch.zeros(5056)), r"random state 'torch' .*uint8 tensor"),
+        (set_rng("torch", [1, 2]), r"random state 'torch' .*uint8 tensor"),
+        (lambda payload: payload["rng"].pop("torch"), r"random states lack 'torch'"),
+        (set_rng("cuda", [torch.zeros(16)]), r"random state 'cuda' .*uint8 tensor"),
+        (set_rng("cuda", torch.zeros(16, dtype=torch.uint8)), r"random state 'cuda' .*list"),
+        (set_rng("cuda", [torch.zeros(3, dtype=torch.uint8)]), r"random state 'cuda' .*16 bytes"),
+        (set_rng("numpy", (1, 2)), r"random state 'numpy'"),
+        (numpy_state(key=torch.zeros(3, dtype=torch.int64)), r"random state 'numpy'"),
+        (numpy_state(key=torch.full((624,), 2**33)), r"random state 'numpy'"),
+        (numpy_state(position=1000), r"random state 'numpy'"),
+        (numpy_state(kind="PCG64"), r"random state 'numpy'"),
+        (set_rng("python", (3, (1, 2), None)), r"random state 'python'"),
+        (set_rng("python", "x"), r"random state 'python'"),
+        (set_rng("other", 1), r"unknown random state 'other'"),
+    ],
+    ids=[
+        "torch size",
+        "torch dtype",
+        "torch list",
+        "torch missing",
+        "cuda dtype",
+        "cuda not a list",
+        "cuda size",
+        "numpy tuple",
+        "numpy key size",
+        "numpy key range",
+        "numpy position",
+        "numpy kind",
+        "python size",
+        "python type",
+        "unknown",
+    ],
+)
+def test_a_malformed_random_state_is_one_line_naming_the_checkpoint(
+    tmp_path, monkeypatch, capsys, change, reason
+) -> None:
+    """Issue 35 §5: a random state of the wrong type or size was a RuntimeError traceback from
+    ``restore_rng_states`` (after the records were cut)."""
+    run_dir = interrupted_run(tmp_path, monkeypatch, capsys)
+    tamper(run_dir, change)
+    assert_refused_untouched(tmp_path, run_dir, capsys, reason)
+
+
+def test_a_checkpoint_that_does_not_fit_restores_no_deleted_config(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 35 §3: with config.json deleted, a checkpoint is checked whole before config.json is
+    written back from it."""
+    run_dir = interrupted_run(tmp_path, monkeypatch, capsys)
+    tamper(run_dir, set_records("source", lambda size: 0))
+    (run_dir / CONFIG_FILE).unlink()
+    before = folder_files(run_dir)
+    code, _, err = run_cli(capsys, *COMMAND, "--out", str(tmp_path), "--name", "run")
+    assert code == 2 and err.count("\n") == 1 and "source.csv' has no header" in err, err
+    assert folder_files(run_dir) == before
+
+
+def test_more_cuda_random_states_than_devices_are_refused(monkeypatch) -> None:
+    """A checkpoint written on a machine with more CUDA devices than this one's cannot set their states."""
+    states = {**rng_states(), "cuda": [torch.zeros(CUDA_RNG_STATE_BYTES, dtype=torch.uint8)] * 2}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"random state 'cuda' holds the states of 2 CUDA devices, this machine has 1"):
+        check_rng_states(states)
+    check_rng_states({**states, "cuda": states["cuda"][:1]})

@@ -347,3 +347,17 @@ def test_a_measured_run_resumes_with_its_saved_latency(tmp_path, monkeypatch, pr
     summary = load_run(run_dir).summary
     assert summary["timing"]["baseline_latency_seconds"] == 0.001
     assert all(method["batches"] == 12 for method in summary["methods"].values())
+
+
+def test_a_position_beyond_the_end_of_a_stream_is_refused() -> None:
+    """Issue 35 §4: a stream whose length a run does not know before it reads it ended silently when
+    resumed past its end, and the run completed."""
+    from tta_eval.streams import SizedStream, open_stream_source, skip_samples
+
+    whole = list(open_stream_source(STREAM, StreamOptions(batch_size=16)))
+    beyond = r"cannot resume the stream at sample 208: it ends at sample 192"
+    with pytest.raises(ValueError, match=beyond):
+        skip_samples(SizedStream(whole, 16 * 12), 208)
+    with pytest.raises(ValueError, match=beyond):
+        list(skip_samples(iter(whole), 208))
+    assert list(skip_samples(iter(whole), 192)) == []

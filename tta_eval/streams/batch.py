@@ -125,14 +125,23 @@ def stream_length(stream: Iterable[Any]) -> int | None:
     return stream.num_samples if isinstance(stream, SizedStream) else None
 
 
+def check_resume_position(samples: int, length: int | None) -> None:
+    """ValueError (one line) when a stream of ``length`` samples (None: unknown) ends before sample
+    ``samples``, where a resumed run would continue: a checkpoint's position beyond the stream."""
+    if length is not None and samples > length:
+        raise ValueError(f"cannot resume the stream at sample {samples:,}: it ends at sample {length:,}")
+
+
 def skip_samples(batches: Iterable[Any], samples: int) -> Iterable[Any]:
     """``batches`` without its first ``samples`` samples, which are read and dropped whole batch by
-    batch (``samples`` must fall on a batch boundary: ValueError otherwise); a sized stream's length
+    batch (``samples`` must fall on a batch boundary, and not beyond the stream's end: ValueError
+    otherwise, at once for a sized stream, when the stream ends for another); a sized stream's length
     shrinks by ``samples``. ``batches`` itself when ``samples`` is 0."""
     if not samples:
         return batches
     known = stream_length(batches)
-    return SizedStream(_skipped(batches, samples), None if known is None else max(0, known - samples))
+    check_resume_position(samples, known)
+    return SizedStream(_skipped(batches, samples), None if known is None else known - samples)
 
 
 def _skipped(batches: Iterable[Any], samples: int) -> Iterator[Any]:
@@ -141,7 +150,7 @@ def _skipped(batches: Iterable[Any], samples: int) -> Iterator[Any]:
     while dropped < samples:
         item = next(iterator, None)
         if item is None:
-            return
+            check_resume_position(samples, dropped)  # raises: the stream ended before sample ``samples``
         dropped += as_batch(item, 0).size
     if dropped != samples:
         raise ValueError(
