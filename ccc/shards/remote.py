@@ -241,11 +241,17 @@ class RemoteShard(io.RawIOBase):
     """A remote shard as a read-only, non-seekable binary file (see the module documentation)."""
 
     def __init__(
-        self, url: str, options: RemoteOptions, start: int = 0, identity: dict[str, str | int | None] | None = None
+        self,
+        url: str,
+        options: RemoteOptions,
+        start: int = 0,
+        identity: dict[str, str | int | None] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         super().__init__()
         self.url = url
         self.options = options
+        self._stop = stop
         self.position = start
         self.size: int | None = None
         self.etag: str | None = None
@@ -368,7 +374,13 @@ class RemoteShard(io.RawIOBase):
             failure,
             wait,
         )
-        time.sleep(wait)
+        if self._stop is None:
+            time.sleep(wait)
+        elif self._stop.wait(wait):
+            raise ShardReadError(
+                f"shard {self.url}: read stopped at byte {self.position:,} while waiting to retry "
+                f"(last cause: {failure})"
+            )
         self._waited += wait
 
     def _ensure_response(self) -> urllib3.BaseHTTPResponse:
@@ -477,6 +489,7 @@ def open_remote(
     options: RemoteOptions | None = None,
     start: int = 0,
     identity: dict[str, str | int | None] | None = None,
+    stop: threading.Event | None = None,
 ) -> io.BufferedReader:
     """Open an ``http(s)://`` shard for reading with retries and byte-exact resumption.
 
@@ -487,6 +500,8 @@ def open_remote(
             With ``options.cache`` (and ``start`` 0) the shard is read from the cache, downloaded first if needed.
         identity: :attr:`RemoteShard.identity` of the file when its first ``start`` bytes were read
             (an earlier process); an answer of another file is then a :class:`ShardChangedError`.
+        stop: when set during a back-off wait, the read ends at once in a :class:`ShardReadError`
+            (``ccc-mirror`` stops every download at the first fatal error); None: waits run to their end.
 
     Returns:
         A buffered, non-seekable binary file; its reads retry and resume as the module documentation says.
@@ -500,5 +515,5 @@ def open_remote(
         from ccc.shards.shard_cache import open_cached
 
         return open_cached(url, options)  # type: ignore[return-value]
-    raw = RemoteShard(url, options, check_non_negative_int("start", start), identity)
+    raw = RemoteShard(url, options, check_non_negative_int("start", start), identity, stop)
     return io.BufferedReader(raw, buffer_size=1 << 16)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -305,3 +306,13 @@ def test_durations_are_bounded() -> None:
     with pytest.raises(ValueError, match=r"min_rate must be a number of bytes per second >= 0"):
         RemoteOptions(min_rate=-1)
     assert RemoteOptions(attempts=5000).delay(5000) == 60.0
+
+
+def test_a_stop_event_ends_a_back_off_wait(run: Path) -> None:
+    options = RemoteOptions(backoff=60.0, max_backoff=60.0, deadline=600.0)
+    stop = threading.Event()
+    with FaultServer(shard_files(run)) as server:
+        server.always["/ccc/serial_00000.tar"] = ("status", 503, None)
+        threading.Timer(0.2, stop.set).start()  # another download failed: ccc-mirror stops every download
+        with pytest.raises(ShardReadError, match=r"read stopped at byte 0 while waiting to retry \(last cause: HTTP"):
+            open_remote(server.url("/ccc/serial_00000.tar"), options, stop=stop)
