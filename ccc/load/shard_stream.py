@@ -305,7 +305,8 @@ def open_stream(
             manifest's, computed over the whole file before its first sample is delivered; needs a
             run folder). Cost measured in ``BENCHMARKS.md``.
         remote: retries, backoff and timeouts of ``http(s)://`` shards
-            (:class:`ccc.shards.remote.RemoteOptions`; default: 10 tries, 1 s doubling to 60 s).
+            (:class:`ccc.shards.remote.RemoteOptions`; default: 10 tries, 1 s doubling to 60 s, a
+            read failing after 300 s of waiting without useful progress at 10,000 B/s).
         published_url: base URL (or folder) of ``published:`` names (default ``$CCC_PUBLISHED_URL``,
             else :data:`ccc.shards.published.DEFAULT_PUBLISHED_URL`).
         cache: a folder keeping each remote shard once read, so that re-reads are local (the shard is

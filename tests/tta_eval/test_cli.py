@@ -395,7 +395,11 @@ def test_run_and_sweep_group_their_options_and_each_stream_source_brings_its_own
         "--skip-bad-images",
         "--classes",
     ]
-    assert groups["ccc: streams (run folders of ccc-generate)"] == ["--no-verify"]
+    assert groups["ccc: streams (run folders of ccc-generate)"] == [
+        "--no-verify",
+        "--remote-deadline",
+        "--remote-min-rate",
+    ]
 
 
 def test_a_registered_source_s_options_reach_the_command_line(scratch_stream_sources):

@@ -72,3 +72,28 @@ def test_a_run_over_a_mirrored_published_stream_records_what_the_local_run_recor
     assert run(capsys, f"ccc:{tmp_path / 'mirror' / name}", tmp_path / "mirrored") == local
     config = json.loads((tmp_path / "mirrored" / "run" / "config.json").read_text())
     assert config["stream_verification"] == "sha256" and config["stream_name"] == name
+
+
+def test_the_remote_deadline_of_a_run_ends_a_silent_server_in_one_line(tmp_path, capsys) -> None:
+    folder = make_ccc_run(tmp_path / "stream", num_images=4, speed=4, shard_size=4)
+    with FaultServer({"/ccc/serial_00000.tar": (folder / shard_name(0)).read_bytes()}) as server:
+        server.always["/ccc/serial_00000.tar"] = ("silent", 30.0)
+        code, _, err = run_cli(
+            capsys, "run", "--stream", f"ccc:{server.url('/ccc/serial_00000.tar')}", "--model", TINY_FACTORY,
+            "--method", "source", "--batch-size", "4", "--out", str(tmp_path / "out"), "--no-progress",
+            "--remote-deadline", "1", "--remote-min-rate", "5000",
+        )  # fmt: skip
+    assert code != 0
+    errors = [line for line in err.splitlines() if "serial_00000.tar" in line and "attempt " not in line]
+    assert len(errors) == 1 and "without useful progress (deadline 1 s at 5,000 B/s)" in errors[0]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("option", ["--remote-deadline", "--remote-min-rate"])
+def test_remote_options_of_a_run_are_bounded(tmp_path, capsys, option: str) -> None:
+    code, _, err = run_cli(
+        capsys, "run", "--stream", "synthetic:", "--model", TINY_FACTORY, "--method", "source",
+        "--out", str(tmp_path), option, "1e308" if option == "--remote-deadline" else "-1",
+    )  # fmt: skip
+    assert code == 2
+    assert option.lstrip("-").replace("-", "_") in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -71,7 +71,12 @@ def test_image_folder_options_set_their_fields() -> None:
         "skip_bad_images": True,
         "classes": "c.txt",
     }
-    assert REGISTRY.get("ccc").from_options({"no_verify": True}) == {"verify_shards": False}
+    ccc_values = {"no_verify": True, "remote_deadline": 30.0, "remote_min_rate": 0.0}
+    assert REGISTRY.get("ccc").from_options(ccc_values) == {
+        "verify_shards": False,
+        "remote_deadline": 30.0,
+        "remote_min_rate": 0.0,
+    }
 
 
 def test_importing_the_streams_loads_no_torch() -> None:

@@ -33,17 +33,19 @@ def _open_ccc(location: str, options: StreamOptions, start: int = 0) -> SizedStr
     """``ccc:<run folder | shard pattern>``: a CCC stream (``ccc.open_stream``) as float batches in [0, 1],
     in stream order, from sample ``start`` (whole shards before it are not read; nothing when the
     stream ends there); each sample's metadata also names its pair (``PAIR_KEY``). A run folder's
-    shards are verified against its manifest's sha256 unless ``options.verify_shards`` is off."""
+    shards are verified against its manifest's sha256 unless ``options.verify_shards`` is off;
+    ``http(s)://`` shards are read under ``options.remote_options()``."""
     from ccc.load import open_stream, stream_loader
 
     if not location:
         raise ValueError(_NO_LOCATION)
     verify = _ccc_verification(location, options)
-    stream = open_stream(location, image_format="float", verify=verify)
+    remote = options.remote_options()
+    stream = open_stream(location, image_format="float", verify=verify, remote=remote)
     if start and stream.length is not None and start >= stream.length:
         return SizedStream([], 0)
     if start:
-        stream = open_stream(location, image_format="float", start=start, verify=verify)
+        stream = open_stream(location, image_format="float", start=start, verify=verify, remote=remote)
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     return SizedStream(with_pairs(loader), stream.length)
 
@@ -161,8 +163,31 @@ REGISTRY.register(
                     "still checked)",
                 },
             ),
+            CliOption(
+                "--remote-deadline",
+                {
+                    "type": float,
+                    "metavar": "SECONDS",
+                    "help": "ccc: http(s) shards: seconds a shard's read may wait on the server without useful "
+                    "progress (all retries and waits together) before the run stops with an error naming the "
+                    "shard (default 300, at most 86400)",
+                },
+            ),
+            CliOption(
+                "--remote-min-rate",
+                {
+                    "type": float,
+                    "metavar": "BYTES_PER_S",
+                    "help": "ccc: http(s) shards: bytes per second a try must deliver to count as progress; a "
+                    "slower one is retried, within --remote-deadline (default 10000; 0: any byte counts)",
+                },
+            ),
         ),
         title="ccc: streams (run folders of ccc-generate)",
-        from_options=lambda values: {"verify_shards": not values["no_verify"]},
+        from_options=lambda values: {
+            "verify_shards": not values["no_verify"],
+            "remote_deadline": values["remote_deadline"],
+            "remote_min_rate": values["remote_min_rate"],
+        },
     )
 )

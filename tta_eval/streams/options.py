@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ccc.validation import MAX_BATCH_SIZE, MAX_IMAGE_SIZE, check_loader_workers, check_positive_int
+
+if TYPE_CHECKING:
+    from ccc.shards.remote import RemoteOptions
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,11 @@ class StreamOptions:
     for WordNet-id folders, else sorted folder order; verify_shards: ``ccc:`` run folders (a
     manifest): compare each shard's sha256 with the manifest's before any of its samples is
     delivered (``ccc.open_stream(verify="sha256")``; a changed byte stops the stream naming the
-    shard); False checks only sizes, keys and counts. Other sources ignore it.
+    shard); False checks only sizes, keys and counts. Other sources ignore it. remote_deadline,
+    remote_min_rate: ``ccc:`` ``http(s)://`` shards: seconds a shard's read may wait on the server
+    without useful progress, in (0, 86400], and bytes/s a try must deliver to count as progress, >= 0
+    (:class:`ccc.shards.remote.RemoteOptions` ``deadline`` and ``min_rate``; None: their defaults,
+    300 s and 10,000 B/s).
     """
 
     batch_size: int = 64
@@ -33,8 +42,24 @@ class StreamOptions:
     skip_bad_images: bool = False
     classes: str | None = None
     verify_shards: bool = True
+    remote_deadline: float | None = None
+    remote_min_rate: float | None = None
 
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
         check_loader_workers("num_workers", self.num_workers)
+        try:
+            self.remote_options()
+        except ValueError as error:  # its messages start with the field's name: deadline, min_rate
+            raise ValueError(f"remote_{error}") from None
+
+    def remote_options(self) -> RemoteOptions:
+        """The remote reader's options of ``ccc:`` streams: the defaults, with ``remote_deadline`` and
+        ``remote_min_rate`` when given."""
+        from ccc.shards.remote import DEFAULT_REMOTE_OPTIONS
+
+        given = {"deadline": self.remote_deadline, "min_rate": self.remote_min_rate}
+        return dataclasses.replace(
+            DEFAULT_REMOTE_OPTIONS, **{key: value for key, value in given.items() if value is not None}
+        )

@@ -1,19 +1,28 @@
 """A fault-injecting HTTP server for the remote-reading tests, on 127.0.0.1 with an ephemeral port.
 
 It serves files held in memory with ``Range`` (``bytes=N-``), ``If-Range`` and strong ``ETag`` support,
-HTTP/1.1 keep-alive, and consumes a per-path queue of faults, one per request:
+HTTP/1.1 keep-alive, and consumes a per-path queue of faults, one per request (``add_faults``); a path's
+standing fault (``always``) answers every request once its queue is empty:
 
-- ``("status", code, retry_after)``: answer ``code`` (e.g. 503, 429) with an optional ``Retry-After``.
+- ``("status", code, retry_after)``: answer ``code`` (e.g. 503, 429) with an optional ``Retry-After``;
+  ``("status", code, retry_after, body)`` sends ``body`` with it (an HTML error page).
 - ``("reset", k)``: announce the full length, send ``k`` body bytes, then reset the connection (RST).
 - ``("short", k)``: announce the full length, send ``k`` body bytes, then close cleanly (a short body).
 - ``("stall", k, seconds)``: send ``k`` body bytes, then go silent for ``seconds`` before closing.
 - ``("no-range",)``: ignore ``Range`` and answer 200 with the whole file; ``("no-range", k)`` sends only
   its first ``k`` bytes, then closes.
 - ``("replace", data)``: replace the file with ``data`` (new ETag), then answer normally.
+- ``("silent", seconds)``: send nothing (not even the headers) for ``seconds``, then close.
+- ``("trickle", seconds)``: announce the full length, then send one byte every ``seconds``.
+- ``("no-length", k)``: answer 200 without ``Content-Length``, send ``k`` bytes, then close.
+- ``("html",)``: answer 200 with an HTML error page instead of the file.
+- ``("gzip",)``: answer 200 with the file gzip-compressed (``Content-Encoding: gzip``), whatever was asked.
+- ``("redirect", location)``: answer 302 to ``location`` (a path of this server or any URL).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import socket
 import struct
@@ -40,6 +49,7 @@ class FaultServer:
         self.files = dict(files)
         self.send_etag = send_etag
         self.faults: dict[str, deque[tuple[Any, ...]]] = defaultdict(deque)
+        self.always: dict[str, tuple[Any, ...]] = {}
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
@@ -86,16 +96,30 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             path = urllib.parse.urlsplit(self.path).path if "://" in self.path else self.path
             with server.lock:
                 server.requests.append((path, dict(self.headers)))
-                fault = server.faults[path].popleft() if server.faults[path] else None
+                fault = server.faults[path].popleft() if server.faults[path] else server.always.get(path)
                 if fault is not None and fault[0] == "replace":
                     server.files[path] = fault[1]
                 data = server.files.get(path)
+            kind = None if fault is None else fault[0]
+            if kind == "silent":
+                time.sleep(fault[1])
+                self.close_connection = True
+                return
+            if kind == "redirect":
+                self._answer(302, b"", {"Location": fault[1]})
+                return
             if data is None:
                 self._answer(404, b"", {})
                 return
-            if fault is not None and fault[0] == "status":
+            if kind == "status":
                 headers = {} if fault[2] is None else {"Retry-After": str(fault[2])}
-                self._answer(fault[1], b"", headers)
+                self._answer(fault[1], fault[3] if len(fault) > 3 else b"", headers)
+                return
+            if kind == "html":
+                self._answer(200, b"<html><body>Service temporarily unavailable</body></html>", {})
+                return
+            if kind == "gzip":
+                self._answer(200, gzip.compress(data, mtime=0), {"Content-Encoding": "gzip"})
                 return
             etag = server.etag(path)
             headers = {"ETag": etag} if server.send_etag else {}
@@ -112,13 +136,20 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
             self._answer(status, data[start:], headers, fault)
 
         def _answer(self, status: int, body: bytes, headers: dict[str, str], fault: tuple | None = None) -> None:
+            kind = None if fault is None else fault[0]
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
+            if kind != "no-length":
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            kind = None if fault is None else fault[0]
-            if kind in ("reset", "short", "stall") or (kind == "no-range" and len(fault) > 1):
+            if kind == "trickle":
+                for position in range(len(body)):
+                    self.wfile.write(body[position : position + 1])
+                    self.wfile.flush()
+                    time.sleep(fault[1])
+                return
+            if kind in ("reset", "short", "stall", "no-length") or (kind == "no-range" and len(fault) > 1):
                 self.wfile.write(body[: fault[1]])
                 self.wfile.flush()
                 if kind == "stall":

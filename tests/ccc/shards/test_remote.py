@@ -4,6 +4,9 @@ a local read of the same shards, in the same order, or in one named error line (
 from __future__ import annotations
 
 import logging
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +56,8 @@ FAULTS = {
     "body shorter than Content-Length": [("short", 15000)],
     "Range ignored on resume": [("reset", 20000), ("no-range",)],
     "Range ignored twice": [("reset", 20000), ("no-range", 30000), ("no-range",)],
+    "408 Request Timeout": [("status", 408, None)],
+    "503 with an HTML page, then a reused connection": [("status", 503, None, b"<html>busy</html>" * 50)],
 }
 
 
@@ -157,7 +162,7 @@ def test_connection_refused_ends_after_the_attempts() -> None:
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="attempts"):
         RemoteOptions(attempts=0)
-    with pytest.raises(ValueError, match="read_timeout must be a number of seconds > 0, got -1"):
+    with pytest.raises(ValueError, match=r"read_timeout must be a number of seconds in \(0, 86400\], got -1"):
         RemoteOptions(read_timeout=-1)
     with pytest.raises(ValueError, match="max_backoff must be >= backoff"):
         RemoteOptions(backoff=5, max_backoff=1)
@@ -184,3 +189,130 @@ def test_the_proxy_of_the_environment_is_used(run: Path, monkeypatch: pytest.Mon
         with open_remote("http://shards.example.invalid/ccc/serial_00000.tar", FAST) as handle:
             assert handle.read() == (run / "serial_00000.tar").read_bytes()
         assert [path for path, _ in server.requests] == ["/ccc/serial_00000.tar"] * 2  # the host does not exist
+
+
+def test_a_refused_answer_leaves_no_unread_body_in_the_pool(run: Path, caplog: pytest.LogCaptureFixture) -> None:
+    page = b"<html><body>" + b"no such shard " * 100 + b"</body></html>"
+    with FaultServer(shard_files(run)) as server:
+        server.files["/gone.tar"] = b"x"
+        server.add_faults("/gone.tar", ("status", 404, None, page))
+        with pytest.raises(ShardReadError, match="HTTP 404"):
+            open_remote(server.url("/gone.tar"), FAST)
+        with caplog.at_level(logging.WARNING, logger="ccc.shards.remote"):
+            with open_remote(server.url("/ccc/serial_00000.tar"), FAST) as handle:
+                assert handle.read() == (run / "serial_00000.tar").read_bytes()
+    assert not caplog.records  # the next request on the pooled connection read no leftover body
+
+
+def _unresolvable(monkeypatch: pytest.MonkeyPatch) -> str:
+    """An URL whose host name does not resolve (offline), without asking any resolver."""
+    resolve = socket.getaddrinfo
+
+    def getaddrinfo(host: str, *arguments: object, **options: object) -> object:
+        if host == "shards.example.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return resolve(host, *arguments, **options)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return "http://shards.example.invalid/a.tar"
+
+
+PERMANENT = {
+    "redirect loop": ("/loop.tar", ("redirect", "/loop.tar"), "too many redirects"),
+    "redirect to file://": ("/file.tar", ("redirect", "file:///etc/passwd"), "LocationValueError"),
+    "403": ("/ccc/serial_00000.tar", ("status", 403, None, b"<html>no</html>"), "HTTP 403"),
+    "gzip-encoded body": ("/ccc/serial_00000.tar", ("gzip",), "Content-Encoding gzip"),
+}
+
+
+@pytest.mark.parametrize("case", PERMANENT.values(), ids=PERMANENT.keys())
+def test_permanent_errors_fail_at_once(run: Path, case: tuple, caplog: pytest.LogCaptureFixture) -> None:
+    path, fault, cause = case
+    with FaultServer(shard_files(run)) as server:
+        server.always[path] = fault
+        with caplog.at_level(logging.WARNING, logger="ccc.shards.remote"):
+            with pytest.raises(ShardReadError, match=cause) as caught:
+                with open_remote(server.url(path), FAST) as handle:
+                    handle.read()
+    assert str(caught.value).startswith(f"shard {server.url(path)}: ") and "\n" not in str(caught.value)
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/a.tar", "http://[::1/a.tar", "unresolvable"])
+def test_a_location_that_cannot_be_reached_fails_at_once(
+    url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    if url == "unresolvable":
+        url = _unresolvable(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="ccc.shards.remote"):
+        with pytest.raises(ShardReadError, match=r"^shard \S+: cannot be read \(") as caught:
+            open_remote(url, FAST)
+    assert "\n" not in str(caught.value) and "attempts" not in str(caught.value)
+    assert not caplog.records
+
+
+PATIENT = dict(attempts=1000, backoff=0.01, max_backoff=0.05, connect_timeout=5.0)
+"""Many tries: only the deadline can end these reads."""
+
+
+def test_a_server_silent_before_its_headers_ends_at_the_deadline(run: Path) -> None:
+    options = RemoteOptions(**PATIENT, read_timeout=0.2, deadline=1.0)
+    with FaultServer(shard_files(run)) as server:
+        server.always["/ccc/serial_00000.tar"] = ("silent", 30.0)
+        with pytest.raises(
+            ShardReadError, match=r"s without useful progress \(deadline 1 s at 10,000 B/s\) \(last cause: "
+        ) as caught:
+            open_remote(server.url("/ccc/serial_00000.tar"), options)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_trickling_server_ends_at_the_deadline(run: Path, caplog: pytest.LogCaptureFixture) -> None:
+    options = RemoteOptions(**PATIENT, read_timeout=0.3, deadline=1.0, min_rate=1000)
+    with FaultServer(shard_files(run)) as server:
+        server.always["/ccc/serial_00000.tar"] = ("trickle", 0.02)
+        with caplog.at_level(logging.WARNING, logger="ccc.shards.remote"):
+            with pytest.raises(ShardReadError, match=r"s without useful progress \(deadline 1 s at 1,000 B/s\)"):
+                with open_remote(server.url("/ccc/serial_00000.tar"), options) as handle:
+                    handle.read()
+    assert "slower than 1,000 B/s" in caplog.records[0].getMessage()  # bytes arrive, too slowly to count
+
+
+def test_a_slow_consumer_does_not_spend_the_deadline(run: Path) -> None:
+    options = RemoteOptions(**PATIENT, read_timeout=1.0, deadline=2.0, min_rate=10**6)  # never reached here
+    with FaultServer(shard_files(run)) as server:
+        with open_remote(server.url("/ccc/serial_00000.tar"), options) as handle:
+            first = handle.read(1000)
+            time.sleep(2.5)  # the consumer (a model) is slow, not the server
+            rest = handle.read()
+    assert first + rest == (run / "serial_00000.tar").read_bytes()
+
+
+INVALID_IDENTITIES = {"a list": [], "a string": "x", "a numeric ETag": {"ETag": 5}, "a negative size": {"size": -1}}
+
+
+@pytest.mark.parametrize("identity", INVALID_IDENTITIES.values(), ids=INVALID_IDENTITIES.keys())
+def test_an_invalid_identity_is_refused_in_one_line(run: Path, identity: object) -> None:
+    with FaultServer(shard_files(run)) as server:
+        url = server.url("/ccc/serial_00000.tar")
+        with pytest.raises(ShardChangedError, match=r"^shard \S+: the identity recorded for its first 100 bytes"):
+            open_remote(url, FAST, start=100, identity=identity)  # type: ignore[arg-type]
+        assert not server.requests
+
+
+def test_durations_are_bounded() -> None:
+    for name in ("backoff", "max_backoff", "connect_timeout", "read_timeout", "deadline"):
+        with pytest.raises(ValueError, match=rf"^{name} must be a number of seconds in \(0, 86400\], got 1e\+308$"):
+            RemoteOptions(**{"backoff": 1e308, "max_backoff": 1e308} if name == "backoff" else {name: 1e308})
+    with pytest.raises(ValueError, match=r"min_rate must be a number of bytes per second >= 0"):
+        RemoteOptions(min_rate=-1)
+    assert RemoteOptions(attempts=5000).delay(5000) == 60.0
+
+
+def test_a_stop_event_ends_a_back_off_wait(run: Path) -> None:
+    options = RemoteOptions(backoff=60.0, max_backoff=60.0, deadline=600.0)
+    stop = threading.Event()
+    with FaultServer(shard_files(run)) as server:
+        server.always["/ccc/serial_00000.tar"] = ("status", 503, None)
+        threading.Timer(0.2, stop.set).start()  # another download failed: ccc-mirror stops every download
+        with pytest.raises(ShardReadError, match=r"read stopped at byte 0 while waiting to retry \(last cause: HTTP"):
+            open_remote(server.url("/ccc/serial_00000.tar"), options, stop=stop)

@@ -3,15 +3,20 @@ download at a time per shard across readers (no timing asserts)."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ccc.load import StreamError, open_stream
+from ccc.safe_files import UnsafePathError
+from ccc.shards.reader import ShardReadError
 from ccc.shards.record import shard_name
 from ccc.shards.remote import RemoteOptions, open_remote
-from ccc.shards.shard_cache import cache_name
+from ccc.shards.shard_cache import cache_name, open_cached
 from tests.builders import make_ccc_run
 from tests.ccc.shards.fault_server import FaultServer
 
@@ -90,3 +95,85 @@ def test_a_failed_download_caches_nothing(run: Path, tmp_path: Path) -> None:
 def test_the_cap_is_checked() -> None:
     with pytest.raises(ValueError, match="cache_max_bytes"):
         RemoteOptions(cache="x", cache_max_bytes=0)
+
+
+CACHED = RemoteOptions(attempts=2, backoff=0.001, max_backoff=0.002, read_timeout=5.0)
+
+
+def test_a_planted_link_is_never_followed(run: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    with FaultServer(served(run)) as server:
+        url = server.url("/ccc/serial_00000.tar")
+        entry = folder / cache_name(url)
+        (folder / f".{entry.name}.part").symlink_to(victim)  # where the old cache wrote its download
+        with open_remote(url, replace(CACHED, cache=str(folder))) as handle:
+            assert handle.read() == (run / "serial_00000.tar").read_bytes()
+        assert victim.read_bytes() == b"precious" and not entry.is_symlink()
+        entry.unlink()
+        entry.symlink_to(victim)
+        with pytest.raises(UnsafePathError, match=rf"^cache entry {entry} is a symbolic link; refusing"):
+            open_remote(url, replace(CACHED, cache=str(folder)))
+    assert victim.read_bytes() == b"precious"
+
+
+BAD_BODIES = {
+    "no Content-Length, closed half-way": ("no-length", 9000),
+    "an HTML page served with 200": ("html",),
+}
+
+
+@pytest.mark.parametrize("fault", BAD_BODIES.values(), ids=BAD_BODIES.keys())
+def test_a_body_that_is_not_the_whole_shard_is_not_cached(run: Path, tmp_path: Path, fault: tuple) -> None:
+    options = replace(CACHED, cache=str(tmp_path / "cache"))
+    with FaultServer(served(run)) as server:
+        url = server.url("/ccc/serial_00000.tar")
+        server.add_faults("/ccc/serial_00000.tar", fault)
+        with pytest.raises(
+            ShardReadError, match=rf"^shard {url}: not cached: the downloaded file is unusable \(shard {url}: "
+        ):
+            open_remote(url, options)
+        assert not [path for path in (tmp_path / "cache").iterdir() if path.name != ".locks"]
+        with open_remote(url, options) as handle:  # the next read downloads it again
+            assert handle.read() == (run / "serial_00000.tar").read_bytes()
+
+
+def test_an_unusable_entry_is_fetched_again(run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    local = (run / "serial_00000.tar").read_bytes()
+    with FaultServer(served(run)) as server:
+        url = server.url("/ccc/serial_00000.tar")
+        entry = folder / cache_name(url)
+        entry.write_bytes(local[:9000])  # kept whole by an earlier version
+        with caplog.at_level(logging.WARNING, logger="ccc.shards.shard_cache"):
+            with open_remote(url, replace(CACHED, cache=str(folder))) as handle:
+                assert handle.read() == local
+    assert entry.read_bytes() == local
+    assert [f"cache entry {entry} is unusable" in record.getMessage() for record in caplog.records] == [True]
+
+
+def test_a_digest_known_to_the_caller_is_checked(run: Path, tmp_path: Path) -> None:
+    options = replace(CACHED, cache=str(tmp_path / "cache"))
+    local = (run / "serial_00000.tar").read_bytes()
+    with FaultServer(served(run)) as server:
+        url = server.url("/ccc/serial_00000.tar")
+        with pytest.raises(ShardReadError, match=r"unusable \(its sha256 \w{12}… differs from the expected \w{12}…\)$"):
+            open_cached(url, options, sha256=hashlib.sha256(local[::-1]).hexdigest())
+        assert not [path for path in (tmp_path / "cache").iterdir() if path.name != ".locks"]
+        with open_cached(url, options, sha256=hashlib.sha256(local).hexdigest()) as handle:
+            assert handle.read() == local
+
+
+def test_a_killed_download_leaves_nothing_behind(run: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    with FaultServer(served(run)) as server:
+        url = server.url("/ccc/serial_00000.tar")
+        leftover = folder / f".{cache_name(url)}.abcd1234.tmp"  # a download whose process was killed
+        leftover.write_bytes(b"x" * 100)
+        with open_remote(url, replace(CACHED, cache=str(folder))):
+            pass
+    assert not leftover.exists()
