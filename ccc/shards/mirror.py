@@ -11,6 +11,10 @@ When the source is a run folder served over HTTP (``<url>/manifest.json``), ever
 sha256 and sample count must equal its manifest's, and the manifest (listing the mirrored shards)
 is written into the mirror, which then is a run folder like a generated one: ``ccc-verify``,
 ``open_stream(folder, verify="sha256")`` and ``tta-eval --stream ccc:folder`` read it.
+A mirror folder may be shared (a lab's scratch space): its files are created through
+:mod:`ccc.safe_files` (partial downloads and the lock never through a link, whole files under a fresh
+name renamed into place), a shard listed under its name or ``mirror.json`` that is a symbolic link is
+refused, and ``mirror.json`` may list only plain file names inside the folder.
 The published streams have no manifest; their mirror is read with ``published_url=<parent folder>``
 (or ``$CCC_PUBLISHED_URL``) or as a shard pattern.
 """
@@ -34,11 +38,12 @@ from typing import Any
 from PIL import Image
 
 from ccc.folder_lock import FolderLock
+from ccc.safe_files import open_owned, refuse_symlink, write_atomically
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
 from ccc.shards.published import PUBLISHED_PREFIX, published_locations
 from ccc.shards.errors import ShardReadError
 from ccc.shards.reader import read_samples
-from ccc.shards.record import TEMPORARY_SUFFIX, SampleRecordError, decode_members, sample_place
+from ccc.shards.record import SampleRecordError, check_shard_file_name, decode_members, sample_place
 from ccc.shards.remote import RemoteOptions, ShardChangedError, is_remote, open_remote
 
 __all__ = [
@@ -119,7 +124,7 @@ def plan_mirror(
         raise MirrorError(f"source must be published:<name> or an http(s):// URL, got {source!r}")
     if source.endswith(".tar") or "{" in source:
         locations = list(braceexpand(source))
-        names = [url.rpartition("/")[2] for url in locations]
+        names = [_check_name(url.rpartition("/")[2], f"source {source!r}") for url in locations]
         if len(set(names)) != len(names):
             raise MirrorError(f"source {source!r} names two shards with the same file name")
         return [MirrorShard(index, url, name) for index, (url, name) in enumerate(zip(locations, names))], None
@@ -130,6 +135,15 @@ def plan_mirror(
         for info in manifest.shards
     ]
     return shards, manifest
+
+
+def _check_name(name: object, where: str) -> str:
+    """``name`` when it can be a shard of a mirror folder: a plain file name
+    (:func:`ccc.shards.record.check_shard_file_name`) that is none of the mirror's own files."""
+    check_shard_file_name(name, where, error=MirrorError)
+    if name in (MIRROR_NAME, MANIFEST_NAME):
+        raise MirrorError(f"{where}: shard name {name!r} is the mirror's own {name}; rename the shard")
+    return name  # type: ignore[return-value]
 
 
 def _remote_manifest(url: str, remote: RemoteOptions | None) -> Manifest:
@@ -197,8 +211,9 @@ def _download(
     on_bytes: Callable[[int], None],
     stop: threading.Event,
 ) -> None:
-    """Append ``url`` from byte ``start`` to ``part``; ``<part>.json`` keeps the file's identity
-    (ETag, Last-Modified, size) so that a later run continues only the same file."""
+    """Append ``url`` from byte ``start`` to ``part`` (never through a link: :func:`ccc.safe_files.open_owned`);
+    ``<part>.json`` keeps the file's identity (ETag, Last-Modified, size) so that a later run continues
+    only the same file. An OSError while writing (a full disk) names ``part``."""
     sidecar = part.with_name(part.name + ".json")
     identity = None
     if start and sidecar.exists():
@@ -206,15 +221,21 @@ def _download(
             identity = json.loads(sidecar.read_text(encoding="utf-8"))
         except ValueError:
             identity = None
-    with open_remote(url, remote, start, identity) as source, open(part, "ab") as target:
-        sidecar.write_text(json.dumps(source.raw.identity), encoding="utf-8")
-        while chunk := source.read(_CHUNK_BYTES):
-            if stop.is_set():
-                raise KeyboardInterrupt
-            target.write(chunk)
-            on_bytes(len(chunk))
-        target.flush()
-        os.fsync(target.fileno())
+    with (
+        open_remote(url, remote, start, identity) as source,
+        open_owned(part, "partial download", append=True) as target,
+    ):
+        write_atomically(sidecar, json.dumps(source.raw.identity).encode("utf-8"))
+        try:
+            while chunk := source.read(_CHUNK_BYTES):
+                if stop.is_set():
+                    raise KeyboardInterrupt
+                target.write(chunk)
+                on_bytes(len(chunk))
+            target.flush()
+            os.fsync(target.fileno())
+        except OSError as error:
+            raise OSError(error.errno, f"cannot write {part}: {error.strerror or error}") from None
     sidecar.unlink()
 
 
@@ -229,6 +250,7 @@ def _mirror_shard(
     final = folder / shard.name
     part = folder / f".{shard.name}{_PART_SUFFIX}"
     # a shard renamed into place by a process that ended before mirror.json recorded it is only checked
+    refuse_symlink(part, "partial download")
     path = final if final.exists() else part
     start = path.stat().st_size if path.exists() else 0
     on_bytes(start)
@@ -251,14 +273,18 @@ def _mirror_shard(
 
 
 def _load_records(folder: Path) -> dict[str, MirroredShard]:
+    """The shards ``mirror.json`` of ``folder`` lists, by name ({} without one); MirrorError for a
+    malformed file or a name that is not a plain file name of the folder, UnsafePathError for a link."""
     path = folder / MIRROR_NAME
+    refuse_symlink(path, MIRROR_NAME)
     if not path.exists():
         return {}
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        return {entry["name"]: MirroredShard(**entry) for entry in document["shards"]}
+        records = [MirroredShard(**entry) for entry in document["shards"]]
     except (ValueError, KeyError, TypeError) as error:
         raise MirrorError(f"{path}: not a {MIRROR_FORMAT} file ({error}); move it away to start afresh") from None
+    return {_check_name(record.name, str(path)): record for record in records}
 
 
 def mirrored_shards(folder: str | os.PathLike[str]) -> list[MirroredShard]:
@@ -266,11 +292,15 @@ def mirrored_shards(folder: str | os.PathLike[str]) -> list[MirroredShard]:
 
     Raises:
         MirrorError: ``folder`` holds no ``mirror.json``, or an unreadable one.
+        ccc.safe_files.UnsafePathError: ``mirror.json`` or a listed shard is a symbolic link.
     """
     folder = Path(folder)
     if not (folder / MIRROR_NAME).is_file():
         raise MirrorError(f"{folder} has no {MIRROR_NAME}; it is not a ccc-mirror folder")
-    return [record for _, record in sorted(_load_records(folder).items())]
+    records = [record for _, record in sorted(_load_records(folder).items())]
+    for record in records:
+        refuse_symlink(folder / record.name, "mirrored shard")
+    return records
 
 
 def _save_records(folder: Path, source: str, records: dict[str, MirroredShard]) -> None:
@@ -280,9 +310,7 @@ def _save_records(folder: Path, source: str, records: dict[str, MirroredShard]) 
         "source": source,
         "shards": [dataclasses.asdict(record) for _, record in sorted(records.items())],
     }
-    temporary = folder / f".{MIRROR_NAME}{TEMPORARY_SUFFIX}"
-    temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, folder / MIRROR_NAME)
+    write_atomically(folder / MIRROR_NAME, (json.dumps(document, indent=1) + "\n").encode("utf-8"))
 
 
 def mirror_stream(
@@ -315,11 +343,18 @@ def mirror_stream(
         raise ValueError(f"connections must be an integer >= 1, got {connections!r}")
     planned, manifest = plan_mirror(source, remote, published_url)
     if shards is not None:
+        count = len(planned) if manifest is None else manifest.stream.num_shards
+        if shards and shards[-1] >= count:
+            raise MirrorError(
+                f"shards {shards[0]}-{shards[-1]} reach past the end of the stream ({count} shards: 0-{count - 1})"
+            )
         planned = [shard for shard in planned if shard.index in shards]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with FolderLock.acquire(folder, _LOCK_NAME):
         records = _load_records(folder)
+        for shard in planned:
+            refuse_symlink(folder / shard.name, "mirrored shard")
         todo = [shard for shard in planned if not ((folder / shard.name).exists() and shard.name in records)]
         known = [shard.bytes for shard in planned]
         # without a manifest the total is estimated from the shards finished so far
@@ -380,15 +415,15 @@ def check_mirror(
         (shards listed, one line per shard that is not intact, samples decoded).
 
     Raises:
-        MirrorError: no readable ``mirror.json``.
+        MirrorError: no readable ``mirror.json``, or one that lists a name outside the folder.
+        ccc.safe_files.UnsafePathError: ``mirror.json`` or a listed shard is a symbolic link.
     """
     folder = Path(folder)
-    if not (folder / MIRROR_NAME).is_file():
-        raise MirrorError(f"{folder} has no {MIRROR_NAME}; it is not a ccc-mirror folder")
-    records = _load_records(folder)
+    records = mirrored_shards(folder)
     problems = []
     decoded = 0
-    for name, record in sorted(records.items()):
+    for record in records:
+        name = record.name
         path = folder / name
         expected = MirrorShard(0, str(path), name, record.sha256, record.bytes, record.samples)
         try:
