@@ -4,6 +4,11 @@ interruptions and re-runs end in a mirror that ccc-verify and open_stream(verify
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -273,3 +278,21 @@ def test_a_pattern_naming_the_mirrors_own_files_is_refused(
     error = capsys.readouterr().err
     assert code == 2 and error.count("\n") == 1 and repr(name) in error
     assert (out / name).read_bytes() == b"kept"
+
+
+def _limit_file_size() -> None:
+    """In the child: files cannot grow beyond 10 kB (EFBIG, as a full disk's ENOSPC, instead of SIGXFSZ)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+
+
+def test_a_write_that_fails_names_the_partial_file(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "copy"
+    environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    with FaultServer(served(run)) as server:
+        command = [sys.executable, "-m", "ccc.cli.mirror", server.url("/run"), str(out), "--connections", "1"]
+        finished = subprocess.run(
+            [*command, *FAST_FLAGS], capture_output=True, text=True, env=environment, preexec_fn=_limit_file_size
+        )
+    assert finished.returncode == 2 and finished.stderr.count("\n") == 1
+    assert finished.stderr.startswith(f"ccc-mirror: error: cannot write {out / '.serial_00000.tar.part'}: ")
