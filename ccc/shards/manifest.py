@@ -29,6 +29,8 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_FORMAT_VERSION",
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
+    "MAX_MANIFEST_SHARDS",
     "Manifest",
     "ManifestError",
     "describe_renderer",
@@ -41,6 +43,14 @@ __all__ = [
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "ccc-stream-manifest"
 MANIFEST_FORMAT_VERSION = 1
+MAX_MANIFEST_SHARDS = 100_000
+"""The most shard entries a manifest read from a server may hold: a generous bound (the longest
+published stream, 7,514,000 images, is 300 shards of 25,000; 100,000 shards is that stream in shards
+of 76 samples)."""
+MAX_MANIFEST_BYTES = MAX_MANIFEST_SHARDS * 256 + 2**16
+"""The largest manifest read from a server, in bytes (25,665,536): at most 256 bytes per shard entry
+(about 240 as :func:`save_manifest` writes one with 13-digit sample numbers and sizes) for
+:data:`MAX_MANIFEST_SHARDS` entries, plus 64 KiB for the rest of the document (about 3 KB)."""
 _HASH_CHUNK_BYTES = 1 << 20
 
 

@@ -39,7 +39,16 @@ from PIL import Image
 
 from ccc.folder_lock import FolderLock
 from ccc.safe_files import open_owned, refuse_symlink, write_atomically
-from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
+from ccc.shards.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_SHARDS,
+    Manifest,
+    ManifestError,
+    file_sha256,
+    load_manifest,
+    save_manifest,
+)
 from ccc.shards.published import PUBLISHED_PREFIX, published_locations
 from ccc.shards.errors import ShardReadError
 from ccc.shards.reader import read_samples
@@ -147,9 +156,15 @@ def _check_name(name: object, where: str) -> str:
 
 
 def _remote_manifest(url: str, remote: RemoteOptions | None) -> Manifest:
-    """Read a manifest over HTTP (through :func:`ccc.load`'s manifest checks, from a temporary folder)."""
+    """Read a manifest over HTTP (through :func:`ccc.load`'s manifest checks, from a temporary folder);
+    at most :data:`ccc.shards.manifest.MAX_MANIFEST_BYTES` are read, a longer body is refused."""
     with open_remote(url, remote) as handle:
-        text = handle.read()
+        text = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise MirrorError(
+            f"{url}: larger than {MAX_MANIFEST_BYTES:,} bytes, the most a manifest of "
+            f"{MAX_MANIFEST_SHARDS:,} shards takes; not a manifest of ccc-generate"
+        )
     with tempfile.TemporaryDirectory(prefix="ccc-mirror-") as folder:
         (Path(folder) / MANIFEST_NAME).write_bytes(text)
         try:

@@ -296,3 +296,15 @@ def test_a_write_that_fails_names_the_partial_file(run: Path, tmp_path: Path) ->
         )
     assert finished.returncode == 2 and finished.stderr.count("\n") == 1
     assert finished.stderr.startswith(f"ccc-mirror: error: cannot write {out / '.serial_00000.tar.part'}: ")
+
+
+def test_a_remote_manifest_beyond_the_cap_is_refused_unread(run: Path, tmp_path: Path, capsys) -> None:
+    from ccc.shards.manifest import MAX_MANIFEST_BYTES
+
+    files = served(run)
+    files["/run/manifest.json"] = files["/run/manifest.json"].ljust(MAX_MANIFEST_BYTES + 1)  # valid JSON, too long
+    with FaultServer(files) as server:
+        code = mirror_cli.main([server.url("/run"), str(tmp_path / "copy"), *FAST_FLAGS])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1
+    assert f"manifest.json: larger than {MAX_MANIFEST_BYTES:,} bytes" in error
