@@ -80,6 +80,10 @@ class MirrorError(ValueError):
     """A mirror cannot be made: a bad source, or a shard that differs from its manifest or does not decode."""
 
 
+class _Stopped(Exception):
+    """A download ended because another one failed or the call was interrupted (``stop`` was set)."""
+
+
 @dataclass(frozen=True)
 class MirrorShard:
     """A shard to mirror: its place in the stream, URL, file name and, from a manifest, what it must be.
@@ -244,7 +248,7 @@ def _download(
         try:
             while chunk := source.read(_CHUNK_BYTES):
                 if stop.is_set():
-                    raise KeyboardInterrupt
+                    raise _Stopped
                 target.write(chunk)
                 on_bytes(len(chunk))
             target.flush()
@@ -285,6 +289,25 @@ def _mirror_shard(
     if path == part:
         os.replace(part, final)
     return checked
+
+
+def _mirror_or_stop(
+    shard: MirrorShard,
+    folder: Path,
+    remote: RemoteOptions | None,
+    on_bytes: Callable[[int], None],
+    stop: threading.Event,
+) -> MirroredShard:
+    """:func:`_mirror_shard` in a download thread, not started once ``stop`` is set; its failure sets
+    ``stop`` at once, so that the other downloads stop at their next chunk and the thread does not go
+    on to the next queued shard before the calling thread has seen the failure."""
+    if stop.is_set():
+        raise _Stopped
+    try:
+        return _mirror_shard(shard, folder, remote, on_bytes, stop)
+    except BaseException:
+        stop.set()
+        raise
 
 
 def _load_records(folder: Path) -> dict[str, MirroredShard]:
@@ -351,6 +374,8 @@ def mirror_stream(
     Raises:
         MirrorError, ShardReadError: a bad source, or a shard that could not be read, differs from its
             manifest or does not decode (its partial file is deleted; the shards finished so far stay).
+            The first such failure stops the other downloads at their next chunk (their partial files
+            are kept) and no further shard is started.
         ccc.folder_lock.FolderInUseError: another process mirrors into ``folder``.
         KeyboardInterrupt: the downloads stop at once; partial files are kept and continued by the next call.
     """
@@ -392,11 +417,13 @@ def mirror_stream(
         pool = ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ccc-mirror")
         try:
             running: set[Future[MirroredShard]] = {
-                pool.submit(_mirror_shard, shard, folder, remote, on_bytes, stop) for shard in todo
+                pool.submit(_mirror_or_stop, shard, folder, remote, on_bytes, stop) for shard in todo
             }
             while running:
                 finished, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in finished:
+                    if isinstance(future.exception(), _Stopped):
+                        continue  # the failure that stopped it is another future's, raised when it is seen
                     record = future.result()
                     records[record.name] = record
                     _save_records(folder, source, records)

@@ -16,6 +16,7 @@ import pytest
 from ccc.cli import mirror as mirror_cli
 from ccc.cli import verify as verify_cli
 from ccc.load import StreamError, open_stream
+from ccc.shards.errors import ShardReadError
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
 from ccc.shards.record import shard_name
 from ccc.shards.remote import RemoteOptions
@@ -308,3 +309,14 @@ def test_a_remote_manifest_beyond_the_cap_is_refused_unread(run: Path, tmp_path:
     error = capsys.readouterr().err
     assert code == 2 and error.count("\n") == 1
     assert f"manifest.json: larger than {MAX_MANIFEST_BYTES:,} bytes" in error
+
+
+def test_no_shard_is_started_after_the_first_fatal_error(run: Path, tmp_path: Path) -> None:
+    files = served(run)
+    del files["/run/serial_00000.tar"]  # 404: not retried
+    with FaultServer(files) as server:
+        server.add_faults("/run/serial_00001.tar", *[("status", 503, None)] * 3)
+        slow = RemoteOptions(attempts=3, backoff=2.0, max_backoff=2.0, connect_timeout=5.0, read_timeout=5.0)
+        with pytest.raises(ShardReadError, match=r"serial_00000\.tar: HTTP 404"):
+            mirror_stream(server.url("/run/serial_{00000..00002}.tar"), tmp_path / "copy", connections=1, remote=slow)
+        assert [path for path, _ in server.requests] == ["/run/serial_00000.tar"]
