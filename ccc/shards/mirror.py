@@ -268,8 +268,8 @@ def _mirror_shard(
     """Download (or continue) one shard into ``.<name>.part``, check it, rename it into place."""
     final = folder / shard.name
     part = folder / f".{shard.name}{_PART_SUFFIX}"
-    # a shard renamed into place by a process that ended before mirror.json recorded it is only checked
     refuse_symlink(part, "partial download")
+    # a shard renamed into place by a process that ended before mirror.json recorded it is only checked
     path = final if final.exists() else part
     start = path.stat().st_size if path.exists() else 0
     on_bytes(start)
