@@ -5,7 +5,9 @@ deleting a file, and the OS releases it when the process ends, however it ends (
 A lock file inside the folder is locked as well: processes of earlier versions locked only that
 file, and some network file systems cannot lock a directory (the file lock is then all there is).
 The holder writes who it is into the lock file (process id, host, start time), so that a process
-refused the lock can name it (:class:`FolderInUseError`).
+refused the lock can name it (:class:`FolderInUseError`). The lock file is opened through
+:func:`ccc.safe_files.open_owned`: a symbolic or hard link planted in its place (a shared folder) is
+refused, never truncated through.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import socket
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
+
+from ccc.safe_files import open_owned
 
 try:
     import fcntl
@@ -59,10 +63,11 @@ class FolderLock:
         """Lock the existing folder ``folder`` and its file ``lock_name`` (created if missing), without
         waiting, and write this process's description into the lock file.
 
-        Raises :class:`FolderInUseError` naming the holder when another lock holds either."""
+        Raises :class:`FolderInUseError` naming the holder when another lock holds either, and
+        :class:`ccc.safe_files.UnsafePathError` when the lock file is a link or not a regular file."""
         folder = Path(folder)
         descriptor: int | None = None
-        lock_file = open(folder / lock_name, "ab")
+        lock_file = open_owned(folder / lock_name, "lock file")
         try:
             if fcntl is not None:
                 descriptor = _lock_directory(folder)

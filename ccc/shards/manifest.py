@@ -4,23 +4,22 @@ It records the :class:`ccc.stream.spec.StreamSpec`, the plan hash, the rendering
 library versions that shape the bytes and, per finished shard, its sample range, size and sha256;
 a run rendered by the torch backend (``ccc-generate --render-device``) also records its
 ``renderer`` (absent for the CPU reference path, whose manifests keep their bytes).
-Written atomically (temporary file, fsync, rename) after every finished shard; the full document is
-described in ``docs/generator.md``.
+Written atomically (a fresh temporary file, fsync, rename: :func:`ccc.safe_files.write_atomically`)
+after every finished shard; the full document is described in ``docs/generator.md``.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ccc.render import JPEG_OPTIMIZE, JPEG_QUALITY, OUTPUT_SIZE
-from ccc.shards.record import TEMPORARY_SUFFIX, shard_name
+from ccc.safe_files import write_atomically
+from ccc.shards.record import check_shard_file_name, shard_name
 from ccc.shards.writer import ShardInfo, ShardWriteError
 from ccc.stream.plan import CROP_ATTEMPTS, CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY
 from ccc.stream.spec import PlanError, StreamSpec
@@ -30,6 +29,8 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_FORMAT_VERSION",
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
+    "MAX_MANIFEST_SHARDS",
     "Manifest",
     "ManifestError",
     "describe_renderer",
@@ -42,6 +43,14 @@ __all__ = [
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "ccc-stream-manifest"
 MANIFEST_FORMAT_VERSION = 1
+MAX_MANIFEST_SHARDS = 100_000
+"""The most shard entries a manifest read from a server may hold: a generous bound (the longest
+published stream, 7,514,000 images, is 300 shards of 25,000; 100,000 shards is that stream in shards
+of 76 samples)."""
+MAX_MANIFEST_BYTES = MAX_MANIFEST_SHARDS * 256 + 2**16
+"""The largest manifest read from a server, in bytes (25,665,536): at most 256 bytes per shard entry
+(about 240 as :func:`save_manifest` writes one with 13-digit sample numbers and sizes) for
+:data:`MAX_MANIFEST_SHARDS` entries, plus 64 KiB for the rest of the document (about 3 KB)."""
 _HASH_CHUNK_BYTES = 1 << 20
 
 
@@ -133,22 +142,14 @@ class Manifest:
 
 
 def save_manifest(manifest: Manifest, directory: Path) -> Path:
-    """Write ``manifest.json`` into ``directory`` atomically (temporary file, fsync, rename); return its path."""
+    """Write ``manifest.json`` into ``directory`` atomically (a fresh temporary file, fsync, rename; a
+    symbolic link in its place is replaced, never followed); return its path."""
     path = Path(directory) / MANIFEST_NAME
-    temporary = path.with_name(f".{MANIFEST_NAME}{TEMPORARY_SUFFIX}")
     text = json.dumps(manifest.to_json_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        hint = " (no space left on device)" if error.errno == errno.ENOSPC else ""
-        raise ShardWriteError(
-            error.errno or 0, f"could not write manifest {path}: {error.strerror or error}{hint}"
-        ) from error
+        write_atomically(path, text.encode("utf-8"))
+    except OSError as error:  # its message names the file ("cannot write …/manifest.json: No space left on device")
+        raise ShardWriteError(error.errno or 0, error.strerror or str(error)) from error
     return path
 
 
@@ -200,6 +201,7 @@ def load_manifest(directory: Path) -> Manifest:
         }:
             raise ManifestError(f"{path}: malformed shard entry {entry!r}")
         info = ShardInfo(**entry)
+        check_shard_file_name(info.name, str(path), error=ManifestError)
         if not (
             isinstance(info.sha256, str) and len(info.sha256) == 64 and isinstance(info.bytes, int) and info.bytes > 0
         ):

@@ -11,6 +11,10 @@ When the source is a run folder served over HTTP (``<url>/manifest.json``), ever
 sha256 and sample count must equal its manifest's, and the manifest (listing the mirrored shards)
 is written into the mirror, which then is a run folder like a generated one: ``ccc-verify``,
 ``open_stream(folder, verify="sha256")`` and ``tta-eval --stream ccc:folder`` read it.
+A mirror folder may be shared (a lab's scratch space): its files are created through
+:mod:`ccc.safe_files` (partial downloads and the lock never through a link, whole files under a fresh
+name renamed into place), a shard listed under its name or ``mirror.json`` that is a symbolic link is
+refused, and ``mirror.json`` may list only plain file names inside the folder.
 The published streams have no manifest; their mirror is read with ``published_url=<parent folder>``
 (or ``$CCC_PUBLISHED_URL``) or as a shard pattern.
 """
@@ -34,11 +38,21 @@ from typing import Any
 from PIL import Image
 
 from ccc.folder_lock import FolderLock
-from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest, save_manifest
+from ccc.safe_files import open_owned, refuse_symlink, write_atomically
+from ccc.shards.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_SHARDS,
+    Manifest,
+    ManifestError,
+    file_sha256,
+    load_manifest,
+    save_manifest,
+)
 from ccc.shards.published import PUBLISHED_PREFIX, published_locations
 from ccc.shards.errors import ShardReadError
 from ccc.shards.reader import read_samples
-from ccc.shards.record import TEMPORARY_SUFFIX, SampleRecordError, decode_members, sample_place
+from ccc.shards.record import SampleRecordError, check_shard_file_name, decode_members, sample_place
 from ccc.shards.remote import RemoteOptions, ShardChangedError, is_remote, open_remote
 
 __all__ = [
@@ -64,6 +78,10 @@ logger = logging.getLogger(__name__)
 
 class MirrorError(ValueError):
     """A mirror cannot be made: a bad source, or a shard that differs from its manifest or does not decode."""
+
+
+class _Stopped(Exception):
+    """A download ended because another one failed or the call was interrupted (``stop`` was set)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +137,7 @@ def plan_mirror(
         raise MirrorError(f"source must be published:<name> or an http(s):// URL, got {source!r}")
     if source.endswith(".tar") or "{" in source:
         locations = list(braceexpand(source))
-        names = [url.rpartition("/")[2] for url in locations]
+        names = [_check_name(url.rpartition("/")[2], f"source {source!r}") for url in locations]
         if len(set(names)) != len(names):
             raise MirrorError(f"source {source!r} names two shards with the same file name")
         return [MirrorShard(index, url, name) for index, (url, name) in enumerate(zip(locations, names))], None
@@ -132,10 +150,25 @@ def plan_mirror(
     return shards, manifest
 
 
+def _check_name(name: object, where: str) -> str:
+    """``name`` when it can be a shard of a mirror folder: a plain file name
+    (:func:`ccc.shards.record.check_shard_file_name`) that is none of the mirror's own files."""
+    check_shard_file_name(name, where, error=MirrorError)
+    if name in (MIRROR_NAME, MANIFEST_NAME):
+        raise MirrorError(f"{where}: shard name {name!r} is the mirror's own {name}; rename the shard")
+    return name  # type: ignore[return-value]
+
+
 def _remote_manifest(url: str, remote: RemoteOptions | None) -> Manifest:
-    """Read a manifest over HTTP (through :func:`ccc.load`'s manifest checks, from a temporary folder)."""
+    """Read a manifest over HTTP (through :func:`ccc.load`'s manifest checks, from a temporary folder);
+    at most :data:`ccc.shards.manifest.MAX_MANIFEST_BYTES` are read, a longer body is refused."""
     with open_remote(url, remote) as handle:
-        text = handle.read()
+        text = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise MirrorError(
+            f"{url}: larger than {MAX_MANIFEST_BYTES:,} bytes, the most a manifest of "
+            f"{MAX_MANIFEST_SHARDS:,} shards takes; not a manifest of ccc-generate"
+        )
     with tempfile.TemporaryDirectory(prefix="ccc-mirror-") as folder:
         (Path(folder) / MANIFEST_NAME).write_bytes(text)
         try:
@@ -197,8 +230,9 @@ def _download(
     on_bytes: Callable[[int], None],
     stop: threading.Event,
 ) -> None:
-    """Append ``url`` from byte ``start`` to ``part``; ``<part>.json`` keeps the file's identity
-    (ETag, Last-Modified, size) so that a later run continues only the same file."""
+    """Append ``url`` from byte ``start`` to ``part`` (never through a link: :func:`ccc.safe_files.open_owned`);
+    ``<part>.json`` keeps the file's identity (ETag, Last-Modified, size) so that a later run continues
+    only the same file. An OSError while writing (a full disk) names ``part``."""
     sidecar = part.with_name(part.name + ".json")
     identity = None
     if start and sidecar.exists():
@@ -206,15 +240,21 @@ def _download(
             identity = json.loads(sidecar.read_text(encoding="utf-8"))
         except ValueError:
             identity = None
-    with open_remote(url, remote, start, identity) as source, open(part, "ab") as target:
-        sidecar.write_text(json.dumps(source.raw.identity), encoding="utf-8")
-        while chunk := source.read(_CHUNK_BYTES):
-            if stop.is_set():
-                raise KeyboardInterrupt
-            target.write(chunk)
-            on_bytes(len(chunk))
-        target.flush()
-        os.fsync(target.fileno())
+    with (
+        open_remote(url, remote, start, identity) as source,
+        open_owned(part, "partial download", append=True) as target,
+    ):
+        write_atomically(sidecar, json.dumps(source.raw.identity).encode("utf-8"))
+        try:
+            while chunk := source.read(_CHUNK_BYTES):
+                if stop.is_set():
+                    raise _Stopped
+                target.write(chunk)
+                on_bytes(len(chunk))
+            target.flush()
+            os.fsync(target.fileno())
+        except OSError as error:
+            raise OSError(error.errno, f"cannot write {part}: {error.strerror or error}") from None
     sidecar.unlink()
 
 
@@ -228,6 +268,7 @@ def _mirror_shard(
     """Download (or continue) one shard into ``.<name>.part``, check it, rename it into place."""
     final = folder / shard.name
     part = folder / f".{shard.name}{_PART_SUFFIX}"
+    refuse_symlink(part, "partial download")
     # a shard renamed into place by a process that ended before mirror.json recorded it is only checked
     path = final if final.exists() else part
     start = path.stat().st_size if path.exists() else 0
@@ -250,15 +291,38 @@ def _mirror_shard(
     return checked
 
 
+def _mirror_or_stop(
+    shard: MirrorShard,
+    folder: Path,
+    remote: RemoteOptions | None,
+    on_bytes: Callable[[int], None],
+    stop: threading.Event,
+) -> MirroredShard:
+    """:func:`_mirror_shard` in a download thread, not started once ``stop`` is set; its failure sets
+    ``stop`` at once, so that the other downloads stop at their next chunk and the thread does not go
+    on to the next queued shard before the calling thread has seen the failure."""
+    if stop.is_set():
+        raise _Stopped
+    try:
+        return _mirror_shard(shard, folder, remote, on_bytes, stop)
+    except BaseException:
+        stop.set()
+        raise
+
+
 def _load_records(folder: Path) -> dict[str, MirroredShard]:
+    """The shards ``mirror.json`` of ``folder`` lists, by name ({} without one); MirrorError for a
+    malformed file or a name that is not a plain file name of the folder, UnsafePathError for a link."""
     path = folder / MIRROR_NAME
+    refuse_symlink(path, MIRROR_NAME)
     if not path.exists():
         return {}
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-        return {entry["name"]: MirroredShard(**entry) for entry in document["shards"]}
+        records = [MirroredShard(**entry) for entry in document["shards"]]
     except (ValueError, KeyError, TypeError) as error:
         raise MirrorError(f"{path}: not a {MIRROR_FORMAT} file ({error}); move it away to start afresh") from None
+    return {_check_name(record.name, str(path)): record for record in records}
 
 
 def mirrored_shards(folder: str | os.PathLike[str]) -> list[MirroredShard]:
@@ -266,11 +330,15 @@ def mirrored_shards(folder: str | os.PathLike[str]) -> list[MirroredShard]:
 
     Raises:
         MirrorError: ``folder`` holds no ``mirror.json``, or an unreadable one.
+        ccc.safe_files.UnsafePathError: ``mirror.json`` or a listed shard is a symbolic link.
     """
     folder = Path(folder)
     if not (folder / MIRROR_NAME).is_file():
         raise MirrorError(f"{folder} has no {MIRROR_NAME}; it is not a ccc-mirror folder")
-    return [record for _, record in sorted(_load_records(folder).items())]
+    records = [record for _, record in sorted(_load_records(folder).items())]
+    for record in records:
+        refuse_symlink(folder / record.name, "mirrored shard")
+    return records
 
 
 def _save_records(folder: Path, source: str, records: dict[str, MirroredShard]) -> None:
@@ -280,9 +348,7 @@ def _save_records(folder: Path, source: str, records: dict[str, MirroredShard]) 
         "source": source,
         "shards": [dataclasses.asdict(record) for _, record in sorted(records.items())],
     }
-    temporary = folder / f".{MIRROR_NAME}{TEMPORARY_SUFFIX}"
-    temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, folder / MIRROR_NAME)
+    write_atomically(folder / MIRROR_NAME, (json.dumps(document, indent=1) + "\n").encode("utf-8"))
 
 
 def mirror_stream(
@@ -308,6 +374,8 @@ def mirror_stream(
     Raises:
         MirrorError, ShardReadError: a bad source, or a shard that could not be read, differs from its
             manifest or does not decode (its partial file is deleted; the shards finished so far stay).
+            The first such failure stops the other downloads at their next chunk (their partial files
+            are kept) and no further shard is started.
         ccc.folder_lock.FolderInUseError: another process mirrors into ``folder``.
         KeyboardInterrupt: the downloads stop at once; partial files are kept and continued by the next call.
     """
@@ -315,11 +383,18 @@ def mirror_stream(
         raise ValueError(f"connections must be an integer >= 1, got {connections!r}")
     planned, manifest = plan_mirror(source, remote, published_url)
     if shards is not None:
+        count = len(planned) if manifest is None else manifest.stream.num_shards
+        if shards and shards[-1] >= count:
+            raise MirrorError(
+                f"shards {shards[0]}-{shards[-1]} reach past the end of the stream ({count} shards: 0-{count - 1})"
+            )
         planned = [shard for shard in planned if shard.index in shards]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with FolderLock.acquire(folder, _LOCK_NAME):
         records = _load_records(folder)
+        for shard in planned:
+            refuse_symlink(folder / shard.name, "mirrored shard")
         todo = [shard for shard in planned if not ((folder / shard.name).exists() and shard.name in records)]
         known = [shard.bytes for shard in planned]
         # without a manifest the total is estimated from the shards finished so far
@@ -342,11 +417,13 @@ def mirror_stream(
         pool = ThreadPoolExecutor(max_workers=connections, thread_name_prefix="ccc-mirror")
         try:
             running: set[Future[MirroredShard]] = {
-                pool.submit(_mirror_shard, shard, folder, remote, on_bytes, stop) for shard in todo
+                pool.submit(_mirror_or_stop, shard, folder, remote, on_bytes, stop) for shard in todo
             }
             while running:
                 finished, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in finished:
+                    if isinstance(future.exception(), _Stopped):
+                        continue  # the failure that stopped it is another future's, raised when it is seen
                     record = future.result()
                     records[record.name] = record
                     _save_records(folder, source, records)
@@ -380,15 +457,15 @@ def check_mirror(
         (shards listed, one line per shard that is not intact, samples decoded).
 
     Raises:
-        MirrorError: no readable ``mirror.json``.
+        MirrorError: no readable ``mirror.json``, or one that lists a name outside the folder.
+        ccc.safe_files.UnsafePathError: ``mirror.json`` or a listed shard is a symbolic link.
     """
     folder = Path(folder)
-    if not (folder / MIRROR_NAME).is_file():
-        raise MirrorError(f"{folder} has no {MIRROR_NAME}; it is not a ccc-mirror folder")
-    records = _load_records(folder)
+    records = mirrored_shards(folder)
     problems = []
     decoded = 0
-    for name, record in sorted(records.items()):
+    for record in records:
+        name = record.name
         path = folder / name
         expected = MirrorShard(0, str(path), name, record.sha256, record.bytes, record.samples)
         try:

@@ -49,6 +49,7 @@ __all__ = [
     "parse_info",
     "record_metadata",
     "sample_key",
+    "check_shard_file_name",
     "sample_place",
     "shard_name",
     "shard_pattern",
@@ -88,6 +89,27 @@ TEMPORARY_SHARD_GLOB = f".{_SHARD_PREFIX}*{_SHARD_SUFFIX}{TEMPORARY_SUFFIX}"
 def shard_name(shard_index: int) -> str:
     """File name of shard ``shard_index`` (>= 0): ``serial_00000.tar``, ``serial_00001.tar``, …"""
     return f"{_SHARD_PREFIX}{shard_index:0{_SHARD_DIGITS}d}{_SHARD_SUFFIX}"
+
+
+def check_shard_file_name(name: object, where: str, *, error: type[ValueError] = ValueError) -> str:
+    """Require a plain file name inside a shard folder, as a manifest or ``mirror.json`` lists a shard.
+
+    A plain name is a non-empty string without a folder part (``/``, ``\\``) or NUL, and not hidden (no
+    leading ``.``, which also rules out ``.`` and ``..``): hidden names are the writers' own files
+    (temporary shards, partial downloads, lock files), and any other name would be read, hashed or
+    replaced outside the folder.
+
+    Args:
+        name: the listed name.
+        where: the file that lists it, for the message.
+        error: the ValueError subclass to raise (the caller's error type).
+
+    Returns:
+        ``name``.
+    """
+    if not isinstance(name, str) or not name or name.startswith(".") or any(c in name for c in "/\\\0"):
+        raise error(f"{where}: shard name {name!r} is not a plain file name inside the folder")
+    return name
 
 
 def shard_pattern(num_shards: int) -> str:

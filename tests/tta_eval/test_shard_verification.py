@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import make_ccc_run
+from tests.builders import REPOSITORY, make_ccc_run
 from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
 from tta_eval.records import RecordTable
 from tta_eval.run_folder import records_path
@@ -58,3 +58,15 @@ def test_no_verify_reads_the_altered_shard_and_says_so_in_the_config(altered_run
     assert code == 0, err
     config = json.loads((tmp_path / altered_run.name / "config.json").read_text())
     assert config["stream_verification"] is None and config["stream_options"]["verify_shards"] is False
+
+
+def test_no_verify_s_help_and_the_loading_guide_say_what_verification_risks_and_misses():
+    from tta_eval.streams import stream_sources
+
+    (option,) = [option for source in stream_sources() for option in source.options if option.flag == "--no-verify"]
+    assert "a changed image byte is then delivered silently" in option.arguments["help"]
+    guide = " ".join((REPOSITORY / "docs" / "loading.md").read_text().split())
+    assert "nothing is signed, so a shard edited together with its manifest entry's sha256" in guide
+    assert (
+        "a server that sends neither validator and replaces a shard with one of the same size is not detected" in guide
+    )

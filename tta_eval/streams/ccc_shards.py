@@ -160,7 +160,8 @@ REGISTRY.register(
                     "action": "store_true",
                     "help": "ccc: run folders: do not compare each shard's sha256 with the manifest's before "
                     "reading it (verified by default, about 3 %% of a run's time; sizes, keys and counts are "
-                    "still checked)",
+                    "still checked, but a changed image byte is then delivered silently: a JPEG with a changed "
+                    "byte usually still decodes, to a slightly different image)",
                 },
             ),
             CliOption(

@@ -4,6 +4,11 @@ interruptions and re-runs end in a mirror that ccc-verify and open_stream(verify
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ import pytest
 from ccc.cli import mirror as mirror_cli
 from ccc.cli import verify as verify_cli
 from ccc.load import StreamError, open_stream
+from ccc.shards.errors import ShardReadError
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
 from ccc.shards.record import shard_name
 from ccc.shards.remote import RemoteOptions
@@ -172,3 +178,145 @@ def test_an_unknown_published_name_is_one_line_before_any_progress(tmp_path, cap
     assert captured.out == "" and captured.err.count("\n") == 1
     assert "unknown published CCC stream 'baseline_21_transition+speed_2000_seed_43'" in captured.err
     assert not (tmp_path / "m").exists()
+
+
+REFUSED_LINKS = {
+    ".ccc-mirror.lock": "lock file",
+    ".serial_00000.tar.part": "partial download",
+    MIRROR_NAME: MIRROR_NAME,
+    "serial_00000.tar": "mirrored shard",
+}
+REPLACED_LINKS = (".serial_00000.tar.part.json", ".mirror.json.partial", ".manifest.json.partial")
+
+
+@pytest.mark.parametrize("name", [*REFUSED_LINKS, *REPLACED_LINKS])
+def test_a_link_planted_in_the_mirror_never_writes_its_target(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, name: str
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    out = tmp_path / "copy"
+    out.mkdir()
+    (out / name).symlink_to(victim)
+    with FaultServer(served(run)) as server:
+        code = mirror_cli.main([server.url("/run"), str(out), "--connections", "1", *FAST_FLAGS])
+    error = capsys.readouterr().err
+    assert victim.read_bytes() == b"precious"
+    if name in REFUSED_LINKS:
+        assert code == 2 and error.count("\n") == 1
+        assert error.startswith(f"ccc-mirror: error: {REFUSED_LINKS[name]} {out / name} is a symbolic link")
+    else:
+        assert code == 0 and error == ""
+        assert not any(path.is_symlink() for path in out.iterdir() if path.name != name)
+        assert verify_cli.main([str(out), "--no-progress"]) == 0
+
+
+def test_verify_and_open_stream_refuse_a_mirrored_shard_that_is_a_link(run: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "mirror" / NAME
+    with FaultServer(served(run, prefix=f"/ccc/{NAME}")) as server:
+        arguments = [f"published:{NAME}", str(tmp_path / "mirror"), "--published-url", server.url("/ccc")]
+        assert mirror_cli.main([*arguments, "--shards", "0-2", *FAST_FLAGS]) == 0
+    (out / "serial_00001.tar").rename(tmp_path / "elsewhere.tar")
+    (out / "serial_00001.tar").symlink_to(tmp_path / "elsewhere.tar")
+    capsys.readouterr()
+    assert verify_cli.main([str(out), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"mirrored shard {out / 'serial_00001.tar'} is a symbolic link" in error
+    with pytest.raises((StreamError, OSError), match=r"serial_00001\.tar is a symbolic link"):
+        samples(out, verify="sha256")
+
+
+def mirror_published(run: Path, tmp_path: Path) -> Path:
+    """A mirror of 3 shards of a published stream (no manifest: mirror.json gives the shards)."""
+    with FaultServer(served(run, prefix=f"/ccc/{NAME}")) as server:
+        arguments = [f"published:{NAME}", str(tmp_path / "mirror"), "--published-url", server.url("/ccc")]
+        assert mirror_cli.main([*arguments, "--shards", "0-2", *FAST_FLAGS]) == 0
+    return tmp_path / "mirror" / NAME
+
+
+@pytest.mark.parametrize("name", ["../outside.tar", "ABSOLUTE", ".serial_00000.tar.part", "", "a/b.tar"])
+def test_mirror_json_names_outside_the_folder_are_refused(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, name: str
+) -> None:
+    out = mirror_published(run, tmp_path)
+    (out.parent / "outside.tar").write_bytes((out / "serial_00000.tar").read_bytes())  # intact, but not the mirror's
+    name = str(out.parent / "outside.tar") if name == "ABSOLUTE" else name
+    document = json.loads((out / MIRROR_NAME).read_text())
+    outside = dict(document["shards"][0], name=name)
+    document["shards"].insert(0, outside)
+    (out / MIRROR_NAME).write_text(json.dumps(document))
+    capsys.readouterr()
+    assert verify_cli.main([str(out), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"shard name {name!r} is not a plain file name" in error
+    with pytest.raises(StreamError, match=r"is not a plain file name"):
+        samples(out, verify="sha256")
+
+
+def test_a_shard_range_past_the_end_is_refused(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with FaultServer(served(run)) as server:
+        for shards in ("5-9", "1-3"):
+            code = mirror_cli.main([server.url("/run"), str(tmp_path / "copy"), "--shards", shards, *FAST_FLAGS])
+            error = capsys.readouterr().err
+            assert code == 2 and error.count("\n") == 1
+            assert f"shards {shards} reach past the end of the stream (3 shards: 0-2)" in error
+        assert {path for path, _ in server.requests} == {"/run/manifest.json"}
+    assert not (tmp_path / "copy" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("name", [".ccc-mirror.lock", ".hidden.tar", MIRROR_NAME, "manifest.json"])
+def test_a_pattern_naming_the_mirrors_own_files_is_refused(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, name: str
+) -> None:
+    files = served(run)
+    files[f"/run/{name}"] = files["/run/serial_00000.tar"]
+    out = tmp_path / "copy"
+    out.mkdir()
+    (out / name).write_bytes(b"kept")
+    with FaultServer(files) as server:
+        code = mirror_cli.main([server.url(f"/run/{{serial_00001.tar,{name}}}"), str(out), *FAST_FLAGS])
+        assert not server.requests
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and repr(name) in error
+    assert (out / name).read_bytes() == b"kept"
+
+
+def _limit_file_size() -> None:
+    """In the child: files cannot grow beyond 10 kB (EFBIG, as a full disk's ENOSPC, instead of SIGXFSZ)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+
+
+def test_a_write_that_fails_names_the_partial_file(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "copy"
+    environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    with FaultServer(served(run)) as server:
+        command = [sys.executable, "-m", "ccc.cli.mirror", server.url("/run"), str(out), "--connections", "1"]
+        finished = subprocess.run(
+            [*command, *FAST_FLAGS], capture_output=True, text=True, env=environment, preexec_fn=_limit_file_size
+        )
+    assert finished.returncode == 2 and finished.stderr.count("\n") == 1
+    assert finished.stderr.startswith(f"ccc-mirror: error: cannot write {out / '.serial_00000.tar.part'}: ")
+
+
+def test_a_remote_manifest_beyond_the_cap_is_refused_unread(run: Path, tmp_path: Path, capsys) -> None:
+    from ccc.shards.manifest import MAX_MANIFEST_BYTES
+
+    files = served(run)
+    files["/run/manifest.json"] = files["/run/manifest.json"].ljust(MAX_MANIFEST_BYTES + 1)  # valid JSON, too long
+    with FaultServer(files) as server:
+        code = mirror_cli.main([server.url("/run"), str(tmp_path / "copy"), *FAST_FLAGS])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1
+    assert f"manifest.json: larger than {MAX_MANIFEST_BYTES:,} bytes" in error
+
+
+def test_no_shard_is_started_after_the_first_fatal_error(run: Path, tmp_path: Path) -> None:
+    files = served(run)
+    del files["/run/serial_00000.tar"]  # 404: not retried
+    with FaultServer(files) as server:
+        server.add_faults("/run/serial_00001.tar", *[("status", 503, None)] * 3)
+        slow = RemoteOptions(attempts=3, backoff=2.0, max_backoff=2.0, connect_timeout=5.0, read_timeout=5.0)
+        with pytest.raises(ShardReadError, match=r"serial_00000\.tar: HTTP 404"):
+            mirror_stream(server.url("/run/serial_{00000..00002}.tar"), tmp_path / "copy", connections=1, remote=slow)
+        assert [path for path, _ in server.requests] == ["/run/serial_00000.tar"]
