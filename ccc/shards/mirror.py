@@ -234,28 +234,42 @@ def _download(
     ``<part>.json`` keeps the file's identity (ETag, Last-Modified, size) so that a later run continues
     only the same file. An OSError while writing (a full disk) names ``part``."""
     sidecar = part.with_name(part.name + ".json")
-    identity = None
-    if start and sidecar.exists():
-        try:
-            identity = json.loads(sidecar.read_text(encoding="utf-8"))
-        except ValueError:
-            identity = None
-    with (
-        open_remote(url, remote, start, identity) as source,
-        open_owned(part, "partial download", append=True) as target,
-    ):
-        write_atomically(sidecar, json.dumps(source.raw.identity).encode("utf-8"))
-        try:
-            while chunk := source.read(_CHUNK_BYTES):
-                if stop.is_set():
-                    raise _Stopped
-                target.write(chunk)
-                on_bytes(len(chunk))
-            target.flush()
-            os.fsync(target.fileno())
-        except OSError as error:
-            raise OSError(error.errno, f"cannot write {part}: {error.strerror or error}") from None
+    identity = _read_identity(sidecar, url) if start else None
+    try:
+        with (
+            open_remote(url, remote, start, identity, stop=stop) as source,
+            open_owned(part, "partial download", append=True) as target,
+        ):
+            write_atomically(sidecar, json.dumps(source.raw.identity).encode("utf-8"))
+            try:
+                while chunk := source.read(_CHUNK_BYTES):
+                    if stop.is_set():
+                        raise _Stopped
+                    target.write(chunk)
+                    on_bytes(len(chunk))
+                target.flush()
+                os.fsync(target.fileno())
+            except OSError as error:
+                raise OSError(error.errno, f"cannot write {part}: {error.strerror or error}") from None
+    except ShardReadError:
+        if stop.is_set():  # stopped in a back-off wait: the failure that set it is another download's
+            raise _Stopped from None
+        raise
     sidecar.unlink()
+
+
+def _read_identity(sidecar: Path, url: str) -> object:
+    """The remote file's identity recorded beside a partial download (validated by :func:`open_remote`).
+
+    Raises:
+        ShardChangedError: the record is missing or not JSON: the partial file cannot be tied to the
+            remote file, so it is downloaded again from its first byte.
+    """
+    refuse_symlink(sidecar, "partial download record")
+    try:
+        return json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ShardChangedError(f"shard {url}: the record of its partial download is unreadable ({error})") from None
 
 
 def _mirror_shard(

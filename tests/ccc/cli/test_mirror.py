@@ -311,6 +311,31 @@ def test_a_remote_manifest_beyond_the_cap_is_refused_unread(run: Path, tmp_path:
     assert f"manifest.json: larger than {MAX_MANIFEST_BYTES:,} bytes" in error
 
 
+def test_a_download_waiting_to_retry_stops_at_the_first_fatal_error(run: Path, tmp_path: Path) -> None:
+    """Shard 1 answers 503 and waits 20 s to retry; shard 0's 403 a second later ends that wait: shard 1
+    is never asked again."""
+    with FaultServer(served(run)) as server:
+        server.add_faults("/run/serial_00000.tar", ("late", 1.0, 403))
+        server.add_faults("/run/serial_00001.tar", *[("status", 503, None)] * 3)
+        patient = RemoteOptions(attempts=3, backoff=20.0, max_backoff=20.0, connect_timeout=5.0, read_timeout=5.0)
+        with pytest.raises(ShardReadError, match=r"serial_00000\.tar: HTTP 403"):
+            mirror_stream(
+                server.url("/run/serial_{00000..00001}.tar"), tmp_path / "copy", connections=2, remote=patient
+            )
+        assert sorted(path for path, _ in server.requests) == ["/run/serial_00000.tar", "/run/serial_00001.tar"]
+
+
+def test_a_partial_download_without_its_identity_record_starts_again(run: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    (folder / ".serial_00000.tar.part").write_bytes(b"not the shard's first bytes")
+    (folder / ".serial_00000.tar.part.json").write_text("{not json")
+    with FaultServer(served(run)) as server:
+        mirror_stream(server.url("/run/serial_{00000..00000}.tar"), folder, connections=1)
+        assert [headers.get("Range") for _, headers in server.requests] == [None]
+    assert (folder / "serial_00000.tar").read_bytes() == (run / "serial_00000.tar").read_bytes()
+
+
 def test_no_shard_is_started_after_the_first_fatal_error(run: Path, tmp_path: Path) -> None:
     files = served(run)
     del files["/run/serial_00000.tar"]  # 404: not retried

@@ -18,6 +18,7 @@ standing fault (``always``) answers every request once its queue is empty:
 - ``("html",)``: answer 200 with an HTML error page instead of the file.
 - ``("gzip",)``: answer 200 with the file gzip-compressed (``Content-Encoding: gzip``), whatever was asked.
 - ``("redirect", location)``: answer 302 to ``location`` (a path of this server or any URL).
+- ``("late", seconds, code)``: wait ``seconds``, then answer ``code`` (a failure that comes after others).
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
                 return
             if kind == "redirect":
                 self._answer(302, b"", {"Location": fault[1]})
+                return
+            if kind == "late":
+                time.sleep(fault[1])
+                self._answer(fault[2], b"", {})
                 return
             if data is None:
                 self._answer(404, b"", {})
