@@ -189,10 +189,9 @@ def render_stream(
             ``chunk_size`` samples at a time (the batch size under :func:`ccc.load.stream_loader`, whose
             workers then only decode the sources): images are tensors on the device, ``image_format``
             one of ``uint8``, ``float``, ``normalized``. Its bytes differ from the CPU path's (the random
-            corruptions draw from counter-based per-sample streams; the JPEG round trip on CUDA is
-            nvJPEG's) and are reproducible on the same device type, whatever the batch size or the
-            workers (``docs/fidelity.md``). Choose it when a GPU is at hand: on the CPU the reference
-            path is the faster one.
+            corruptions draw from counter-based per-sample streams) and are reproducible on the same
+            device type, whatever the batch size or the workers (``docs/fidelity.md``). Choose it when a
+            GPU is at hand: on the CPU the reference path is the faster one.
 
     Rendering runs where the stream is iterated: wrap it in :func:`ccc.load.stream_loader` with
     ``num_workers`` to render in worker processes.

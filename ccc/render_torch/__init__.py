@@ -10,8 +10,8 @@ counter-based hash of ``(seed, stage, draw, element)``) instead of ``numpy.rando
 What matches the CPU path exactly (same bytes, on the CPU device): the crop, bilinear resize and flip
 (Pillow's fixed-point resampling as integer matrices), the deterministic corruptions (brightness,
 contrast, saturate, pixelate, jpeg, defocus_blur from severity 1/3, zoom_blur, gaussian_blur) and the
-final JPEG round trip (torchvision's libjpeg on the CPU; nvJPEG on CUDA is close, not equal). The random
-corruptions other than the four noises (glass_blur, motion_blur, snow, frost, fog, spatter, elastic)
+final JPEG round trip (libjpeg-turbo's integer arithmetic as tensor operations, on every device). The
+random corruptions other than the four noises (glass_blur, motion_blur, snow, frost, fog, spatter, elastic)
 give the CPU's bytes when handed the same draws, so they are equal in distribution; the noises are equal
 in distribution. Per corruption: ``docs/fidelity.md``, "The torch backend (``ccc.render_torch``)". A
 sample's bytes depend only on its spec and its source image: never on the batch size or the other
@@ -33,7 +33,7 @@ Public names:
   divided by 255 (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
   Pillow's resampling, ``_spatter_filters`` for spatter's OpenCV filters).
 
-Importing this package needs torch and torchvision; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``
+Importing this package needs torch; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``
 and ``ccc.shards`` never import it, and its users (``ccc.load.render_stream(device=)``,
 ``ccc-generate --render-device``, the calibration's torch backend) import it only inside the functions
 that render on a device.

@@ -6,8 +6,8 @@ All five are deterministic and follow the CPU path (``ccc.corruptions.digital``)
   evaluates them) on whole tensors in float64, from the inputs' exact byte levels ``round(x * 255) / 255``;
 - contrast: the reference's float64 arithmetic around each image's per-channel mean;
 - pixelate: Pillow's BOX down- and up-resize as exact integer matrices (:mod:`._resample`): Pillow's bytes;
-- jpeg: a JPEG round trip at ``round(quality)`` with ``torchvision.io`` (libjpeg on the CPU: Pillow's
-  bytes there; nvJPEG on CUDA: close, not equal), samples grouped by quality.
+- jpeg: a JPEG round trip at ``round(quality)`` in libjpeg-turbo's integer arithmetic
+  (:mod:`.jpeg`): Pillow's bytes, one call for the whole batch with per-sample qualities.
 
 Every function takes images float32 (B, 3, H, W) whose values are byte levels ``k / 255`` (as the
 pipeline passes them), severities float64 (B,) in (0, 5] and a :class:`SampleRandom` (unused), and
@@ -122,17 +122,11 @@ def pixelate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor
 
 
 def jpeg(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
-    """JPEG round trip at quality ``round(table(severity))`` (25..7), samples grouped by quality.
-
-    Uses :func:`ccc.render_torch.jpeg.jpeg_round_trip` (torchvision.io on the images' device).
-    """
-    qualities = [round(quality) for quality in per_sample_parameters("jpeg", severities).tolist()]
+    """JPEG round trip at quality ``round(table(severity))`` (85..7, rounded half to even like Python's
+    ``round``), all samples in one :func:`ccc.render_torch.jpeg.jpeg_round_trip` call."""
+    qualities = torch.round(per_sample_parameters("jpeg", severities)).to(torch.int32)
     levels = byte_levels(images).to(torch.uint8)
-    output = torch.empty_like(levels)
-    for quality in sorted(set(qualities)):
-        members = torch.tensor([k for k, other in enumerate(qualities) if other == quality], device=images.device)
-        output[members] = jpeg_round_trip(levels[members], quality)
-    return output.to(torch.float32) / 255
+    return jpeg_round_trip(levels, qualities).to(torch.float32) / 255
 
 
 TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
