@@ -53,16 +53,21 @@ are built on the device from the qualities.
 
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+from torchvision.io import decode_jpeg, encode_jpeg
 
-__all__ = ["FINAL_QUALITY", "jpeg_round_trip", "quantisation_tables"]
+__all__ = ["FINAL_QUALITY", "integer_jpeg_round_trip", "jpeg_round_trip", "quantisation_tables"]
 
 FINAL_QUALITY = 85
 """Quality of the stream's final JPEG encoding (``ccc.render.JPEG_QUALITY``)."""
+
+_CODEC_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
+"""torchvision 0.29 deprecates its codecs in favour of TorchCodec (not a dependency); silenced around the calls."""
 
 _LUMA_TABLE = (
     (16, 11, 10, 16, 24, 40, 51, 61),
@@ -208,12 +213,31 @@ def jpeg_round_trip(images: Tensor, quality: int | Tensor = FINAL_QUALITY) -> Te
             ``images.device`` (values outside [1, 100] clamped, as libjpeg does).
 
     Returns:
-        uint8 (B, 3, H, W) on ``images.device``; on the CPU equal to Pillow's decode of Pillow's
-        ``quality`` encode of each image (``docs/fidelity.md``, "The torch backend").
+        uint8 (B, 3, H, W) on ``images.device``, equal to Pillow's decode of Pillow's ``quality``
+        encode of each image. On the CPU libjpeg-turbo itself computes it (``torchvision.io``, the
+        library Pillow uses, one call per distinct quality: about 8× faster there than the tensor
+        arithmetic); on every other device :func:`integer_jpeg_round_trip`, which gives the same bytes
+        (``tests/ccc/render_torch/test_jpeg.py`` checks both against Pillow).
     """
+    qualities = _qualities(images, quality)
+    if images.device.type != "cpu":
+        return integer_jpeg_round_trip(images, qualities)
+    output = torch.empty_like(images)
+    levels = qualities.clamp(1, 100).tolist()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
+        for level in sorted(set(levels)):
+            members = [k for k, other in enumerate(levels) if other == level]
+            encoded = encode_jpeg([images[k].contiguous() for k in members], quality=level)
+            output[members] = torch.stack(decode_jpeg(encoded))
+    return output
+
+
+def _qualities(images: Tensor, quality: int | Tensor) -> Tensor:
+    """``quality`` checked against ``images`` (see :func:`jpeg_round_trip`) as a tensor (B,) on their device."""
     if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3 or 0 in images.shape[2:]:
         raise ValueError(f"images must be uint8 (B, 3, H, W) with H, W >= 1, got {images.dtype} {tuple(images.shape)}")
-    batch, _, height, width = images.shape
+    batch = images.shape[0]
     device = images.device
     if isinstance(quality, Tensor):
         if quality.shape != (batch,) or quality.dtype.is_floating_point or quality.device != device:
@@ -221,11 +245,21 @@ def jpeg_round_trip(images: Tensor, quality: int | Tensor = FINAL_QUALITY) -> Te
                 f"quality must be an integer tensor ({batch},) on {device}, "
                 f"got {quality.dtype} {tuple(quality.shape)} on {quality.device}"
             )
-        qualities = quality
-    elif isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        return quality
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
         raise ValueError(f"quality must be an int in [1, 100] or a tensor, got {quality!r}")
-    else:
-        qualities = torch.full((batch,), quality, dtype=torch.int32, device=device)
+    return torch.full((batch,), quality, dtype=torch.int32, device=device)
+
+
+def integer_jpeg_round_trip(images: Tensor, quality: int | Tensor = FINAL_QUALITY) -> Tensor:
+    """:func:`jpeg_round_trip` as integer tensor arithmetic (the module documentation), on any device.
+
+    Arguments and result as :func:`jpeg_round_trip`; the operations do not depend on the batch size and
+    read no device data on the host.
+    """
+    qualities = _qualities(images, quality)
+    batch, _, height, width = images.shape
+    device = images.device
     if batch == 0:
         return images.clone()
     forward, inverse = _constants_on(device)[:2].unbind(0)

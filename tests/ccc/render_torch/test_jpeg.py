@@ -1,4 +1,5 @@
-"""The tensor JPEG round trip against Pillow's encode and decode (the CPU path's codec): equal bytes."""
+"""The integer tensor JPEG round trip against Pillow's encode and decode (the CPU path's codec): equal bytes;
+and ``jpeg_round_trip``, which runs libjpeg itself on the CPU, equal to it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.corruptions import get_corruption
-from ccc.render_torch.jpeg import FINAL_QUALITY, jpeg_round_trip, quantisation_tables
+from ccc.render_torch.jpeg import FINAL_QUALITY, integer_jpeg_round_trip, jpeg_round_trip, quantisation_tables
 from tests.ccc.render_torch.images import demo_images
 
 SIZES = [(1, 1), (2, 9), (9, 2), (4, 5), (5, 4), (7, 9), (8, 8), (16, 16), (17, 33), (33, 17), (223, 225), (224, 224)]
@@ -36,9 +37,9 @@ def pillow_round_trip(image: NDArray[np.uint8], quality: int) -> NDArray[np.uint
 
 
 def tensor_round_trip(images: NDArray[np.uint8], qualities: list[int]) -> NDArray[np.uint8]:
-    """``jpeg_round_trip`` of uint8 (B, H, W, 3) images with one quality per image, on the CPU."""
+    """``integer_jpeg_round_trip`` of uint8 (B, H, W, 3) images with one quality per image, on the CPU."""
     batch = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2)
-    output = jpeg_round_trip(batch, torch.tensor(qualities, dtype=torch.int32))
+    output = integer_jpeg_round_trip(batch, torch.tensor(qualities, dtype=torch.int32))
     return output.permute(0, 2, 3, 1).numpy()
 
 
@@ -99,7 +100,14 @@ def test_a_batch_of_mixed_qualities_equals_each_sample_alone():
     for k, quality in enumerate(qualities):
         np.testing.assert_array_equal(whole[k : k + 1], tensor_round_trip(images[k : k + 1], [quality]))
     batch = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2)
-    np.testing.assert_array_equal(jpeg_round_trip(batch[1:2], 85).permute(0, 2, 3, 1).numpy(), whole[1:2])
+    np.testing.assert_array_equal(integer_jpeg_round_trip(batch[1:2], 85).permute(0, 2, 3, 1).numpy(), whole[1:2])
+
+
+@pytest.mark.parametrize("height, width", [(1, 1), (7, 9), (223, 225), (224, 224)])
+def test_libjpeg_on_the_cpu_gives_the_integer_round_trip_s_bytes(height: int, width: int):
+    images = torch.from_numpy(np.ascontiguousarray(sample_images(height, width, seed=3))).permute(0, 3, 1, 2)
+    qualities = torch.tensor([7, 85, 25, 7, 100, 85, 1, 30], dtype=torch.int32)
+    assert torch.equal(jpeg_round_trip(images, qualities), integer_jpeg_round_trip(images, qualities))
 
 
 def test_quantisation_tables_equal_the_tables_pillow_writes():
@@ -136,14 +144,15 @@ def test_the_round_trip_runs_on_the_meta_device():
     """No host read of device data and no CPU-only codec: the meta device holds no data."""
     images = torch.empty(5, 3, 223, 225, dtype=torch.uint8, device="meta")
     for quality in (FINAL_QUALITY, torch.full((5,), 30, dtype=torch.int32, device="meta")):
-        output = jpeg_round_trip(images, quality)
+        output = integer_jpeg_round_trip(images, quality)
         assert (output.shape, output.dtype, output.device.type) == ((5, 3, 223, 225), torch.uint8, "meta")
     small = torch.empty(2, 3, 3, 4, dtype=torch.uint8, device="meta")
     assert jpeg_round_trip(small).shape == (2, 3, 3, 4)
 
 
-def test_an_empty_batch_is_returned_as_is():
-    assert jpeg_round_trip(torch.zeros(0, 3, 8, 8, dtype=torch.uint8)).shape == (0, 3, 8, 8)
+@pytest.mark.parametrize("round_trip", [jpeg_round_trip, integer_jpeg_round_trip])
+def test_an_empty_batch_is_returned_as_is(round_trip):
+    assert round_trip(torch.zeros(0, 3, 8, 8, dtype=torch.uint8)).shape == (0, 3, 8, 8)
 
 
 def test_invalid_arguments_name_the_parameter_and_value():
