@@ -8,8 +8,9 @@ JPEG quality-85 round trip → uint8 (B, 3, 224, 224).
 Its bytes differ from the CPU path's: the random corruptions draw from :class:`SampleRandom` (a
 counter-based hash of ``(seed, stage, draw, element)``) instead of ``numpy.random.default_rng(spec.seed)``.
 What matches the CPU path exactly (same bytes, on the CPU device): the crop, bilinear resize and flip
-(Pillow's fixed-point resampling as integer matrices), the deterministic corruptions (brightness,
-contrast, saturate, pixelate, jpeg, defocus_blur from severity 1/3, zoom_blur, gaussian_blur) and the
+(Pillow's fixed-point resampling as integer gathers over per-sample tap tables), the deterministic
+corruptions (brightness, contrast, saturate, pixelate, jpeg, defocus_blur from severity 1/3, zoom_blur,
+gaussian_blur) and the
 final JPEG round trip (libjpeg-turbo's integer arithmetic as tensor operations, on every device). The
 random corruptions other than the four noises (glass_blur, motion_blur, snow, frost, fog, spatter, elastic)
 give the CPU's bytes when handed the same draws, so they are equal in distribution; the noises are equal
@@ -30,7 +31,10 @@ Public names:
   motion, zoom, gaussian), ``snow``, ``weather`` (frost, fog, spatter, and elastic from ``elastic``).
   A corruption function is ``f(images float32 (B, 3, H, W) in [0, 1], severities float64 (B,) in (0, 5],
   random: SampleRandom) -> float32 (B, 3, H, W)``, the reference's value before its uint8 truncation,
-  divided by 255 (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
+  divided by 255. ``images`` and ``random``'s draws live on the render device; ``severities`` live on
+  the host (they come from the specs), so per-sample parameters, kernels and tables are derived there
+  (``random.on_host()`` draws the per-sample numbers that shape them) and copied to the device, and the
+  function reads no device data back (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
   Pillow's resampling, ``_spatter_filters`` for spatter's OpenCV filters).
 
 Importing this package needs torch; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``

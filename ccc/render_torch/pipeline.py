@@ -66,13 +66,14 @@ def apply_corruption_stage(
     Args:
         images: float32 (B, 3, H, W) byte levels ``k / 255``.
         names: B corruption names; severities: B floats in [0, 5] (0 leaves the sample unchanged).
-        seeds: int64 (B,) per-sample seeds on the images' device.
+        seeds: int64 (B,) per-sample seeds, on the host (a device tensor is read back once).
         stage: 0 or 1 (which half of the pair; selects the random streams).
 
     Returns:
         float32 (B, 3, H, W) byte levels (truncated), a new tensor.
     """
     output = images.clone()
+    host_seeds = seeds.cpu()
     canonical = [get_corruption(name).name for name in names]
     for name in sorted(set(canonical)):
         members = [k for k, other in enumerate(canonical) if other == name and severities[k] > 0]
@@ -80,9 +81,9 @@ def apply_corruption_stage(
             continue
         function = torch_corruption(name)
         index = torch.tensor(members, device=images.device)
-        group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64, device=images.device)
-        corrupted = function(images[index], group_severities, SampleRandom(seeds[index], stage))
-        output[index] = truncate_to_levels(corrupted)
+        group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)
+        random = SampleRandom(host_seeds[members], stage, images.device)
+        output[index] = truncate_to_levels(function(images[index], group_severities, random))
     return output
 
 
@@ -110,7 +111,7 @@ def render_batch(
                 torch_corruption(name)
     device = torch.device(device)
     pixels = crop_resize_flip(specs, images, device)
-    seeds = torch.tensor([spec.seed for spec in specs], dtype=torch.int64, device=device)
+    seeds = torch.tensor([spec.seed for spec in specs], dtype=torch.int64)
     pixels = apply_corruption_stage(pixels, [s.n1 for s in specs], [s.s1 for s in specs], seeds, 0)
     pixels = apply_corruption_stage(pixels, [s.n2 for s in specs], [s.s2 for s in specs], seeds, 1)
     output = torch.round(pixels * 255).to(torch.uint8)

@@ -87,26 +87,47 @@ def _invert_poisson(rates: Tensor, uniform: Tensor) -> Tensor:
     return torch.minimum(index - starts[row_of_value], lengths[row_of_value] - 1).to(torch.float64)
 
 
+def _keys(seeds: Tensor, stage: int) -> Tensor:
+    """Each sample's stream key: the splitmix64 mix of its seed and the stage (int64, on ``seeds.device``)."""
+    return _mix(_mix(seeds) ^ _signed((stage + 1) * _STAGE_KEY))
+
+
 class SampleRandom:
     """Per-sample random streams of a batch, for one stage of a corruption pair.
 
     Args:
-        seeds: int64 tensor (B,), one seed per sample in [0, 2**63) (``SampleSpec.seed``); its device
-            is the device of every value drawn.
+        seeds: int64 tensor (B,), one seed per sample in [0, 2**63) (``SampleSpec.seed``), best on the
+            host (the render pipeline keeps them there).
         stage: 0 for the pair's first corruption, 1 for the second.
+        device: where the values are drawn (default ``seeds.device``); the streams' keys are computed
+            where the seeds are and copied there once.
 
-    Every draw returns a tensor with the batch dimension first, on ``seeds.device``.
+    Every draw returns a tensor with the batch dimension first, on :attr:`device`. :meth:`on_host` draws
+    the same values on the CPU, for per-sample numbers that build host tables (angles, kernel sizes).
     """
 
-    def __init__(self, seeds: Tensor, stage: int = 0):
+    def __init__(self, seeds: Tensor, stage: int = 0, device: torch.device | str | None = None):
         if seeds.dtype != torch.int64 or seeds.ndim != 1:
             raise ValueError(f"seeds must be an int64 tensor of shape (B,), got {seeds.dtype} {tuple(seeds.shape)}")
         if stage < 0:
             raise ValueError(f"stage must be >= 0, got {stage}")
         self.seeds = seeds
         self.stage = stage
-        self._sample_keys = _mix(_mix(seeds) ^ _signed((stage + 1) * _STAGE_KEY))
+        self.device = seeds.device if device is None else torch.device(device)
+        self._sample_keys = _keys(seeds, stage).to(self.device, non_blocking=True)
         self._draws = [0]
+
+    def on_host(self) -> SampleRandom:
+        """These streams drawing on the CPU, sharing this object's draw counter (a draw on either consumes
+        the draw number for both): the values equal the device's (the words are device-independent).
+        Free when the seeds live on the host; device seeds are read back once."""
+        host = SampleRandom.__new__(SampleRandom)
+        host.seeds = self.seeds.cpu()
+        host.stage = self.stage
+        host.device = torch.device("cpu")
+        host._sample_keys = _keys(host.seeds, self.stage)
+        host._draws = self._draws
+        return host
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -117,7 +138,7 @@ class SampleRandom:
         self._draws[0] += 1
         keys = _mix(self._sample_keys + _signed((draw + 1) * _GOLDEN))
         count = math.prod(shape)
-        positions = torch.arange(1, count + 1, dtype=torch.int64, device=self.seeds.device) * _GOLDEN
+        positions = torch.arange(1, count + 1, dtype=torch.int64, device=self.device) * _GOLDEN
         return _mix(keys[:, None] + positions[None, :]).reshape(len(self), *shape)
 
     def uniform(self, *shape: int) -> Tensor:
@@ -166,8 +187,9 @@ class SampleRandom:
         both, so a corruption may draw on subsets and on the whole batch without reusing values.
         """
         chosen = SampleRandom.__new__(SampleRandom)
-        chosen.seeds = self.seeds[index]
+        chosen.seeds = self.seeds[index.to(self.seeds.device)]
         chosen.stage = self.stage
-        chosen._sample_keys = self._sample_keys[index]
+        chosen.device = self.device
+        chosen._sample_keys = self._sample_keys[index.to(self.device)]
         chosen._draws = self._draws
         return chosen

@@ -114,3 +114,15 @@ def test_poisson_values_do_not_depend_on_the_other_rates_of_the_batch():
     others = torch.rand(3, 400, generator=torch.Generator().manual_seed(1)) * 900
     together = SampleRandom(torch.tensor([5, 11, 6, 7])).poisson(torch.cat([others[:1], rates, others[1:]]))
     assert torch.equal(alone[0], together[1])
+
+
+def test_host_draws_equal_device_draws_and_share_the_draw_counter():
+    seeds = torch.tensor([3, 99, 2**40])
+    device_first, host_first = SampleRandom(seeds), SampleRandom(seeds)
+    assert torch.equal(host_first.on_host().uniform(2), device_first.uniform(2))
+    assert torch.equal(host_first.normal(5), device_first.normal(5))
+
+
+def test_draws_land_on_the_requested_device_from_host_seeds():
+    random = SampleRandom(torch.tensor([1, 2]), stage=1, device="meta")
+    assert random.uniform(3).device.type == "meta" and random.on_host().uniform().device.type == "cpu"
