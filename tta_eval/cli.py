@@ -324,7 +324,7 @@ DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
 """README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 RUN_EXAMPLES = (
     (
-        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 "
+        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43_images_10000 "
         "--method source --method bn --method tent --method rdumb",
         "a demo stream (ccc-generate --help) with methods of your choice; its manifest selects the demo model",
     ),
@@ -340,7 +340,8 @@ RUN_EXAMPLES = (
         "(a folder of its own beside README command 1's offline run)",
     ),
     (
-        f"tta-eval run --stream {DEMO_STREAM} --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 "
+        f"tta-eval run --stream {DEMO_STREAM} "
+        "--stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43_images_10000 "
         "--method tent --method eta --workers 2 --out results/two_streams",
         "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
     ),
@@ -355,7 +356,10 @@ COMPARE_EXAMPLES = (
         "tta-eval compare results/demo_* --out comparison_demo",
         "the run folders a glob names, table and plot in comparison_demo/",
     ),
-    ("tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43 results/discrete", "two run folders"),
+    (
+        "tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43_images_10000 results/discrete",
+        "two run folders",
+    ),
 )
 """Example commands ending the help of ``run`` and ``compare``."""
 

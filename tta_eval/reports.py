@@ -213,17 +213,32 @@ class ComparisonCell:
     label: str
 
 
+def comparison_columns(runs: Sequence[RunResult]) -> list[str]:
+    """The column of each run of ``runs`` (in order): its stream's name (``run_stream_name``), so that runs
+    of one stream share a column (a stored and a rendered run of it, say); where runs of one method on
+    streams at several locations share that name (a CPU- and a torch-rendered copy of one run folder),
+    their stream's location as each run recorded it (``ccc:shards_torch/RUN``) instead, so that they stand
+    side by side rather than in one cell."""
+    names = [run_stream_name(run) for run in runs]
+    locations = [str(run.config.get("stream") or name) for run, name in zip(runs, names)]
+    held: dict[tuple[str, str], set[str]] = {}
+    for run, name, location in zip(runs, names, locations):
+        for label in run.summary["methods"]:
+            held.setdefault((name, label), set()).add(location)
+    split = {name for (name, _), places in held.items() if len(places) > 1}
+    return [location if name in split else name for name, location in zip(names, locations)]
+
+
 def comparison_cells(runs: Sequence[RunResult]) -> list[ComparisonCell]:
-    """Every (method, stream) result of ``runs``, keyed by method label and stream name, so that
-    different streams never share a column; rows carry the model's name when the runs evaluated
-    several models. Raises ValueError when two runs hold the same method on the same stream (their
-    results would be mixed), naming both run folders."""
+    """Every (method, stream) result of ``runs``, keyed by method label and stream column
+    (``comparison_columns``), so that different streams never share a column; rows carry the model's
+    name when the runs evaluated several models. Raises ValueError when two runs hold the same method
+    on the same stream (their results would be mixed), naming both run folders."""
     if not runs:
         raise ValueError("comparison needs at least one run folder, got none")
     models = {json.dumps(run.config.get("model"), sort_keys=True) for run in runs}
     cells: dict[tuple[str, str], ComparisonCell] = {}
-    for run in runs:
-        stream = run_stream_name(run)
+    for run, stream in zip(runs, comparison_columns(runs)):
         model = (run.config.get("model") or {}).get("name", "?")
         for label in run.summary["methods"]:
             row = f"{label} ({model})" if len(models) > 1 else label

@@ -19,12 +19,9 @@ from typing import Any
 
 from ccc.cli.common import UsageError
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.stream.spec import CCC_KIND, KINDS
+from ccc.stream.spec import CCC_KIND, KINDS, PAPER_NUM_IMAGES
 
-__all__ = ["DEFAULT_NUM_IMAGES", "StreamDefinition", "definition_from_arguments"]
-
-DEFAULT_NUM_IMAGES = 7_500_000
-"""Length of a ``ccc`` stream when none is given: the paper's 7.5 million images."""
+__all__ = ["StreamDefinition", "definition_from_arguments"]
 
 
 @dataclass(frozen=True)
@@ -193,7 +190,7 @@ def _argument_values(arguments: argparse.Namespace) -> dict[str, Any]:
     return {
         "kind": arguments.kind,
         "seed": arguments.seed,
-        "num_images": DEFAULT_NUM_IMAGES if ccc and arguments.num_images is None else arguments.num_images,
+        "num_images": PAPER_NUM_IMAGES if ccc and arguments.num_images is None else arguments.num_images,
         "shard_size": arguments.shard_size,
         "corruptions": arguments.corruptions,
         "image_folder": arguments.imagenet,

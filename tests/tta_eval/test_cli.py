@@ -229,6 +229,22 @@ def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_ref
     assert code == 2 and "matches no file or folder" in err
 
 
+def test_compare_puts_runs_of_two_streams_with_one_name_side_by_side(tmp_path, capsys):
+    """Two stream folders of one name (a CPU- and a torch-rendered copy, say) are two columns, named by
+    their locations: compare does not refuse them as one stream's duplicates."""
+    from tests.builders import make_ccc_run
+
+    first, second = make_ccc_run(tmp_path / "cpu", 16, 4, 8), make_ccc_run(tmp_path / "torch", 16, 4, 8)
+    assert first.name == second.name
+    for stream, out in ((first, "results/cpu"), (second, "results/torch")):
+        arguments = ["run", "--stream", f"ccc:{stream}", "--model", TINY_FACTORY, "--method", "bn", "--window", "8"]
+        code, _, err = run_cli(capsys, *arguments, "--out", str(tmp_path / out), "--no-progress")
+        assert code == 0, err
+    code, out, err = run_cli(capsys, "compare", str(tmp_path / "results"), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert f"| method | ccc:{first} | ccc:{second} | mean |" in out
+
+
 def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, capsys):
     # entropy_margin_fraction = 0.001 keeps only near-certain samples: the tiny untrained model has none.
     code, out, err = run_cli(

@@ -14,7 +14,8 @@ import pytest
 
 from ccc.cli.common import UsageError
 from ccc.cli.generate import build_parser
-from ccc.cli.generate_definition import DEFAULT_NUM_IMAGES, StreamDefinition, definition_from_arguments
+from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
+from ccc.stream.spec import PAPER_NUM_IMAGES
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.stream.spec import DEFINITION_KEYS, resolve_stream_spec
 
@@ -40,7 +41,7 @@ def test_a_ccc_definition_takes_the_arguments_and_the_ccc_defaults() -> None:
     assert definition == StreamDefinition(
         kind="ccc",
         seed=44,
-        num_images=DEFAULT_NUM_IMAGES,
+        num_images=PAPER_NUM_IMAGES,
         shard_size=25_000,
         image_folder="/val",
         difficulty="medium",
