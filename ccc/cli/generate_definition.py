@@ -158,8 +158,8 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
 
     With ``--demo`` the demo world's settings fill what the user left out (told to ``note``): its
     table and, for a ``ccc`` stream, its speed and length, for a ``gradual`` stream its images per
-    level; outside a dry run the demo's images are prepared here (on first use) and become the
-    image folder. Raises :class:`ccc.cli.common.UsageError` (one line) for options that do not go
+    level; outside a dry run the demo's images are prepared here (on first use, told to ``note`` then) and
+    become the image folder. Raises :class:`ccc.cli.common.UsageError` (one line) for options that do not go
     together: options another kind uses, ``--demo`` with ``--imagenet``, a ``ccc`` stream without
     ``--speed``.
     """
@@ -179,8 +179,10 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
     if arguments.dry_run:
         return definition
     from ccc.demo import demo_image_folder
+    from ccc.demo.folder import default_demo_folder
 
-    note("demo world (not ImageNet): preparing its images on first use …")
+    if not default_demo_folder().is_dir():
+        note(f"demo world (not ImageNet): preparing its images in {default_demo_folder()} (once, about 30 s) …")
     return dataclasses.replace(definition, image_folder=str(demo_image_folder()))
 
 

@@ -130,3 +130,16 @@ def test_the_constructor_validates_a_definition_made_in_python() -> None:
         dataclasses.replace(definition, speed=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         definition.seed = 1  # type: ignore[misc]
+
+
+def test_the_demo_says_it_prepares_its_images_only_when_it_does(monkeypatch, tmp_path) -> None:
+    import ccc.demo
+
+    monkeypatch.setenv("CCC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ccc.demo, "demo_image_folder", lambda: tmp_path / "demo" / "images-v1")
+    preparing = "demo world (not ImageNet): preparing its images"
+    _, notes, _ = build("--demo", "--difficulty", "easy")
+    assert any(note.startswith(preparing) for note in notes), notes
+    (tmp_path / "demo" / "images-v1").mkdir(parents=True)  # prepared by an earlier run
+    _, notes, _ = build("--demo", "--difficulty", "easy")
+    assert not any(note.startswith(preparing) for note in notes), notes
