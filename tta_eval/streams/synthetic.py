@@ -43,10 +43,15 @@ def _open_synthetic(location: str, options: StreamOptions) -> SizedStream:
 
 
 def _describe_synthetic(location: str, options: StreamOptions) -> StreamDescription:
-    """The synthetic stream's name, length in samples and class count (no image is made)."""
+    """The synthetic stream's name, length in samples, class count and batch size (no image is made)."""
     spec = _synthetic_spec(location, options)
     name = f"synthetic:{location}" if location else "synthetic"
-    return StreamDescription(name=name, samples=spec.num_batches * spec.batch_size, num_classes=spec.num_classes)
+    return StreamDescription(
+        name=name,
+        samples=spec.num_batches * spec.batch_size,
+        num_classes=spec.num_classes,
+        batch_size=spec.batch_size,
+    )
 
 
 REGISTRY.register(StreamSource("synthetic", _open_synthetic, order=1, describe=_describe_synthetic))
