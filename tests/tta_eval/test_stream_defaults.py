@@ -217,3 +217,19 @@ def test_a_demo_world_stream_chooses_the_demo_model_methods_and_options(ccc_run,
     assert out.splitlines()[0] == f"demo world: methods {', '.join(ccc.demo.DEMO_METHODS)} (pass --method to choose)"
     summary = json.loads((tmp_path / "all" / ccc_run.name / "summary.json").read_text())
     assert list(summary["methods"]) == list(ccc.demo.DEMO_METHODS)
+
+
+def test_the_quick_start_of_docs_tta_eval_resets_rdumb():
+    """docs/tta_eval.md's first command shows RDumb's resets: its stream is long enough for them."""
+    import shlex
+
+    from tests.builders import REPOSITORY
+
+    text = (REPOSITORY / "docs" / "tta_eval.md").read_text()
+    block = text.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("\n\n", 1)[0]
+    words = shlex.split(block.replace("\\\n", " "), comments=True)
+    stream = words[words.index("--stream") + 1]
+    methods = tuple(MethodSpec.parse(words[i + 1]) for i, word in enumerate(words) if word == "--method")
+    assert any(method.name == "rdumb" for method in methods)
+    notes = resolve_experiment(ExperimentSettings(stream=stream, methods=methods)).notes
+    assert not [note for note in notes if "never resets" in note], notes
