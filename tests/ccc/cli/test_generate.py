@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -254,6 +255,14 @@ def test_dry_run_prints_the_schedule_and_plots_it(
     assert main([*argv, "--dry-run", "--num-images", "1000", "--shard-size", "300"]) == 0
     output = capsys.readouterr().out
     assert "target accuracy: 30 %" in output and "speed: 4 images per step" in output
+    # the deviation from the target reads as a deviation, not as an accuracy
+    deviation = re.search(
+        r"its path steps miss the 30 % target by ([\d.]+) points on average \(weighted by images\), "
+        r"([\d.]+) at worst",
+        output,
+    )
+    assert deviation is not None and float(deviation[1]) <= float(deviation[2]), output
+    assert "|accuracy - target|" not in output
     assert "pair 0: " in output and " = " in output
     assert "shards to write (4): serial_00000.tar, serial_00001.tar, serial_00002.tar, serial_00003.tar" in output
     plot = tmp_path / f"{run_name(1000)}_schedule.png"
