@@ -656,3 +656,14 @@ def test_a_stream_error_from_a_dataloader_worker_keeps_its_message_only() -> Non
     )
     assert str(StreamError(relayed)) == "shard serial_00001.tar: truncated (10 bytes)"
     assert str(StreamError("shard a.tar: cannot open")) == "shard a.tar: cannot open"
+
+
+def test_render_stream_without_a_table_says_where_the_demo_worlds_are() -> None:
+    """A demo run folder needs ccc.demo's table and images: the error names how to get them."""
+    from ccc.load import render_stream
+
+    with pytest.raises(ValueError, match="calibration must be a CalibrationTable") as caught:
+        render_stream({"difficulty": "medium", "speed": 4})
+    message = str(caught.value)
+    assert "calibration=ccc.demo.demo_calibration_path()" in message
+    assert "imagenet=ccc.demo.demo_image_folder()" in message
