@@ -463,8 +463,8 @@ def _add_rescore_command(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
         epilog=examples(
             (
-                f"tta-eval rescore {RUN_FOLDER} --threshold-ms 50 --threshold-ms 400",
-                "README command 1's run, λ stored with it",
+                f"tta-eval rescore {RUN_FOLDER} --threshold-ms 50 --threshold-ms 400 --baseline-latency-ms 40",
+                "README command 1's run: an offline run stores no λ, so give it (a continuous run's is used)",
             ),
             (
                 f"tta-eval rescore {RUN_FOLDER} --threshold-ms 100 --baseline-latency-ms 20 --json scores.json",
@@ -480,7 +480,8 @@ def _add_rescore_command(commands: argparse._SubParsersAction) -> None:
         "--baseline-latency-ms",
         type=float,
         default=None,
-        help="λ, the plain model's latency per batch in ms (default: the run's)",
+        help="λ, the plain model's latency per batch in ms (default: the one a continuous run stored; "
+        "an offline run stores none)",
     )
     rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here (default: none)")
 

@@ -60,8 +60,8 @@ def test_window_and_collapse_span_are_fitted_to_the_stream_unless_given():
     assert (resolved.settings.window, resolved.settings.collapse_span) == (16, 80)  # one batch of 16 at least
     assert resolved.stream.samples == 96
     assert (
-        "window 16 samples and collapse span 80 (fitted to the stream's 96 samples; --window, --collapse-span to change)"
-        in resolved.notes
+        "window 16 samples and collapse span 80 (fitted to the stream's 96 samples; "
+        "--window, --collapse-span to change)" in resolved.notes
     )
     given = resolve_experiment(ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),), window=32))
     assert (given.settings.window, given.settings.collapse_span) == (32, 160)
