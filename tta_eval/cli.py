@@ -200,7 +200,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"samples per accuracy window, one point of the accuracy plot (default: fitted to the stream's length "
-        f"for >= 20 windows, at most {DEFAULT_WINDOW:,})",
+        f"for >= 20 windows, at least one batch, at most {DEFAULT_WINDOW:,})",
     )
     group.add_argument(
         "--collapse-reference",
