@@ -34,7 +34,7 @@ from ccc.cli.common import (
     run_command,
 )
 from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
-from ccc.demo import count_source_images
+from ccc.demo import count_source_images, world_run_name
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import (
@@ -67,7 +67,6 @@ from ccc.stream.spec import (
     domain_run_name,
     resolve_difficulty,
     resolve_stream_spec,
-    run_name,
 )
 
 PROGRAM = "ccc-generate"
@@ -364,15 +363,12 @@ TORCH_RUN_SUFFIX = "_torch"
 whose bytes differ from the CPU reference path's: the two renderers' runs never share a folder."""
 
 
-def _run_folder(
-    arguments: argparse.Namespace, definition: StreamDefinition, default_name: str, rendering: TorchRendering | None
-) -> Path:
-    """The run folder: ``--out`` / (``--name``, else ``default_name``, prefixed ``demo_`` for the demo world
-    and followed by :data:`TORCH_RUN_SUFFIX` for the torch renderer)."""
+def _run_folder(arguments: argparse.Namespace, default_name: str, rendering: TorchRendering | None) -> Path:
+    """The run folder: ``--out`` / (``--name``, else ``default_name`` (its world's, ``demo_…`` for the demo)
+    followed by :data:`TORCH_RUN_SUFFIX` for the torch renderer)."""
     if arguments.name:
         return Path(arguments.out) / arguments.name
-    renderer = "" if rendering is None else TORCH_RUN_SUFFIX
-    return Path(arguments.out) / (("demo_" if definition.demo else "") + default_name + renderer)
+    return Path(arguments.out) / (default_name + ("" if rendering is None else TORCH_RUN_SUFFIX))
 
 
 def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, rendering: TorchRendering | None) -> int:
@@ -385,9 +381,10 @@ def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, re
     else:
         plan = _plan(definition, None, progress)
         spec = plan.spec
-    run_dir = _run_folder(
-        arguments, definition, domain_run_name(spec.kind, spec.severity, spec.speed, spec.crop, spec.seed), rendering
+    name = ("demo_" if definition.demo else "") + domain_run_name(
+        spec.kind, spec.severity, spec.speed, spec.crop, spec.seed
     )
+    run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:
         print(describe_domains(spec, shard_name))
         print(f"\n{_describe_rendering(rendering)}")
@@ -479,9 +476,8 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, render
         table, definition.difficulty, definition.baseline_accuracy, definition.corruptions
     )
     schedule = build_schedule(table, target, names, definition.seed, definition.schedule, definition.path_objective)
-    default_images = DEMO_NUM_IMAGES if definition.demo else PAPER_NUM_IMAGES
-    name = run_name(target, definition.speed, definition.seed, definition.num_images, default_images)
-    run_dir = _run_folder(arguments, definition, name, rendering)
+    name = world_run_name(target, definition.speed, definition.seed, definition.num_images, definition.demo)
+    run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:
         num_shards = -(-definition.num_images // definition.shard_size)
         print(describe_schedule(schedule, definition.speed, definition.num_images, num_shards, shard_name))
