@@ -82,7 +82,8 @@ TEXTURE_CLASS_COLOURS = ((0.75, 0.3, 0.25), (0.25, 0.35, 0.75))
 
 
 def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image_folder: Path | None = None) -> Path:
-    """A CCC run folder ``root/baseline_30_transition+speed_<speed>_seed_43`` of ``num_images`` samples
+    """A CCC run folder ``root/baseline_30_transition+speed_<speed>_seed_43_images_<num_images>`` (named as
+    ``ccc-generate`` names it) of ``num_images`` samples
     (shards of ``shard_size``), rendered serially over ``image_folder`` (default: a fresh 3-class
     ``make_image_folder`` under ``root``) with ``make_calibration_table()`` at target 30 %."""
     from ccc.execution import SerialExecutor
@@ -93,7 +94,7 @@ def make_ccc_run(root: Path, num_images: int, speed: int, shard_size: int, image
     folder = image_folder if image_folder is not None else make_image_folder(root / "val")
     table = make_calibration_table()
     sources = load_source_images(index_image_folder(folder, progress=False))
-    run = root / run_name(30.0, speed, 43)
+    run = root / run_name(30.0, speed, 43, num_images)
     generate_stream(make_ccc_plan(table, sources, num_images, speed, shard_size), run, SerialExecutor(), progress=False)
     return run
 

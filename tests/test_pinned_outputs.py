@@ -90,7 +90,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "ccc-generate", "--demo", "--difficulty", "medium", "--num-images", "96", "--speed", "8",
         "--shard-size", "40", "--out", "shards", "--workers", "1", "--no-progress", cwd=root,
     )  # fmt: skip
-    return root / "shards" / "demo_baseline_30_transition+speed_8_seed_43"
+    return root / "shards" / "demo_baseline_30_transition+speed_8_seed_43_images_96"  # ccc-generate names the length
 
 
 def test_demo_stream_bytes(demo_run: Path) -> None:
@@ -106,7 +106,7 @@ def test_imagenet_layout_stream_bytes(tmp_path: Path) -> None:
         "--num-images", "64", "--speed", "4", "--shard-size", "24", "--out", "shards", "--workers", "1",
         "--no-progress", cwd=tmp_path,
     )  # fmt: skip
-    run = tmp_path / "shards" / "baseline_30_transition+speed_4_seed_43"
+    run = tmp_path / "shards" / "baseline_30_transition+speed_4_seed_43_images_64"
     assert shard_digests(run) == IMAGENET_LAYOUT_STREAM_SHARDS
     assert plan_hash(run) == IMAGENET_LAYOUT_PLAN_SHA256
 

@@ -209,7 +209,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"samples per accuracy window, one point of the accuracy plot (default: fitted to the stream's length "
-        f"for >= 20 windows, at most {DEFAULT_WINDOW:,})",
+        f"for >= 20 windows, at least one batch, at most {DEFAULT_WINDOW:,})",
     )
     group.add_argument(
         "--collapse-reference",
@@ -333,7 +333,7 @@ DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
 """README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 RUN_EXAMPLES = (
     (
-        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 "
+        "tta-eval run --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43_images_10000 "
         "--method source --method bn --method tent --method rdumb",
         "a demo stream (ccc-generate --help) with methods of your choice; its manifest selects the demo model",
     ),
@@ -349,7 +349,8 @@ RUN_EXAMPLES = (
         "(a folder of its own beside README command 1's offline run)",
     ),
     (
-        f"tta-eval run --stream {DEMO_STREAM} --stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43 "
+        f"tta-eval run --stream {DEMO_STREAM} "
+        "--stream ccc:shards/demo_baseline_30_transition+speed_200_seed_43_images_10000 "
         "--method tent --method eta --workers 2 --out results/two_streams",
         "two streams, two run folders, at the same time on a local Ray cluster (--ray-address: an existing one)",
     ),
@@ -364,7 +365,10 @@ COMPARE_EXAMPLES = (
         "tta-eval compare results/demo_* --out comparison_demo",
         "the run folders a glob names, table and plot in comparison_demo/",
     ),
-    ("tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43 results/discrete", "two run folders"),
+    (
+        "tta-eval compare results/demo_baseline_30_transition+speed_200_seed_43_images_10000 results/discrete",
+        "two run folders",
+    ),
 )
 """Example commands ending the help of ``run`` and ``compare``."""
 
@@ -468,8 +472,8 @@ def _add_rescore_command(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
         epilog=examples(
             (
-                f"tta-eval rescore {RUN_FOLDER} --threshold-ms 50 --threshold-ms 400",
-                "README command 1's run, λ stored with it",
+                f"tta-eval rescore {RUN_FOLDER} --threshold-ms 50 --threshold-ms 400 --baseline-latency-ms 40",
+                "README command 1's run: an offline run stores no λ, so give it (a continuous run's is used)",
             ),
             (
                 f"tta-eval rescore {RUN_FOLDER} --threshold-ms 100 --baseline-latency-ms 20 --json scores.json",
@@ -485,7 +489,8 @@ def _add_rescore_command(commands: argparse._SubParsersAction) -> None:
         "--baseline-latency-ms",
         type=float,
         default=None,
-        help="λ, the plain model's latency per batch in ms (default: the run's)",
+        help="λ, the plain model's latency per batch in ms (default: the one a continuous run stored; "
+        "an offline run stores none)",
     )
     rescore.add_argument("--json", type=Path, default=None, help="also write the scores as JSON here (default: none)")
 

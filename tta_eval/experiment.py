@@ -169,22 +169,27 @@ SUGGESTED_RESETS_PER_STREAM = 10
 """A reset interval suggested for a stream too short for a method's own resets gives this many resets."""
 
 
-def fitted_window(samples: int | None) -> int:
-    """Accuracy window (samples) for a stream of ``samples`` samples (None: unknown length).
+def fitted_window(samples: int | None, batch_size: int = 1) -> int:
+    """Accuracy window (samples) for a stream of ``samples`` samples (None: unknown length) read in
+    batches of ``batch_size`` samples (>= 1).
 
     The largest of 1, 2, 5 × 10^k that gives at least ``WINDOWS_PER_STREAM`` windows, at most the
-    paper's ``DEFAULT_WINDOW`` (10,000), so full-length CCC streams keep the paper's value.
+    paper's ``DEFAULT_WINDOW`` (10,000), so full-length CCC streams keep the paper's value; but at
+    least one batch (or the whole stream when it is shorter): the samples of a batch are predicted
+    by one state of the model, so a window of a fraction of a batch (2 samples of a 64-sample run)
+    only adds noise.
     """
     if samples is None:
         return DEFAULT_WINDOW
     check_positive_int("samples", samples)
+    check_positive_int("batch_size", batch_size)
     limit = max(1, samples // WINDOWS_PER_STREAM)
     window = 1
     for exponent in range(len(str(limit))):
         for mantissa in (1, 2, 5):
             if mantissa * 10**exponent <= limit:
                 window = mantissa * 10**exponent
-    return min(window, DEFAULT_WINDOW)
+    return max(min(window, DEFAULT_WINDOW), min(batch_size, samples))
 
 
 @dataclass(frozen=True)
@@ -263,10 +268,12 @@ def _world_model(settings: ExperimentSettings, stream: StreamDescription, notes:
     return model
 
 
-def _fitted_window_and_span(settings: ExperimentSettings, samples: int | None, notes: list[str]) -> tuple[int, int]:
+def _fitted_window_and_span(
+    settings: ExperimentSettings, samples: int | None, batch_size: int, notes: list[str]
+) -> tuple[int, int]:
     """The accuracy window and collapse span in samples: the settings' values, or fitted to the
-    stream's ``samples`` (None: unknown length) with a note saying so."""
-    window = settings.window if settings.window is not None else fitted_window(samples)
+    stream's ``samples`` (None: unknown length) in batches of ``batch_size`` with a note saying so."""
+    window = settings.window if settings.window is not None else fitted_window(samples, batch_size)
     span = (
         settings.collapse_span
         if settings.collapse_span is not None
@@ -311,7 +318,8 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
         if settings.max_samples is None
         else min(settings.max_samples, stream.samples or settings.max_samples)
     )
-    window, span = _fitted_window_and_span(settings, samples, notes)
+    batch_size = stream.batch_size or settings.stream_options.batch_size
+    window, span = _fitted_window_and_span(settings, samples, batch_size, notes)
     if settings.checkpoint_every is None and (samples is None or samples > DEFAULT_CHECKPOINT_EVERY):
         notes.append(
             f"checkpoint every {DEFAULT_CHECKPOINT_EVERY:,} samples, to resume the run if it is interrupted "
@@ -321,7 +329,7 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     resolved = dataclasses.replace(
         settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name
     )
-    notes += _reset_notes(resolved.resolved_methods(), settings.stream_options.batch_size, samples)
+    notes += _reset_notes(resolved.resolved_methods(), batch_size, samples)
     return ResolvedExperiment(resolved, stream, tuple(notes))
 
 

@@ -3,6 +3,7 @@ method per scenario (Tempora's Figure 1 style) and utility against time pressure
 
 from __future__ import annotations
 
+import textwrap
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -54,6 +55,10 @@ def _pair_label(domain: str, two_lines: bool = True) -> str:
 LABELLED_SEGMENTS = 24
 """Up to this many segments are named above the axes (more only shaded: the names would not fit)."""
 
+LEGEND_LABEL_WIDTH = 28
+"""Legend labels longer than this many characters are wrapped (long stream tags of a comparison would
+otherwise take half the figure's width)."""
+
 CROWDED_FRACTION = 0.14
 """A segment narrower than this fraction of the x range is too narrow for its two-line name: names
 alternate between two rows (up to 8 segments) or are rotated (more)."""
@@ -79,17 +84,24 @@ def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float,
     rotated = crowded and rows == 1
     for row in range(rows):
         chosen = segments[row::rows]
+        # among narrow pairs, the last name ends at the axes' end: centred on a pair the stream's end cut
+        # short, it would run into the margin
+        flush = rows == 2 and chosen[-1] is segments[-1]
         top = axes.secondary_xaxis("top")
         top.set_xticks(
-            [(segment.first_sample + segment.end_sample) / 2 for segment in chosen],
+            [(segment.first_sample + segment.end_sample) / 2 for segment in chosen[:-1]]
+            + [x_end if flush else (chosen[-1].first_sample + chosen[-1].end_sample) / 2],
             [_pair_label(segment.domain, two_lines=not rotated) for segment in chosen],
             fontsize="x-small",
         )
         top.tick_params(length=0, pad=2 + 20 * row)
+        if flush:
+            top.get_xticklabels()[-1].set_horizontalalignment("right")
         if rotated:
-            top.tick_params(labelrotation=60)
+            # upright, centred on their pair: a slanted name would run past the last pair into the margin
+            top.tick_params(labelrotation=90)
             for label in top.get_xticklabels():
-                label.set_horizontalalignment("left")
+                label.set_horizontalalignment("center")
 
 
 def plot_accuracy_curves(
@@ -171,7 +183,9 @@ def accuracy_figure(
     else:
         axes.set_xlabel("samples seen")
     sizes = f"{min(windows):,}" if len(windows) == 1 else f"{min(windows):,}–{max(windows):,}"
-    axes.set_ylabel(f"accuracy (%) per window of {sizes} samples" if windows else "accuracy (%)")
+    # over the shorter upper panel of two, one line would run into the lower panel's label
+    separator = "\n" if difference_axes is not None else " "
+    axes.set_ylabel(f"accuracy (%){separator}per window of {sizes} samples" if windows else "accuracy (%)")
     axes.xaxis.set_major_formatter(EngFormatter(sep=""))
     axes.set_ylim(0, 100)
     axes.margins(x=0)
@@ -179,7 +193,9 @@ def accuracy_figure(
     axes.grid(alpha=0.3)
     if title:
         figure.suptitle(title)
-    figure.legend(loc="outside right center", fontsize="small", frameon=False)
+    handles, labels = axes.get_legend_handles_labels()
+    wrapped = [textwrap.fill(label, LEGEND_LABEL_WIDTH, subsequent_indent="  ") for label in labels]
+    figure.legend(handles, wrapped, loc="outside right center", fontsize="small", frameon=False)
     return figure
 
 

@@ -213,17 +213,32 @@ class ComparisonCell:
     label: str
 
 
+def comparison_columns(runs: Sequence[RunResult]) -> list[str]:
+    """The column of each run of ``runs`` (in order): its stream's name (``run_stream_name``), so that runs
+    of one stream share a column (a stored and a rendered run of it, say); where runs of one method on
+    streams at several locations share that name (a CPU- and a torch-rendered copy of one run folder),
+    their stream's location as each run recorded it (``ccc:shards_torch/RUN``) instead, so that they stand
+    side by side rather than in one cell."""
+    names = [run_stream_name(run) for run in runs]
+    locations = [str(run.config.get("stream") or name) for run, name in zip(runs, names)]
+    held: dict[tuple[str, str], set[str]] = {}
+    for run, name, location in zip(runs, names, locations):
+        for label in run.summary["methods"]:
+            held.setdefault((name, label), set()).add(location)
+    split = {name for (name, _), places in held.items() if len(places) > 1}
+    return [location if name in split else name for name, location in zip(names, locations)]
+
+
 def comparison_cells(runs: Sequence[RunResult]) -> list[ComparisonCell]:
-    """Every (method, stream) result of ``runs``, keyed by method label and stream name, so that
-    different streams never share a column; rows carry the model's name when the runs evaluated
-    several models. Raises ValueError when two runs hold the same method on the same stream (their
-    results would be mixed), naming both run folders."""
+    """Every (method, stream) result of ``runs``, keyed by method label and stream column
+    (``comparison_columns``), so that different streams never share a column; rows carry the model's
+    name when the runs evaluated several models. Raises ValueError when two runs hold the same method
+    on the same stream (their results would be mixed), naming both run folders."""
     if not runs:
         raise ValueError("comparison needs at least one run folder, got none")
     models = {json.dumps(run.config.get("model"), sort_keys=True) for run in runs}
     cells: dict[tuple[str, str], ComparisonCell] = {}
-    for run in runs:
-        stream = run_stream_name(run)
+    for run, stream in zip(runs, comparison_columns(runs)):
         model = (run.config.get("model") or {}).get("name", "?")
         for label in run.summary["methods"]:
             row = f"{label} ({model})" if len(models) > 1 else label
@@ -289,22 +304,31 @@ def run_title(stream: str, protocol: str = OfflineProtocol.name) -> str:
     return f"top-1 accuracy on {name}" + ("" if protocol == OfflineProtocol.name else f" ({protocol} protocol)")
 
 
+def _name_fields(name: str) -> list[str]:
+    """The fields of a run name, from its '_'-separated parts: a number with the word before it (the last
+    '+'-separated one: ``transition+speed_100`` → "speed 100", ``images_10000`` → "images 10000"), any
+    other part alone ("demo", "torch")."""
+    fields: list[str] = []
+    previous = ""
+    for part in name.split("_"):
+        if part.replace(".", "").isdigit() and previous and not previous.replace(".", "").isdigit():
+            fields[-1] = f"{previous.split('+')[-1]} {part}"
+        else:
+            fields.append(part)
+        previous = part
+    return fields
+
+
 def short_stream_tags(names: Sequence[str]) -> list[str]:
-    """Short tags telling the streams apart: the '_'-separated parts of each name that not all names
-    share (e.g. 'seed_43' and 'seed_44' of two otherwise equal CCC run names), the name where none."""
-    parts = [name.split("_") for name in names]
-    if len(set(names)) < 2 or len({len(part) for part in parts}) != 1:
+    """Short tags telling the streams apart: the fields of each name (``_name_fields``) that not all names
+    share, e.g. "seed 43" and "seed 44" of two otherwise equal CCC run names, "speed 200, images 10000"
+    beside "speed 100"; "default" for a name holding only shared fields (beside "torch", say); the names
+    themselves for fewer than two distinct names."""
+    if len(set(names)) < 2:
         return list(names)
-    differing = [index for index in range(len(parts[0])) if len({part[index] for part in parts}) > 1]
-    tags = []
-    for part in parts:
-        words = []
-        for index in differing:
-            previous = part[index - 1] if index and index - 1 not in differing else ""
-            key = "" if previous.replace(".", "").isdigit() else previous.split("+")[-1]
-            words.append(f"{key} {part[index]}".strip())
-        tags.append(", ".join(words))
-    return tags
+    fields = [_name_fields(name) for name in names]
+    shared = set(fields[0]).intersection(*fields[1:])
+    return [", ".join(field for field in each if field not in shared) or "default" for each in fields]
 
 
 def plot_comparison(runs: Sequence[RunResult], output_stem: Path, title: str = "") -> list[Path]:

@@ -33,8 +33,8 @@ from ccc.cli.common import (
     integer_at_least,
     run_command,
 )
-from ccc.cli.generate_definition import DEFAULT_NUM_IMAGES, StreamDefinition, definition_from_arguments
-from ccc.demo import count_source_images
+from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
+from ccc.demo import count_source_images, world_run_name
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import (
@@ -62,11 +62,11 @@ from ccc.stream.spec import (
     DEFAULT_SEVERITY,
     DEFAULT_SHARD_SIZE,
     KINDS,
+    PAPER_NUM_IMAGES,
     PlanError,
     domain_run_name,
     resolve_difficulty,
     resolve_stream_spec,
-    run_name,
 )
 
 PROGRAM = "ccc-generate"
@@ -200,8 +200,8 @@ def _add_stream_options(group: argparse._ArgumentGroup) -> None:
         "--num-images",
         type=integer_at_least(1),
         metavar="N",
-        help=f"stream length in images (default {DEFAULT_NUM_IMAGES:,}, the paper's: about "
-        f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at "
+        help=f"stream length in images (default {PAPER_NUM_IMAGES:,}, the paper's: about "
+        f"{PAPER_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB of shards at "
         f"~{SHARD_BYTES_PER_IMAGE / 1e3:.0f} KB per image; "
         f"with --demo {DEMO_NUM_IMAGES:,}, about {DEMO_NUM_IMAGES * DEMO_SHARD_BYTES_PER_IMAGE / 1e9:.2f} GB)",
     )
@@ -250,7 +250,10 @@ def _add_output_options(group: argparse._ArgumentGroup) -> None:
     """The run folder and its shards."""
     group.add_argument("--out", metavar="DIR", default=str(DEFAULT_OUTPUT), help="parent folder of the run folder")
     group.add_argument(
-        "--name", metavar="NAME", help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>)"
+        "--name",
+        metavar="NAME",
+        help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>, then _images_<N> for a length "
+        "other than the default and _torch for --render-device)",
     )
     group.add_argument(
         "--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard"
@@ -355,9 +358,17 @@ def _default_workers(rendering: TorchRendering | None) -> int:
     return os.cpu_count() or 1
 
 
-def _run_folder(arguments: argparse.Namespace, definition: StreamDefinition, default_name: str) -> Path:
-    """The run folder: ``--out`` / (``--name``, else ``default_name``, prefixed ``demo_`` for the demo world)."""
-    return Path(arguments.out) / (arguments.name or ("demo_" if definition.demo else "") + default_name)
+TORCH_RUN_SUFFIX = "_torch"
+"""Ending of the default run folder name of a stream rendered by the torch backend (``--render-device``),
+whose bytes differ from the CPU reference path's: the two renderers' runs never share a folder."""
+
+
+def _run_folder(arguments: argparse.Namespace, default_name: str, rendering: TorchRendering | None) -> Path:
+    """The run folder: ``--out`` / (``--name``, else ``default_name`` (its world's, ``demo_…`` for the demo)
+    followed by :data:`TORCH_RUN_SUFFIX` for the torch renderer)."""
+    if arguments.name:
+        return Path(arguments.out) / arguments.name
+    return Path(arguments.out) / (default_name + ("" if rendering is None else TORCH_RUN_SUFFIX))
 
 
 def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, rendering: TorchRendering | None) -> int:
@@ -370,9 +381,10 @@ def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, re
     else:
         plan = _plan(definition, None, progress)
         spec = plan.spec
-    run_dir = _run_folder(
-        arguments, definition, domain_run_name(spec.kind, spec.severity, spec.speed, spec.crop, spec.seed)
+    name = ("demo_" if definition.demo else "") + domain_run_name(
+        spec.kind, spec.severity, spec.speed, spec.crop, spec.seed
     )
+    run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:
         print(describe_domains(spec, shard_name))
         print(f"\n{_describe_rendering(rendering)}")
@@ -464,7 +476,8 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, render
         table, definition.difficulty, definition.baseline_accuracy, definition.corruptions
     )
     schedule = build_schedule(table, target, names, definition.seed, definition.schedule, definition.path_objective)
-    run_dir = _run_folder(arguments, definition, run_name(target, definition.speed, definition.seed))
+    name = world_run_name(target, definition.speed, definition.seed, definition.num_images, definition.demo)
+    run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:
         num_shards = -(-definition.num_images // definition.shard_size)
         print(describe_schedule(schedule, definition.speed, definition.num_images, num_shards, shard_name))

@@ -19,12 +19,9 @@ from typing import Any
 
 from ccc.cli.common import UsageError
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.stream.spec import CCC_KIND, KINDS
+from ccc.stream.spec import CCC_KIND, KINDS, PAPER_NUM_IMAGES
 
-__all__ = ["DEFAULT_NUM_IMAGES", "StreamDefinition", "definition_from_arguments"]
-
-DEFAULT_NUM_IMAGES = 7_500_000
-"""Length of a ``ccc`` stream when none is given: the paper's 7.5 million images."""
+__all__ = ["StreamDefinition", "definition_from_arguments"]
 
 
 @dataclass(frozen=True)
@@ -161,8 +158,8 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
 
     With ``--demo`` the demo world's settings fill what the user left out (told to ``note``): its
     table and, for a ``ccc`` stream, its speed and length, for a ``gradual`` stream its images per
-    level; outside a dry run the demo's images are prepared here (on first use) and become the
-    image folder. Raises :class:`ccc.cli.common.UsageError` (one line) for options that do not go
+    level; outside a dry run the demo's images are prepared here (on first use, told to ``note`` then) and
+    become the image folder. Raises :class:`ccc.cli.common.UsageError` (one line) for options that do not go
     together: options another kind uses, ``--demo`` with ``--imagenet``, a ``ccc`` stream without
     ``--speed``.
     """
@@ -182,8 +179,10 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
     if arguments.dry_run:
         return definition
     from ccc.demo import demo_image_folder
+    from ccc.demo.folder import default_demo_folder
 
-    note("demo world (not ImageNet): preparing its images on first use …")
+    if not default_demo_folder().is_dir():
+        note(f"demo world (not ImageNet): preparing its images in {default_demo_folder()} (once, about 30 s) …")
     return dataclasses.replace(definition, image_folder=str(demo_image_folder()))
 
 
@@ -193,7 +192,7 @@ def _argument_values(arguments: argparse.Namespace) -> dict[str, Any]:
     return {
         "kind": arguments.kind,
         "seed": arguments.seed,
-        "num_images": DEFAULT_NUM_IMAGES if ccc and arguments.num_images is None else arguments.num_images,
+        "num_images": PAPER_NUM_IMAGES if ccc and arguments.num_images is None else arguments.num_images,
         "shard_size": arguments.shard_size,
         "corruptions": arguments.corruptions,
         "image_folder": arguments.imagenet,

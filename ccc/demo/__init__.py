@@ -57,6 +57,7 @@ __all__ = [
     "demo_image_folder",
     "demo_model",
     "is_demo_stream",
+    "world_run_name",
 ]
 
 
@@ -106,3 +107,13 @@ def is_demo_stream(spec: StreamSpec) -> bool:
     """True if the stream ``spec`` was rendered from the demo world's images (its source index checksum
     is the demo folder's), i.e. its labels are the 16 demo classes and the demo model fits it."""
     return spec.source_index_checksum == EXPECTED_INDEX_SHA256
+
+
+def world_run_name(target_accuracy: float, speed: int, seed: int, num_images: int, demo: bool) -> str:
+    """The default run folder name of a ``ccc`` stream in its world (``ccc-generate``'s, and a
+    ``ccc-render:`` stream's name): :func:`ccc.stream.spec.run_name`, prefixed ``demo_`` for the demo
+    world, whose default length (:data:`DEMO_NUM_IMAGES`) is then not named; ``num_images`` >= 1."""
+    from ccc.stream.spec import PAPER_NUM_IMAGES, run_name
+
+    default_images = DEMO_NUM_IMAGES if demo else PAPER_NUM_IMAGES
+    return ("demo_" if demo else "") + run_name(target_accuracy, speed, seed, num_images, default_images)

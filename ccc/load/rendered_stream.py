@@ -219,7 +219,11 @@ def render_stream(
         )
     kind = definition.kind if isinstance(definition, StreamSpec) else definition.get("kind") or CCC_KIND
     if calibration is None and kind == CCC_KIND:
-        raise ValueError("calibration must be a CalibrationTable or the path of one (.npz), got None")
+        raise ValueError(
+            "calibration must be a CalibrationTable or the path of one (.npz), got None; a stream of the demo "
+            "world (ccc-generate --demo) takes its table and images: render_stream(RUN, "
+            "calibration=ccc.demo.demo_calibration_path(), imagenet=ccc.demo.demo_image_folder())"
+        )
     if calibration is None:
         table = None
     else:

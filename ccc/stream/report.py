@@ -114,9 +114,9 @@ def describe_schedule(
             if shown == num_images
             else f"pairs in the first {num_steps:,} steps: {len(trace.visits):,}"
         ),
-        f"calibrated accuracy over {scope}: mean {float(weights @ trace.accuracies):.2f} %, "
-        f"mean |accuracy - target| {float(weights @ deviation):.2f}, "
-        f"max {float(deviation.max()):.2f} percentage points",
+        f"calibrated accuracy over {scope}: mean {float(weights @ trace.accuracies):.2f} %; "
+        f"its path steps miss the {schedule.target_accuracy:g} % target by {float(weights @ deviation):.2f} points "
+        f"on average (weighted by images), {float(deviation.max()):.2f} at worst",
     ]
     if shown < num_images:
         lines.append(

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_SHARD_SIZE",
     "DEFINITION_KEYS",
     "KINDS",
+    "PAPER_NUM_IMAGES",
     "UNBOUNDED_IMAGES",
     "PlanError",
     "SampleSpec",
@@ -47,6 +48,9 @@ DEFAULT_SEED = 43
 
 UNBOUNDED_IMAGES = 2**62
 """Length given to a stream defined without a length ("infinite", rendered on the fly)."""
+
+PAPER_NUM_IMAGES = 7_500_000
+"""Length of the paper's CCC streams in images (``ccc-generate``'s default; not named in run names)."""
 
 CCC_KIND = "ccc"
 """The default stream kind: continuously changing corruption pairs on calibrated severity paths."""
@@ -249,10 +253,18 @@ class StreamSpec:
         return cls(**{**document, "corruptions": tuple(document["corruptions"])})
 
 
-def run_name(target_accuracy: float, speed: int, seed: int) -> str:
-    """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>``
-    (b written with ``%g``: 20, 40, 12.5)."""
-    return f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
+def run_name(
+    target_accuracy: float, speed: int, seed: int, num_images: int | None = None, default_images: int = PAPER_NUM_IMAGES
+) -> str:
+    """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``:
+    20, 40, 12.5), followed by ``_images_<N>`` for a stream of another length than its world's default:
+    ``num_images`` (>= 1; None or :data:`UNBOUNDED_IMAGES`: the default) differs from ``default_images``
+    (:data:`PAPER_NUM_IMAGES`; the demo world's: ``ccc.demo.DEMO_NUM_IMAGES``), so that a shorter stream of
+    the same definition never shares the full one's run folder or results."""
+    name = f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
+    if num_images is None or num_images in (default_images, UNBOUNDED_IMAGES):
+        return name
+    return f"{name}_images_{num_images}"
 
 
 def domain_run_name(kind: str, severity: int | None, images_per_domain: int, crop: str, seed: int) -> str:

@@ -670,3 +670,14 @@ def test_a_worker_count_past_the_limit_is_refused_before_any_worker_starts(world
     assert limit >= 16
     with pytest.raises(ValueError, match=rf"^num_workers must be an integer in \[0, {limit:,}\] .*got 1,000,000$"):
         stream_loader(open_stream(world["run"]), batch_size=4, num_workers=1_000_000)
+
+
+def test_render_stream_without_a_table_says_where_the_demo_worlds_are() -> None:
+    """A demo run folder needs ccc.demo's table and images: the error names how to get them."""
+    from ccc.load import render_stream
+
+    with pytest.raises(ValueError, match="calibration must be a CalibrationTable") as caught:
+        render_stream({"difficulty": "medium", "speed": 4})
+    message = str(caught.value)
+    assert "calibration=ccc.demo.demo_calibration_path()" in message
+    assert "imagenet=ccc.demo.demo_image_folder()" in message

@@ -229,6 +229,22 @@ def test_compare_finds_run_folders_at_any_depth_joins_runs_of_one_stream_and_ref
     assert code == 2 and "matches no file or folder" in err
 
 
+def test_compare_puts_runs_of_two_streams_with_one_name_side_by_side(tmp_path, capsys):
+    """Two stream folders of one name (a CPU- and a torch-rendered copy, say) are two columns, named by
+    their locations: compare does not refuse them as one stream's duplicates."""
+    from tests.builders import make_ccc_run
+
+    first, second = make_ccc_run(tmp_path / "cpu", 16, 4, 8), make_ccc_run(tmp_path / "torch", 16, 4, 8)
+    assert first.name == second.name
+    for stream, out in ((first, "results/cpu"), (second, "results/torch")):
+        arguments = ["run", "--stream", f"ccc:{stream}", "--model", TINY_FACTORY, "--method", "bn", "--window", "8"]
+        code, _, err = run_cli(capsys, *arguments, "--out", str(tmp_path / out), "--no-progress")
+        assert code == 0, err
+    code, out, err = run_cli(capsys, "compare", str(tmp_path / "results"), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert f"| method | ccc:{first} | ccc:{second} | mean |" in out
+
+
 def test_run_notes_learning_methods_whose_filters_kept_almost_nothing(tmp_path, capsys):
     # entropy_margin_fraction = 0.001 keeps only near-certain samples: the tiny untrained model has none.
     code, out, err = run_cli(
@@ -429,3 +445,28 @@ def test_a_registered_source_s_options_reach_the_command_line(scratch_stream_sou
     arguments = run.parse_args(["--stream", "toy:", "--toy-level", "5", "--no-shuffle", "--batch-size", "8"])
     assert _stream_options(arguments) == StreamOptions(batch_size=8, shuffle_seed=None)
     assert given == [{"toy_level": 5}]
+
+
+def test_the_rescore_examples_of_docs_protocols_work_on_an_offline_run(tmp_path, capsys, monkeypatch):
+    """The rescore commands of docs/protocols.md, docs/tta_eval.md and the --help on an offline run like README
+    command 1's (which stores no λ)."""
+    import shlex
+
+    from tests.builders import REPOSITORY
+
+    run = "demo_baseline_30_transition+speed_100_seed_43"
+    common = ["--stream", SMALL_STREAM, "--model", TINY_FACTORY, "--method", "bn", "--no-progress"]
+    assert run_cli(capsys, "run", *common, "--out", str(tmp_path / "results"), "--name", run)[0] == 0
+    monkeypatch.chdir(tmp_path)
+    from tests.test_examples import epilog_examples
+
+    texts = [(REPOSITORY / "docs" / name).read_text() for name in ("protocols.md", "tta_eval.md")]
+    texts += [example.script for example in epilog_examples()]
+    lines = [line.strip() for text in texts for line in text.splitlines()]
+    examples = [shlex.split(line, comments=True) for line in lines if line.startswith("tta-eval rescore ")]
+    assert len(examples) >= 5
+    for words in examples:
+        assert words[2] == f"results/{run}", words
+        code, out, err = run_cli(capsys, *words[1:])
+        assert code == 0, f"{shlex.join(words)}: {err}"
+        assert f"run {run} (λ = " in out

@@ -196,3 +196,45 @@ def test_the_progress_bar_gets_the_stream_length_as_its_total(monkeypatch: pytes
     for stream in (SizedStream(batches(3), 24), batches(3)):
         list(execution.stream_batches({}, stream, torch.device("cpu"), None, progress=True))
     assert totals == [24, None]
+
+
+def test_the_last_pair_name_stays_above_the_axes() -> None:
+    """Ten pairs of README command 1's kind, the last one cut by the stream's end: every name ends within
+    the axes' width (none runs into the figure's right edge)."""
+    names = ["gaussian_noise", "frost", "impulse_noise", "contrast", "pixelate", "glass_blur", "snow", "fog"]
+    names += ["motion_blur", "elastic_transform", "jpeg_compression"]
+    starts = np.cumsum([0, 3100, 2400, 4100, 2000, 3300, 2600, 3900, 2200, 3000, 3400])
+    segments = [
+        DomainSegment(f"{names[index]}→{names[index + 1]}", int(start), int(min(starts[index + 1], 30_000)))
+        for index, start in enumerate(starts[:-1])
+    ]
+    figure = accuracy_figure({"bn": curve(0.7, 30, 1000)}, {"source": curve(0.3, 30, 1000)}, segments=segments)
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    right = figure.axes[0].get_window_extent(renderer).x1
+    labels = [label for top in figure.axes[0].child_axes for label in top.get_xticklabels() if label.get_text()]
+    assert len(labels) == 10
+    assert max(label.get_window_extent(renderer).x1 for label in labels) <= right + 2
+    two_rows = [*segments[:4], DomainSegment("pixelate→elastic_transform", 12_000, 29_000)]
+    two_rows.append(DomainSegment("elastic_transform→jpeg_compression", 29_000, 30_000))
+    figure = accuracy_figure({"bn": curve(0.7, 30, 1000)}, segments=two_rows)
+    figure.draw(renderer := figure.canvas.get_renderer())
+    right = figure.axes[0].get_window_extent(renderer).x1
+    labels = [label for top in figure.axes[0].child_axes for label in top.get_xticklabels() if label.get_text()]
+    assert len(labels) == 6 and max(label.get_window_extent(renderer).x1 for label in labels) <= right + 2
+
+
+def test_a_comparison_of_two_streams_keeps_its_legend_narrow() -> None:
+    default = "demo_baseline_30_transition+speed_100_seed_43"
+    shorter = "demo_baseline_30_transition+speed_200_seed_43_images_10000"
+    assert short_stream_tags([default, shorter]) == ["speed 100", "speed 200, images 10000"]
+    assert short_stream_tags([default, f"{default}_torch"]) == ["default", "torch"]
+    assert short_stream_tags([f"ccc:shards/{default}", f"ccc:torch/{default}"]) == [
+        "ccc:shards/demo",
+        "ccc:torch/demo",
+    ]
+    long_labels = {f"{method} ({shorter})": curve(0.6) for method in ("bn", "tent", "eta", "rdumb")}
+    figure = accuracy_figure(long_labels)
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    assert figure.legends[0].get_window_extent(renderer).width <= 0.3 * figure.bbox.width

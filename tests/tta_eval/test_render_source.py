@@ -211,6 +211,17 @@ def test_tta_eval_runs_on_a_rendered_stream(world: dict, tmp_path: Path, capsys:
     assert code == 2 and err.count("\n") == 1 and "needs calibration=PATH" in err
 
 
+def test_a_rendered_run_is_named_by_its_length_and_renderer() -> None:
+    """An on-the-fly run never shares README command 1's results folder (its stored 30,000-image demo stream)."""
+    default = "demo_baseline_30_transition+speed_100_seed_43"
+    for definition, name in (
+        ("demo,difficulty=medium,seed=43", f"{default}_rendered"),
+        ("demo,difficulty=medium,seed=43,num_images=2000", f"{default}_images_2000_rendered"),
+        ("demo,difficulty=medium,seed=43,num_images=2000,device=cpu", f"{default}_images_2000_rendered_torch"),
+    ):
+        assert describe_stream_source(f"ccc-render:{definition}", StreamOptions()).run_name == name
+
+
 def test_schemes_may_hold_a_hyphen(scratch_stream_sources) -> None:
     register_stream_source("test-hyphen-scheme", lambda location, options: [])
     with pytest.raises(ValueError, match="lower-case letters, digits, '_' or '-'"):

@@ -37,14 +37,31 @@ def test_fitted_window_gives_twenty_windows_or_the_papers_value(samples, window)
         assert samples // window >= 20 or window == 1
 
 
+@pytest.mark.parametrize(
+    ("samples", "batch_size", "window"), [(64, 64, 64), (40, 64, 40), (2_000, 64, 100), (640, 16, 20)]
+)
+def test_a_fitted_window_holds_at_least_one_batch(samples, batch_size, window):
+    assert fitted_window(samples, batch_size) == window
+
+
+def test_a_short_run_gets_a_window_of_one_batch():
+    """--max-samples 64 on a stream of 64-sample batches: a window of one batch, not of 2 samples."""
+    settings = ExperimentSettings(
+        stream="synthetic:num_batches=20,image_size=8", methods=(MethodSpec.parse("tent"),), max_samples=64
+    )
+    resolved = resolve_experiment(settings)
+    assert resolved.settings.window == 64
+    assert resolved.notes[0].startswith("window 64 samples and collapse span 320 (fitted to the stream's 64 samples")
+
+
 def test_window_and_collapse_span_are_fitted_to_the_stream_unless_given():
     settings = ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),))
     resolved = resolve_experiment(settings)
-    assert (resolved.settings.window, resolved.settings.collapse_span) == (2, 10)
+    assert (resolved.settings.window, resolved.settings.collapse_span) == (16, 80)  # one batch of 16 at least
     assert resolved.stream.samples == 96
     assert (
-        "window 2 samples and collapse span 10 (fitted to the stream's 96 samples; --window, --collapse-span to change)"
-        in resolved.notes
+        "window 16 samples and collapse span 80 (fitted to the stream's 96 samples; "
+        "--window, --collapse-span to change)" in resolved.notes
     )
     given = resolve_experiment(ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),), window=32))
     assert (given.settings.window, given.settings.collapse_span) == (32, 160)
@@ -52,7 +69,7 @@ def test_window_and_collapse_span_are_fitted_to_the_stream_unless_given():
     capped = resolve_experiment(
         ExperimentSettings(stream=SMALL_STREAM, methods=(MethodSpec.parse("tent"),), max_samples=40)
     )
-    assert capped.settings.window == 2 and "fitted to the stream's 40 samples" in capped.notes[0]
+    assert capped.settings.window == 16 and "fitted to the stream's 40 samples" in capped.notes[0]
 
 
 def test_a_reset_interval_longer_than_the_stream_gets_a_note_with_the_fix():
@@ -86,12 +103,12 @@ def test_run_prints_and_records_what_it_chose(tmp_path, capsys):
         "--no-progress",
     )
     assert code == 0, err
-    assert out.splitlines()[0].startswith("window 2 samples and collapse span 10 (fitted")
+    assert out.splitlines()[0].startswith("window 16 samples and collapse span 80 (fitted")
     run_dir = tmp_path / "synthetic_num_batches=6_batch_size=16_domain_length=2_image_size=8"
     config = json.loads((run_dir / "config.json").read_text())
-    assert (config["window"], config["collapse_span"]) == (2, 10)
-    assert config["choices"][0].startswith("window 2 samples")
-    assert json.loads((run_dir / "summary.json").read_text())["window"] == 2
+    assert (config["window"], config["collapse_span"]) == (16, 80)
+    assert config["choices"][0].startswith("window 16 samples")
+    assert json.loads((run_dir / "summary.json").read_text())["window"] == 16
 
 
 def test_no_method_outside_the_demo_world_is_one_line(tmp_path, capsys):
@@ -200,3 +217,19 @@ def test_a_demo_world_stream_chooses_the_demo_model_methods_and_options(ccc_run,
     assert out.splitlines()[0] == f"demo world: methods {', '.join(ccc.demo.DEMO_METHODS)} (pass --method to choose)"
     summary = json.loads((tmp_path / "all" / ccc_run.name / "summary.json").read_text())
     assert list(summary["methods"]) == list(ccc.demo.DEMO_METHODS)
+
+
+def test_the_quick_start_of_docs_tta_eval_resets_rdumb():
+    """docs/tta_eval.md's first command shows RDumb's resets: its stream is long enough for them."""
+    import shlex
+
+    from tests.builders import REPOSITORY
+
+    text = (REPOSITORY / "docs" / "tta_eval.md").read_text()
+    block = text.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("\n\n", 1)[0]
+    words = shlex.split(block.replace("\\\n", " "), comments=True)
+    stream = words[words.index("--stream") + 1]
+    methods = tuple(MethodSpec.parse(words[i + 1]) for i, word in enumerate(words) if word == "--method")
+    assert any(method.name == "rdumb" for method in methods)
+    notes = resolve_experiment(ExperimentSettings(stream=stream, methods=methods)).notes
+    assert not [note for note in notes if "never resets" in note], notes

@@ -130,3 +130,12 @@ def test_a_published_stream_is_described_with_its_length_in_the_imagenet_world()
     )
     hard = describe_stream_source("ccc:published:baseline_0_transition+speed_5000_seed_45", StreamOptions())
     assert hard.samples == 7_500_000
+
+
+def test_a_synthetic_stream_tells_its_length_so_its_progress_bar_has_a_total() -> None:
+    from tta_eval.streams import StreamOptions, open_stream_source, stream_length
+
+    stream = open_stream_source("synthetic:num_batches=3,batch_size=4", StreamOptions())
+    assert stream_length(stream) == 12
+    assert sum(len(labels) for _, labels, _ in stream) == 12
+    assert stream_length(open_stream_source("synthetic:num_batches=3,batch_size=4", StreamOptions(), start=4)) == 8

@@ -176,10 +176,10 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     """A rendered stream's name (that of ``ccc-generate``'s run folder for the same definition), run
     folder name, length and world, from its definition and the calibration table (no image is read)."""
     from ccc.calibration import CalibrationError, CalibrationTable
-    from ccc.demo import DEMO_CLASSES, is_demo_stream
+    from ccc.demo import DEMO_CLASSES, is_demo_stream, world_run_name
     from ccc.shards.manifest import ManifestError, load_manifest
     from ccc.stream.sources import ImageFolderError
-    from ccc.stream.spec import CCC_KIND, UNBOUNDED_IMAGES, PlanError, domain_run_name, resolve_stream_spec, run_name
+    from ccc.stream.spec import CCC_KIND, UNBOUNDED_IMAGES, PlanError, domain_run_name, resolve_stream_spec
 
     request = parse_render_location(location)
     if isinstance(request.definition, str):
@@ -214,7 +214,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         except (CalibrationError, PlanError, OSError) as error:
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         demo = _renders_demo_images(request)
-        name = ("demo_" if demo else "") + run_name(spec.target_accuracy, spec.speed, spec.seed)
+        name = world_run_name(spec.target_accuracy, spec.speed, spec.seed, spec.num_images, demo)
         samples = None if spec.num_images >= UNBOUNDED_IMAGES else spec.num_images
     if samples is not None:
         samples = max(samples - request.start, 0)

@@ -42,7 +42,8 @@ class StreamDescription:
     so that it never takes the run folder of its stored shards; ``tta-eval compare`` keys on
     ``name``); verification: how the stream's stored bytes are checked before its samples are used:
     "sha256" (each shard's sha256 against its manifest's, ``StreamOptions.verify_shards``), None: not
-    beyond what reading and decoding notice.
+    beyond what reading and decoding notice; batch_size: samples per batch when the stream fixes it
+    (``synthetic:batch_size=16``), None when it takes ``--batch-size``.
     """
 
     name: str
@@ -51,6 +52,7 @@ class StreamDescription:
     num_classes: int | None = None
     run_name: str | None = None
     verification: str | None = None
+    batch_size: int | None = None
 
 
 StreamOpener = Callable[..., Iterable[Any]]

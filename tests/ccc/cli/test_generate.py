@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from ccc.cli.generate import main
 from tests.builders import cli_user_error, REPOSITORY, make_calibration_table, make_image_folder
 from tests.image_fixtures import bomb_png
 
-RUN_NAME = "baseline_30_transition+speed_4_seed_43"
+
+def run_name(num_images: int) -> str:
+    """The run folder name of these tests' stream of ``num_images`` images (ccc-generate names the length)."""
+    return f"baseline_30_transition+speed_4_seed_43_images_{num_images}"
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +173,7 @@ def test_bad_image_folders_fail_fast_or_are_skipped(inputs, tmp_path: Path, caps
         )
         == 0
     )
-    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / run_name(4) / "serial_00000.tar")]
     assert all(record["source_path"] != "n00000001/ILSVRC2012_val_00000005.JPEG" for record in records)
 
 
@@ -184,7 +188,7 @@ def test_a_decompression_bomb_is_named_or_skipped(inputs, tmp_path: Path, capsys
         )
         == 0
     )
-    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / run_name(12) / "serial_00000.tar")]
     assert len(records) == 12 and all(record["source_path"] != "n00000001/bomb.png" for record in records)
 
 
@@ -210,7 +214,7 @@ def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(i
         )
         == 0
     )
-    records = [json.loads(line) for line in _json_records(tmp_path / "out" / RUN_NAME / "serial_00000.tar")]
+    records = [json.loads(line) for line in _json_records(tmp_path / "out" / run_name(12) / "serial_00000.tar")]
     assert {record["source_path"].split("/")[0]: record["class_index"] for record in records} == {
         "n00000000": 0,
         "n01443537": 1,
@@ -219,7 +223,7 @@ def test_a_partly_imagenet_folder_is_refused_and_a_class_list_fixes_the_labels(i
     from ccc.cli.verify import main as verify_main
 
     check = [
-        str(tmp_path / "out" / RUN_NAME),
+        str(tmp_path / "out" / run_name(12)),
         "--no-progress",
         "--no-decode",
         "--calibration",
@@ -251,9 +255,17 @@ def test_dry_run_prints_the_schedule_and_plots_it(
     assert main([*argv, "--dry-run", "--num-images", "1000", "--shard-size", "300"]) == 0
     output = capsys.readouterr().out
     assert "target accuracy: 30 %" in output and "speed: 4 images per step" in output
+    # the deviation from the target reads as a deviation, not as an accuracy
+    deviation = re.search(
+        r"its path steps miss the 30 % target by ([\d.]+) points on average \(weighted by images\), "
+        r"([\d.]+) at worst",
+        output,
+    )
+    assert deviation is not None and float(deviation[1]) <= float(deviation[2]), output
+    assert "|accuracy - target|" not in output
     assert "pair 0: " in output and " = " in output
     assert "shards to write (4): serial_00000.tar, serial_00001.tar, serial_00002.tar, serial_00003.tar" in output
-    plot = tmp_path / f"{RUN_NAME}_schedule.png"
+    plot = tmp_path / f"{run_name(1000)}_schedule.png"
     assert f"plot: {plot}" in output, "the plot lands in the current folder and its path is printed"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "out").exists(), "a dry run writes nothing into the output folder"
@@ -308,12 +320,12 @@ def test_a_run_and_a_conflicting_rerun(inputs, tmp_path: Path, capsys, monkeypat
     assert main([*argv, "--num-images", "6", "--shard-size", "4"]) == 0
     output = capsys.readouterr().out
     assert "wrote 2 shards (6 images" in output
-    run_dir = tmp_path / RUN_NAME
+    run_dir = tmp_path / run_name(6)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["stream"]["difficulty"] == "medium" and manifest["complete"]
-    line = run_error(capsys, [*argv, "--num-images", "8", "--shard-size", "4"])
-    assert "holds a different stream (num_images: 6 -> 8)" in line and "--overwrite" in line
-    assert main([*argv, "--num-images", "8", "--shard-size", "4", "--overwrite"]) == 0
+    line = run_error(capsys, [*argv, "--num-images", "6", "--shard-size", "3"])
+    assert "holds a different stream (shard_size: 4 -> 3)" in line and "--overwrite" in line
+    assert main([*argv, "--num-images", "6", "--shard-size", "3", "--overwrite"]) == 0
 
 
 def test_verify_json_that_cannot_be_written_gives_one_line(inputs, tmp_path: Path, capsys) -> None:
@@ -324,7 +336,7 @@ def test_verify_json_that_cannot_be_written_gives_one_line(inputs, tmp_path: Pat
     (tmp_path / "a_file").write_text("")
     for target, reason in [("a_folder", "Is a directory"), ("a_file/report.json", "Not a directory")]:
         capsys.readouterr()
-        assert verify_main([str(tmp_path / RUN_NAME), "--no-progress", "--json", str(tmp_path / target)]) == 2
+        assert verify_main([str(tmp_path / run_name(4)), "--no-progress", "--json", str(tmp_path / target)]) == 2
         err = capsys.readouterr().err
         assert err == f"ccc-verify: error: cannot write --json {tmp_path / target}: {reason}\n"
 
@@ -349,7 +361,7 @@ def test_a_killed_run_resumes_to_identical_shards(inputs, tmp_path: Path) -> Non
     killed_out, clean_out = tmp_path / "killed", tmp_path / "clean"
     command = [*base, "--out", str(killed_out)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    manifest_path = killed_out / RUN_NAME / "manifest.json"
+    manifest_path = killed_out / run_name(96) / "manifest.json"
     finished: list = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
@@ -370,11 +382,11 @@ def test_a_killed_run_resumes_to_identical_shards(inputs, tmp_path: Path) -> Non
     assert f"{len(recorded)} shards were already finished" in resumed.stdout
     clean = subprocess.run([*base, "--out", str(clean_out)], capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr
-    resumed_hashes = _sha256_of_shards(killed_out / RUN_NAME)
+    resumed_hashes = _sha256_of_shards(killed_out / run_name(96))
     assert len(resumed_hashes) == 12
-    assert resumed_hashes == _sha256_of_shards(clean_out / RUN_NAME)
-    assert not [name for name in os.listdir(killed_out / RUN_NAME) if name.endswith(".partial")]
-    assert json.loads(manifest_path.read_text()) == json.loads((clean_out / RUN_NAME / "manifest.json").read_text())
+    assert resumed_hashes == _sha256_of_shards(clean_out / run_name(96))
+    assert not [name for name in os.listdir(killed_out / run_name(96)) if name.endswith(".partial")]
+    assert json.loads(manifest_path.read_text()) == json.loads((clean_out / run_name(96) / "manifest.json").read_text())
 
 
 @pytest.mark.slow
@@ -391,11 +403,11 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(
     parallel[parallel.index("--workers") + 1] = "2"
     assert main(parallel) == 0
     assert "wrote 3 shards (24 images" in capsys.readouterr().out
-    assert _sha256_of_shards(tmp_path / "ray" / RUN_NAME) == _sha256_of_shards(tmp_path / "serial" / RUN_NAME)
+    assert _sha256_of_shards(tmp_path / "ray" / run_name(24)) == _sha256_of_shards(tmp_path / "serial" / run_name(24))
     assert (
         verify_main(
             [
-                str(tmp_path / "ray" / RUN_NAME),
+                str(tmp_path / "ray" / run_name(24)),
                 "--no-progress",
                 "--calibration",
                 str(inputs["table"]),
@@ -406,3 +418,18 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(
         == 0
     )
     assert "plan hash matches" in capsys.readouterr().out
+
+
+def test_run_folders_are_named_by_what_makes_streams_differ(tmp_path: Path, capsys, monkeypatch) -> None:
+    """README command 1's stream keeps its name; a shorter stream or the torch renderer's bytes get their
+    own run folder (and results), so that neither collides with it."""
+    monkeypatch.chdir(tmp_path)
+    default = "demo_baseline_30_transition+speed_100_seed_43"
+    for extra, name in (
+        ([], default),
+        (["--num-images", "500"], f"{default}_images_500"),
+        (["--render-device", "cpu"], f"{default}_torch"),
+        (["--num-images", "500", "--render-device", "cpu"], f"{default}_images_500_torch"),
+    ):
+        assert main(["--demo", "--difficulty", "medium", "--dry-run", "--plot", "plot.png", *extra]) == 0
+        assert f"run folder: shards/{name} (nothing written there" in capsys.readouterr().out

@@ -14,7 +14,8 @@ import pytest
 
 from ccc.cli.common import UsageError
 from ccc.cli.generate import build_parser
-from ccc.cli.generate_definition import DEFAULT_NUM_IMAGES, StreamDefinition, definition_from_arguments
+from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
+from ccc.stream.spec import PAPER_NUM_IMAGES
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.stream.spec import DEFINITION_KEYS, resolve_stream_spec
 
@@ -40,7 +41,7 @@ def test_a_ccc_definition_takes_the_arguments_and_the_ccc_defaults() -> None:
     assert definition == StreamDefinition(
         kind="ccc",
         seed=44,
-        num_images=DEFAULT_NUM_IMAGES,
+        num_images=PAPER_NUM_IMAGES,
         shard_size=25_000,
         image_folder="/val",
         difficulty="medium",
@@ -129,3 +130,16 @@ def test_the_constructor_validates_a_definition_made_in_python() -> None:
         dataclasses.replace(definition, speed=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         definition.seed = 1  # type: ignore[misc]
+
+
+def test_the_demo_says_it_prepares_its_images_only_when_it_does(monkeypatch, tmp_path) -> None:
+    import ccc.demo
+
+    monkeypatch.setenv("CCC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ccc.demo, "demo_image_folder", lambda: tmp_path / "demo" / "images-v1")
+    preparing = "demo world (not ImageNet): preparing its images"
+    _, notes, _ = build("--demo", "--difficulty", "easy")
+    assert any(note.startswith(preparing) for note in notes), notes
+    (tmp_path / "demo" / "images-v1").mkdir(parents=True)  # prepared by an earlier run
+    _, notes, _ = build("--demo", "--difficulty", "easy")
+    assert not any(note.startswith(preparing) for note in notes), notes

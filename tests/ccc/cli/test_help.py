@@ -139,11 +139,12 @@ def schemes_listed(text: str, schemes: list[str]) -> bool:
 
 
 def test_num_images_states_images_and_disk() -> None:
-    from ccc.cli.generate import DEFAULT_NUM_IMAGES, SHARD_BYTES_PER_IMAGE, build_parser
+    from ccc.cli.generate import SHARD_BYTES_PER_IMAGE, build_parser
+    from ccc.stream.spec import PAPER_NUM_IMAGES
 
     text = _flat(build_parser().format_help())
-    assert f"default {DEFAULT_NUM_IMAGES:,}" in text
-    assert f"{DEFAULT_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB" in text
+    assert f"default {PAPER_NUM_IMAGES:,}" in text
+    assert f"{PAPER_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB" in text
     assert "with --demo 30,000, about 0.72 GB" in text  # README command 1's stream: 719.6 MB
 
 

@@ -350,6 +350,14 @@ def test_run_name_follows_the_public_pattern() -> None:
     assert run_name(12.5, 1000, 0) == "baseline_12.5_transition+speed_1000_seed_0"
 
 
+def test_run_name_names_a_length_other_than_the_default() -> None:
+    assert run_name(20.0, 2000, 43, 7_500_000) == "baseline_20_transition+speed_2000_seed_43"
+    assert run_name(20.0, 2000, 43, 2**62) == "baseline_20_transition+speed_2000_seed_43"
+    assert run_name(20.0, 2000, 43, 64) == "baseline_20_transition+speed_2000_seed_43_images_64"
+    assert run_name(30.0, 100, 43, 30_000, default_images=30_000) == "baseline_30_transition+speed_100_seed_43"
+    assert run_name(30.0, 100, 43, 500, default_images=30_000) == "baseline_30_transition+speed_100_seed_43_images_500"
+
+
 def test_schedule_figure_names_the_corruptions_and_pairs(table) -> None:
     from ccc.stream.report import corruption_severities, schedule_figure, trace_schedule
 
