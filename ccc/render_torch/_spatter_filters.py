@@ -2,14 +2,17 @@
 
 ``cv2.Canny``, ``cv2.distanceTransform``, ``cv2.blur``, ``cv2.equalizeHist`` and ``cv2.filter2D``
 on (B, H, W) tensors holding byte or float32 values. The two sequential algorithms are run as
-parallel fixed-point iterations that reach the same result: Canny's hysteresis (a stack-based
-flood fill) as repeated 3x3 dilations restricted to the candidate pixels until nothing changes, and
+parallel steps, a fixed number of them (no data-dependent loop, no read of the data on the host), that
+reach the same result: Canny's hysteresis (a stack-based flood fill) as connected-component labelling of
+the candidate pixels by Borůvka-style hooking and pointer jumping (:func:`connected_to_strong`), and
 the two-pass 5x5 chamfer distance as two phases of Bellman-Ford relaxations (raster-forward steps,
 then raster-backward steps: the same paths and float32 sums as OpenCV's two scans; distances are
 only needed up to the truncation at 20 pixels, which 22 relaxations per phase reach).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -64,12 +67,57 @@ def canny(images: Tensor, low: int, high: int) -> Tensor:
     diagonal = torch.where((dx ^ dy) < 0, falling, rising)
     maximum = torch.where(y_size < tan_22, horizontal, torch.where(y_size > tan_67, vertical, diagonal))
     candidates = maximum & (magnitude > low)
-    edges = candidates & (magnitude > high)
-    while True:
-        grown = candidates & (F.max_pool2d(edges[:, None].float(), 3, stride=1, padding=1)[:, 0] > 0)
-        if torch.equal(grown, edges):
-            return edges
-        edges = grown
+    return connected_to_strong(candidates, candidates & (magnitude > high))
+
+
+_NEIGHBOURS = tuple((row, column) for row in (-1, 0, 1) for column in (-1, 0, 1) if (row, column) != (0, 0))
+"""The 8-connected neighbourhood of Canny's hysteresis, as (row, column) offsets."""
+
+
+def connected_to_strong(candidates: Tensor, strong: Tensor) -> Tensor:
+    """Canny's hysteresis: the candidates 8-connected (through candidates) to a strong pixel.
+
+    Args:
+        candidates: bool (B, H, W), the pixels that may be edges; strong: bool (B, H, W), a subset of them.
+
+    Returns:
+        bool (B, H, W): the candidates whose 8-connected component of candidates holds a strong pixel
+        (OpenCV's stack-based flood fill from the strong pixels reaches exactly these).
+
+    A fixed number of parallel steps, whatever the images (no data-dependent loop): the components are
+    labelled by Borůvka-style hooking. Every tree (one root, initially every pixel) is a star whose label
+    is its root's flat index; each round every tree that touches another picks the smallest label among
+    its neighbouring trees and hooks its root there, except that of two trees picking each other the
+    smaller stays a root. The picks form no longer cycle (along a cycle T1 → T2 → … → Tk → T1 with k >= 3
+    each pick is the smallest neighbour of its tree, so label(T[i+1]) < label(T[i-1]) for every i, which
+    cannot close around the cycle), so the hooks form a forest and every tree that is not yet a whole
+    component merges with at least one other: after round r every tree is a whole component or holds at
+    least 2**r pixels, and ``ceil(log2(H W))`` rounds label every component. After round r the hook
+    forest is at most ``H W / 2**r`` steps deep (pixel → root → hooked roots, fewer trees than that in a
+    component), which ``ceil(log2(H W / 2**r))`` pointer-jumping steps flatten back to stars.
+    """
+    batch, height, width = candidates.shape
+    count = height * width
+    outside = count
+    positions = torch.arange(count, device=candidates.device).expand(batch, count)
+    roots = positions
+    for round_index in range(max(1, math.ceil(math.log2(count)))):
+        labels = torch.where(candidates, roots.reshape(batch, height, width), outside)
+        padded = F.pad(labels, (1, 1, 1, 1), value=outside)
+        smallest = torch.full_like(labels, outside)
+        for row, column in _NEIGHBOURS:
+            neighbour = _shifted(padded, row, column, 1)
+            smallest = torch.minimum(smallest, torch.where(neighbour != labels, neighbour, outside))
+        smallest = torch.where(candidates, smallest, outside).reshape(batch, count)
+        picked = torch.full_like(roots, outside).scatter_reduce(1, roots, smallest, "amin")
+        picked = torch.where(picked < outside, picked, positions)
+        mutual = (picked.gather(1, picked) == positions) & (positions < picked)
+        parents = torch.where(roots == positions, torch.where(mutual, positions, picked), roots)
+        for _ in range(math.ceil(math.log2(max(2, count >> round_index)))):
+            parents = parents.gather(1, parents)
+        roots = parents
+    reached = torch.zeros_like(roots).scatter_reduce(1, roots, strong.reshape(batch, count).long(), "amax")
+    return candidates & (reached.gather(1, roots) > 0).reshape(batch, height, width)
 
 
 def chamfer_distance(sources: Tensor, limit: float) -> Tensor:
