@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 
 def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
-    """One integer per sample, uniform in [0, bounds) (int64 (B,) on ``bounds.device``), from one ``uniform()`` draw.
+    """One integer per sample, uniform in [0, bounds) (int64 (B,)), from one ``uniform()`` draw of ``random``
+    (on the device of ``bounds``).
 
     ``SampleRandom.integers`` takes one range for the batch; here the range depends on each sample's
     texture, so the draw is ``floor(u * bound)`` with ``u`` in [0, 1) (granularity 2**-24).
