@@ -2,14 +2,17 @@
 
 ``cv2.Canny``, ``cv2.distanceTransform``, ``cv2.blur``, ``cv2.equalizeHist`` and ``cv2.filter2D``
 on (B, H, W) tensors holding byte or float32 values. The two sequential algorithms are run as
-parallel fixed-point iterations that reach the same result: Canny's hysteresis (a stack-based
-flood fill) as repeated 3x3 dilations restricted to the candidate pixels until nothing changes, and
+parallel steps, a fixed number of them (no data-dependent loop, no read of the data on the host), that
+reach the same result: Canny's hysteresis (a stack-based flood fill) as connected-component labelling of
+the candidate pixels by Borůvka-style hooking and pointer jumping (:func:`connected_to_strong`), and
 the two-pass 5x5 chamfer distance as two phases of Bellman-Ford relaxations (raster-forward steps,
 then raster-backward steps: the same paths and float32 sums as OpenCV's two scans; distances are
 only needed up to the truncation at 20 pixels, which 22 relaxations per phase reach).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -64,12 +67,96 @@ def canny(images: Tensor, low: int, high: int) -> Tensor:
     diagonal = torch.where((dx ^ dy) < 0, falling, rising)
     maximum = torch.where(y_size < tan_22, horizontal, torch.where(y_size > tan_67, vertical, diagonal))
     candidates = maximum & (magnitude > low)
-    edges = candidates & (magnitude > high)
-    while True:
-        grown = candidates & (F.max_pool2d(edges[:, None].float(), 3, stride=1, padding=1)[:, 0] > 0)
-        if torch.equal(grown, edges):
-            return edges
-        edges = grown
+    return connected_to_strong(candidates, candidates & (magnitude > high))
+
+
+def _block_links(candidates: Tensor) -> tuple[Tensor, Tensor, list[tuple[int, int, Tensor]]]:
+    """The candidates of (B, H, W) grouped in 2x2 blocks (H, W padded to even sizes with non-candidates).
+
+    Returns:
+        ``occupied``: bool (B, H/2, W/2), blocks holding a candidate; ``pixels``: bool (B, H/2, 2, W/2, 2),
+        the padded candidates by block; ``links``: for each of the 8 neighbouring blocks (row, column
+        offset), bool (B, H/2, W/2), True where a candidate of the block is 8-adjacent to one of that
+        neighbour (side neighbours: a candidate in each facing pair of rows or columns, every such pair is
+        adjacent; corner neighbours: the two facing corner pixels).
+    """
+    batch, height, width = candidates.shape
+    padded = F.pad(candidates, (0, width % 2, 0, height % 2))
+    pixels = padded.reshape(batch, (height + 1) // 2, 2, (width + 1) // 2, 2)
+    top_left, top_right = pixels[:, :, 0, :, 0], pixels[:, :, 0, :, 1]
+    bottom_left, bottom_right = pixels[:, :, 1, :, 0], pixels[:, :, 1, :, 1]
+    top, bottom = top_left | top_right, bottom_left | bottom_right
+    left, right = top_left | bottom_left, top_right | bottom_right
+    facing = {
+        (0, 1): (right, left),
+        (0, -1): (left, right),
+        (1, 0): (bottom, top),
+        (-1, 0): (top, bottom),
+        (1, 1): (bottom_right, top_left),
+        (1, -1): (bottom_left, top_right),
+        (-1, 1): (top_right, bottom_left),
+        (-1, -1): (top_left, bottom_right),
+    }
+    links = [
+        (row, column, mine & _shifted(F.pad(theirs, (1, 1, 1, 1)), row, column, 1))
+        for (row, column), (mine, theirs) in facing.items()
+    ]
+    return top | bottom, pixels, links
+
+
+def connected_to_strong(candidates: Tensor, strong: Tensor) -> Tensor:
+    """Canny's hysteresis: the candidates 8-connected (through candidates) to a strong pixel.
+
+    Args:
+        candidates: bool (B, H, W), the pixels that may be edges; strong: bool (B, H, W), a subset of them.
+
+    Returns:
+        bool (B, H, W): the candidates whose 8-connected component of candidates holds a strong pixel
+        (OpenCV's stack-based flood fill from the strong pixels reaches exactly these).
+
+    A fixed number of parallel steps, whatever the images (no data-dependent loop). The four pixels of a
+    2x2 block are pairwise 8-adjacent, so a block's candidates lie in one component, and the components
+    are those of the graph of occupied blocks linked by :func:`_block_links`. They are labelled by
+    Borůvka-style hooking: every tree (one root, initially every block) is a star labelled by its root's
+    flat index. Each round every tree hooks its root onto the smallest label linked to its blocks if that
+    is below its own, else onto the largest if that is above (a tree linked to another always hooks); of
+    two trees picking each other the smaller stays a root. No longer cycle forms: the smallest tree of a
+    cycle must hook up, onto a tree Z, whose smallest neighbour is then at most that smallest tree, so Z
+    hooks back onto it. So the hooks form a forest and every tree that is not yet a whole component
+    merges with at least one other: after round r a component not yet labelled holds at most
+    ``n / 2**r`` trees (n blocks), and ``ceil(log2(n))`` rounds label every component. In round r a hook
+    chain has fewer than ``n / 2**r`` trees, so the forest is at most ``n / 2**r`` steps deep
+    (block → root → hooked roots) and ``ceil(log2(n / 2**r))`` pointer-jumping steps flatten it back to stars.
+    """
+    batch, height, width = candidates.shape
+    occupied, pixels, links = _block_links(candidates)
+    rows, columns = occupied.shape[1:]
+    count = rows * columns
+    positions = torch.arange(count, device=candidates.device).expand(batch, count)
+    # unlinked neighbours and empty blocks pushed out of range: to >= count for the minimum, to < 0 for the maximum
+    penalties = [(row, column, torch.where(link, 0, count)) for row, column, link in links]
+    unoccupied = torch.where(occupied, 0, count)
+    roots = positions
+    for round_index in range(max(1, math.ceil(math.log2(count)))):
+        labels = roots.reshape(batch, rows, columns)
+        padded = F.pad(labels, (1, 1, 1, 1))
+        smallest, largest = labels + unoccupied, labels - unoccupied
+        for row, column, penalty in penalties:
+            neighbour = _shifted(padded, row, column, 1)
+            smallest = torch.minimum(smallest, neighbour + penalty)
+            largest = torch.maximum(largest, neighbour - penalty)
+        smallest = torch.full_like(roots, count).scatter_reduce(1, roots, smallest.reshape(batch, count), "amin")
+        largest = torch.full_like(roots, -1).scatter_reduce(1, roots, largest.reshape(batch, count), "amax")
+        picked = torch.where(smallest < positions, smallest, torch.where(largest > positions, largest, positions))
+        mutual = (picked.gather(1, picked) == positions) & (positions < picked)
+        parents = torch.where(roots == positions, torch.where(mutual, positions, picked), roots)
+        for _ in range(math.ceil(math.log2(max(2, count >> round_index)))):
+            parents = parents.gather(1, parents)
+        roots = parents
+    strong_blocks = F.pad(strong, (0, width % 2, 0, height % 2)).reshape(pixels.shape).any(dim=4).any(dim=2)
+    reached = torch.zeros_like(roots).scatter_reduce(1, roots, strong_blocks.reshape(batch, count).long(), "amax")
+    reached = (reached.gather(1, roots) > 0).reshape(batch, rows, 1, columns, 1)
+    return (pixels & reached).reshape(batch, 2 * rows, 2 * columns)[:, :height, :width]
 
 
 def chamfer_distance(sources: Tensor, limit: float) -> Tensor:

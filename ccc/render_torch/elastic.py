@@ -54,7 +54,8 @@ def _affine_matrices(source: Tensor, target: Tensor) -> Tensor:
     """Per-sample inverse affine maps as ``warpAffine`` uses them.
 
     Args:
-        source: float32 (3, 2) control points, target: float32 (B, 3, 2) moved points (OpenCV's x, y).
+        source: float32 (3, 2) control points, target: float32 (B, 3, 2) moved points (OpenCV's x, y), on
+            the same device (the render path solves them on the host).
 
     Returns:
         float64 (B, 2, 3): the map from output pixel (x, y, 1) to source coordinates, i.e. the
@@ -111,10 +112,12 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor) -> Tensor:
     return _fused_multiply_add(beta, bottom - top, top)
 
 
-def _smoothing_matrices(length: int, sigmas: list[float], device: torch.device) -> Tensor:
-    """float64 (B, length, length): the CPU path's folded reflect smoothing matrix of each sample's sigma."""
-    matrices = [reflect_smoothing_matrix(length, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas]
-    return torch.as_tensor(np.stack(matrices), dtype=torch.float64, device=device)
+def _smoothing_matrices(length: int, sigmas: list[float]) -> Tensor:
+    """float64 (B, length, length) on the host: the CPU path's folded reflect smoothing matrix of each sample's
+    sigma (in pixels)."""
+    return torch.from_numpy(
+        np.stack([reflect_smoothing_matrix(length, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas])
+    )
 
 
 def _reflect_coordinates(coordinates: Tensor, length: int) -> Tensor:
@@ -157,8 +160,9 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     Args:
         images: float32 (B, 3, H, W) in [0, 1].
         severities: float64 (B,) in (0, 5]; parameters (alpha, sigma, jitter) in pixels from ``ELASTIC_TABLE``.
-        random: three draws per sample: ``uniform(3, 2)`` jitter, then ``uniform(H, W)`` for the
-            column displacement and ``uniform(H, W)`` for the row displacement.
+        random: three draws per sample: ``uniform(3, 2)`` jitter (on the host: it shapes the affine
+            maps), then ``uniform(H, W)`` for the column displacement and ``uniform(H, W)`` for the row
+            displacement.
 
     Returns:
         float32 (B, 3, H, W) in [0, 1], exact given the same draws (to float64 rounding of the smoothing).
@@ -166,16 +170,19 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     batch, _, height, width = images.shape
     device = images.device
     parameters = per_sample_parameters("elastic", severities)
-    alpha, sigma, jitter = parameters[:, 0, None, None], parameters[:, 1], parameters[:, 2, None, None]
-    centre = torch.tensor([height // 2, width // 2], dtype=torch.float32, device=device)
+    sigmas, jitter = parameters[:, 1].tolist(), parameters[:, 2, None, None]
+    centre = torch.tensor([height // 2, width // 2], dtype=torch.float32)
     square = min(height, width) // 3
-    corner = torch.tensor([square, -square], dtype=torch.float32, device=device)
+    corner = torch.tensor([square, -square], dtype=torch.float32)
     source = torch.stack([centre + square, centre + corner, centre - square])
-    offsets = (-jitter + (jitter - -jitter) * random.uniform(3, 2).double()).float()
-    warped = warp_affine_reflect_101(images, _affine_matrices(source, source + offsets))
-    sigmas = sigma.detach().cpu().tolist()
-    row_smoothing = _smoothing_matrices(height, sigmas, device)
-    column_smoothing = _smoothing_matrices(width, sigmas, device)
+    offsets = (-jitter + (jitter - -jitter) * random.on_host().uniform(3, 2).double()).float()
+    inverse = _affine_matrices(source, source + offsets)
+    # one copy per call for the per-sample numbers (alpha, the affine maps), one per smoothing axis
+    table = torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(device, non_blocking=True)
+    alpha, inverse = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
+    warped = warp_affine_reflect_101(images, inverse)
+    row_smoothing = _smoothing_matrices(height, sigmas).to(device, non_blocking=True)
+    column_smoothing = _smoothing_matrices(width, sigmas).to(device, non_blocking=True)
     shifts = []
     for _ in range(2):
         noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).double()

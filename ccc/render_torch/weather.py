@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 
 def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
-    """One integer per sample, uniform in [0, bounds) (int64 (B,)), from one ``uniform()`` draw.
+    """One integer per sample, uniform in [0, bounds) (int64 (B,)), from one ``uniform()`` draw of ``random``
+    (on the device of ``bounds``).
 
     ``SampleRandom.integers`` takes one range for the batch; here the range depends on each sample's
     texture, so the draw is ``floor(u * bound)`` with ``u`` in [0, 1) (granularity 2**-24).
@@ -38,10 +39,10 @@ def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
     return torch.clamp(torch.floor(draws * bounds).long(), max=bounds - 1)
 
 
-@lru_cache(maxsize=8)
-def _frost_stack(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-    """The first five frost textures as one uint8 (5, Hmax, Wmax, 3) RGB tensor (zero-padded) on
-    ``device``, with their heights and widths (int64 (5,)); built once per device."""
+@lru_cache(maxsize=1)
+def _frost_host_stack() -> tuple[Tensor, Tensor, Tensor]:
+    """The first five frost textures as one uint8 (5, Hmax, Wmax, 3) RGB tensor (zero-padded) with their
+    heights and widths (int64 (5,)), all on the host; built once."""
     textures = frost_textures()[:FROST_CHOICES]
     height = max(texture.shape[0] for texture in textures)
     width = max(texture.shape[1] for texture in textures)
@@ -50,7 +51,19 @@ def _frost_stack(device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         stack[index, : texture.shape[0], : texture.shape[1]] = torch.from_numpy(texture[..., ::-1].copy())
     heights = torch.tensor([texture.shape[0] for texture in textures])
     widths = torch.tensor([texture.shape[1] for texture in textures])
-    return stack.to(device), heights.to(device), widths.to(device)
+    return stack, heights, widths
+
+
+@lru_cache(maxsize=8)
+def _frost_stack(device: torch.device) -> Tensor:
+    """The stacked frost textures of :func:`_frost_host_stack` on ``device``; copied once per device."""
+    return _frost_host_stack()[0].to(device)
+
+
+@lru_cache(maxsize=8)
+def _colour(rgb: tuple[float, float, float], device: torch.device) -> Tensor:
+    """float32 (1, 3, 1, 1) colour ``rgb`` on ``device``; copied once per device and colour."""
+    return torch.tensor(rgb, dtype=torch.float32)[None, :, None, None].to(device)
 
 
 def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -59,23 +72,31 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     Args:
         images: float32 (B, 3, H, W) in [0, 1], H and W below the smallest texture (314 x 484).
         severities: float64 (B,) in (0, 5].
-        random: three draws per sample: texture (among the first five), window top, window left.
+        random: three draws per sample, on the host (they shape the window table): texture (among the
+            first five), window top, window left.
 
     Returns:
         float32 (B, 3, H, W): ``clip(a * bytes + b * window, 0, 255) / 255`` ((a, b) from
         ``FROST_TABLE``), exact given the same texture and window.
     """
     batch, _, height, width = images.shape
-    stack, heights, widths = _frost_stack(images.device)
+    _, heights, widths = _frost_host_stack()
     if height > int(heights.min()) - 1 or width > int(widths.min()) - 1:
         raise ValueError(
             f"frost needs images smaller than its textures (at most {int(heights.min()) - 1}x"
             f"{int(widths.min()) - 1} pixels), got {height}x{width}"
         )
-    parameters = per_sample_parameters("frost", severities)
-    choice = _uniform_below(random, torch.full((batch,), FROST_CHOICES, device=images.device))
-    top = _uniform_below(random, heights[choice] - height)
-    left = _uniform_below(random, widths[choice] - width)
+    host_random = random.on_host()
+    choice = _uniform_below(host_random, torch.full((batch,), FROST_CHOICES))
+    top = _uniform_below(host_random, heights[choice] - height)
+    left = _uniform_below(host_random, widths[choice] - width)
+    # one copy per call: the weights (a, b) and the window (texture, top, left), exact in float64
+    window_table = torch.stack([choice, top, left], dim=1).double()
+    table = torch.cat([per_sample_parameters("frost", severities), window_table], dim=1).to(
+        images.device, non_blocking=True
+    )
+    parameters, (choice, top, left) = table[:, :2], table[:, 2:].long().unbind(dim=1)
+    stack = _frost_stack(images.device)
     rows = top[:, None] + torch.arange(height, device=images.device)
     columns = left[:, None] + torch.arange(width, device=images.device)
     window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
@@ -141,7 +162,7 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
         float32 (B, 3, H, W) in [0, 1], exact given the same draws.
     """
     _, _, height, width = images.shape
-    parameters = per_sample_parameters("fog", severities)
+    parameters = per_sample_parameters("fog", severities).to(images.device, non_blocking=True)
     strength = parameters[:, 0, None, None, None]
     map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
     unit = unit_float64(images)
@@ -152,8 +173,9 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
 
 
 def _blur_fields(fields: Tensor, sigmas: Tensor) -> Tensor:
-    """float64 (B, H, W) fields blurred with replicated borders, sigmas float64 (B,) > 0 in pixels (the CPU's
-    ``gaussian_blur_nearest``, in OpenCV's operation order: :func:`~ccc.render_torch.blur.gaussian_blur_nearest`)."""
+    """float64 (B, H, W) fields blurred with replicated borders, sigmas float64 (B,) > 0 in pixels on the host
+    (the CPU's ``gaussian_blur_nearest``, in OpenCV's operation order:
+    :func:`~ccc.render_torch.blur.gaussian_blur_nearest`)."""
     return gaussian_blur_nearest(fields[:, None], sigmas.tolist())[:, 0]
 
 
@@ -176,15 +198,15 @@ def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
     peak = wetness.amax(dim=(1, 2), keepdim=True)
     wetness = torch.where(peak > 0, wetness / torch.where(peak > 0, peak, 1), wetness)
     wetness = (wetness.double() * intensity[:, None, None]).float()
-    water = torch.tensor(_WATER, dtype=torch.float32, device=unit.device)[None, :, None, None]
-    return torch.clamp(unit + wetness[:, None] * water, 0, 1)
+    return torch.clamp(unit + wetness[:, None] * _colour(_WATER, unit.device), 0, 1)
 
 
-def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, intensity: Tensor) -> Tensor:
-    """Spatter's mud branch: brown blotches where the blurred liquid mask exceeds 0.8 (float32 [0, 1])."""
-    mask = _blur_fields((liquid > threshold[:, None, None]).double(), intensity).float()
+def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, sigmas: Tensor) -> Tensor:
+    """Spatter's mud branch: brown blotches where the liquid mask, blurred by ``sigmas`` (float64 (B,) in
+    pixels, on the host), exceeds 0.8 (float32 [0, 1])."""
+    mask = _blur_fields((liquid > threshold[:, None, None]).double(), sigmas).float()
     mask = torch.where(mask < 0.8, 0, mask)[:, None]
-    mud = torch.tensor(_MUD, dtype=torch.float32, device=unit.device)[None, :, None, None] * mask
+    mud = _colour(_MUD, unit.device) * mask
     return torch.clamp(unit * (1 - mask) + mud, 0, 1)
 
 
@@ -194,7 +216,8 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     Args:
         images: float32 (B, 3, H, W) in [0, 1].
         severities: float64 (B,) in (0, 5]; the branch (water or mud) is the table's switch at
-            ``ceil(severity)``, so one batch may hold both.
+            ``ceil(severity)``, so one batch may hold both: each branch runs on its samples, chosen on the
+            host from the severities.
         random: one ``normal(H, W)`` draw per sample (the liquid layer).
 
     Returns:
@@ -202,17 +225,25 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
         filters of the water branch).
     """
     _, _, height, width = images.shape
-    parameters = per_sample_parameters("spatter", severities)
-    mean, spread, liquid_sigma, threshold, intensity, mud = parameters.unbind(dim=1)
+    host_parameters = per_sample_parameters("spatter", severities)
+    _, _, liquid_sigma, _, host_intensity, mud = host_parameters.unbind(dim=1)
+    water_count = int((mud < 0.5).sum())
+    water_first = torch.argsort((mud >= 0.5).long(), stable=True)
+    # one copy per call: the parameters and the samples in branch order (water first), exact in float64
+    table = torch.cat([host_parameters, water_first[:, None].double()], dim=1).to(images.device, non_blocking=True)
+    mean, spread, _, threshold, intensity, _, order = table.unbind(dim=1)
+    order = order.long()
     noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).double()
     liquid = _blur_fields(noise, liquid_sigma)
     liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
     output = torch.empty_like(images)
-    water = mud < 0.5
-    if water.any():
+    if water_count > 0:
+        water = order[:water_count]
         output[water] = _water(images[water], liquid[water], intensity[water])
-    if (~water).any():
-        output[~water] = _mud(images[~water], liquid[~water], threshold[~water], intensity[~water])
+    if water_count < len(order):
+        muddy = order[water_count:]
+        sigmas = host_intensity[water_first[water_count:]]
+        output[muddy] = _mud(images[muddy], liquid[muddy], threshold[muddy], sigmas)
     return output
 
 
