@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.typing import NDArray
 from torch import Tensor
 
 from ccc.corruptions._filters import zoom_axis_table, scipy_gaussian_kernel
@@ -151,7 +152,7 @@ def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     return columns
 
 
-def _gaussian_kernels(sigmas: list[float]) -> np.ndarray:
+def _gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
     """scipy's Gaussian kernels (truncated at 4 sigma) of ``sigmas`` (pixels, each > 0), float64 (B, K):
     zero-padded to the widest, centred at K // 2. A zero tap leaves every sum unchanged bit for bit, so a
     sample's blur does not depend on the other samples."""
@@ -230,7 +231,7 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     return unit_float32(torch.where(is_delta[:, None, None, None], unit_float64(images), correlated) * 255.0)
 
 
-def _zoom_tables(height: int, width: int, factors: list[float]) -> list[np.ndarray]:
+def _zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
     """The CPU path's centre-zoom tables (:func:`ccc.corruptions._filters.zoom_axis_table`) of B factors >= 1.
 
     Returns row lows int64 (B, H), row upper weights float64 (B, H), column lows int64 (B, W) and column
