@@ -231,22 +231,30 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     return unit_float32(torch.where(is_delta[:, None, None, None], unit_float64(images), correlated) * 255.0)
 
 
-def _zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
+def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
     """The CPU path's centre-zoom tables (:func:`ccc.corruptions._filters.zoom_axis_table`) of B factors >= 1.
 
     Returns row lows int64 (B, H), row upper weights float64 (B, H), column lows int64 (B, W) and column
-    upper weights float64 (B, W), on the host.
+    upper weights float64 (B, W), on the host (for :func:`zoom_with_tables`, once uploaded).
     """
     row_tables = [zoom_axis_table(height, factor) for factor in factors]
     column_tables = [zoom_axis_table(width, factor) for factor in factors]
     return [np.stack([table[part] for table in tables]) for tables in (row_tables, column_tables) for part in (0, 1)]
 
 
-def _zoom(
+def zoom_with_tables(
     images: Tensor, row_low: Tensor, row_weight: Tensor, column_low: Tensor, column_weight: Tensor, dtype: torch.dtype
 ) -> Tensor:
-    """Centre zoom of ``images`` (B, C, H, W) with :func:`_zoom_tables`' tables on the images' device:
-    rows interpolated first, then columns, in float64, then cast to ``dtype``."""
+    """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
+
+    Args:
+        images: float (B, C, H, W), computed in float64.
+        row_low, row_weight, column_low, column_weight: :func:`zoom_tables` on the images' device.
+        dtype: the result's dtype (the reference casts each zoom to its input's dtype).
+
+    Returns:
+        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast.
+    """
     batch, channels, height, width = images.shape
     source = images.to(torch.float64)
 
@@ -266,22 +274,6 @@ def _zoom(
     return zoomed.to(dtype)
 
 
-def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Tensor:
-    """Centre zoom of each sample by its factor: ``clipped_zoom`` of the reference (scipy order 1).
-
-    Args:
-        images: float (B, C, H, W), computed in float64.
-        factors: B zoom factors >= 1, on the host.
-        dtype: the result's dtype (the reference casts each zoom to its input's dtype).
-
-    Returns:
-        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast, with
-        the CPU path's tables (:func:`_zoom_tables`, one upload).
-    """
-    height, width = images.shape[-2:]
-    return _zoom(images, *upload_tables(images.device, *_zoom_tables(height, width, factors)), dtype)
-
-
 def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
 
@@ -294,7 +286,7 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
     slots = range(max(len(factors) for factors in factor_lists))
     height, width = images.shape[-2:]
     slot_tables = [
-        _zoom_tables(height, width, [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists])
+        zoom_tables(height, width, [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists])
         for slot in slots
     ]
     present = np.array([[slot < len(factors) for factors in factor_lists] for slot in slots], dtype=np.float64)
@@ -305,7 +297,7 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
     unit = unit_float64(images).to(torch.float32)
     accumulated = torch.zeros_like(unit)
     for slot in slots:
-        zoomed = _zoom(unit, *(table[slot] for table in tables), torch.float32)
+        zoomed = zoom_with_tables(unit, *(table[slot] for table in tables), torch.float32)
         # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
         zoomed *= present_t[slot].to(torch.float32)[:, None, None, None]
         accumulated += zoomed
@@ -313,13 +305,44 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
     return averaged.clamp(0.0, 1.0)
 
 
-def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
-    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip (:mod:`ccc.corruptions._motion`).
+def motion_blur_tables(
+    height: int, width: int, radii: list[float], sigmas: list[float], angles: list[float]
+) -> tuple[NDArray[np.float64], NDArray[np.int64], tuple[int, int]]:
+    """ImageMagick 6's MotionBlurImage taps (:func:`ccc.corruptions._motion.motion_blur_taps`) of B samples.
+
+    Args:
+        height, width: the images' size in pixels.
+        radii, sigmas: B radii and sigmas in pixels (each > 0).
+        angles: B angles in degrees (0 = to the right, 90 = down).
+
+    Returns:
+        On the host: the weights float64 (B, T) in tap order (zero past a sample's own taps), each tap's
+        flat offset int64 (B, T) into the planes padded by the third value, ``(rows, columns)``: offsets
+        beyond the image size sample the same edge pixel as the size itself, so they are clamped, and the
+        padding is the largest clamped offset, so that every tap is a per-sample shift of one index grid.
+    """
+    taps = [motion_blur_taps(radius, sigma, angle) for radius, sigma, angle in zip(radii, sigmas, angles)]
+    count = max(len(tap.weights) for tap in taps)
+    weights = np.zeros((len(taps), count))
+    columns = np.zeros((len(taps), count), dtype=np.int64)
+    rows = np.zeros((len(taps), count), dtype=np.int64)
+    for index, tap in enumerate(taps):
+        weights[index, : len(tap.weights)] = tap.weights
+        columns[index, : len(tap.weights)] = tap.column_offsets
+        rows[index, : len(tap.weights)] = tap.row_offsets
+    rows = rows.clip(1 - height, height - 1)
+    columns = columns.clip(1 - width, width - 1)
+    pad_rows, pad_columns = int(np.abs(rows).max()), int(np.abs(columns).max())
+    starts = (rows + pad_rows) * (width + 2 * pad_columns) + columns + pad_columns
+    return weights, starts, (pad_rows, pad_columns)
+
+
+def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
+    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
 
     Args:
         levels: float64 (B, C, H, W) integer 8-bit levels in [0, 255].
-        radii, sigmas: B radii and sigmas in pixels (each > 0), on the host.
-        angles: B angles in degrees (0 = to the right, 90 = down), on the host.
+        weights, starts: the tables' weights and flat offsets on the levels' device; padding as returned.
 
     Returns:
         float64 (B, C, H, W) integer levels: ``floor(round(Σ_tap weight × 257 × level) / 257)`` with
@@ -327,35 +350,28 @@ def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[flo
     """
     batch, channels, height, width = levels.shape
     device = levels.device
-    taps = [motion_blur_taps(radius, sigma, angle) for radius, sigma, angle in zip(radii, sigmas, angles)]
-    count = max(len(tap.weights) for tap in taps)
-    weights = np.zeros((batch, count))
-    columns = np.zeros((batch, count), dtype=np.int64)
-    rows = np.zeros((batch, count), dtype=np.int64)
-    for index, tap in enumerate(taps):
-        weights[index, : len(tap.weights)] = tap.weights
-        columns[index, : len(tap.weights)] = tap.column_offsets
-        rows[index, : len(tap.weights)] = tap.row_offsets
-    # Beyond the image size an offset samples the same edge pixel as the size itself: clamp, then pad
-    # once by the largest offset so that every tap is a per-sample shift of one flat index grid.
-    rows = rows.clip(1 - height, height - 1)
-    columns = columns.clip(1 - width, width - 1)
-    pad_rows, pad_columns = int(np.abs(rows).max()), int(np.abs(columns).max())
+    pad_rows, pad_columns = padding
     padded_width = width + 2 * pad_columns
-    weights_t, starts = upload_tables(device, weights, (rows + pad_rows) * padded_width + columns + pad_columns)
     padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
     flat = padded.reshape(batch, channels, -1)
     grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(
         -1
     )
     total = torch.zeros((batch, channels, height * width), dtype=torch.float64, device=device)
-    for tap in range(count):
+    for tap in range(weights.shape[1]):
         index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
         product = flat.gather(2, index)
-        product *= weights_t[:, tap, None, None]
+        product *= weights[:, tap, None, None]
         total += product
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
+
+
+def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
+    """:func:`motion_blur_with_tables` of ``levels`` (float64 (B, C, H, W) levels) with the taps of
+    :func:`motion_blur_tables` (host radii, sigmas and angles), uploaded at once."""
+    weights, starts, padding = motion_blur_tables(*levels.shape[-2:], radii, sigmas, angles)
+    return motion_blur_with_tables(levels, *upload_tables(levels.device, weights, starts), padding)
 
 
 def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -471,12 +487,15 @@ TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] =
 
 __all__ = [
     "TORCH_CORRUPTIONS",
-    "clipped_zoom",
     "defocus_blur",
     "gaussian_blur",
     "gaussian_blur_nearest",
     "glass_blur",
     "imagemagick_motion_blur",
     "motion_blur",
+    "motion_blur_tables",
+    "motion_blur_with_tables",
     "zoom_blur",
+    "zoom_tables",
+    "zoom_with_tables",
 ]

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ._levels import unit_float32
 from ._upload import upload_tables
-from .blur import clipped_zoom, imagemagick_motion_blur
+from .blur import motion_blur_tables, motion_blur_with_tables, zoom_tables, zoom_with_tables
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -58,7 +58,8 @@ def snow(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
         images: float32 (B, 3, H, W) in [0, 1] (8-bit levels k / 255).
         severities: float64 (B,) in (0, 5], on the host.
         random: one ``normal(H, W)`` draw (the flake layer) and one ``uniform()`` draw (the angle, drawn on
-            the host with ``random.on_host()``: it shapes the motion-blur taps).
+            the host with ``random.on_host()``: it shapes the motion-blur taps). The parameters, zoom
+            tables and motion-blur taps travel in one upload.
 
     Returns:
         float32 (B, 3, H, W) in [0, 1]: the CPU path's pre-truncation value divided by 255.
@@ -66,15 +67,19 @@ def snow(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     parameters = per_sample_parameters("snow", severities)
     host = parameters.tolist()
     batch, _, height, width = images.shape
-    (uploaded,) = upload_tables(images.device, parameters[:, [0, 1, 3, 6]].numpy())
-    mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
-    layer = mean + spread * random.normal(height, width).to(torch.float64)[:, None]
+    noise = random.normal(height, width).to(torch.float64)[:, None]
     low, high = _ANGLE_RANGE
     angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
-    layer = clipped_zoom(layer, [row[2] for row in host], torch.float64)
+    zoom = zoom_tables(height, width, [row[2] for row in host])
+    weights, starts, padding = motion_blur_tables(
+        height, width, [row[4] for row in host], [row[5] for row in host], angles
+    )
+    uploaded, *tables = upload_tables(images.device, parameters[:, [0, 1, 3, 6]].numpy(), *zoom, weights, starts)
+    mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
+    layer = zoom_with_tables(mean + spread * noise, *tables[:4], torch.float64)
     layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
     layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
-    blurred = imagemagick_motion_blur(layer_levels, [row[4] for row in host], [row[5] for row in host], angles)
+    blurred = motion_blur_with_tables(layer_levels, *tables[4:], padding)
     flakes = blurred / 255.0
     unit = torch.round(images * 255.0) / 255.0
     brightened = torch.maximum(unit, opencv_gray(unit) * 1.5 + 0.5).to(torch.float64)
