@@ -7,17 +7,19 @@ in float64, as the CPU path does, and the Gaussian blurs in OpenCV's own operati
 truncation to uint8 falls on the same side even on flat regions (where exact values are integers).
 
 Kernels and tables come from their CPU owners (the antialiased disk, scipy's Gaussian kernel, the
-zoom tables, ImageMagick's motion-blur taps); they are built on the host once per distinct parameter
-and moved to the images' device. Per-sample parameters are therefore read on the host (one sync per
-call); the pixels never leave the device.
+zoom tables, ImageMagick's motion-blur taps); they are built on the host from the host severities
+(and, for motion blur's angle, the host copy of the random draw, ``random.on_host()``) and uploaded
+with one copy per call (:func:`._upload.upload_tables`). No device data is read back: the pixels never
+leave the device, and every loop has a trip count known on the host.
 
 Parallel formulations (``docs/fidelity.md``, "The torch backend"):
 
 - glass_blur: the reference's sequential scan copies pixel (h + dy, w + dx) onto (h, w); a pixel whose
   source was already visited in the same pass takes that source's new value. Each visited pixel thus
   points either at an original value or at another visited pixel's final value; these chains are
-  acyclic and are resolved by pointer jumping (log2 of the longest chain gathers). Given the same
-  offsets the result equals the sequential loop exactly; the offsets are drawn from ``SampleRandom``.
+  acyclic and are resolved by pointer jumping: a fixed number of rounds, the bit length of a bound on
+  the longest chain (:func:`_glass_jumps`). Given the same offsets the result equals the sequential loop
+  exactly; the offsets are drawn from ``SampleRandom``.
 - motion_blur: ImageMagick's taps applied as a tap-ordered sum of shifted (edge-clamped) gathers.
 
 Host-side loops over the samples only build kernels and tap tables (numbers per sample, not pixels).
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.typing import NDArray
 from torch import Tensor
 
 from ccc.corruptions._filters import zoom_axis_table, scipy_gaussian_kernel
@@ -37,6 +40,7 @@ from ccc.corruptions._motion import motion_blur_taps
 from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
 from ._levels import unit_float32, unit_float64
+from ._upload import upload_tables
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -57,11 +61,6 @@ so that a sample's draws do not depend on the other samples' severities."""
 
 _MOTION_ANGLE_RANGE = (-45.0, 45.0)
 """Motion blur's angle, uniform in degrees (the CPU path's ``rng.uniform(-45, 45)``)."""
-
-
-def _host_rows(parameters: Tensor) -> list[tuple[float, ...]]:
-    """(B, P) parameters as B host tuples (one device sync)."""
-    return [tuple(row) for row in parameters.detach().cpu().tolist()]
 
 
 _DEKKER_SPLITTER = 134217729.0
@@ -153,25 +152,31 @@ def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     return columns
 
 
-def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
-    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions._filters.gaussian_blur_nearest``).
-
-    Args:
-        images: float64 (B, C, H, W), any value range.
-        sigmas: B standard deviations in pixels, each > 0 (scipy's kernel truncated at 4 sigma). The
-            kernels are zero-padded to the widest; a zero tap leaves every sum unchanged bit for bit, so
-            a sample's result does not depend on the other samples.
-
-    Returns:
-        float64 (B, C, H, W): the separable blur, in OpenCV's operation order (:func:`_separable_opencv`).
-    """
+def _gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
+    """scipy's Gaussian kernels (truncated at 4 sigma) of ``sigmas`` (pixels, each > 0), float64 (B, K):
+    zero-padded to the widest, centred at K // 2. A zero tap leaves every sum unchanged bit for bit, so a
+    sample's blur does not depend on the other samples."""
     kernels = [scipy_gaussian_kernel(sigma, _GAUSSIAN_TRUNCATE) for sigma in sigmas]
     radius = max((len(kernel) - 1) // 2 for kernel in kernels)
     padded = np.zeros((len(kernels), 2 * radius + 1))
     for row, kernel in enumerate(kernels):
         own = (len(kernel) - 1) // 2
         padded[row, radius - own : radius + own + 1] = kernel
-    return _separable_opencv(images, torch.as_tensor(padded, dtype=torch.float64, device=images.device))
+    return padded
+
+
+def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
+    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions._filters.gaussian_blur_nearest``).
+
+    Args:
+        images: float64 (B, C, H, W), any value range.
+        sigmas: B standard deviations in pixels, each > 0, on the host (:func:`_gaussian_kernels`).
+
+    Returns:
+        float64 (B, C, H, W): the separable blur, in OpenCV's operation order (:func:`_separable_opencv`).
+    """
+    (kernels,) = upload_tables(images.device, _gaussian_kernels(sigmas))
+    return _separable_opencv(images, kernels)
 
 
 def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -179,7 +184,7 @@ def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> T
 
     Deterministic (``random`` is not used). Shapes and ranges as in the module docstring.
     """
-    sigmas = per_sample_parameters("gaussian_blur", severities).detach().cpu().tolist()
+    sigmas = per_sample_parameters("gaussian_blur", severities).tolist()
     return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0)
 
 
@@ -207,7 +212,7 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     OpenCV's DFT rounding (±1e-14), whose sign alone decides its truncation (see the fidelity notes).
     Deterministic (``random`` is not used).
     """
-    rows = _host_rows(per_sample_parameters("defocus_blur", severities))
+    rows = per_sample_parameters("defocus_blur", severities).tolist()
     disks = [antialiased_disk(radius, alias) for radius, alias in rows]
     # The table's kernels fix the common size, whatever the batch holds (batch-independent rounding).
     table_disks = [antialiased_disk(radius, alias) for radius, alias in DEFOCUS_BLUR_TABLE[1:]]
@@ -219,34 +224,38 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
         embedded[index, start : start + disk.shape[0], start : start + disk.shape[1]] = disk
     height, width = images.shape[-2:]
     padded = F.pad(unit_float64(images), (reach, reach, reach, reach), mode="reflect")
-    kernels = torch.as_tensor(embedded, dtype=torch.float64, device=images.device)
+    deltas = np.array([disk.max() == 1.0 for disk in disks])
+    kernels, is_delta = upload_tables(images.device, embedded, deltas)
     correlated = torch.cat([_fft_correlate(image, kernel) for image, kernel in zip(padded, kernels)])
     correlated = correlated[..., :height, :width]
-    deltas = [bool(disk.max() == 1.0) for disk in disks]
-    is_delta = torch.tensor(deltas, device=images.device)[:, None, None, None]
-    return unit_float32(torch.where(is_delta, unit_float64(images), correlated) * 255.0)
+    return unit_float32(torch.where(is_delta[:, None, None, None], unit_float64(images), correlated) * 255.0)
 
 
-def clipped_zoom(images: Tensor, factors: list[float], dtype: torch.dtype) -> Tensor:
-    """Centre zoom of each sample by its factor: ``clipped_zoom`` of the reference (scipy order 1).
+def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
+    """The CPU path's centre-zoom tables (:func:`ccc.corruptions._filters.zoom_axis_table`) of B factors >= 1.
+
+    Returns row lows int64 (B, H), row upper weights float64 (B, H), column lows int64 (B, W) and column
+    upper weights float64 (B, W), on the host (for :func:`zoom_with_tables`, once uploaded).
+    """
+    row_tables = [zoom_axis_table(height, factor) for factor in factors]
+    column_tables = [zoom_axis_table(width, factor) for factor in factors]
+    return [np.stack([table[part] for table in tables]) for tables in (row_tables, column_tables) for part in (0, 1)]
+
+
+def zoom_with_tables(
+    images: Tensor, row_low: Tensor, row_weight: Tensor, column_low: Tensor, column_weight: Tensor, dtype: torch.dtype
+) -> Tensor:
+    """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
 
     Args:
         images: float (B, C, H, W), computed in float64.
-        factors: B zoom factors >= 1.
+        row_low, row_weight, column_low, column_weight: :func:`zoom_tables` on the images' device.
         dtype: the result's dtype (the reference casts each zoom to its input's dtype).
 
     Returns:
-        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast, with
-        the CPU path's tables (:func:`ccc.corruptions._filters.zoom_axis_table`).
+        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast.
     """
     batch, channels, height, width = images.shape
-    device = images.device
-    row_tables = [zoom_axis_table(height, factor) for factor in factors]
-    column_tables = [zoom_axis_table(width, factor) for factor in factors]
-    row_low = torch.as_tensor(np.stack([table[0] for table in row_tables]), device=device)
-    row_weight = torch.as_tensor(np.stack([table[1] for table in row_tables]), device=device)
-    column_low = torch.as_tensor(np.stack([table[0] for table in column_tables]), device=device)
-    column_weight = torch.as_tensor(np.stack([table[1] for table in column_tables]), device=device)
     source = images.to(torch.float64)
 
     def rows_at(index: Tensor) -> Tensor:
@@ -269,32 +278,71 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
     """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
 
     Zooms are accumulated in float32 in the CPU path's order; a sample with fewer zoom factors than
-    the batch's longest list adds nothing for the missing slots. Deterministic (``random`` unused).
+    the batch's longest list adds nothing for the missing slots. Every slot's tables travel in one
+    upload. Deterministic (``random`` unused).
     """
-    rows = _host_rows(per_sample_parameters("zoom_blur", severities))
+    rows = per_sample_parameters("zoom_blur", severities).tolist()
     factor_lists = [np.arange(start, stop, step).tolist() for start, stop, step in rows]
-    slots = max(len(factors) for factors in factor_lists)
+    slots = range(max(len(factors) for factors in factor_lists))
+    height, width = images.shape[-2:]
+    slot_tables = [
+        zoom_tables(height, width, [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists])
+        for slot in slots
+    ]
+    present = np.array([[slot < len(factors) for factors in factor_lists] for slot in slots], dtype=np.float64)
+    counts = np.array([len(factors) + 1 for factors in factor_lists], dtype=np.float64)
+    *tables, present_t, counts_t = upload_tables(
+        images.device, *(np.stack(part) for part in zip(*slot_tables)), present, counts
+    )
     unit = unit_float64(images).to(torch.float32)
     accumulated = torch.zeros_like(unit)
-    for slot in range(slots):
-        present = [slot < len(factors) for factors in factor_lists]
-        factors = [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists]
-        zoomed = clipped_zoom(unit, factors, torch.float32)
+    for slot in slots:
+        zoomed = zoom_with_tables(unit, *(table[slot] for table in tables), torch.float32)
         # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
-        zoomed *= torch.tensor(present, dtype=torch.float32, device=images.device)[:, None, None, None]
+        zoomed *= present_t[slot].to(torch.float32)[:, None, None, None]
         accumulated += zoomed
-    counts = torch.tensor([len(factors) + 1 for factors in factor_lists], dtype=torch.float32, device=images.device)
-    averaged = (unit + accumulated) / counts[:, None, None, None]
+    averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
     return averaged.clamp(0.0, 1.0)
 
 
-def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
-    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip (:mod:`ccc.corruptions._motion`).
+def motion_blur_tables(
+    height: int, width: int, radii: list[float], sigmas: list[float], angles: list[float]
+) -> tuple[NDArray[np.float64], NDArray[np.int64], tuple[int, int]]:
+    """ImageMagick 6's MotionBlurImage taps (:func:`ccc.corruptions._motion.motion_blur_taps`) of B samples.
+
+    Args:
+        height, width: the images' size in pixels.
+        radii, sigmas: B radii and sigmas in pixels (each > 0).
+        angles: B angles in degrees (0 = to the right, 90 = down).
+
+    Returns:
+        On the host: the weights float64 (B, T) in tap order (zero past a sample's own taps), each tap's
+        flat offset int64 (B, T) into the planes padded by the third value, ``(rows, columns)``: offsets
+        beyond the image size sample the same edge pixel as the size itself, so they are clamped, and the
+        padding is the largest clamped offset, so that every tap is a per-sample shift of one index grid.
+    """
+    taps = [motion_blur_taps(radius, sigma, angle) for radius, sigma, angle in zip(radii, sigmas, angles)]
+    count = max(len(tap.weights) for tap in taps)
+    weights = np.zeros((len(taps), count))
+    columns = np.zeros((len(taps), count), dtype=np.int64)
+    rows = np.zeros((len(taps), count), dtype=np.int64)
+    for index, tap in enumerate(taps):
+        weights[index, : len(tap.weights)] = tap.weights
+        columns[index, : len(tap.weights)] = tap.column_offsets
+        rows[index, : len(tap.weights)] = tap.row_offsets
+    rows = rows.clip(1 - height, height - 1)
+    columns = columns.clip(1 - width, width - 1)
+    pad_rows, pad_columns = int(np.abs(rows).max()), int(np.abs(columns).max())
+    starts = (rows + pad_rows) * (width + 2 * pad_columns) + columns + pad_columns
+    return weights, starts, (pad_rows, pad_columns)
+
+
+def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
+    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
 
     Args:
         levels: float64 (B, C, H, W) integer 8-bit levels in [0, 255].
-        radii, sigmas: B radii and sigmas in pixels (each > 0).
-        angles: B angles in degrees (0 = to the right, 90 = down).
+        weights, starts: the tables' weights and flat offsets on the levels' device; padding as returned.
 
     Returns:
         float64 (B, C, H, W) integer levels: ``floor(round(Σ_tap weight × 257 × level) / 257)`` with
@@ -302,68 +350,78 @@ def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[flo
     """
     batch, channels, height, width = levels.shape
     device = levels.device
-    taps = [motion_blur_taps(radius, sigma, angle) for radius, sigma, angle in zip(radii, sigmas, angles)]
-    count = max(len(tap.weights) for tap in taps)
-    weights = np.zeros((batch, count))
-    columns = np.zeros((batch, count), dtype=np.int64)
-    rows = np.zeros((batch, count), dtype=np.int64)
-    for index, tap in enumerate(taps):
-        weights[index, : len(tap.weights)] = tap.weights
-        columns[index, : len(tap.weights)] = tap.column_offsets
-        rows[index, : len(tap.weights)] = tap.row_offsets
-    weights_t = torch.as_tensor(weights, device=device)
-    columns_t = torch.as_tensor(columns, device=device)
-    rows_t = torch.as_tensor(rows, device=device)
-    # Beyond the image size an offset samples the same edge pixel as the size itself: clamp, then pad
-    # once by the largest offset so that every tap is a per-sample shift of one flat index grid.
-    rows_t = rows_t.clamp(1 - height, height - 1)
-    columns_t = columns_t.clamp(1 - width, width - 1)
-    pad_rows, pad_columns = int(rows_t.abs().max()), int(columns_t.abs().max())
-    padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
+    pad_rows, pad_columns = padding
     padded_width = width + 2 * pad_columns
+    padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
     flat = padded.reshape(batch, channels, -1)
     grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(
         -1
     )
-    starts = (rows_t + pad_rows) * padded_width + columns_t + pad_columns
     total = torch.zeros((batch, channels, height * width), dtype=torch.float64, device=device)
-    for tap in range(count):
+    for tap in range(weights.shape[1]):
         index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
         product = flat.gather(2, index)
-        product *= weights_t[:, tap, None, None]
+        product *= weights[:, tap, None, None]
         total += product
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
 
 
+def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
+    """:func:`motion_blur_with_tables` of ``levels`` (float64 (B, C, H, W) levels) with the taps of
+    :func:`motion_blur_tables` (host radii, sigmas and angles), uploaded at once."""
+    weights, starts, padding = motion_blur_tables(*levels.shape[-2:], radii, sigmas, angles)
+    return motion_blur_with_tables(levels, *upload_tables(levels.device, weights, starts), padding)
+
+
 def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """ImageMagick motion blur with per-sample (radius, sigma) and an angle uniform in [-45, 45) degrees.
 
-    One ``random.uniform()`` draw per sample gives the angle. The result is the CPU path's uint8
-    value divided by 255 (its output is already 8-bit).
+    One ``random.uniform()`` draw per sample gives the angle (drawn on the host, ``random.on_host()``: it
+    shapes the taps). The result is the CPU path's uint8 value divided by 255 (its output is already 8-bit).
     """
-    rows = _host_rows(per_sample_parameters("motion_blur", severities))
+    rows = per_sample_parameters("motion_blur", severities).tolist()
     low, high = _MOTION_ANGLE_RANGE
-    angles = (low + (high - low) * random.uniform().to(torch.float64)).cpu().tolist()
+    angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
     levels = torch.round(images.to(torch.float64) * 255.0)
     blurred = imagemagick_motion_blur(levels, [row[0] for row in rows], [row[1] for row in rows], angles)
     return (blurred / 255.0).to(torch.float32)
 
 
-def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, height: int, width: int) -> Tensor:
+def _glass_jumps(height: int, width: int, margin: int) -> int:
+    """Pointer-jumping rounds that resolve every chain of one glass-blur pass (:func:`_glass_sources`).
+
+    A link goes from a visited pixel to its source when that source was visited earlier in the pass: a
+    step (dy, dx) with dy in [1, margin) and dx >= -margin (a later row), or dy = 0 and dx in [1, margin)
+    (the same row, further right). All pixels of a chain are visited, so they lie in the R = H - 2 margin
+    rows and C = W - 2 margin columns of the visited block. Rows only grow along a chain, so it holds at
+    most R - 1 row steps; its column grows by at least 1 per same-row step, shrinks by at most margin per
+    row step, and stays within C columns, so it holds at most (C - 1) + margin (R - 1) same-row steps.
+    A chain therefore has at most L = (C - 1) + (margin + 1)(R - 1) links (reached by steps (0, +1) along a
+    row and (1, -margin) at its end). After j rounds every chain of up to 2**j - 1 links is resolved,
+    so ``L.bit_length()`` rounds suffice (11 for 224×224 at margin 4); further rounds change nothing.
+    """
+    rows, columns = height - 2 * margin, width - 2 * margin
+    if rows < 1 or columns < 1:
+        return 0
+    return ((columns - 1) + (margin + 1) * (rows - 1)).bit_length()
+
+
+def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
     """For one pass of glass blur's sequential copy, the flat index of each pixel's original source.
 
     Args:
         offsets: int64 (B, H, W, 2): (dx, dy) per pixel, in [-margin, margin).
         margins: int64 (B,) maximum displacement per sample (>= 1).
         active: bool (B,): whether the sample runs this pass (otherwise every pixel keeps its value).
-        height, width: image size.
+        jumps: pointer-jumping rounds, at least :func:`_glass_jumps` of every sample.
 
     Returns:
         int64 (B, H * W): the pass's result is the pass's input gathered at these indices. Visited pixels
         are those with margin < h <= H - margin and margin < w <= W - margin, in decreasing (h, w)
         order; a pixel whose source was visited before it follows the source's chain (pointer jumping).
     """
+    height, width = offsets.shape[1:3]
     device = offsets.device
     h = torch.arange(height, device=device)[None, :, None]
     w = torch.arange(width, device=device)[None, None, :]
@@ -380,7 +438,7 @@ def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, height: int
     target = torch.where(moving, source_rows * width + source_columns, own).reshape(len(margins), -1)
     earlier = (dy > 0) | ((dy == 0) & (dx > 0))
     link = (moving & earlier & visited(source_rows, source_columns)).reshape(len(margins), -1)
-    while bool(link.any()):
+    for _ in range(jumps):
         next_target = target.gather(1, target)
         next_link = link.gather(1, target)
         target = torch.where(link, next_target, target)
@@ -393,24 +451,29 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tens
 
     Parameters per sample: (sigma, max displacement rounded half to even and at least 1, iterations
     rounded half to even). One ``random.uniform(3, H, W, 2)`` draw per call gives the (dx, dy)
-    offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin``.
+    offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin``. Kernels, margins
+    and each pass's active samples travel in one upload; the pointer jumping runs a fixed number of
+    rounds (:func:`_glass_jumps`).
     """
-    rows = _host_rows(per_sample_parameters("glass_blur", severities))
-    sigmas = [row[0] for row in rows]
-    margins_list = [round(max(row[1], 1.0)) for row in rows]
-    iterations = torch.tensor([round(row[2]) for row in rows], device=images.device)
-    margins = torch.tensor(margins_list, device=images.device)
+    rows = per_sample_parameters("glass_blur", severities).tolist()
     batch, channels, height, width = images.shape
+    margins_list = [round(max(row[1], 1.0)) for row in rows]
+    iterations = np.array([round(row[2]) for row in rows])
+    active = np.arange(_MAX_GLASS_ITERATIONS)[:, None] < iterations[None, :]
+    jumps = max(_glass_jumps(height, width, margin) for margin in margins_list)
+    kernels, margins, active_t = upload_tables(
+        images.device, _gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active
+    )
     uniforms = random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2).to(torch.float64)
     spans = (2 * margins)[:, None, None, None, None]
     offsets = torch.minimum((uniforms * spans).floor().to(torch.int64), spans - 1) - margins[:, None, None, None, None]
-    levels = (gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0).floor()
+    levels = (_separable_opencv(unit_float64(images), kernels) * 255.0).floor()
     flat = levels.reshape(batch, channels, height * width)
     for iteration in range(_MAX_GLASS_ITERATIONS):
-        sources = _glass_sources(offsets[:, iteration], margins, iteration < iterations, height, width)
+        sources = _glass_sources(offsets[:, iteration], margins, active_t[iteration], jumps)
         flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
     shuffled = flat.reshape(batch, channels, height, width) / 255.0
-    return unit_float32(gaussian_blur_nearest(shuffled, sigmas) * 255.0)
+    return unit_float32(_separable_opencv(shuffled, kernels) * 255.0)
 
 
 TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
@@ -424,12 +487,15 @@ TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] =
 
 __all__ = [
     "TORCH_CORRUPTIONS",
-    "clipped_zoom",
     "defocus_blur",
     "gaussian_blur",
     "gaussian_blur_nearest",
     "glass_blur",
     "imagemagick_motion_blur",
     "motion_blur",
+    "motion_blur_tables",
+    "motion_blur_with_tables",
     "zoom_blur",
+    "zoom_tables",
+    "zoom_with_tables",
 ]

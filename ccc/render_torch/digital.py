@@ -124,7 +124,7 @@ def pixelate(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor
 def jpeg(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """JPEG round trip at quality ``round(table(severity))`` (85..7, rounded half to even like Python's
     ``round``), all samples in one :func:`ccc.render_torch.jpeg.jpeg_round_trip` call."""
-    qualities = torch.round(per_sample_parameters("jpeg", severities)).to(torch.int32)
+    qualities = torch.round(per_sample_parameters("jpeg", severities)).to(images.device, torch.int32, non_blocking=True)
     levels = byte_levels(images).to(torch.uint8)
     return jpeg_round_trip(levels, qualities).to(torch.float32) / 255
 

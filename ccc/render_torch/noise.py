@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ._levels import byte_levels
 from .parameters import per_sample_parameters
 from .random import SampleRandom
 
@@ -37,12 +38,15 @@ def gaussian_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> 
 def shot_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     """``clip(Poisson(x * c) / c, 0, 1)`` per value with ``c = 1 / table(severity)`` photons (60..3).
 
-    images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
-    (B, 3, H, W) in [0, 1]. One Poisson draw; rates in float64.
+    images: float32 (B, 3, H, W) byte levels ``k / 255`` (as the pipeline passes them); severities:
+    float64 (B,) in (0, 5] on the host; returns float32 (B, 3, H, W) in [0, 1]. One Poisson draw at
+    rates ``float32(k / 255) * c`` in float64, from a (B, 256) host table of every level's rate.
     """
-    photons = 1.0 / per_sample_parameters("shot_noise", severities).to(images.device).view(-1, 1, 1, 1)
-    counts = random.poisson(images.to(torch.float64) * photons)
-    return torch.clamp(counts.to(torch.float64) / photons, 0, 1).to(torch.float32)
+    photons = 1.0 / per_sample_parameters("shot_noise", severities).to(torch.float64)
+    rates = (torch.arange(256, dtype=torch.float32) / 255).to(torch.float64)[None, :] * photons[:, None]
+    counts = random.poisson(rates, byte_levels(images).to(torch.int64))
+    scale = photons.to(images.device, non_blocking=True).view(-1, 1, 1, 1)
+    return torch.clamp(counts.to(torch.float64) / scale, 0, 1).to(torch.float32)
 
 
 def impulse_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:

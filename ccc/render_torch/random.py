@@ -16,8 +16,9 @@ the 64-bit words are bit-identical on every device. The conversions to floats:
   values agree except for rare last-bit differences);
 - ``integers``: multiply-shift of the top 32 bits, ``low + (h * (high - low)) >> 32`` (integer only,
   exact on every device; the bias is at most ``(high - low) / 2**32`` per value);
-- ``poisson``: exact inversion of the Poisson CDF (40-bit integer tables of the distinct rates) up to rate
-  1000, the normal approximation with continuity correction above (see :meth:`SampleRandom.poisson`).
+- ``poisson``: exact inversion of the Poisson CDF up to rate 1000, the normal approximation with continuity
+  correction above, at rates looked up in a per-sample host table (40-bit integer CDF tables of its
+  distinct rates built on the host; see :meth:`SampleRandom.poisson`).
 """
 
 from __future__ import annotations
@@ -64,27 +65,30 @@ EXACT_POISSON_MAX_RATE = 1000.0
 photons at the brightest value), never at CCC's severities (multiples of 0.25)."""
 
 
-def _invert_poisson(rates: Tensor, uniform: Tensor) -> Tensor:
-    """``min{k : P(Poisson(rate) <= k) >= u / 2**40}`` per value.
+def _poisson_tables(rates: Tensor) -> tuple[Tensor, list[int]]:
+    """Host tables for inverting the Poisson CDF of every rate of ``rates``, packed into one int64 tensor.
 
     Args:
-        rates: float64 tensor, values in [0, 1000].
-        uniform: int64 tensor of the same shape, values in [0, 2**40).
+        rates: float64 (B, R) on the host, values >= 0 and finite; rates above
+            :data:`EXACT_POISSON_MAX_RATE` get the table of rate 0 (the normal approximation replaces them).
 
-    The CDF of every distinct rate is evaluated up to ``rate + 12 sqrt(rate) + 12`` with
-    ``gammaincc(k + 1, rate)`` (each entry on its own, so a value never depends on the other rates of
-    the batch), quantised to 40 bits, and the rows are laid end to end as integer keys
-    ``row * 2**40 + cdf``: one exact integer ``searchsorted`` of ``row * 2**40 + u`` finds every count.
+    Returns:
+        int64 ``[rates' bits (B·R), row of each rate (B·R), starts (D), lengths (D), keys (N)]`` and the
+        five parts' sizes, for the D distinct exact rates: the CDF of each is evaluated up to
+        ``rate + 12 sqrt(rate) + 12`` with ``gammaincc(k + 1, rate)`` (each entry on its own, so a value
+        never depends on the other rates), quantised to 40 bits, and the rows are laid end to end as
+        sorted integer keys ``row · 2**40 + cdf``.
     """
-    distinct, row_of_value = torch.unique(rates, return_inverse=True)
+    flat = rates.reshape(-1)
+    distinct, row_of_rate = torch.unique(torch.where(flat > EXACT_POISSON_MAX_RATE, 0.0, flat), return_inverse=True)
     lengths = torch.ceil(distinct + 12.0 * torch.sqrt(distinct) + 12.0).to(torch.int64)
     starts = torch.cumsum(lengths, 0) - lengths
-    rows = torch.repeat_interleave(torch.arange(len(distinct), device=rates.device), lengths)
-    counts = (torch.arange(len(rows), device=rates.device) - starts[rows]).to(torch.float64)
+    rows = torch.repeat_interleave(torch.arange(len(distinct)), lengths)
+    counts = (torch.arange(len(rows)) - starts[rows]).to(torch.float64)
     cumulative = torch.floor(torch.special.gammaincc(counts + 1.0, distinct[rows]) * _POISSON_SCALE)
     keys = torch.cummax((rows << _POISSON_BITS) + cumulative.to(torch.int64), 0).values
-    index = torch.searchsorted(keys, (row_of_value << _POISSON_BITS) + uniform)
-    return torch.minimum(index - starts[row_of_value], lengths[row_of_value] - 1).to(torch.float64)
+    parts = [flat.view(torch.int64), row_of_rate, starts, lengths, keys]
+    return torch.cat(parts), [len(part) for part in parts]
 
 
 def _keys(seeds: Tensor, stage: int) -> Tensor:
@@ -161,24 +165,38 @@ class SampleRandom:
         top = _shift_right(self._words(shape), 32)
         return low + _shift_right(top * span, 32)
 
-    def poisson(self, rates: Tensor) -> Tensor:
-        """Poisson(rates) samples, float32 with the shape of ``rates`` (B, ...); rates >= 0, finite.
+    def poisson(self, rates: Tensor, index: Tensor) -> Tensor:
+        """Poisson samples at rates looked up in a per-sample host table: float32 with the shape of ``index``.
+
+        Args:
+            rates: float64 (B, R) on the host, each sample's R possible rates (>= 0, finite).
+            index: int64 (B, ...) on :attr:`device`, values in [0, R): the value ``(b, ...)`` is drawn at
+                rate ``rates[b, index[b, ...]]``.
 
         One draw: a 40-bit uniform ``u`` per value. Rates up to :data:`EXACT_POISSON_MAX_RATE` are
-        sampled exactly by inversion, ``min{k : P(X <= k) >= u}``, against 40-bit integer CDF tables
-        of the distinct rates (up to ``rate + 12 sqrt(rate) + 12``; the tail beyond, of probability
-        below 1e-20, is cut off); larger rates by inverting the normal
-        approximation with continuity correction, ``max(0, floor(rate + sqrt(rate) * Phi^-1(u) + 0.5))``.
+        sampled exactly by inversion, ``min{k : P(X <= k) >= u}``, against 40-bit integer CDF tables of
+        the table's distinct rates (up to ``rate + 12 sqrt(rate) + 12``; the tail beyond, of probability
+        below 1e-20, is cut off); larger rates by inverting the normal approximation with continuity
+        correction, ``max(0, floor(rate + sqrt(rate) * Phi^-1(u) + 0.5))``. The tables are built on the
+        host from ``rates`` alone and uploaded once; the device only gathers and searches (fixed shapes).
         """
-        if rates.shape[:1] != self.seeds.shape:
-            raise ValueError(f"rates must have the batch size {len(self)} first, got shape {tuple(rates.shape)}")
-        uniform = _shift_right(self._words(tuple(rates.shape[1:])), 64 - _POISSON_BITS)
-        rates = rates.to(torch.float64)
-        large = rates > EXACT_POISSON_MAX_RATE
+        if rates.ndim != 2 or rates.shape[0] != len(self) or rates.device.type != "cpu":
+            raise ValueError(
+                f"rates must be a host tensor of shape ({len(self)}, R), got {tuple(rates.shape)} on {rates.device}"
+            )
+        if index.shape[:1] != self.seeds.shape:
+            raise ValueError(f"index must have the batch size {len(self)} first, got shape {tuple(index.shape)}")
+        uniform = _shift_right(self._words(tuple(index.shape[1:])), 64 - _POISSON_BITS)
+        packed, sizes = _poisson_tables(rates.to(torch.float64))
+        bits, row_of_rate, starts, lengths, keys = torch.split(packed.to(self.device, non_blocking=True), sizes)
+        flat = (torch.arange(len(self), device=self.device) * rates.shape[1]).view(-1, *[1] * (index.ndim - 1)) + index
+        rate = bits.view(torch.float64)[flat]
+        row = row_of_rate[flat]
+        found = torch.searchsorted(keys, ((row << _POISSON_BITS) + uniform).contiguous())
+        exact = torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float64)
         standard = torch.special.ndtri((uniform.to(torch.float64) + 0.5) / _POISSON_SCALE)
-        approximate = torch.floor(rates + torch.sqrt(rates) * standard + 0.5)
-        exact = _invert_poisson(torch.where(large, 0.0, rates), uniform)
-        return torch.where(large, approximate.clamp(min=0.0), exact).to(torch.float32)
+        approximate = torch.floor(rate + torch.sqrt(rate) * standard + 0.5).clamp(min=0.0)
+        return torch.where(rate > EXACT_POISSON_MAX_RATE, approximate, exact).to(torch.float32)
 
     def subset(self, index: Tensor) -> SampleRandom:
         """The streams of samples ``index`` (int64 or bool tensor over the batch).

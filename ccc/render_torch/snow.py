@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ._levels import unit_float32
-from .blur import clipped_zoom, imagemagick_motion_blur
+from ._upload import upload_tables
+from .blur import motion_blur_tables, motion_blur_with_tables, zoom_tables, zoom_with_tables
 from .parameters import per_sample_parameters
 
 if TYPE_CHECKING:
@@ -26,8 +28,9 @@ if TYPE_CHECKING:
 _ANGLE_RANGE = (-135.0, -45.0)
 """The snow layer's motion-blur angle, uniform in degrees (the CPU path's ``rng.uniform(-135, -45)``)."""
 
-_GRAY_WEIGHTS = (0.299, 0.587, 0.114)
-"""OpenCV's RGB → gray weights (``cv2.COLOR_RGB2GRAY``), rounded to float32 as OpenCV stores them."""
+_GRAY_WEIGHTS = tuple(float(np.float32(weight)) for weight in (0.299, 0.587, 0.114))
+"""OpenCV's RGB → gray weights (``cv2.COLOR_RGB2GRAY``), rounded to float32 as OpenCV stores them (Python
+floats: scalars of the device arithmetic, no upload)."""
 
 
 def opencv_gray(unit: Tensor) -> Tensor:
@@ -41,11 +44,11 @@ def opencv_gray(unit: Tensor) -> Tensor:
         with FMA; measured equal bit for bit). The fused steps are computed as float64 sums of exact
         float64 products rounded once to float32.
     """
-    weights = torch.tensor(_GRAY_WEIGHTS, dtype=torch.float32, device=unit.device).to(torch.float64)
+    red_weight, green_weight, blue_weight = _GRAY_WEIGHTS
     red, green, blue = (unit[:, channel : channel + 1].to(torch.float64) for channel in range(3))
-    gray = (green * weights[1]).to(torch.float32).to(torch.float64)
-    gray = (gray + red * weights[0]).to(torch.float32).to(torch.float64)
-    return (gray + blue * weights[2]).to(torch.float32)
+    gray = (green * green_weight).to(torch.float32).to(torch.float64)
+    gray = (gray + red * red_weight).to(torch.float32).to(torch.float64)
+    return (gray + blue * blue_weight).to(torch.float32)
 
 
 def snow(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -53,23 +56,30 @@ def snow(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
 
     Args:
         images: float32 (B, 3, H, W) in [0, 1] (8-bit levels k / 255).
-        severities: float64 (B,) in (0, 5].
-        random: one ``normal(H, W)`` draw (the flake layer) and one ``uniform()`` draw (the angle).
+        severities: float64 (B,) in (0, 5], on the host.
+        random: one ``normal(H, W)`` draw (the flake layer) and one ``uniform()`` draw (the angle, drawn on
+            the host with ``random.on_host()``: it shapes the motion-blur taps). The parameters, zoom
+            tables and motion-blur taps travel in one upload.
 
     Returns:
         float32 (B, 3, H, W) in [0, 1]: the CPU path's pre-truncation value divided by 255.
     """
     parameters = per_sample_parameters("snow", severities)
-    host = parameters.detach().cpu().tolist()
+    host = parameters.tolist()
     batch, _, height, width = images.shape
-    mean, spread, threshold, blend = (parameters[:, index, None, None, None] for index in (0, 1, 3, 6))
-    layer = mean + spread * random.normal(height, width).to(torch.float64)[:, None]
+    noise = random.normal(height, width).to(torch.float64)[:, None]
     low, high = _ANGLE_RANGE
-    angles = (low + (high - low) * random.uniform().to(torch.float64)).cpu().tolist()
-    layer = clipped_zoom(layer, [row[2] for row in host], torch.float64)
+    angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
+    zoom = zoom_tables(height, width, [row[2] for row in host])
+    weights, starts, padding = motion_blur_tables(
+        height, width, [row[4] for row in host], [row[5] for row in host], angles
+    )
+    uploaded, *tables = upload_tables(images.device, parameters[:, [0, 1, 3, 6]].numpy(), *zoom, weights, starts)
+    mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
+    layer = zoom_with_tables(mean + spread * noise, *tables[:4], torch.float64)
     layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
     layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
-    blurred = imagemagick_motion_blur(layer_levels, [row[4] for row in host], [row[5] for row in host], angles)
+    blurred = motion_blur_with_tables(layer_levels, *tables[4:], padding)
     flakes = blurred / 255.0
     unit = torch.round(images * 255.0) / 255.0
     brightened = torch.maximum(unit, opencv_gray(unit) * 1.5 + 0.5).to(torch.float64)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ccc.corruptions import corrupt
+from ccc.corruptions._kernels import copy_displaced_pixels
 from ccc.corruptions._motion import motion_blur_imagemagick
 from ccc.render_torch import blur
 from ccc.render_torch.snow import TORCH_CORRUPTIONS as SNOW_CORRUPTIONS
@@ -91,6 +92,26 @@ def test_glass_blur_equals_the_sequential_cpu_loop_given_the_same_offsets(images
     seeds = torch.arange(len(images)) + 200
     output = blur.glass_blur(to_tensor(images), severities, SampleRandom(seeds))
     np.testing.assert_array_equal(to_bytes(output), cpu_glass_blur_given_torch_offsets(images, SEVERITIES, seeds))
+
+
+def test_glass_pointer_jumping_resolves_the_longest_chain_in_its_fixed_rounds() -> None:
+    """Offsets (dx, dy) = (1, 0) along each visited row and (-margin, 1) at its end chain every visited
+    pixel from the block's first one: the bound of ``_glass_jumps`` is reached, its rounds give the
+    sequential loop's result and one round fewer does not."""
+    height, width, margin = 16, 21, 3
+    offsets = torch.zeros(1, height, width, 2, dtype=torch.int64)
+    offsets[..., 0] = 1
+    offsets[:, :, width - margin, :] = torch.tensor([-margin, 1])
+    jumps = blur._glass_jumps(height, width, margin)
+    assert jumps == ((width - 2 * margin - 1) + (margin + 1) * (height - 2 * margin - 1)).bit_length() == 6
+    values = np.arange(height * width, dtype=np.float64).reshape(height, width, 1)
+    expected = values.copy()
+    visited = offsets[0, margin + 1 : height - margin + 1, margin + 1 : width - margin + 1].numpy()
+    copy_displaced_pixels(expected, np.ascontiguousarray(visited[None, ::-1, ::-1]), margin)
+    margins, active = torch.tensor([margin]), torch.tensor([True])
+    for rounds, equal in ((jumps, True), (jumps - 1, False)):
+        sources = blur._glass_sources(offsets, margins, active, rounds)
+        assert np.array_equal(values.reshape(-1)[sources[0].numpy()], expected.reshape(-1)) == equal
 
 
 def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> None:

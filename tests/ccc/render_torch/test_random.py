@@ -49,14 +49,17 @@ def test_a_sample_draws_the_same_values_whatever_the_batch():
     for draw in ("uniform", "normal"):
         assert torch.equal(getattr(alone, draw)(3, 4)[0], getattr(batch, draw)(3, 4)[2])
     assert torch.equal(alone.integers(0, 10, 5)[0], batch.integers(0, 10, 5)[2])
-    assert torch.equal(alone.poisson(torch.full((1, 50), 4.0))[0], batch.poisson(torch.full((4, 50), 4.0))[2])
+    index = torch.zeros(4, 50, dtype=torch.int64)
+    four = torch.full((4, 1), 4.0, dtype=torch.float64)
+    assert torch.equal(alone.poisson(four[:1], index[:1])[0], batch.poisson(four, index)[2])
 
 
 def test_the_same_construction_gives_the_same_values():
     first, second = SampleRandom(torch.arange(5), 1), SampleRandom(torch.arange(5), 1)
     assert torch.equal(first.normal(10), second.normal(10))
-    rates = torch.rand(5, 10, generator=torch.Generator().manual_seed(0)) * 30
-    assert torch.equal(first.poisson(rates), second.poisson(rates))
+    rates = torch.rand(5, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 30
+    index = torch.arange(10).expand(5, 10)
+    assert torch.equal(first.poisson(rates, index), second.poisson(rates, index))
 
 
 def test_seeds_stages_and_draws_differ():
@@ -90,7 +93,9 @@ def test_uniform_and_normal_match_their_distributions():
 
 @pytest.mark.parametrize("rate", [0.0, 0.3, 4.0, 59.0, 999.0, 2500.0])
 def test_poisson_matches_its_distribution(rate: float):
-    samples = SampleRandom(torch.arange(4)).poisson(torch.full((4, 25000), rate)).double().flatten().numpy()
+    table = torch.full((4, 1), rate, dtype=torch.float64)
+    samples = SampleRandom(torch.arange(4)).poisson(table, torch.zeros(4, 25000, dtype=torch.int64))
+    samples = samples.double().flatten().numpy()
     assert np.all(samples == np.floor(samples)) and samples.min() >= 0
     if rate == 0.0:
         assert samples.max() == 0.0
@@ -103,17 +108,36 @@ def test_poisson_matches_its_distribution(rate: float):
 
 
 def test_mixed_rates_in_one_call_each_follow_their_rate():
-    rates = torch.tensor([0.5, 20.0, 1500.0]).repeat_interleave(20000).reshape(1, -1)
-    samples = SampleRandom(torch.tensor([3])).poisson(rates)[0].reshape(3, -1).double()
+    rates = torch.tensor([[0.5, 20.0, 1500.0]], dtype=torch.float64)
+    index = torch.arange(3).repeat_interleave(20000).reshape(1, -1)
+    samples = SampleRandom(torch.tensor([3])).poisson(rates, index)[0].reshape(3, -1).double()
     assert torch.allclose(samples.mean(1), torch.tensor([0.5, 20.0, 1500.0], dtype=torch.float64), rtol=0.02)
 
 
 def test_poisson_values_do_not_depend_on_the_other_rates_of_the_batch():
-    rates = torch.linspace(0, 60, 400).reshape(1, -1)
-    alone = SampleRandom(torch.tensor([11])).poisson(rates)
-    others = torch.rand(3, 400, generator=torch.Generator().manual_seed(1)) * 900
-    together = SampleRandom(torch.tensor([5, 11, 6, 7])).poisson(torch.cat([others[:1], rates, others[1:]]))
+    rates = torch.linspace(0, 60, 400, dtype=torch.float64).reshape(1, -1)
+    index = torch.arange(400).expand(4, 400)
+    alone = SampleRandom(torch.tensor([11])).poisson(rates, index[:1])
+    others = torch.rand(3, 400, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 900
+    together = SampleRandom(torch.tensor([5, 11, 6, 7])).poisson(torch.cat([others[:1], rates, others[1:]]), index)
     assert torch.equal(alone[0], together[1])
+
+
+def test_poisson_values_are_those_of_the_looked_up_rates():
+    """A value drawn through the table equals the value drawn at its rate laid out in full (same draw)."""
+    rates = torch.tensor([[0.0, 2.5, 40.0, 1200.0], [7.0, 0.1, 999.0, 3.0]], dtype=torch.float64)
+    index = torch.randint(0, 4, (2, 3, 5, 6), generator=torch.Generator().manual_seed(2))
+    looked_up = SampleRandom(torch.tensor([4, 9])).poisson(rates, index)
+    full = torch.stack([row[sample_index] for row, sample_index in zip(rates, index)]).reshape(2, -1)
+    laid_out = SampleRandom(torch.tensor([4, 9])).poisson(full, torch.arange(full.shape[1]).expand(2, -1))
+    assert torch.equal(looked_up, laid_out.reshape(looked_up.shape))
+
+
+def test_poisson_refuses_a_device_rate_table():
+    with pytest.raises(ValueError, match=r"rates must be a host tensor of shape \(2, R\), got \(2, 3\) on meta"):
+        SampleRandom(torch.tensor([1, 2])).poisson(
+            torch.empty(2, 3, device="meta"), torch.zeros(2, 1, dtype=torch.int64)
+        )
 
 
 def test_host_draws_equal_device_draws_and_share_the_draw_counter():
@@ -126,3 +150,7 @@ def test_host_draws_equal_device_draws_and_share_the_draw_counter():
 def test_draws_land_on_the_requested_device_from_host_seeds():
     random = SampleRandom(torch.tensor([1, 2]), stage=1, device="meta")
     assert random.uniform(3).device.type == "meta" and random.on_host().uniform().device.type == "cpu"
+    counts = random.poisson(
+        torch.tensor([[1.0, 2000.0], [3.0, 4.0]]), torch.zeros(2, 3, 4, dtype=torch.int64, device="meta")
+    )
+    assert (counts.shape, counts.dtype, counts.device.type) == ((2, 3, 4), torch.float32, "meta")

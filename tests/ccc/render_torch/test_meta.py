@@ -1,0 +1,63 @@
+"""The torch corruptions and ``render_batch`` on the meta device, which holds no data (issue 36).
+
+Any host read of device data (``.item()``, ``.tolist()``, ``.cpu()``, ``bool()`` of a device value,
+``torch.equal``, boolean-mask indexing, ``nonzero``, ``unique``, a data-dependent shape or trip count),
+any mix of host and device tensors in one operation and any CPU-only codec fails there; what passes does
+its per-sample host work from the host severities and seeds only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ccc.demo.images import render_demo_image
+from ccc.render_torch import blur, digital, noise, snow
+from ccc.render_torch.pipeline import TORCH_CORRUPTIONS, render_batch
+from ccc.render_torch.random import SampleRandom
+from ccc.stream.spec import SampleSpec
+
+META_CORRUPTIONS = sorted(
+    [
+        *noise.TORCH_CORRUPTIONS,
+        *digital.TORCH_CORRUPTIONS,
+        *blur.TORCH_CORRUPTIONS,
+        *snow.TORCH_CORRUPTIONS,
+    ]
+)
+"""The corruptions checked on the meta device: a family module that reads no device data adds its names."""
+
+SEVERITIES = torch.tensor([5.0, 0.1, 0.25, 2.5, 3.0, 4.75], dtype=torch.float64)
+"""Mixed severities on the host, from below 1/3 (defocus's exact identity, shot noise's largest rates) to 5."""
+
+
+@pytest.mark.parametrize("name", META_CORRUPTIONS)
+def test_the_corruption_runs_on_the_meta_device(name: str):
+    batch = len(SEVERITIES)
+    images = torch.empty(batch, 3, 64, 64, device="meta")
+    output = TORCH_CORRUPTIONS[name](images, SEVERITIES, SampleRandom(torch.arange(batch), 0, "meta"))
+    assert (output.shape, output.dtype, output.device.type) == ((batch, 3, 64, 64), torch.float32, "meta")
+
+
+def _spec(index: int, source: np.ndarray, n1: str, s1: float, n2: str, s2: float) -> SampleSpec:
+    height, width = source.shape[:2]
+    side = min(height, width) - 3 * index
+    return SampleSpec(
+        index=index, step=index, pair_index=0, path_position=0, path_cell=(0, 0), n1=n1, s1=s1, n2=n2, s2=s2,
+        calibrated_accuracy=50.0, source_position=index, source_path=f"c/{index}.png", class_index=0,
+        source_size=(width, height), crop_box=(index, 0, index + side, side), flip=bool(index % 2),
+        seed=1000 + 7 * index, resize=None,
+    )  # fmt: skip
+
+
+def test_render_batch_runs_on_the_meta_device():
+    """Crops, both corruption stages (every corruption above, severities 0 to 5) and the final JPEG."""
+    count = len(META_CORRUPTIONS)
+    sources = [render_demo_image(index, np.random.default_rng(index)) for index in range(count)]
+    specs = [
+        _spec(index, source, name, (index % 21) / 4, META_CORRUPTIONS[(index + 5) % count], 5.0 - (index % 9) / 4)
+        for index, (source, name) in enumerate(zip(sources, META_CORRUPTIONS))
+    ]
+    output = render_batch(specs, sources, "meta")
+    assert (output.shape, output.dtype, output.device.type) == ((count, 3, 224, 224), torch.uint8, "meta")

@@ -1,0 +1,32 @@
+"""upload_tables: a call's host tables reach the device in one copy with their dtypes, shapes and bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ccc.render_torch._upload import upload_tables
+
+
+def test_tables_keep_their_values_bit_for_bit():
+    floats = np.array([[0.1, -0.0, np.inf], [np.nan, 5e-324, -1.5]])
+    integers = np.array([-(2**63), 2**63 - 1, 7], dtype=np.int64)
+    small = np.arange(6, dtype=np.int32).reshape(2, 3)
+    flags = np.array([True, False, True])
+    uploaded = upload_tables(torch.device("cpu"), floats, integers, small, flags)
+    assert [table.dtype for table in uploaded] == [torch.float64, torch.int64, torch.int64, torch.bool]
+    assert torch.equal(uploaded[0].view(torch.int64), torch.from_numpy(floats.view(np.int64)))
+    assert torch.equal(uploaded[1], torch.from_numpy(integers))
+    assert torch.equal(uploaded[2], torch.from_numpy(small).to(torch.int64))
+    assert torch.equal(uploaded[3], torch.from_numpy(flags))
+
+
+def test_tables_land_on_the_device_with_their_shapes():
+    uploaded = upload_tables(torch.device("meta"), np.zeros((2, 3)), np.ones(4, dtype=bool))
+    assert [(table.shape, table.device.type) for table in uploaded] == [((2, 3), "meta"), ((4,), "meta")]
+
+
+def test_other_dtypes_are_refused():
+    with pytest.raises(ValueError, match="tables must be float64, integer or bool, got float32"):
+        upload_tables(torch.device("cpu"), np.zeros(3, dtype=np.float32))
