@@ -356,7 +356,7 @@ def _patched(owner: object, name: str, replacement: object) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def _host_reads(counter: ProxyCounter) -> contextlib.ExitStack:
+def _python_level_patches(counter: ProxyCounter) -> contextlib.ExitStack:
     """Patches of the Python-level reads, uploads and ``Tensor.device`` (module docstring)."""
     stack = contextlib.ExitStack()
 
@@ -483,9 +483,9 @@ def measure_batch(
     counter = ProxyCounter(provenance)
     with _gpu_branches_substituted(replaced):
         warm = ProxyCounter(provenance)
-        with warm, _host_reads(warm):
+        with warm, _python_level_patches(warm):
             render_batch(*warmup, RENDER_DEVICE, jpeg=True)
-        with counter, _host_reads(counter):
+        with counter, _python_level_patches(counter):
             render_batch(specs, images, RENDER_DEVICE, jpeg=True)
     batch = len(specs)
     seconds = _model_seconds(counter.launches, sum(counter.reads.values()), counter)
