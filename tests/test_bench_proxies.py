@@ -1,0 +1,103 @@
+"""``scripts/bench/render_proxies.py --quick``: the JSON's keys, positive counts that agree with each
+other and with the model; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.builders import REPOSITORY
+
+SCRIPT = REPOSITORY / "scripts" / "bench" / "render_proxies.py"
+BATCH_KEYS = {
+    "batch_size",
+    "launches",
+    "host_reads",
+    "host_read_bytes",
+    "uploads",
+    "upload_bytes",
+    "non_blocking_uploads",
+    "bytes_moved",
+    "float64_flops",
+    "float32_flops",
+    "host_ops",
+    "host_cpu_ms_per_image",
+    "model_seconds_per_batch",
+    "model_images_per_second",
+    "reads_by_kind",
+    "uploads_by_kind",
+    "reads_by_site",
+    "uploads_by_site",
+    "launches_by_op",
+    "excluded_ops",
+}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    output = tmp_path_factory.mktemp("proxies") / "proxies.json"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(output)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(output.read_text()), result.stdout
+
+
+def test_quick_run_writes_every_batch_and_the_model(quick: tuple[dict, str]) -> None:
+    written, _ = quick
+    assert set(written) == {
+        "settings",
+        "model",
+        "model_constants",
+        "batches",
+        "model_at_goal_batch",
+        "goals",
+        "environment",
+    }
+    assert written["settings"]["batch_sizes"] == [2, 4]
+    assert written["settings"]["render_device"] == "cpu:0"
+    assert Path(written["settings"]["ccc"]) == REPOSITORY / "ccc"
+    assert set(written["batches"]) == {"2", "4"}
+    assert written["model_at_goal_batch"]["how"] == "extrapolated from B = 2 and 4"
+    assert written["model_at_goal_batch"]["images_per_second"] > 0
+    assert {"host reads per batch = 0", "uploads per batch ≤ 1"} <= set(written["goals"])
+
+
+def test_counts_are_positive_and_consistent(quick: tuple[dict, str]) -> None:
+    written, _ = quick
+    model = written["model_constants"]
+    for size, batch in written["batches"].items():
+        assert set(batch) == BATCH_KEYS
+        assert batch["batch_size"] == int(size)
+        assert batch["launches"] > 0 and batch["bytes_moved"] > 0 and batch["float32_flops"] > 0
+        assert batch["launches"] == sum(batch["launches_by_op"].values())
+        assert batch["host_reads"] == sum(batch["reads_by_kind"].values()) == sum(batch["reads_by_site"].values())
+        assert batch["uploads"] == sum(batch["uploads_by_kind"].values()) == sum(batch["uploads_by_site"].values())
+        assert batch["uploads"] >= 1 and batch["upload_bytes"] > 0  # the source pixels at least
+        assert 0 <= batch["non_blocking_uploads"] <= batch["uploads"]
+        assert not set(batch["excluded_ops"]) & set(batch["launches_by_op"])
+        seconds = (
+            batch["launches"] * model["launch_seconds"]
+            + batch["host_reads"] * model["host_read_seconds"]
+            + batch["bytes_moved"] / model["bytes_per_second"]
+            + batch["float64_flops"] / model["float64_flops_per_second"]
+            + batch["float32_flops"] / model["float32_flops_per_second"]
+        )
+        assert batch["model_seconds_per_batch"] == pytest.approx(seconds)
+        assert batch["model_images_per_second"] == pytest.approx(int(size) / seconds)
+    assert written["batches"]["4"]["bytes_moved"] > written["batches"]["2"]["bytes_moved"]
+
+
+def test_table_has_one_row_per_batch_size(quick: tuple[dict, str]) -> None:
+    _, stdout = quick
+    rows = [line for line in stdout.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in rows[1:]] == ["| 2", "| 4"]
+    assert "launches × 10 µs" in stdout
