@@ -24,7 +24,7 @@ from ccc.folder_lock import FolderInUseError
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
 from ccc.shards.published import PUBLISHED_PREFIX, PUBLISHED_URL_VARIABLE, get_published
 from ccc.shards.errors import ShardReadError
-from ccc.shards.remote import DEFAULT_REMOTE_OPTIONS, RemoteOptions
+from ccc.shards.remote import DEFAULT_REMOTE_OPTIONS, MAX_SECONDS, RemoteOptions
 
 PROGRAM = "ccc-mirror"
 
@@ -42,12 +42,13 @@ def _shard_range(text: str) -> range:
 
 
 def _seconds(text: str) -> float:
+    """argparse type: a duration in seconds in (0, ``MAX_SECONDS``] (the remote reader's bound)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_SECONDS:,.0f}], got {text!r}")
     return value
 
 

@@ -145,6 +145,10 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().err.startswith("ccc-mirror: error: unknown published CCC stream 'nope'")
     assert mirror_cli.main(["/local/folder", "out", "--no-progress"]) == 2
     assert "source must be published:<name> or an http(s):// URL" in capsys.readouterr().err
+    for flag in ("--backoff", "--max-backoff", "--timeout"):
+        with pytest.raises(SystemExit):
+            mirror_cli.main(["published:x", "out", flag, "1e308"])
+        assert f"argument {flag}: must be a number of seconds in (0, 86,400], got '1e308'" in capsys.readouterr().err
 
 
 def test_a_shard_replaced_between_two_runs_is_downloaded_again_whole(
