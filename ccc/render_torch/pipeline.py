@@ -11,7 +11,8 @@ The CPU path's steps (``ccc.render.render_pixels`` then the JPEG encoding), for 
 4. the JPEG quality-85 round trip (:func:`~ccc.render_torch.jpeg.jpeg_round_trip`), unless ``jpeg=False``.
 
 A sample's bytes depend only on its spec and its source image: never on the batch size, the other
-samples or its position (every group draws from fresh per-sample streams).
+samples or its position (every group draws from fresh per-sample streams). A stage copies its random
+streams' keys and its groups' positions to the device once each, whatever the number of groups.
 """
 
 from __future__ import annotations
@@ -73,17 +74,21 @@ def apply_corruption_stage(
         float32 (B, 3, H, W) byte levels (truncated), a new tensor.
     """
     output = images.clone()
-    host_seeds = seeds.cpu()
     canonical = [get_corruption(name).name for name in names]
-    for name in sorted(set(canonical)):
-        members = [k for k, other in enumerate(canonical) if other == name and severities[k] > 0]
-        if not members:
-            continue
-        function = torch_corruption(name)
-        index = torch.tensor(members, device=images.device)
+    groups = [
+        (name, [k for k, other in enumerate(canonical) if other == name and severities[k] > 0])
+        for name in sorted(set(canonical))
+    ]
+    groups = [(name, members) for name, members in groups if members]
+    if not groups:
+        return output
+    # one copy of the stage's keys and one of every group's positions, whatever the number of groups
+    random = SampleRandom(seeds.cpu(), stage, images.device)
+    positions = torch.tensor([k for _, members in groups for k in members]).to(images.device, non_blocking=True)
+    for (name, members), index in zip(groups, positions.split([len(members) for _, members in groups])):
         group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)
-        random = SampleRandom(host_seeds[members], stage, images.device)
-        output[index] = truncate_to_levels(function(images[index], group_severities, random))
+        corrupted = torch_corruption(name)(images[index], group_severities, random.group(members, index))
+        output[index] = truncate_to_levels(corrupted)
     return output
 
 

@@ -24,6 +24,7 @@ the 64-bit words are bit-identical on every device. The conversions to floats:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -198,16 +199,18 @@ class SampleRandom:
         approximate = torch.floor(rate + torch.sqrt(rate) * standard + 0.5).clamp(min=0.0)
         return torch.where(rate > EXACT_POISSON_MAX_RATE, approximate, exact).to(torch.float32)
 
-    def subset(self, index: Tensor) -> SampleRandom:
-        """The streams of samples ``index`` (int64 or bool tensor over the batch).
+    def group(self, members: Sequence[int], index: Tensor) -> SampleRandom:
+        """The streams of samples ``members`` with a fresh draw counter: the values of
+        ``SampleRandom(seeds[members], stage, device)``, without copying their keys to the device again.
 
-        The subset shares this object's draw counter: a draw on either consumes the draw number for
-        both, so a corruption may draw on subsets and on the whole batch without reusing values.
+        Args:
+            members: positions in this batch (host integers).
+            index: the same positions as an int64 tensor on :attr:`device`.
         """
         chosen = SampleRandom.__new__(SampleRandom)
-        chosen.seeds = self.seeds[index.to(self.seeds.device)]
+        chosen.seeds = self.seeds[list(members)]
         chosen.stage = self.stage
         chosen.device = self.device
-        chosen._sample_keys = self._sample_keys[index.to(self.device)]
-        chosen._draws = self._draws
+        chosen._sample_keys = self._sample_keys[index]
+        chosen._draws = [0]
         return chosen

@@ -70,15 +70,16 @@ def test_seeds_stages_and_draws_differ():
     assert not torch.equal(random.uniform(1000), random.uniform(1000))
 
 
-def test_a_subset_continues_the_streams_and_shares_the_draw_counter():
-    whole = SampleRandom(torch.tensor([5, 6, 7]))
-    reference = SampleRandom(torch.tensor([5, 6, 7]))
-    reference.uniform(4)
-    expected = reference.uniform(4)
+def test_a_group_draws_what_its_samples_draw_alone_from_a_fresh_counter():
+    whole = SampleRandom(torch.tensor([5, 6, 7]), stage=1)
     whole.uniform(4)
-    part = whole.subset(torch.tensor([2, 0]))
-    assert torch.equal(part.uniform(4), expected[[2, 0]])
-    assert torch.equal(whole.uniform(4), reference.uniform(4))
+    part = whole.group([2, 0], torch.tensor([2, 0]))
+    alone = SampleRandom(torch.tensor([7, 5]), stage=1)
+    assert torch.equal(part.uniform(4), alone.uniform(4))
+    assert torch.equal(part.on_host().normal(3), alone.normal(3))
+    reference = SampleRandom(torch.tensor([5, 6, 7]), stage=1)
+    reference.uniform(4)
+    assert torch.equal(whole.uniform(4), reference.uniform(4)), "the group's draws left the batch's counter alone"
 
 
 def test_uniform_and_normal_match_their_distributions():
