@@ -191,10 +191,10 @@ def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> T
 def _fft_correlate(image: Tensor, kernel: Tensor) -> Tensor:
     """Circular cross-correlation of one padded image float64 (C, H, W) with one kernel (K, K), K <= H, W.
 
-    Returns float64 (1, C, H, W). One sample per transform call: FFT libraries choose their blocking
-    and vector kernels by the number of transforms in a call (MKL on AVX-512 Intel CPUs does), which
-    changes the last bits of each result; transforms of the same (1, C, H, W) shape always take the
-    same path, so a sample's values do not depend on its batch on any CPU.
+    Returns float64 (1, C, H, W). One sample per transform call: an FFT library may choose its blocking
+    and vector kernels by the number of transforms in a call (with the batch in one call, an AVX-512
+    Intel CPU changed last bits between a sample alone and in a batch), so every call has the same
+    (1, C, H, W) shape and a sample's values do not depend on its batch.
     """
     shape = image.shape[-2:]
     spectrum = torch.fft.rfft2(image[None]) * torch.fft.rfft2(kernel, s=shape).conj()
