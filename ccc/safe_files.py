@@ -11,6 +11,7 @@ may write is therefore opened through this module:
   an existing path is never reused), to be renamed into place with ``os.replace`` (which replaces
   a link itself, never its target).
 - :func:`write_atomically` writes a whole small file that way.
+- :func:`open_for_reading` opens an existing regular file for reading without following a link.
 - :func:`refuse_symlink` refuses, in one line, an entry that a reader would otherwise follow.
 
 Errors are :class:`UnsafePathError`, an ``OSError`` whose message is one line naming the path.
@@ -24,7 +25,14 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["UnsafePathError", "create_temporary", "open_owned", "refuse_symlink", "write_atomically"]
+__all__ = [
+    "UnsafePathError",
+    "create_temporary",
+    "open_for_reading",
+    "open_owned",
+    "refuse_symlink",
+    "write_atomically",
+]
 
 _NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOSE_ON_EXEC = getattr(os, "O_CLOEXEC", 0)
@@ -84,6 +92,28 @@ def open_owned(path: str | os.PathLike[str], what: str, *, append: bool = False)
         raise OSError(error.errno, f"cannot open {what} {path}: {error.strerror}") from None
     _check_regular(descriptor, path, what)
     return os.fdopen(descriptor, "a+b" if append else "r+b")
+
+
+def open_for_reading(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """Open the existing regular file ``path`` for reading, never following a link at its last component.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        UnsafePathError: ``path`` is a symbolic link or not a regular file.
+        OSError: any other failure to open it, naming the path.
+    """
+    path = Path(path)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | _NO_FOLLOW | _CLOSE_ON_EXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        refuse_symlink(path, what)
+        raise OSError(error.errno, f"cannot open {what} {path}: {error.strerror}") from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UnsafePathError(f"{what} {path} is not a regular file; refusing to read it (remove it)")
+    return os.fdopen(descriptor, "rb")
 
 
 def create_temporary(folder: str | os.PathLike[str], name: str) -> tuple[BinaryIO, Path]:

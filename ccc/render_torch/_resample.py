@@ -23,6 +23,8 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from ._upload import upload_tables
+
 __all__ = ["resample_batch"]
 
 _PRECISION_BITS = 22
@@ -149,24 +151,19 @@ def resample_batch(
         # and the width for the columns pass (run on the transposed planes), in either order
         firsts = np.arange(len(members))[:, None, None]
         row_index, column_index = row_index + firsts * height, column_index + firsts * width
-        tables = (row_index, row_weight, column_index, column_weight)
-        packed = np.concatenate([table.ravel() for table in tables] + [members])
-        uploaded = torch.as_tensor(packed).to(levels.device, non_blocking=True)
-        pieces = torch.split(uploaded, [table.size for table in tables] + [len(members)])
-        rows_index, rows_weight, columns_index, columns_weight = (
-            piece.view(table.shape) for piece, table in zip(pieces, tables)
+        rows_index, rows_weight, columns_index, columns_weight, positions = upload_tables(
+            levels.device, row_index, row_weight, column_index, column_weight, members
         )
+        rows, columns = (rows_index, rows_weight.to(torch.int32)), (columns_index, columns_weight.to(torch.int32))
         whole = len(members) == len(boxes)
-        group = levels if whole else levels.index_select(0, pieces[4])
+        group = levels if whole else levels.index_select(0, positions)
         if order:
-            group = _pass(group, rows_index, rows_weight.to(torch.int32)).transpose(1, 2)
-            group = _pass(group, columns_index, columns_weight.to(torch.int32)).transpose(1, 2)
+            group = _pass(_pass(group, *rows).transpose(1, 2), *columns).transpose(1, 2)
         else:
-            group = _pass(group.transpose(1, 2), columns_index, columns_weight.to(torch.int32)).transpose(1, 2)
-            group = _pass(group, rows_index, rows_weight.to(torch.int32))
+            group = _pass(_pass(group.transpose(1, 2), *columns).transpose(1, 2), *rows)
         if whole:
             return group.contiguous()
         if output is None:
             output = torch.zeros((len(boxes), *out_shape, levels.shape[3]), dtype=torch.uint8, device=levels.device)
-        output.index_copy_(0, pieces[4], group)
+        output.index_copy_(0, positions, group)
     return output

@@ -32,13 +32,12 @@ import dataclasses
 import hashlib
 import logging
 import os
-import stat
 import time
 from pathlib import Path
 from typing import BinaryIO
 
 from ccc.folder_lock import FolderInUseError, FolderLock
-from ccc.safe_files import UnsafePathError, create_temporary, refuse_symlink
+from ccc.safe_files import create_temporary, open_for_reading
 from ccc.shards.errors import ShardReadError
 from ccc.shards.reader import read_samples
 from ccc.shards.remote import RemoteOptions, open_remote
@@ -51,7 +50,6 @@ _LOCKS = ".locks"
 _LOCK_NAME = "lock"
 _CHUNK_BYTES = 1 << 20
 _LOCK_POLL_SECONDS = 0.2
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _ENTRY = "cache entry"
 
 
@@ -139,16 +137,9 @@ def _open_entry(path: Path) -> BinaryIO | None:
         UnsafePathError: ``path`` is a symbolic link or not a regular file.
     """
     try:
-        descriptor = os.open(path, _READ_FLAGS)
+        return open_for_reading(path, _ENTRY)
     except FileNotFoundError:
         return None
-    except OSError as error:
-        refuse_symlink(path, _ENTRY)
-        raise OSError(error.errno, f"cannot open {_ENTRY} {path}: {error.strerror}") from None
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise UnsafePathError(f"{_ENTRY} {path} is not a regular file; refusing to read it (remove it)")
-    return os.fdopen(descriptor, "rb")
 
 
 def _problem(handle: BinaryIO, location: str, sha256: str | None) -> str | None:

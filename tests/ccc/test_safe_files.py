@@ -4,7 +4,14 @@ import os
 
 import pytest
 
-from ccc.safe_files import UnsafePathError, create_temporary, open_owned, refuse_symlink, write_atomically
+from ccc.safe_files import (
+    UnsafePathError,
+    create_temporary,
+    open_for_reading,
+    open_owned,
+    refuse_symlink,
+    write_atomically,
+)
 
 
 def test_open_owned_refuses_a_symlink_and_leaves_its_target_untouched(tmp_path):
@@ -63,3 +70,17 @@ def test_refuse_symlink_names_the_entry(tmp_path):
     with pytest.raises(UnsafePathError, match="cache entry .*entry is a symbolic link"):
         refuse_symlink(tmp_path / "entry", "cache entry")
     refuse_symlink(tmp_path / "missing", "cache entry")
+
+
+def test_open_for_reading_refuses_links_and_folders_and_reads_regular_files(tmp_path):
+    (tmp_path / "victim").write_bytes(b"precious")
+    (tmp_path / "entry").symlink_to(tmp_path / "victim")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(UnsafePathError, match="cache entry .*entry is a symbolic link"):
+        open_for_reading(tmp_path / "entry", "cache entry")
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        open_for_reading(tmp_path / "folder", "cache entry")
+    with pytest.raises(FileNotFoundError):
+        open_for_reading(tmp_path / "missing", "cache entry")
+    with open_for_reading(tmp_path / "victim", "cache entry") as handle:
+        assert handle.read() == b"precious"
