@@ -50,7 +50,7 @@ def _check(spec: SampleSpec, image: SourceImage) -> tuple[int, int]:
     return height, width
 
 
-def _upload(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
+def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
     """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
     on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
     travel)."""
@@ -71,12 +71,14 @@ def _crop_group(specs: Sequence[SampleSpec], images: Sequence[SourceImage], devi
     sizes = np.array([_check(spec, image) for spec, image in zip(specs, images)], dtype=np.int64)
     boxes = np.array([spec.crop_box for spec in specs], dtype=np.int64)
     if specs[0].resize is None:
-        levels = _upload(images, boxes, device)
+        levels = _upload_boxes(images, boxes, device)
         boxes = np.concatenate([np.zeros_like(sizes), boxes[:, 2:] - boxes[:, :2]], axis=1)
     else:
         whole = np.concatenate([np.zeros_like(sizes), sizes[:, ::-1]], axis=1)
         resized = np.array([spec.resize[::-1] for spec in specs], dtype=np.int64)
-        levels = resample_batch(_upload(images, whole, device), whole, resized, tuple(resized.max(axis=0)), "bilinear")
+        levels = resample_batch(
+            _upload_boxes(images, whole, device), whole, resized, tuple(resized.max(axis=0)), "bilinear"
+        )
     flips = np.array([spec.flip for spec in specs], dtype=bool)
     square = np.full((len(specs), 2), OUTPUT_SIZE, dtype=np.int64)
     return resample_batch(levels, boxes, square, (OUTPUT_SIZE, OUTPUT_SIZE), "bilinear", flips)
