@@ -188,17 +188,39 @@ def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> T
     return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0)
 
 
-def _fft_correlate(image: Tensor, kernel: Tensor) -> Tensor:
-    """Circular cross-correlation of one padded image float64 (C, H, W) with one kernel (K, K), K <= H, W.
+FFT_SAMPLES_PER_CALL = 16
+"""Samples in every FFT call of defocus blur on a device other than the CPU (the last call of a group
+zero-padded to it): a fixed transform count, so that launches grow with the batch only as B / 16."""
 
-    Returns float64 (1, C, H, W). One sample per transform call: an FFT library may choose its blocking
+
+def fft_samples_per_call(device: torch.device) -> int:
+    """Samples per FFT call of :func:`defocus_blur` on ``device``: 1 on the CPU (padding a call costs a
+    whole transform per spare slot there), :data:`FFT_SAMPLES_PER_CALL` elsewhere (the GPU: padding costs
+    little, launches are what count)."""
+    return 1 if device.type == "cpu" else FFT_SAMPLES_PER_CALL
+
+
+def _fft_correlate(images: Tensor, kernels: Tensor) -> Tensor:
+    """Circular cross-correlations of padded images float64 (B, C, H, W) with kernels (B, K, K), K <= H, W.
+
+    Returns float64 (B, C, H, W). Every transform call holds the same number of samples
+    (:func:`fft_samples_per_call`; the last call zero-padded): an FFT library may choose its blocking
     and vector kernels by the number of transforms in a call (with the batch in one call, an AVX-512
-    Intel CPU changed last bits between a sample alone and in a batch), so every call has the same
-    (1, C, H, W) shape and a sample's values do not depend on its batch.
+    Intel CPU changed last bits between a sample alone and in a batch), so that a sample's values do not
+    depend on its batch.
     """
-    shape = image.shape[-2:]
-    spectrum = torch.fft.rfft2(image[None]) * torch.fft.rfft2(kernel, s=shape).conj()
-    return torch.fft.irfft2(spectrum, s=shape)
+    count = len(images)
+    per_call = fft_samples_per_call(images.device)
+    spare = -count % per_call
+    if spare:
+        images = torch.cat([images, images.new_zeros((spare, *images.shape[1:]))])
+        kernels = torch.cat([kernels, kernels.new_zeros((spare, *kernels.shape[1:]))])
+    shape = images.shape[-2:]
+    calls = []
+    for call_images, call_kernels in zip(images.split(per_call), kernels.split(per_call)):
+        spectrum = torch.fft.rfft2(call_images) * torch.fft.rfft2(call_kernels, s=shape).conj()[:, None]
+        calls.append(torch.fft.irfft2(spectrum, s=shape))
+    return torch.cat(calls)[:count]
 
 
 def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
@@ -206,7 +228,7 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
 
     The kernels (up to 21×21) are embedded in one common square at OpenCV's anchor (size // 2) and
     applied by FFT on the reflect-101-padded images (as OpenCV's ``filter2D`` does for large kernels),
-    one sample per transform (:func:`_fft_correlate`).
+    a fixed number of samples per transform call (:func:`_fft_correlate`).
     Where the kernel is exactly a delta (radius < 1 with a negligible antialiasing blur, severities
     below 1/3) the exact result, the image itself, is returned: the CPU's value there is the image up to
     OpenCV's DFT rounding (±1e-14), whose sign alone decides its truncation (see the fidelity notes).
@@ -226,7 +248,7 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
     padded = F.pad(unit_float64(images), (reach, reach, reach, reach), mode="reflect")
     deltas = np.array([disk.max() == 1.0 for disk in disks])
     kernels, is_delta = upload_tables(images.device, embedded, deltas)
-    correlated = torch.cat([_fft_correlate(image, kernel) for image, kernel in zip(padded, kernels)])
+    correlated = _fft_correlate(padded, kernels)
     correlated = correlated[..., :height, :width]
     return unit_float32(torch.where(is_delta[:, None, None, None], unit_float64(images), correlated) * 255.0)
 
@@ -486,8 +508,10 @@ TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] =
 """The blur corruptions of this module by registered name (merged by the pipeline)."""
 
 __all__ = [
+    "FFT_SAMPLES_PER_CALL",
     "TORCH_CORRUPTIONS",
     "defocus_blur",
+    "fft_samples_per_call",
     "gaussian_blur",
     "gaussian_blur_nearest",
     "glass_blur",

@@ -49,7 +49,8 @@ after an untimed warm-up batch of other samples: one-time uploads of cached tabl
 **Device-type branches.** Code that tests ``device.type`` still sees ``cpu``. Where the code has a
 separate GPU branch the script substitutes it: ``jpeg_round_trip`` is replaced by
 ``integer_jpeg_round_trip`` (what every non-CPU device runs) in every ``ccc.render_torch`` module that
-holds it, when that function exists; before it existed (commit ace2c68), ``jpeg_round_trip`` copied
+holds it, when that function exists, and defocus blur's ``fft_samples_per_call`` returns the GPU's fixed
+count (``blur.FFT_SAMPLES_PER_CALL``), when it exists; before it existed (commit ace2c68), ``jpeg_round_trip`` copied
 device images to the host, ran libjpeg there and uploaded the result (nvJPEG's CUDA branch fails, issue
 36): counted as one read and one upload. The JSON lists the substitutions made.
 
@@ -433,30 +434,29 @@ def _python_level_patches(counter: ProxyCounter) -> contextlib.ExitStack:
     return stack
 
 
-def _gpu_branches() -> dict[str, str]:
-    """Replacements of CPU-only branches by the GPU's, per ``ccc.render_torch`` module attribute (module
-    docstring); an empty dict where the checkout has none."""
-    from ccc.render_torch import jpeg
+def _gpu_branches() -> dict[str, tuple[str, object]]:
+    """Replacements of CPU-only branches by the GPU's (module docstring): ``module.attribute`` → (what
+    replaces it, in words; the replacement); an empty dict where the checkout has none."""
+    from ccc.render_torch import blur, jpeg
 
-    gpu = getattr(jpeg, "integer_jpeg_round_trip", None)
-    if gpu is None:
-        return {}
-    replaced = {}
+    replaced: dict[str, tuple[str, object]] = {}
+    gpu_jpeg = getattr(jpeg, "integer_jpeg_round_trip", None)
     for module_name, module in list(sys.modules.items()):
         if module_name.startswith("ccc.render_torch") and isinstance(module, types.ModuleType):
-            if getattr(module, "jpeg_round_trip", None) is jpeg.jpeg_round_trip:
-                replaced[f"{module_name}.jpeg_round_trip"] = "integer_jpeg_round_trip"
+            if gpu_jpeg is not None and getattr(module, "jpeg_round_trip", None) is jpeg.jpeg_round_trip:
+                replaced[f"{module_name}.jpeg_round_trip"] = ("integer_jpeg_round_trip", gpu_jpeg)
+    if hasattr(blur, "fft_samples_per_call"):
+        per_call = blur.FFT_SAMPLES_PER_CALL
+        replaced[f"{blur.__name__}.fft_samples_per_call"] = (f"{per_call} samples per call", lambda device: per_call)
     return replaced
 
 
 @contextlib.contextmanager
-def _gpu_branches_substituted(replaced: dict[str, str]) -> Iterator[None]:
-    from ccc.render_torch import jpeg
-
+def _gpu_branches_substituted(replaced: dict[str, tuple[str, object]]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        for target, replacement in replaced.items():
+        for target, (_, replacement) in replaced.items():
             module_name, attribute = target.rsplit(".", 1)
-            stack.enter_context(_patched(sys.modules[module_name], attribute, getattr(jpeg, replacement)))
+            stack.enter_context(_patched(sys.modules[module_name], attribute, replacement))
         yield
 
 
@@ -473,7 +473,7 @@ def measure_batch(
     images: Sequence[np.ndarray],
     warmup: tuple[Sequence[SampleSpec], Sequence[np.ndarray]],
     provenance: WeakIdKeyDictionary,
-    replaced: dict[str, str],
+    replaced: dict[str, tuple[str, object]],
 ) -> dict:
     """Every proxy of one batch (module docstring); ``warmup``: the specs and images of the untimed batch."""
     render_batch(*warmup, "cpu", jpeg=True)
@@ -643,7 +643,7 @@ def run(arguments: argparse.Namespace) -> dict:
             "processor": platform.processor() or platform.machine(),
             "source_images": f"{SOURCE_IMAGES} photographs, 500×375 or 375×500 JPEG quality 90",
             "render_device": str(RENDER_DEVICE),
-            "gpu_branches_substituted": replaced,
+            "gpu_branches_substituted": {target: words for target, (words, _) in replaced.items()},
         },
         "model": MODEL_TEXT,
         "model_constants": MODEL,

@@ -210,6 +210,38 @@ def test_defocus_blur_does_not_depend_on_the_batch_with_a_count_dependent_fft(mo
         assert torch.equal(batch[index : index + 1], alone), f"sample {index} changes with its batch"
 
 
+def test_defocus_blur_gives_a_sample_the_same_bytes_in_every_slot_of_a_padded_fft_call(monkeypatch) -> None:
+    """Calls of a fixed count (here 4, as a GPU's 16): a sample alone (slot 0 of a call padded with three
+    zero images) and in each slot of a batch of 6 (two calls, the second padded) gives the same bytes,
+    also when the FFT changes its last bits with the transform count."""
+    monkeypatch.setattr(blur, "fft_samples_per_call", lambda device: 4)
+    for name in ("rfft2", "irfft2"):
+        monkeypatch.setattr(torch.fft, name, _transform_count_dependent(getattr(torch.fft, name)))
+    images = to_tensor(demo_images(6, size=64))
+    severities = torch.tensor([0.8, 2.2, 3.9, 5.0, 1.4, 4.4], dtype=torch.float64)
+    batch = blur.defocus_blur(images, severities, None)
+    for index in range(6):
+        alone = blur.defocus_blur(images[index : index + 1], severities[index : index + 1], None)
+        assert torch.equal(batch[index : index + 1], alone), f"sample {index} changes with its slot"
+
+
+def test_defocus_blur_transforms_a_fixed_count_per_call_off_the_cpu(monkeypatch) -> None:
+    """On a device other than the CPU (meta here) every FFT call holds FFT_SAMPLES_PER_CALL samples: 3
+    samples take one call, 17 take two, so launches grow as B / 16."""
+    counts: list[int] = []
+
+    def recording(values, *arguments, **keywords):
+        counts.append(values.shape[0])
+        return original(values, *arguments, **keywords)
+
+    original = torch.fft.rfft2
+    monkeypatch.setattr(torch.fft, "rfft2", recording)
+    for size in (3, 17):
+        images = torch.zeros((size, 3, 64, 64), device="meta")
+        blur.defocus_blur(images, torch.linspace(0.5, 5, size, dtype=torch.float64), None)
+    assert counts == [blur.FFT_SAMPLES_PER_CALL] * 2 * 3
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", sorted(ALL_CORRUPTIONS))
 def test_cuda_gives_the_bytes_of_cpu_torch(name: str) -> None:
