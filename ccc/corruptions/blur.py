@@ -8,7 +8,7 @@ Fidelity (details in ``docs/fidelity.md``):
 - glass_blur: the reference's Gaussian blurs (scipy's kernel, replicated borders) and its pixel loop
   compiled with numba; offsets for all pixels are drawn up front in the reference's order.
 - motion_blur: the project's own re-implementation of ImageMagick's MotionBlurImage
-  (:mod:`ccc.corruptions._motion`); the angle is drawn uniformly in [-45, 45) degrees.
+  (:mod:`ccc.corruptions.motion`); the angle is drawn uniformly in [-45, 45) degrees.
 - zoom_blur: the average of the image and its centre zooms, with scipy's bilinear zoom coordinates,
   computed by a compiled separable loop instead of one ``scipy.ndimage.zoom`` call per zoom factor.
 - gaussian_blur: scikit-image's Gaussian (scipy kernel truncated at 4 sigma, replicated borders).
@@ -22,9 +22,9 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from ._filters import gaussian_blur_nearest, zoom_bilinear_accumulate
+from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
 from ._kernels import copy_displaced_pixels
-from ._motion import motion_blur_imagemagick
+from .motion import motion_blur_imagemagick
 from ._random import RandomSource, draw_integers
 from ._registry import REGISTRY, Corruption
 

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from ._filters import gaussian_smooth_reflect
+from .filters import gaussian_smooth_reflect
 from ._kernels import adjust_hsv, sample_bilinear_reflect
 from ._random import RandomSource
 from ._registry import REGISTRY, Corruption

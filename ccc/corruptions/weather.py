@@ -19,9 +19,9 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from ._assets import frost_textures
-from ._filters import gaussian_blur_nearest, zoom_bilinear_accumulate
-from ._motion import motion_blur_imagemagick
+from .assets import frost_textures
+from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
+from .motion import motion_blur_imagemagick
 from ._random import RandomSource, draw_integers
 from ._registry import REGISTRY, Corruption
 

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor
 
-from ccc.corruptions._filters import zoom_axis_table, scipy_gaussian_kernel
-from ccc.corruptions._motion import motion_blur_taps
+from ccc.corruptions.filters import zoom_axis_table, scipy_gaussian_kernel
+from ccc.corruptions.motion import motion_blur_taps
 from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
 from ._levels import unit_float32, unit_float64
@@ -166,7 +166,7 @@ def _gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
 
 
 def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
-    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions._filters.gaussian_blur_nearest``).
+    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions.filters.gaussian_blur_nearest``).
 
     Args:
         images: float64 (B, C, H, W), any value range.
@@ -254,7 +254,7 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
 
 
 def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
-    """The CPU path's centre-zoom tables (:func:`ccc.corruptions._filters.zoom_axis_table`) of B factors >= 1.
+    """The CPU path's centre-zoom tables (:func:`ccc.corruptions.filters.zoom_axis_table`) of B factors >= 1.
 
     Returns row lows int64 (B, H), row upper weights float64 (B, H), column lows int64 (B, W) and column
     upper weights float64 (B, W), on the host (for :func:`zoom_with_tables`, once uploaded).
@@ -330,7 +330,7 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
 def motion_blur_tables(
     height: int, width: int, radii: list[float], sigmas: list[float], angles: list[float]
 ) -> tuple[NDArray[np.float64], NDArray[np.int64], tuple[int, int]]:
-    """ImageMagick 6's MotionBlurImage taps (:func:`ccc.corruptions._motion.motion_blur_taps`) of B samples.
+    """ImageMagick 6's MotionBlurImage taps (:func:`ccc.corruptions.motion.motion_blur_taps`) of B samples.
 
     Args:
         height, width: the images' size in pixels.

@@ -8,7 +8,7 @@ Mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample sev
    reflect-101 neighbours;
 2. displacement fields: ``uniform(-1, 1)`` noise smoothed by a Gaussian with scipy's ``reflect``
    borders, as one folded smoothing matrix per sample and axis (the CPU path's
-   :func:`~ccc.corruptions._filters.reflect_smoothing_matrix`, built on the host; exact for any kernel
+   :func:`~ccc.corruptions.filters.reflect_smoothing_matrix`, built on the host; exact for any kernel
    width, and batched although sigma differs per sample), scaled by ``alpha``;
 3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
    about the pixel edges, float64 bilinear sums stored as float32.
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ccc.corruptions._filters import reflect_smoothing_matrix
+from ccc.corruptions.filters import reflect_smoothing_matrix
 
 from .parameters import per_sample_parameters
 

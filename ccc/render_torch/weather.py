@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor
 
-from ccc.corruptions._assets import frost_textures
+from ccc.corruptions.assets import frost_textures
 from ccc.corruptions.weather import FROST_CHOICES
 
 from ._levels import byte_levels, unit_float32, unit_float64

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from ccc.corruptions._motion import (
+from ccc.corruptions.motion import (
     WandUnavailableError,
     motion_blur_imagemagick,
     motion_blur_taps,

@@ -13,7 +13,7 @@ import torch
 
 from ccc.corruptions import corrupt
 from ccc.corruptions._kernels import copy_displaced_pixels
-from ccc.corruptions._motion import motion_blur_imagemagick
+from ccc.corruptions.motion import motion_blur_imagemagick
 from ccc.render_torch import blur
 from ccc.render_torch.snow import TORCH_CORRUPTIONS as SNOW_CORRUPTIONS
 from ccc.render_torch.random import SampleRandom

@@ -3,7 +3,8 @@
 They cannot be downloaded at run time. The MIT-licensed PyPI package ``corrupt-tta`` ships them
 under ``corrupt_tta/assets/frost/``; their git blob hashes equal those of the files in the original
 ImageNet-C repository (``ImageNet-C/create_c/frost*.{png,jpg}``), and the sha256 of each is checked
-here so that a different copy is refused rather than silently used.
+here so that a different copy is refused rather than silently used. Both backends load them here
+(:func:`frost_textures`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from functools import lru_cache
 import cv2
 import numpy as np
 from numpy.typing import NDArray
+
+__all__ = ["FROST_TEXTURE_SHA256", "MissingAssetError", "frost_textures"]
 
 FROST_TEXTURE_SHA256 = {
     "frost1.png": "ff9f907860bd7a835d459e32f9d588062b7f61ee267343cc7222b56753a14755",

@@ -3,7 +3,8 @@
 ImageNet-C's motion_blur and snow call ``MagickMotionBlurImage(wand, radius, sigma, angle)`` on an
 8-bit PNG and decode the 8-bit PNG that ImageMagick writes back. :func:`motion_blur_imagemagick`
 reproduces that round trip without ImageMagick; :func:`motion_blur_wand` runs the real thing and is
-only used to check the former (tests, benchmarks). ``docs/motion_blur.md`` has the details and the
+only used to check the former (tests, benchmarks); the torch backend applies the taps of
+:func:`motion_blur_taps` (this module is their one owner). ``docs/motion_blur.md`` has the details and the
 measured agreement.
 
 The operation, as ImageMagick 6 (Q16, no HDRI) defines it:

@@ -1,6 +1,8 @@
 """Exact, fast equivalents of the filters the reference corruptions call.
 
-Each helper documents which reference call it replaces and how close it is:
+Public, as the one owner of these kernels and tables: the torch backend (:mod:`ccc.render_torch`)
+builds its Gaussian kernels, zoom tables and elastic smoothing matrices from them. Each helper
+documents which reference call it replaces and how close it is:
 
 - :func:`gaussian_blur_nearest` replaces ``skimage.filters.gaussian(x, sigma, channel_axis=-1)``
   (scipy's truncated kernel, ``mode="nearest"``): same kernel weights, computed by OpenCV's separable
@@ -26,6 +28,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._kernels import accumulate_zooms
+
+__all__ = [
+    "gaussian_blur_nearest",
+    "gaussian_smooth_reflect",
+    "reflect_smoothing_matrix",
+    "scipy_gaussian_kernel",
+    "zoom_axis_table",
+    "zoom_bilinear_accumulate",
+]
 
 
 @lru_cache(maxsize=256)
