@@ -95,7 +95,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         "ccc-mirror": mirror.build_parser(),
         "ccc-calibrate": calibrate.build_parser(),
         "ccc-corruption-grid": corruption_grid.build_parser(),
-        "tta-eval": cli._build_parser(),
+        "tta-eval": cli.build_parser(),
     }
 
 
@@ -345,19 +345,19 @@ class Checker:
 
     def _tta_eval_run(self, namespace: argparse.Namespace, external: bool, where: str) -> None:
         from ccc.demo import DEMO_METHODS
-        from tta_eval import cli
+        from tta_eval.cli import options, run
         from tta_eval.protocols import OfflineProtocol
         from tta_eval.streams import describe_stream_source
 
         external |= self._use(_weights_file(namespace.weights), where) | self._use(
             getattr(namespace, "classes", None), where
         )
-        for each in cli._per_stream(namespace):
+        for each in options.per_stream(namespace):
             stream_external = external | self._stream_uses(each.stream, where)
             protocol = (
-                cli._protocol(each) if namespace.command == "run" else OfflineProtocol(**cli._episode_settings(each))
+                run.protocol_settings(each) if namespace.command == "run" else OfflineProtocol(**options.episode_settings(each))
             )
-            settings = cli._experiment_settings(each, protocol)
+            settings = options.experiment_settings(each, protocol)
             try:
                 name = settings.resolved_run_name()
                 stream_name = describe_stream_source(each.stream, settings.stream_options).name

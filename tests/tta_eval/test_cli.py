@@ -381,9 +381,9 @@ def test_stop_policy_writes_the_run_folder_and_exits_with_1(tmp_path, capsys, sc
 
 
 def _command_parser(command: str) -> argparse.ArgumentParser:
-    from tta_eval.cli import _build_parser
+    from tta_eval.cli import build_parser
 
-    subcommands = next(action for action in _build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    subcommands = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
     return subcommands.choices[command]
 
 
@@ -419,7 +419,7 @@ def test_run_and_sweep_group_their_options_and_each_stream_source_brings_its_own
 
 
 def test_a_registered_source_s_options_reach_the_command_line(scratch_stream_sources):
-    from tta_eval.cli import _stream_options
+    from tta_eval.cli.options import stream_options
     from tta_eval.cli_options import CliOption
     from tta_eval.streams import StreamSource
 
@@ -443,7 +443,7 @@ def test_a_registered_source_s_options_reach_the_command_line(scratch_stream_sou
     assert _option_groups(run)["toy: streams"] == ["--toy-level"]
     assert "toy streams' level (default: 3)" in " ".join(run.format_help().split())
     arguments = run.parse_args(["--stream", "toy:", "--toy-level", "5", "--no-shuffle", "--batch-size", "8"])
-    assert _stream_options(arguments) == StreamOptions(batch_size=8, shuffle_seed=None)
+    assert stream_options(arguments) == StreamOptions(batch_size=8, shuffle_seed=None)
     assert given == [{"toy_level": 5}]
 
 

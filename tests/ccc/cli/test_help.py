@@ -70,7 +70,7 @@ def _all_parsers() -> list[argparse.ArgumentParser]:
     from ccc.cli.corruption_grid import build_parser as grid_parser
     from ccc.cli.generate import build_parser as generate_parser
     from ccc.cli.verify import build_parser as verify_parser
-    from tta_eval.cli import _build_parser as tta_parser
+    from tta_eval.cli import build_parser as tta_parser
 
     return [
         parser
@@ -117,10 +117,10 @@ def _flat(text: str) -> str:
 
 
 def test_tta_eval_run_help_explains_the_protocol_symbols_and_names_the_stream_schemes() -> None:
-    from tta_eval.cli import _build_parser
+    from tta_eval.cli import build_parser
     from tta_eval.streams import stream_schemes
 
-    run = next(parser for parser in _parsers(_build_parser()) if parser.prog == "tta-eval run")
+    run = next(parser for parser in _parsers(build_parser()) if parser.prog == "tta-eval run")
     text = _flat(run.format_help())
     for words in (
         "λ, the plain (non-adapting) model's latency per batch",

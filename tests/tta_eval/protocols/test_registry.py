@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.tta_eval.tta_helpers import TINY_FACTORY, make_batches, make_tiny_cnn, run_cli
-from tta_eval.cli import _build_parser, _protocol
+from tta_eval.cli import build_parser
+from tta_eval.cli.run import protocol_settings
 from tta_eval.experiment import ExperimentSettings
 from tta_eval.methods import create
 from tta_eval.protocols import (
@@ -57,10 +58,10 @@ FOREIGN_OPTIONS = [
 def example_settings(name: str):  # type: ignore[no-untyped-def]
     """The settings ``tta-eval run --protocol NAME`` with the protocol's example options gives."""
     entry = get_protocol(name)
-    arguments = _build_parser().parse_args(
+    arguments = build_parser().parse_args(
         ["run", "--stream", STREAM, "--protocol", name, "--domain-key", "domain", *entry.example]
     )
-    return _protocol(arguments)
+    return protocol_settings(arguments)
 
 
 def deterministic_context() -> RunContext:
