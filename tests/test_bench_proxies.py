@@ -26,6 +26,9 @@ BATCH_KEYS = {
     "float32_flops",
     "host_ops",
     "host_cpu_ms_per_image",
+    "host_meta_ms_per_image",
+    "meta_ops_per_batch",
+    "host_packing_ms_per_image",
     "model_seconds_per_batch",
     "model_images_per_second",
     "reads_by_kind",
@@ -94,6 +97,19 @@ def test_counts_are_positive_and_consistent(quick: tuple[dict, str]) -> None:
         assert batch["model_seconds_per_batch"] == pytest.approx(seconds)
         assert batch["model_images_per_second"] == pytest.approx(int(size) / seconds)
     assert written["batches"]["4"]["bytes_moved"] > written["batches"]["2"]["bytes_moved"]
+
+
+def test_host_time_on_meta_is_split_into_the_stages(quick: tuple[dict, str]) -> None:
+    written, _ = quick
+    stages = ["geometry", "stage_1", "stage_2", "jpeg", "other", "total"]
+    for batch in written["batches"].values():
+        meta, ops = batch["host_meta_ms_per_image"], batch["meta_ops_per_batch"]
+        assert list(meta) == list(ops) == stages
+        assert meta["total"] == pytest.approx(sum(meta[stage] for stage in stages[:-1]))
+        assert ops["total"] == sum(ops[stage] for stage in stages[:-1])
+        assert all(meta[stage] > 0 and ops[stage] > 0 for stage in stages if stage != "other")
+        assert batch["host_packing_ms_per_image"] > 0
+    assert "host ms per image on meta ≤ 0.1 (upper bound, every B)" in written["goals"]
 
 
 def test_table_has_one_row_per_batch_size(quick: tuple[dict, str]) -> None:

@@ -7,16 +7,20 @@ by 22 and clipping to [0, 255]; the first pass's result is stored as uint8. Pill
 vertical pass first when the height shrinks by more than twice as many pixels as the width
 (``ImagingResampleInner``), the horizontal pass first otherwise; the order changes the bytes.
 
-Here every sample of a batch has its own input box and output size. The host builds, per sample and
-axis, tap tables with numpy in Pillow's own double-precision operations (the weights' sum accumulated
-tap by tap, as the C loop does): for each output pixel the index of each tap and its integer weight
-(a few taps, zero-weighted past a pixel's own count). The device then gathers and accumulates in
+Here every sample of a batch has its own input box and output size. The host builds, per axis and
+distinct (input length, output length), tap tables with numpy in Pillow's own double-precision
+operations (the weights' sum accumulated tap by tap, as the C loop does): for each output pixel the
+index of each tap and its integer weight (a few taps, zero-weighted past a pixel's own count). The
+tables of a pair of lengths are cached (ImageNet's sizes and crop sizes repeat), and a batch's tables
+are gathered from them, so the host work per batch is a few vectorised gathers. The device then gathers and accumulates in
 int32: every weight is >= 0 and the weights of a pixel sum to about ``2**22``, so no sum exceeds
 ``255 · 2**22 + 2**21 < 2**31`` and the result is Pillow's bytes on every device, whatever the order
 of the additions. The launches per pass grow with the widest filter (taps), never with the batch.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -75,6 +79,46 @@ def _axis_taps(
     return np.minimum(index, in_sizes[:, None, None] - 1), weight
 
 
+@functools.lru_cache(maxsize=8192)
+def _length_taps(in_size: int, out_size: int, out_length: int, kind: str, flip: bool, taps: int):
+    """One sample's :func:`_axis_taps` tables, cached: ``index`` and ``weight`` (out_length, ``taps``) int64
+    (read-only), padded with zero-weighted taps whose index continues the pixel's first tap (clipped to
+    the input) as :func:`_axis_taps` pads, the output pixels mirrored where ``flip``. ``taps`` 0: the
+    sample's own most taps."""
+    if taps == 0:
+        index, weight = _axis_taps(np.array([in_size]), np.array([out_size]), out_length, kind)
+        index, weight = index[0], weight[0]
+    else:
+        own_index, own_weight = _length_taps(in_size, out_size, out_length, kind, False, 0)
+        index = np.minimum(own_index[:, :1] + np.arange(taps), in_size - 1)
+        weight = np.zeros((out_length, taps), dtype=np.int64)
+        weight[:, : own_weight.shape[1]] = own_weight
+        if flip:
+            index[:out_size], weight[:out_size] = index[out_size - 1 :: -1].copy(), weight[out_size - 1 :: -1].copy()
+    index.flags.writeable = weight.flags.writeable = False
+    return index, weight
+
+
+def _batch_taps(
+    in_sizes: NDArray[np.int64],
+    out_sizes: NDArray[np.int64],
+    out_length: int,
+    kind: str,
+    flips: NDArray[np.bool_],
+    offsets: NDArray[np.int64],
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """:func:`_axis_taps`'s tables of N samples, equal value for value, mirrored where ``flips`` and the
+    indices shifted by ``offsets`` (N,), gathered from the cached tables of the distinct (input length,
+    output length, flip): one cache look-up per distinct triple and one copy of each table per batch."""
+    keys, inverse = np.unique((in_sizes * (1 << 32) + out_sizes) * 2 + flips, return_inverse=True)
+    triples = [(key >> 33, (key >> 1) & 0xFFFFFFFF, bool(key & 1)) for key in keys.tolist()]
+    taps = max(_length_taps(size, out, out_length, kind, False, 0)[1].shape[1] for size, out, _ in triples)
+    tables = [_length_taps(size, out, out_length, kind, flip, taps) for size, out, flip in triples]
+    index = np.stack([tables[row][0] for row in inverse.tolist()])
+    index += offsets[:, None, None]
+    return index, np.stack([tables[row][1] for row in inverse.tolist()])
+
+
 def _vertical_first(in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64]) -> NDArray[np.bool_]:
     """Pillow 13's pass order per sample: sizes (N, 2) as (height, width) in pixels."""
     shrink = in_sizes - out_sizes
@@ -97,15 +141,24 @@ def _pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
     return total.to(torch.uint8).view(batch, index.shape[1], *rest)
 
 
-def _tables(boxes: NDArray[np.int64], out_sizes: NDArray[np.int64], out_shape: tuple[int, int], kind: str, flips):
-    """Host tap tables of both axes, offset by the boxes, the columns mirrored where ``flips``."""
-    rows = _axis_taps(boxes[:, 3] - boxes[:, 1], out_sizes[:, 0], out_shape[0], kind)
-    columns = _axis_taps(boxes[:, 2] - boxes[:, 0], out_sizes[:, 1], out_shape[1], kind)
-    row_index, column_index = rows[0] + boxes[:, 1, None, None], columns[0] + boxes[:, 0, None, None]
-    positions = np.arange(out_shape[1])[None, :]
-    mirrored = np.where(flips[:, None] & (positions < out_sizes[:, 1:]), out_sizes[:, 1:] - 1 - positions, positions)
-    pick = (np.arange(len(boxes))[:, None], mirrored)
-    return row_index, rows[1], column_index[pick], columns[1][pick]
+def _tables(
+    boxes: NDArray[np.int64],
+    out_sizes: NDArray[np.int64],
+    out_shape: tuple[int, int],
+    kind: str,
+    flips: NDArray[np.bool_],
+    plane: tuple[int, int],
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Host tap tables of both axes (rows' index and weight, columns' index and weight, each (N, O, T)),
+    the columns mirrored where ``flips``; sample k's indices are offset by its box and by ``k · plane``
+    (``plane``: the input planes' (height, width) in pixels), row numbers in the (N·L, M·C) view that
+    :func:`_pass` gathers from."""
+    firsts = np.arange(len(boxes))
+    no_flips = np.zeros(len(boxes), dtype=bool)
+    row_offsets, column_offsets = boxes[:, 1] + firsts * plane[0], boxes[:, 0] + firsts * plane[1]
+    rows = _batch_taps(boxes[:, 3] - boxes[:, 1], out_sizes[:, 0], out_shape[0], kind, no_flips, row_offsets)
+    columns = _batch_taps(boxes[:, 2] - boxes[:, 0], out_sizes[:, 1], out_shape[1], kind, flips, column_offsets)
+    return (*rows, *columns)
 
 
 def resample_batch(
@@ -144,13 +197,11 @@ def resample_batch(
         members = np.flatnonzero(vertical_first == order)
         if len(members) == 0:
             continue
+        # L is the height for the rows pass and the width for the columns pass (run on the transposed
+        # planes), in either order
         row_index, row_weight, column_index, column_weight = _tables(
-            boxes[members], out_sizes[members], out_shape, kind, flips[members]
+            boxes[members], out_sizes[members], out_shape, kind, flips[members], (height, width)
         )
-        # row numbers in the (B·L, M·C) view of each pass's input: L is the height for the rows pass
-        # and the width for the columns pass (run on the transposed planes), in either order
-        firsts = np.arange(len(members))[:, None, None]
-        row_index, column_index = row_index + firsts * height, column_index + firsts * width
         rows_index, rows_weight, columns_index, columns_weight, positions = upload_tables(
             levels.device, row_index, row_weight, column_index, column_weight, members
         )

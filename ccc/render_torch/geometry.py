@@ -50,19 +50,25 @@ def _check(spec: SampleSpec, image: SourceImage) -> tuple[int, int]:
     return height, width
 
 
+def _pack_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], padded: NDArray[np.uint8]) -> None:
+    """Copy the ``boxes`` (left, top, right, bottom; pixels) of the host images into the top-left corners
+    of ``padded``'s uint8 (B, H, W, 3) planes (channels last), one numpy copy per sample."""
+    for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
+        if isinstance(image, np.ndarray):
+            plane[: bottom - top, : right - left] = image[top:bottom, left:right]
+        else:
+            plane[: bottom - top, : right - left] = image[:, top:bottom, left:right].permute(1, 2, 0).numpy()
+
+
 def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
     """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
     on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
-    travel)."""
+    travel). For CUDA the host buffer is pinned memory from torch's caching host allocator (reused
+    across batches once their copies are done, so no page is first touched per batch)."""
     sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
-    padded = torch.empty((len(images), *sizes.max(axis=0), 3), dtype=torch.uint8)  # padding is never read
-    if device.type == "cuda":
-        padded = padded.pin_memory()
-    for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
-        if isinstance(image, np.ndarray):
-            plane[: bottom - top, : right - left] = torch.from_numpy(image[top:bottom, left:right])
-        else:
-            plane[: bottom - top, : right - left] = image[:, top:bottom, left:right].permute(1, 2, 0)
+    shape = (len(images), *sizes.max(axis=0).tolist(), 3)
+    padded = torch.empty(shape, dtype=torch.uint8, pin_memory=device.type == "cuda")  # padding is never read
+    _pack_boxes(images, boxes, padded.numpy())
     return padded.to(device, non_blocking=True)
 
 

@@ -60,6 +60,22 @@ warm-up batch. It includes everything the CPU does: Python, the spec and table w
 of every kernel on the CPU (libjpeg for the final round trip on the CPU). It is an upper bound for the
 host time per image of a GPU render, not an estimate of it.
 
+**Host time on the meta device** per image (``host_meta_ms_per_image``): CPU time of this process (one
+torch thread) for ``render_batch(specs, images, "meta", jpeg=True)``, nothing patched but the stage
+timers, best of :data:`META_REPEATS` runs after the warm-up batch (the caches of the sizes' tap tables
+then hold the batch's sizes, as they do after a few batches of a stream), per stage: ``geometry``
+(``crop_resize_flip``, with the packing of the sources into a fresh host buffer), ``stage_1`` and
+``stage_2`` (``apply_corruption_stage``), ``jpeg`` (the round trip, the integer path on meta) and
+``other`` (the rest of ``render_batch``), and ``total``. The meta device holds no data and runs no
+kernel, so this is the host's work: Python, numpy, the tables and the dispatch of every op, including
+torch's meta kernels (shape inference), which for many ops (elementwise ones through
+``torch._refs``) run in Python and cost far more per op than a GPU launch's host cost: an upper
+bound for the host time of a GPU render, far tighter than the CPU render's. ``meta_ops_per_batch``:
+the ops dispatched per stage on meta (views and allocations included), to read the time against.
+**Packing** (``host_packing_ms_per_image``): CPU time of ``geometry._pack_boxes``, the copy of every
+sample's crop into a preallocated host buffer (on CUDA the pinned buffer that torch's caching host
+allocator reuses), best of :data:`META_REPEATS`; None for a checkout without it.
+
 **The model** of one H100 (SXM, one stream, no overlap): seconds per batch = launches × 10 µs + host
 reads × 20 µs + bytes moved / 3 TB/s + float64 FLOPs / 50 TFLOP/s + float32 FLOPs / 400 TFLOP/s;
 images/s = B / that. Uploads and the host time are not in it (reported apart). The modelled rate at
@@ -84,7 +100,7 @@ import tempfile
 import time
 import types
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +136,10 @@ MODEL_TEXT = (
     "seconds per batch = launches × 10 µs + host reads × 20 µs + bytes moved / 3 TB/s "
     "+ float64 FLOPs / 50 TFLOP/s + float32 FLOPs / 400 TFLOP/s (one H100, no overlap)"
 )
+META_REPEATS = 3
+"""Runs of each batch on the meta device (and of the packing) whose fastest is reported."""
+META_STAGES = ("geometry", "stage_1", "stage_2", "jpeg", "other", "total")
+"""The stages of ``host_meta_ms_per_image`` and ``meta_ops_per_batch`` (module docstring)."""
 GOAL_BATCH = 512
 """The batch size of the issue's modelled-rate goal."""
 
@@ -468,6 +488,85 @@ def spread_specs(folder: Path, count: int, offset: float) -> list[SampleSpec]:
     return [plan_sample(plan, index * stride + int(offset * stride)) for index in range(count)]
 
 
+class _OpCount(TorchDispatchMode):
+    """Counts the ops dispatched under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _stage_meters(meter: Callable[[], float]) -> Iterator[dict[str, float]]:
+    """The stages of ``render_batch`` (``META_STAGES`` but ``other`` and ``total``) wrapped, inside the
+    block, to add what ``meter()`` grows by during each to the yielded dict."""
+    from ccc.render_torch import pipeline
+
+    spent: dict[str, float] = {}
+    corruption_stages = iter(("stage_1", "stage_2") * 2)
+
+    def metered(stage: Callable[[], str], function: Callable) -> Callable:
+        def call(*args: object, **kwargs: object) -> object:
+            name, start = stage(), meter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + meter() - start
+
+        return call
+
+    with contextlib.ExitStack() as stack:
+        for attribute, stage in (
+            ("crop_resize_flip", lambda: "geometry"),
+            ("apply_corruption_stage", lambda: next(corruption_stages)),
+            ("jpeg_round_trip", lambda: "jpeg"),
+        ):
+            stack.enter_context(_patched(pipeline, attribute, metered(stage, getattr(pipeline, attribute))))
+        yield spent
+
+
+def _meta_stages(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], meter: Callable[[], float]) -> dict:
+    """What ``meter()`` grows by in each stage of one ``render_batch`` on the meta device (``META_STAGES``)."""
+    with _stage_meters(meter) as spent:
+        start = meter()
+        render_batch(specs, images, "meta", jpeg=True)
+        total = meter() - start
+    return {**spent, "other": total - sum(spent.values()), "total": total}
+
+
+def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray]) -> dict:
+    """``host_meta_ms_per_image``, ``meta_ops_per_batch`` and ``host_packing_ms_per_image`` (module
+    docstring), after ``measure_batch``'s warm-up."""
+    from ccc.render_torch import geometry
+
+    batch = len(specs)
+    runs = [_meta_stages(specs, images, time.process_time) for _ in range(META_REPEATS)]
+    fastest = min(runs, key=lambda run: run["total"])
+    counter = _OpCount()
+    with counter:
+        ops = _meta_stages(specs, images, lambda: float(counter.count))
+    packing = None
+    pack = getattr(geometry, "_pack_boxes", None)
+    if pack is not None:
+        boxes = np.array([spec.crop_box for spec in specs], dtype=np.int64)
+        padded = np.empty((batch, *(boxes[:, 2:] - boxes[:, :2]).max(axis=0)[::-1].tolist(), 3), dtype=np.uint8)
+        seconds = []
+        for _ in range(META_REPEATS):
+            start = time.process_time()
+            pack(images, boxes, padded)
+            seconds.append(time.process_time() - start)
+        packing = 1e3 * min(seconds) / batch
+    return {
+        "host_meta_ms_per_image": {stage: 1e3 * fastest[stage] / batch for stage in META_STAGES},
+        "meta_ops_per_batch": {stage: int(ops[stage]) for stage in META_STAGES},
+        "host_packing_ms_per_image": packing,
+    }
+
+
 def measure_batch(
     specs: Sequence[SampleSpec],
     images: Sequence[np.ndarray],
@@ -480,6 +579,8 @@ def measure_batch(
     start = time.process_time()
     render_batch(specs, images, "cpu", jpeg=True)
     host_seconds = time.process_time() - start
+    render_batch(*warmup, "meta", jpeg=True)
+    meta = measure_meta(specs, images)
     counter = ProxyCounter(provenance)
     with _gpu_branches_substituted(replaced):
         warm = ProxyCounter(provenance)
@@ -502,6 +603,7 @@ def measure_batch(
         "float32_flops": counter.float32_flops,
         "host_ops": counter.host_ops,
         "host_cpu_ms_per_image": 1e3 * host_seconds / batch,
+        **meta,
         "model_seconds_per_batch": seconds,
         "model_images_per_second": batch / seconds,
         "reads_by_kind": dict(counter.reads.most_common()),
@@ -552,6 +654,8 @@ def goals(batches: dict[str, dict], at_goal: dict) -> dict[str, dict]:
     rows["uploads per batch ≤ 1"] = {"value": worst["uploads"], "met": worst["uploads"] <= 1}
     host = max(batch["host_cpu_ms_per_image"] for batch in batches.values())
     rows["host CPU ms per image ≤ 0.1 (upper bound, every B)"] = {"value": host, "met": host <= 0.1}
+    meta = max(batch["host_meta_ms_per_image"]["total"] for batch in batches.values())
+    rows["host ms per image on meta ≤ 0.1 (upper bound, every B)"] = {"value": meta, "met": meta <= 0.1}
     rate = at_goal["images_per_second"]
     rows[f"modelled images/s at B={GOAL_BATCH} ≥ 10,000"] = {"value": rate, "met": rate is not None and rate >= 1e4}
     return rows
@@ -561,15 +665,20 @@ def table(result: dict) -> str:
     """Markdown: one row per batch size, then the modelled rate at B = 512 and the goals."""
     lines = [
         "| B | launches | host reads | uploads (MB) | bytes moved (GB) | float64 GFLOP | float32 GFLOP | "
-        "host CPU ms/image | modelled ms/batch | modelled images/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "host CPU ms/image | host ms/image on meta (geometry, stage 1, stage 2, JPEG, other) | "
+        "packing ms/image | modelled ms/batch | modelled images/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for batch in result["batches"].values():
+        meta = batch["host_meta_ms_per_image"]
+        packing = batch["host_packing_ms_per_image"]
+        stages = ", ".join(f"{meta[stage]:,.3f}" for stage in META_STAGES[:-1])
         lines.append(
             f"| {batch['batch_size']} | {batch['launches']:,} | {batch['host_reads']:,} | "
             f"{batch['uploads']:,} ({batch['upload_bytes'] / 1e6:,.1f}) | {batch['bytes_moved'] / 1e9:,.2f} | "
             f"{batch['float64_flops'] / 1e9:,.2f} | {batch['float32_flops'] / 1e9:,.2f} | "
-            f"{batch['host_cpu_ms_per_image']:,.2f} | {1e3 * batch['model_seconds_per_batch']:,.2f} | "
+            f"{batch['host_cpu_ms_per_image']:,.2f} | {meta['total']:,.3f} ({stages}) | "
+            f"{'—' if packing is None else f'{packing:,.3f}'} | {1e3 * batch['model_seconds_per_batch']:,.2f} | "
             f"{batch['model_images_per_second']:,.0f} |"
         )
     at_goal = result["model_at_goal_batch"]
