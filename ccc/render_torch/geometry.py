@@ -53,17 +53,20 @@ def _check(spec: SampleSpec, image: SourceImage) -> tuple[int, int]:
 def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
     """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
     on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
-    travel)."""
+    travel). Where some images already lie on ``device`` (decoded there), the tensor is filled there
+    instead: those crops never visit the host, and the others travel one by one."""
     sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
-    padded = torch.empty((len(images), *sizes.max(axis=0), 3), dtype=torch.uint8)  # padding is never read
-    if device.type == "cuda":
+    on_device = device.type != "cpu" and any(isinstance(image, Tensor) and image.device == device for image in images)
+    shape = (len(images), *sizes.max(axis=0), 3)
+    padded = torch.empty(shape, dtype=torch.uint8, device=device if on_device else "cpu")  # padding is never read
+    if device.type == "cuda" and not on_device:
         padded = padded.pin_memory()
     for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
         if isinstance(image, np.ndarray):
             plane[: bottom - top, : right - left] = torch.from_numpy(image[top:bottom, left:right])
         else:
             plane[: bottom - top, : right - left] = image[:, top:bottom, left:right].permute(1, 2, 0)
-    return padded.to(device, non_blocking=True)
+    return padded if on_device else padded.to(device, non_blocking=True)
 
 
 def _crop_group(specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device) -> Tensor:
@@ -93,8 +96,8 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
 
     Args:
         specs: one :class:`SampleSpec` per image.
-        images: decoded RGB images of any sizes (``spec.source_size`` each) in host memory, see
-            :data:`SourceImage`.
+        images: decoded RGB images of any sizes (``spec.source_size`` each) in host memory or, as
+            tensors, on ``device`` (e.g. decoded there by nvJPEG), see :data:`SourceImage`.
         device: where the work and the result live.
 
     Returns:
