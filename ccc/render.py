@@ -35,6 +35,7 @@ __all__ = [
     "OUTPUT_SIZE",
     "RenderedSample",
     "SourceImageMismatchError",
+    "check_source_size",
     "crop_resize_flip",
     "decode_jpeg",
     "decode_source",
@@ -95,12 +96,21 @@ def decode_source(spec: SampleSpec, source: bytes) -> Image.Image:
         PIL.UnidentifiedImageError, OSError: if ``source`` cannot be decoded.
     """
     with Image.open(io.BytesIO(source)) as opened:
-        if opened.size != tuple(spec.source_size):
-            raise SourceImageMismatchError(
-                f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
-                f"as when the stream was planned, got {opened.size[0]}x{opened.size[1]}"
-            )
+        check_source_size(spec, opened.size)
         return opened.convert("RGB")
+
+
+def check_source_size(spec: SampleSpec, size: tuple[int, int]) -> None:
+    """Check that a source image of ``size`` (width, height; pixels) is the one ``spec`` was planned on.
+
+    Raises:
+        SourceImageMismatchError: if ``size`` is not ``spec.source_size``.
+    """
+    if tuple(size) != tuple(spec.source_size):
+        raise SourceImageMismatchError(
+            f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
+            f"as when the stream was planned, got {size[0]}x{size[1]}"
+        )
 
 
 def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:

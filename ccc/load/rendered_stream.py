@@ -5,31 +5,45 @@ iterated, only for the positions this consumer reads (:mod:`ccc.load.selection`)
 reference path (:func:`ccc.render.render_pixels`, the shards' bytes) one sample at a time, or, with
 ``device=``, by the torch backend (:func:`ccc.render_torch.render_batch`) a batch at a time on that
 device, the source images being decoded on the CPU (in DataLoader workers under
-:func:`ccc.load.stream_loader`).
+:func:`ccc.load.stream_loader`) or, with ``source_decoder="device"``, by torchvision on the device.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import os
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
+from PIL import Image
 
 from ccc.load.base import CCCStream, Skipped
 from ccc.load.decode import TENSOR_FORMATS, decode_image, pixels_to_format, tensor_to_format
 from ccc.load.sample import StreamError, StreamSample
 from ccc.load.selection import DEFAULT_SAMPLES_PER_TURN, Selection
-from ccc.render import decode_source, encode_jpeg, render_pixels
+from ccc.render import check_source_size, decode_source, encode_jpeg, render_pixels
 from ccc.shards.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from ccc.shards.record import record_metadata
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
-from ccc.stream.spec import CCC_KIND, PlanError, StreamSpec
+from ccc.stream.spec import CCC_KIND, PlanError, SampleSpec, StreamSpec
 
-__all__ = ["check_render_device", "render_stream"]
+__all__ = ["SOURCE_DECODERS", "check_render_device", "check_source_decoder", "render_stream"]
+
+SOURCE_DECODERS = ("pillow", "device")
+"""Who decodes the source images of a stream rendered on a device: ``pillow`` (Pillow, on the CPU, in
+the loader's workers: the reference decoder) or ``device`` (``torchvision.io.decode_jpeg`` on the render
+device: nvJPEG on CUDA, libjpeg-turbo on the CPU; not guaranteed byte-identical to Pillow)."""
+
+DEVICE_DECODED_MODES = ("RGB", "L")
+"""Pillow modes of the baseline JPEGs that ``source_decoder="device"`` sends as bytes; torchvision's
+``ImageReadMode.RGB`` repeats a grayscale (``L``) image's level in the three channels, as Pillow's
+``convert("RGB")``. Other sources (CMYK, progressive, not JPEG) are decoded by Pillow in the workers."""
 
 
 class _RenderedStream(CCCStream):
@@ -64,12 +78,14 @@ class _DeviceRenderedStream(_RenderedStream):
     the DataLoader workers iterate :meth:`for_workers` (each sample planned and its source decoded:
     ``(SampleSpec, uint8 (H, W, 3))``) and :meth:`finish_batch` renders each collated batch here, on
     the device. A sample's bytes depend only on its plan entry and source image: not on the batch
-    size, the workers or the ranks.
+    size, the workers or the ranks. With ``source_decoder="device"``, the workers send a baseline
+    JPEG's bytes (uint8 (N,)) instead of its pixels, and :meth:`finish_batch` decodes them on the device.
     """
 
-    def __init__(self, plan: StreamPlan, compress: bool, device: Any, **options: Any) -> None:
+    def __init__(self, plan: StreamPlan, compress: bool, device: Any, source_decoder: str, **options: Any) -> None:
         super().__init__(plan, compress, **options)
         self.device = device
+        self.source_decoder = source_decoder
         self.decode_only = False
 
     def for_workers(self) -> CCCStream:
@@ -78,25 +94,27 @@ class _DeviceRenderedStream(_RenderedStream):
         return workers_stream
 
     def finish_batch(self, batch: tuple[Any, torch.Tensor, list[dict[str, Any]]]) -> tuple[Any, torch.Tensor, list]:
-        """Render a collated batch of decoded sources (``(SampleSpec, uint8 (H, W, 3))`` pairs, as
-        :meth:`for_workers` yields them) on the device: images (B, 3, 224, 224) there, in the stream's
-        ``image_format``; labels and metadata as given."""
+        """Render a collated batch of sources (``(SampleSpec, uint8 (H, W, 3) or JPEG bytes uint8 (N,))``
+        pairs, as :meth:`for_workers` yields them) on the device, the JPEG bytes decoded there first:
+        images (B, 3, 224, 224) there, in the stream's ``image_format``; labels and metadata as given."""
         from ccc.render_torch import render_batch
 
         planned, labels, metadata = batch
         specs, sources = zip(*planned)
+        sources = _decode_on_device(specs, sources, self.device)
         pixels = render_batch(specs, sources, self.device, jpeg=self.compress)
         return tensor_to_format(pixels, self.image_format), labels, metadata
 
     def _decoded(self, selection: Selection) -> Iterator[StreamSample]:
-        """This consumer's samples with image ``(SampleSpec, decoded source uint8 (H, W, 3))``: planned
-        once, so the rendering process does not plan them again."""
+        """This consumer's samples with image ``(SampleSpec, source)``: planned once, so the rendering
+        process does not plan them again; the source decoded (uint8 (H, W, 3)) or, for the device's
+        decoder, a JPEG's bytes (see :func:`_worker_source`)."""
         root = Path(self.plan.sources.root)
         relative = selection.next_wanted(0)
         while relative is not None:
             index = self.start + relative
             spec = plan_sample(self.plan, index)
-            image = np.array(decode_source(spec, (root / spec.source_path).read_bytes()))
+            image = _worker_source(spec, (root / spec.source_path).read_bytes(), self.source_decoder)
             metadata = {**record_metadata(spec.to_json_dict(), index), "key": None, "shard": None}
             yield StreamSample((spec, image), spec.class_index, metadata)
             relative = selection.next_wanted(relative + 1)
@@ -120,6 +138,55 @@ class _DeviceRenderedStream(_RenderedStream):
         images, _, _ = self.finish_batch(([s.image for s in samples], labels, [s.metadata for s in samples]))
         for image, sample in zip(images, samples):
             yield StreamSample(image, sample.label, sample.metadata)
+
+
+def _worker_source(spec: SampleSpec, data: bytes, source_decoder: str) -> NDArray[np.uint8] | torch.Tensor:
+    """What a loader worker sends for ``spec`` whose source file holds ``data``: for the device's
+    decoder, a baseline JPEG of a :data:`DEVICE_DECODED_MODES` mode as its bytes (uint8 (N,); only its
+    header read here, its size checked as :func:`ccc.render.decode_source` does); otherwise the image
+    decoded by :func:`ccc.render.decode_source` (uint8 (H, W, 3)).
+
+    Raises:
+        SourceImageMismatchError, PIL.UnidentifiedImageError, OSError: as :func:`ccc.render.decode_source`.
+    """
+    if source_decoder == "device":
+        with Image.open(io.BytesIO(data)) as opened:
+            if opened.format == "JPEG" and opened.mode in DEVICE_DECODED_MODES and not opened.info.get("progressive"):
+                check_source_size(spec, opened.size)
+                return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return np.array(decode_source(spec, data))
+
+
+def _decode_on_device(
+    specs: Sequence[SampleSpec], sources: Sequence[NDArray[np.uint8] | torch.Tensor], device: torch.device
+) -> list[NDArray[np.uint8] | torch.Tensor]:
+    """``sources`` with each JPEG's bytes (uint8 (N,)) decoded to RGB uint8 (3, H, W) on ``device`` by
+    ``torchvision.io.decode_jpeg``, in one call for the batch; decoded images as given.
+
+    Raises:
+        StreamError: one line naming the batch's first source sent as bytes, if torchvision cannot
+            decode the bytes.
+    """
+    encoded = [k for k, source in enumerate(sources) if isinstance(source, torch.Tensor) and source.ndim == 1]
+    if not encoded:
+        return list(sources)
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    with warnings.catch_warnings():
+        # torchvision 0.29 deprecates its decoders for TorchCodec's; they are still the ones that decode on CUDA
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
+        try:
+            decoded = decode_jpeg([sources[k] for k in encoded], mode=ImageReadMode.RGB, device=device)
+        except RuntimeError as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise StreamError(
+                f"torchvision could not decode the source JPEGs of a batch on {device} (from "
+                f"{specs[encoded[0]].source_path}): {reason}; render with source_decoder='pillow'"
+            ) from None
+    result = list(sources)
+    for k, image in zip(encoded, decoded):
+        result[k] = image
+    return result
 
 
 def _manifest_stream(definition: str | os.PathLike[str]) -> StreamSpec:
@@ -151,6 +218,22 @@ def check_render_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"render device: {error}") from None
 
 
+def check_source_decoder(source_decoder: str, device: str | torch.device | None) -> None:
+    """Check a ``source_decoder`` (one of :data:`SOURCE_DECODERS`) for a stream rendered on ``device``.
+
+    Raises:
+        ValueError: one line, for another name, or for ``"device"`` with the CPU reference path
+            (``device`` None), which decodes with Pillow.
+    """
+    if source_decoder not in SOURCE_DECODERS:
+        raise ValueError(f"source_decoder must be one of {', '.join(SOURCE_DECODERS)}, got {source_decoder!r}")
+    if source_decoder == "device" and device is None:
+        raise ValueError(
+            "source_decoder 'device' needs a render device (device='cpu' or 'cuda[:index]'): the CPU reference "
+            "path decodes with Pillow, as the shards"
+        )
+
+
 def render_stream(
     definition: Any,
     *,
@@ -166,6 +249,7 @@ def render_stream(
     rank_split: str = "interleaved",
     skip_bad_images: bool = False,
     device: str | None = None,
+    source_decoder: str = "pillow",
 ) -> CCCStream:
     """Render a stream on the fly: the samples its shards would hold, without storing them.
 
@@ -192,6 +276,16 @@ def render_stream(
             corruptions draw from counter-based per-sample streams) and are reproducible on the same
             device type, whatever the batch size or the workers (``docs/fidelity.md``). Choose it when a
             GPU is at hand: on the CPU the reference path is the faster one.
+        source_decoder: with ``device``, who decodes the source images (:data:`SOURCE_DECODERS`).
+            ``"pillow"`` (default): Pillow in the loader's workers, as the CPU path (its rate per core
+            and the workers it takes to feed a GPU: ``docs/tta_eval.md``, "Feeding a GPU renderer").
+            ``"device"``: the workers only read the files and their headers, and each batch's baseline
+            RGB or grayscale JPEGs are decoded on ``device`` by ``torchvision.io.decode_jpeg`` (nvJPEG
+            on CUDA, libjpeg-turbo on the CPU; grayscale made RGB as Pillow's ``convert("RGB")``; no
+            EXIF rotation, as with Pillow); other sources (CMYK, progressive, not JPEG) are decoded by
+            Pillow in the workers. Not guaranteed byte-identical to Pillow: libjpeg-turbo on the CPU
+            gave Pillow's pixels exactly on every JPEG measured (``scripts/bench/feed.py``); nvJPEG's
+            IDCT and chroma upsampling may differ by a few levels (``docs/fidelity.md``).
 
     Rendering runs where the stream is iterated: wrap it in :func:`ccc.load.stream_loader` with
     ``num_workers`` to render in worker processes.
@@ -204,6 +298,7 @@ def render_stream(
 
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
+    check_source_decoder(source_decoder, device)
     if device is not None:
         device = check_render_device(device)
         if image_format not in TENSOR_FORMATS:
@@ -246,4 +341,4 @@ def render_stream(
     }
     if device is None:
         return _RenderedStream(plan, compress, **common)
-    return _DeviceRenderedStream(plan, compress, device, **common)
+    return _DeviceRenderedStream(plan, compress, device, source_decoder, **common)

@@ -64,9 +64,18 @@ def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], devic
     """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
     on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
     travel). For CUDA the host buffer is pinned memory from torch's caching host allocator (reused
-    across batches once their copies are done, so no page is first touched per batch)."""
+    across batches once their copies are done, so no page is first touched per batch). Where some images
+    already lie on ``device`` (decoded there), the tensor is filled there instead: those crops never
+    visit the host, and the others travel one by one."""
     sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
     shape = (len(images), *sizes.max(axis=0).tolist(), 3)
+    if device.type != "cpu" and any(isinstance(image, Tensor) and image.device == device for image in images):
+        padded = torch.empty(shape, dtype=torch.uint8, device=device)  # padding is never read
+        for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
+            crop = image[top:bottom, left:right] if isinstance(image, np.ndarray) else image[:, top:bottom, left:right]
+            crop = torch.from_numpy(crop) if isinstance(image, np.ndarray) else crop.permute(1, 2, 0)
+            plane[: bottom - top, : right - left] = crop.to(device, non_blocking=True)
+        return padded
     padded = torch.empty(shape, dtype=torch.uint8, pin_memory=device.type == "cuda")  # padding is never read
     _pack_boxes(images, boxes, padded.numpy())
     return padded.to(device, non_blocking=True)
@@ -99,8 +108,8 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
 
     Args:
         specs: one :class:`SampleSpec` per image.
-        images: decoded RGB images of any sizes (``spec.source_size`` each) in host memory, see
-            :data:`SourceImage`.
+        images: decoded RGB images of any sizes (``spec.source_size`` each) in host memory or, as
+            tensors, on ``device`` (e.g. decoded there by nvJPEG), see :data:`SourceImage`.
         device: where the work and the result live.
 
     Returns:

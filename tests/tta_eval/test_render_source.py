@@ -242,3 +242,11 @@ def test_a_demo_run_folder_renders_from_the_demo_world_without_options(monkeypat
     monkeypatch.setattr(tta_eval.streams.ccc_render, "run_folder_stream", lambda location: other_stream)
     with pytest.raises(ValueError, match="needs calibration=PATH"):
         parse_render_location("shards/an_imagenet_run")
+
+
+def test_a_ccc_render_location_takes_the_source_decoder() -> None:
+    request = parse_render_location("demo,difficulty=medium,device=cpu,source_decoder=device")
+    assert request.device == "cpu" and request.source_decoder == "device"
+    assert parse_render_location("demo,difficulty=medium").source_decoder == "pillow"
+    with pytest.raises(ValueError, match="source_decoder 'device' needs a render device"):
+        parse_render_location("demo,difficulty=medium,source_decoder=device")

@@ -16,7 +16,7 @@ from tta_eval.streams.options import StreamOptions
 from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource
 
 
-RENDER_OPTIONS = ("imagenet", "calibration", "start", "device")
+RENDER_OPTIONS = ("imagenet", "calibration", "start", "device", "source_decoder")
 """Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
 
 
@@ -30,7 +30,9 @@ class RenderRequest:
     index rendered (>= 0); demo: the demo world (its images and table; speed and length default to
     ``ccc-generate --demo``'s); device: None renders with the CPU reference path in the DataLoader
     workers (the shards' bytes), ``cpu`` or ``cuda[:index]`` with the torch backend on that device
-    (the workers decode; its bytes differ from the shards', ``docs/fidelity.md``).
+    (the workers decode; its bytes differ from the shards', ``docs/fidelity.md``); source_decoder:
+    ``pillow`` (the workers decode) or ``device`` (torchvision decodes the JPEGs on ``device``; see
+    ``ccc.render_stream``).
     """
 
     definition: str | dict[str, Any]
@@ -39,6 +41,7 @@ class RenderRequest:
     start: int = 0
     demo: bool = False
     device: str | None = None
+    source_decoder: str = "pillow"
 
 
 RENDER_EXAMPLE = (
@@ -53,8 +56,9 @@ def parse_render_location(location: str) -> RenderRequest:
     ``schedule``, ``path_objective``, ``severity``, ``crop``; ``ccc.stream.spec.resolve_stream_spec``)
     or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
     for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none), ``start=INDEX`` and
-    ``device=cpu|cuda[:index]`` (render with the torch backend there). Raises ValueError naming what
-    is wrong."""
+    ``device=cpu|cuda[:index]`` (render with the torch backend there) and, with it,
+    ``source_decoder=pillow|device`` (who decodes the source JPEGs). Raises ValueError naming what is
+    wrong."""
     from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
@@ -82,9 +86,11 @@ def parse_render_location(location: str) -> RenderRequest:
     start = values.pop("start", 0)
     check_non_negative_int("start", start)
     device = values.pop("device", None)
-    if device is not None:
-        from ccc.load.rendered_stream import check_render_device
+    source_decoder = str(values.pop("source_decoder", "pillow"))
+    from ccc.load.rendered_stream import check_render_device, check_source_decoder
 
+    check_source_decoder(source_decoder, device)
+    if device is not None:
         device = str(device)
         check_render_device(device)
     imagenet = values.pop("imagenet", None)
@@ -112,7 +118,13 @@ def parse_render_location(location: str) -> RenderRequest:
                 f"do not add {', '.join(values)}"
             )
         return RenderRequest(
-            folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device
+            folders[0],
+            None if imagenet is None else str(imagenet),
+            _optional_path(calibration),
+            start,
+            demo,
+            device,
+            source_decoder,
         )
     if "corruptions" in values:
         values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
@@ -122,7 +134,13 @@ def parse_render_location(location: str) -> RenderRequest:
     elif demo and values.get("kind") == "gradual":
         values.setdefault("speed", DEMO_DOMAIN_IMAGES)
     return RenderRequest(
-        values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device
+        values,
+        None if imagenet is None else str(imagenet),
+        _optional_path(calibration),
+        start,
+        demo,
+        device,
+        source_decoder,
     )
 
 
@@ -134,7 +152,8 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
     """``ccc-render:<definition>``: a CCC stream rendered on the fly (``ccc.render_stream``) in
     ``options.num_workers`` DataLoader workers, float batches in [0, 1] in stream order, samples as
     the shards of ``ccc-generate`` would hold them; metadata as ``ccc:``'s (with ``PAIR_KEY``). With
-    ``device=``, the workers decode and the torch backend renders each batch on that device.
+    ``device=``, the workers decode (with ``source_decoder=device``, only read the source JPEGs, decoded
+    on the device) and the torch backend renders each batch on that device.
     start: samples after the location's own ``start=`` that are not rendered (a resumed run)."""
     from ccc.demo import demo_image_folder
     from ccc.load import render_stream, stream_loader
@@ -149,6 +168,7 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
         start=request.start + start,
         image_format="float",
         device=request.device,
+        source_decoder=request.source_decoder,
     )
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     unbounded = stream.spec.num_images >= UNBOUNDED_IMAGES  # type: ignore[attr-defined]

@@ -90,6 +90,15 @@ def test_crops_run_on_the_meta_device():
     assert crops.shape == (3, 3, 224, 224) and crops.dtype == torch.float32 and crops.device.type == "meta"
 
 
+def test_sources_decoded_on_the_device_are_cropped_there():
+    """Sources already on the device (as nvJPEG leaves them on CUDA; here the meta device, which holds no
+    data, so a host round trip would fail) mixed with host ones, with and without resize."""
+    specs = [_spec(k, "contrast", 0.0, "brightness", 0.0, center=k == 2) for k in range(3)]
+    sources = [torch.from_numpy(SOURCES[k % len(SOURCES)]).permute(2, 0, 1).to("meta") for k in range(3)]
+    crops = crop_resize_flip(specs, [sources[0], SOURCES[1 % len(SOURCES)], sources[2]], "meta")
+    assert crops.shape == (3, 3, 224, 224) and crops.device.type == "meta"
+
+
 def test_tensor_sources_give_the_same_crops():
     specs = [_spec(k, "contrast", 0.0, "brightness", 0.0) for k in range(2)]
     arrays = crop_resize_flip(specs, SOURCES[:2], "cpu")

@@ -1,0 +1,47 @@
+"""``scripts/bench/feed.py --quick``: the JSON's keys and positive rates; the decoders' difference is
+reported, not asserted (it depends on the libjpeg builds); no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.builders import REPOSITORY
+
+SCRIPT = REPOSITORY / "scripts" / "bench" / "feed.py"
+
+
+def test_quick_run_writes_rates_workers_and_decoder_differences(tmp_path: Path) -> None:
+    output = tmp_path / "feed.json"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(output)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    written = json.loads(output.read_text())
+    assert set(written) == {"settings", "per_core", "workers_needed", "loader", "fidelity", "environment"}
+    assert written["settings"]["quick"] and written["settings"]["images"] == 6
+    assert set(written["per_core"]) == {"pillow_worker", "pillow_decode", "torchvision_decode", "device_decoder_worker"}
+    assert all(rate > 0 for rates in written["per_core"].values() for rate in rates.values())
+    for counts in written["workers_needed"].values():
+        assert list(counts) == ["1000", "5000", "10000", "20000"]
+        assert all(count >= 1 for count in counts.values()) and list(counts.values()) == sorted(counts.values())
+    assert set(written["loader"]) == {"0", "1"} and all(rate > 0 for rate in written["loader"].values())
+    assert "rendered (medium mix, with JPEG)" in written["fidelity"]
+    for difference in written["fidelity"].values():
+        assert difference["images"] == 6 and 0 <= difference["bytes_differing"] <= 1
+        assert 0 <= difference["max_difference"] <= 255
+
+
+def test_a_bad_size_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--images", "0"], cwd=REPOSITORY, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: --images, --repeats, --loader-images and --batch-size must be >= 1"
+    ]
