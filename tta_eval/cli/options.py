@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ccc.cli.common import integer_at_least
+from ccc.cli.common import HelpFormatter, integer_at_least
 from ccc.validation import LOADER_WORKERS_PER_CPU, MIN_LOADER_WORKERS_LIMIT, max_loader_workers
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import PRECISIONS, CostModel, EpisodeSettings, MethodCost, seconds_from_ms
@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEMO_STREAM",
-    "add_cluster_arguments",
-    "add_experiment_arguments",
+    "add_experiment_command",
     "episode_settings",
     "experiment_settings",
     "open_executor",
@@ -42,7 +41,20 @@ DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
 """README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 
 
-def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
+def add_experiment_command(
+    commands: argparse._SubParsersAction, name: str, summary: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of an experiment (``run``, ``sweep``) with the options they share: the
+    experiment's (:func:`_add_experiment_arguments`) and the cluster's; the command adds its own."""
+    parser = commands.add_parser(
+        name, help=summary, description=description, formatter_class=HelpFormatter, epilog=epilog
+    )
+    _add_experiment_arguments(parser)
+    _add_cluster_arguments(parser)
+    return parser
+
+
+def _add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``run`` and ``sweep``, in groups: the stream, each stream source's own,
     the model, the methods, the run folder, precision and timing."""
     _add_stream_arguments(parser)
@@ -270,7 +282,7 @@ def _add_timing_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """Where the runs (``run``: one per stream) or scenarios (``sweep``) execute: here or on Ray."""
     cluster = parser.add_argument_group("cluster (docs/tta_eval.md, 'Cluster')")
     cluster.add_argument(

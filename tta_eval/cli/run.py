@@ -7,14 +7,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ccc.cli.common import HelpFormatter, count, examples
+from ccc.cli.common import count, examples
 from tta_eval.protocols import EpisodeSettings, OfflineProtocol, get_protocol, list_protocols, protocol_entries
 from tta_eval.streams import default_domain_key
 
 from .options import (
     DEMO_STREAM,
-    add_cluster_arguments,
-    add_experiment_arguments,
+    add_experiment_command,
     episode_settings,
     experiment_settings,
     open_executor,
@@ -55,15 +54,13 @@ RUN_EXAMPLES = (
 
 def add_command(commands: argparse._SubParsersAction) -> None:
     """``tta-eval run``: the experiment's options, the cluster's and the protocols'."""
-    run = commands.add_parser(
+    run = add_experiment_command(
+        commands,
         "run",
-        help="run methods over a stream and write a run folder",
-        description="Run methods over a stream and write a run folder (config, records, summary, accuracy plot).",
-        formatter_class=HelpFormatter,
-        epilog=examples(*RUN_EXAMPLES),
+        "run methods over a stream and write a run folder",
+        "Run methods over a stream and write a run folder (config, records, summary, accuracy plot).",
+        examples(*RUN_EXAMPLES),
     )
-    add_experiment_arguments(run)
-    add_cluster_arguments(run)
     protocol = run.add_argument_group("protocol")
     protocol.add_argument(
         "--protocol",

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from ccc.cli.common import HelpFormatter, examples
+from ccc.cli.common import examples
 from tta_eval.protocols import OfflineProtocol, protocol_entries
 
 from .options import (
     DEMO_STREAM,
-    add_cluster_arguments,
-    add_experiment_arguments,
+    add_experiment_command,
     episode_settings,
     experiment_settings,
     open_executor,
@@ -35,15 +34,13 @@ SWEEP_EXAMPLES = (
 
 def add_command(commands: argparse._SubParsersAction) -> None:
     """``tta-eval sweep``: the experiment's options, the cluster's and one grid per swept protocol."""
-    sweep = commands.add_parser(
+    sweep = add_experiment_command(
+        commands,
         "sweep",
-        help="grid of protocol runs: results table, best-method map, utility plots",
-        description="A grid of protocol runs over one stream: results table, best-method map, utility plots.",
-        formatter_class=HelpFormatter,
-        epilog=examples(*SWEEP_EXAMPLES),
+        "grid of protocol runs: results table, best-method map, utility plots",
+        "A grid of protocol runs over one stream: results table, best-method map, utility plots.",
+        examples(*SWEEP_EXAMPLES),
     )
-    add_experiment_arguments(sweep)
-    add_cluster_arguments(sweep)
     grids = sweep.add_argument_group("grids (comma-separated; at least one)")
     for entry in protocol_entries():
         if entry.sweep is not None:
