@@ -355,7 +355,9 @@ class Checker:
         for each in options.per_stream(namespace):
             stream_external = external | self._stream_uses(each.stream, where)
             protocol = (
-                run.protocol_settings(each) if namespace.command == "run" else OfflineProtocol(**options.episode_settings(each))
+                run.protocol_settings(each)
+                if namespace.command == "run"
+                else OfflineProtocol(**options.episode_settings(each))
             )
             settings = options.experiment_settings(each, protocol)
             try:

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ccc.execution import Executor, TaskOptions
-from tta_eval.experiment import ResolvedExperiment, run_experiment
+from tta_eval.experiment import run_experiment
+from tta_eval.settings import ResolvedExperiment
 
 logger = logging.getLogger(__name__)
 

@@ -78,7 +78,7 @@ from tta_eval.run_folder import (
 from tta_eval.streams import SizedStream, StreamDescription, as_batch, limit_samples, open_stream_source, stream_length
 
 if TYPE_CHECKING:
-    from tta_eval.experiment import ExperimentSettings, MethodSpec, ResolvedExperiment
+    from tta_eval.settings import ExperimentSettings, MethodSpec, ResolvedExperiment
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def _measured_costs(tables: dict[str, RecordTable], baseline_latency: float, run
 class Run:
     """One run of resolved settings into its run folder, phase by phase (see the module docstring).
 
-    resolved: ``tta_eval.experiment.resolve_experiment``'s result; choices: lines saying what was
+    resolved: ``tta_eval.settings.resolve_experiment``'s result; choices: lines saying what was
     chosen for the user earlier, recorded in config.json before the resolution's own notes. Building a
     ``Run`` touches no file: it resolves the device, checks that the timing knows every method (a cost
     model must cost each) and computes config.json's content. The caller holds the folder's lock

@@ -3,7 +3,7 @@
 A run folder's ``manifest.json`` gives each shard's sample range, byte size and sha256, so whole
 shards before ``start`` (or wanted by other consumers) are never opened, and every shard read is
 checked against the manifest (see :mod:`ccc.load`, *Checks*). Opening a shard location is
-:func:`ccc.shards.reader.open_shard`'s job, reading its samples :func:`ccc.shards.reader.read_samples`'.
+:func:`ccc.shards.location.open_shard`'s job, reading its samples :func:`ccc.shards.reader.read_samples`'.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from ccc.shards.errors import ShardReadError
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirrored_shards
 from ccc.shards.published import resolve_published
-from ccc.shards.reader import TarSample, open_shard, read_samples
+from ccc.shards.location import open_shard
+from ccc.shards.reader import TarSample, read_samples
 from ccc.shards.record import sample_key, shard_name, shard_pattern
 from ccc.shards.remote import RemoteOptions
 from ccc.stream.spec import StreamSpec

@@ -6,7 +6,7 @@
 - :mod:`ccc.shards.errors`: :class:`~ccc.shards.errors.ShardReadError`, raised by the reader and
   the schema alike;
 - :mod:`ccc.shards.reader`: reading shards member by member (local, ``pipe:``, URLs), hardened
-  against damaged files: :func:`~ccc.shards.reader.open_shard` (opening a location),
+  against damaged files: :func:`~ccc.shards.location.open_shard` (opening a location),
   header parsing, grouping members into samples;
 - :mod:`ccc.shards.remote`: ``http(s)://`` shards read with retries and resumption at the byte
   (urllib3), a file replaced on the server refused;

@@ -6,8 +6,8 @@ the caller does not want without reading it when the stream can seek, verifies e
 checksum, keeps no per-member state (``tarfile`` keeps every header of a 25,000-sample shard), and
 reports a truncated or damaged file with the shard's name and the sample it stopped at.
 
-Three steps, each a function: :func:`open_shard` opens a location (the one place that knows how),
-:func:`read_members` parses tar headers into :class:`TarMember` s (:func:`parse_header` one
+Opening a location is :func:`ccc.shards.location.open_shard`'s job (the one place that knows how);
+here, each step a function: :func:`read_members` parses tar headers into :class:`TarMember` s (:func:`parse_header` one
 header), :func:`group_samples` groups consecutive members into :class:`TarSample` s;
 :func:`read_samples` chains the last two.
 
@@ -31,12 +31,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from ccc.shards.errors import ShardReadError
-
-if TYPE_CHECKING:
-    from ccc.shards.remote import RemoteOptions
 
 __all__ = [
     "BLOCK_BYTES",
@@ -46,9 +43,7 @@ __all__ = [
     "TarMember",
     "TarSample",
     "group_samples",
-    "open_shard",
     "parse_header",
-    "read_all",
     "read_members",
     "read_samples",
     "split_member_name",
@@ -77,36 +72,6 @@ class TarSample:
     position: int
     key: str
     members: dict[str, bytes] | None
-
-
-def open_shard(location: str, remote: RemoteOptions | None = None) -> BinaryIO:
-    """Open the shard at ``location`` for reading: the one place that turns a location into bytes.
-
-    A local path (optionally ``file:``-prefixed) is opened directly; an ``http(s)://`` URL is read with
-    retries and resumption at the byte by :func:`ccc.shards.remote.open_remote` under ``remote``;
-    anything else :func:`webdataset.gopen` opens (``pipe:``, …) goes through it. Callers read the
-    returned binary file object from its start and close it (it is a context manager).
-
-    Args:
-        location: a local path, ``file:`` path, URL or ``pipe:`` command.
-        remote: retries, backoff, timeouts and cache of ``http(s)://`` shards (None: the defaults).
-
-    Raises:
-        ShardReadError: if a local file does not exist or cannot be opened, or a URL cannot be read.
-    """
-    if location.startswith(("http://", "https://")):
-        from ccc.shards.remote import open_remote
-
-        return open_remote(location, remote)
-    if "://" in location or location.startswith("pipe:"):
-        from webdataset import gopen
-
-        return gopen(location, "rb")
-    path = location[len("file:") :] if location.startswith("file:") else location
-    try:
-        return open(path, "rb")
-    except OSError as error:
-        raise ShardReadError(f"shard {location}: cannot open ({error.strerror or error})") from None
 
 
 def _padded(size: int) -> int:
@@ -338,7 +303,7 @@ def read_members(handle: BinaryIO, location: str) -> Iterator[TarMember]:
     (:class:`TarMember`) before the next member is asked for.
 
     Args:
-        handle: the open shard (see :func:`open_shard`); read from its current position.
+        handle: the open shard (see :func:`ccc.shards.location.open_shard`); read from its current position.
         location: the shard's name or URL, for messages.
 
     Raises:
@@ -416,7 +381,7 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
     """Yield the samples of one tar shard in file order (:func:`read_members`, then :func:`group_samples`).
 
     Args:
-        handle: the open shard (see :func:`open_shard`); read from its current position.
+        handle: the open shard (see :func:`ccc.shards.location.open_shard`); read from its current position.
         location: the shard's name or URL, for messages.
         wanted: called with a sample's position in the shard (0-based) before its data is read;
             False skips the data (yielded with ``members=None``). None reads every sample.
@@ -428,9 +393,3 @@ def read_samples(handle: BinaryIO, location: str, wanted: Callable[[int], bool] 
             are not consecutive; the message names the shard and the sample.
     """
     return group_samples(read_members(handle, location), location, wanted)
-
-
-def read_all(location: str) -> list[TarSample]:
-    """Every sample of the shard at ``location`` with its members (small shards, tests and tools)."""
-    with open_shard(location) as handle:
-        return list(read_samples(handle, location))

@@ -497,7 +497,7 @@ def open_remote(
         url: the shard's URL.
         options: retry and timeout settings (default :data:`DEFAULT_REMOTE_OPTIONS`).
         start: first byte to read, >= 0 (a partial download continued); the file then starts there.
-            With ``options.cache`` (and ``start`` 0) the shard is read from the cache, downloaded first if needed.
+            ``options.cache`` is not used here: :func:`ccc.shards.location.open_shard` chooses the cache.
         identity: :attr:`RemoteShard.identity` of the file when its first ``start`` bytes were read
             (an earlier process); an answer of another file is then a :class:`ShardChangedError`.
         stop: when set during a back-off wait, the read ends at once in a :class:`ShardReadError`
@@ -511,9 +511,5 @@ def open_remote(
             :class:`ShardChangedError` when the file changed between two requests.
     """
     options = options or DEFAULT_REMOTE_OPTIONS
-    if options.cache is not None and not start:
-        from ccc.shards.shard_cache import open_cached
-
-        return open_cached(url, options)  # type: ignore[return-value]
     raw = RemoteShard(url, options, check_non_negative_int("start", start), identity, stop)
     return io.BufferedReader(raw, buffer_size=1 << 16)

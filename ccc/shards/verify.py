@@ -23,7 +23,8 @@ from typing import Any
 from ccc.render import decode_jpeg
 from ccc.shards.errors import ShardReadError
 from ccc.shards.manifest import file_sha256, load_manifest
-from ccc.shards.reader import TarSample, open_shard, read_samples
+from ccc.shards.location import open_shard
+from ccc.shards.reader import TarSample, read_samples
 from ccc.shards.record import (
     IMAGE_MEMBER,
     JSON_MEMBER,

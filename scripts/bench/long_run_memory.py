@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from ccc.models import ModelSpec
-from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
+from tta_eval.experiment import run_experiment
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.records import BatchRecord, RecordTable
 from tta_eval.streams import SizedStream, StreamOptions, open_stream_source, register_stream_source
 

@@ -35,7 +35,8 @@ from ccc.load import (
     stream_loader,
 )
 from ccc.shards.errors import ShardReadError
-from ccc.shards.reader import open_shard, read_all, read_samples
+from ccc.shards.location import open_shard, read_all
+from ccc.shards.reader import read_samples
 from ccc.shards.record import parse_info
 from ccc.stream.plan import plan_sample
 from ccc.stream.sources import index_image_folder, load_source_images

@@ -32,7 +32,8 @@ from tta_eval.checkpoint import (
     read_checkpoint,
     rng_states,
 )
-from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
+from tta_eval.experiment import run_experiment
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.methods import create
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
 from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, LOCK_FILE, RECORDS_FOLDER, RUN_COMPLETE, SUMMARY_FILE

@@ -24,7 +24,8 @@ from tta_eval.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
+from tta_eval.experiment import run_experiment
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.protocols import (
     AlfarraProtocol,
     AmortisedProtocol,
@@ -241,7 +242,7 @@ def test_a_changed_command_is_refused_in_one_line(tmp_path, monkeypatch, capsys,
 
 def test_the_default_interval_is_a_recorded_choice_and_zero_writes_none(tmp_path, monkeypatch) -> None:
     long_stream = "synthetic:num_batches=7000,image_size=8"
-    from tta_eval.experiment import resolve_experiment
+    from tta_eval.settings import resolve_experiment
 
     notes = resolve_experiment(settings(tmp_path, "offline", stream=long_stream, checkpoint_every=None)).notes
     assert any("checkpoint every 100,000 samples" in note for note in notes)

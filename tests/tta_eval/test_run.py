@@ -12,7 +12,8 @@ import pytest
 
 from ccc.models import ModelSpec, load_model
 from tta_eval.checkpoint import Checkpoint, read_checkpoint
-from tta_eval.experiment import ExperimentSettings, MethodSpec, resolve_experiment, run_experiment
+from tta_eval.experiment import run_experiment
+from tta_eval.settings import ExperimentSettings, MethodSpec, resolve_experiment
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
 from tta_eval.records import RECORD_COLUMNS, CsvRecordWriter
 from tta_eval.run import Run

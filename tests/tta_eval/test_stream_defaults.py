@@ -15,7 +15,7 @@ import ccc.demo
 import ccc.demo.demonstration
 from tests.builders import make_ccc_run
 from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
-from tta_eval.experiment import ExperimentSettings, MethodSpec, fitted_window, resolve_experiment
+from tta_eval.settings import ExperimentSettings, MethodSpec, fitted_window, resolve_experiment
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """The options ``tta-eval run`` and ``sweep`` share, and the settings they become.
 
 Option groups (stream, each stream source's own, model, methods, run folder, precision, timing, cluster)
-and the conversions of parsed arguments into :class:`tta_eval.experiment.ExperimentSettings`, an
+and the conversions of parsed arguments into :class:`tta_eval.settings.ExperimentSettings`, an
 episode's settings and the executor; each command module adds its own options beside these.
 """
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ccc.execution import Executor, TaskOptions
     from ccc.models import ModelSpec
-    from tta_eval.experiment import ExperimentSettings
+    from tta_eval.settings import ExperimentSettings
 
 __all__ = [
     "DEMO_STREAM",
@@ -411,7 +411,7 @@ def stream_options(arguments: argparse.Namespace) -> StreamOptions:
 
 
 def experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSettings) -> ExperimentSettings:
-    from tta_eval.experiment import ExperimentSettings, MethodSpec
+    from tta_eval.settings import ExperimentSettings, MethodSpec
 
     cost_model = _cost_model(arguments)
     _check_precision(arguments)

@@ -30,10 +30,10 @@ from ccc.shards.reader import (
     TarSample,
     group_samples,
     parse_header,
-    read_all,
     read_members,
     split_member_name,
 )
+from ccc.shards.location import read_all
 from ccc.shards.record import MAX_JSON_BYTES
 from tests.builders import make_ccc_run, make_image_folder
 

@@ -15,7 +15,8 @@ from ccc.load import StreamError, open_stream
 from ccc.safe_files import UnsafePathError
 from ccc.shards.reader import ShardReadError
 from ccc.shards.record import shard_name
-from ccc.shards.remote import RemoteOptions, open_remote
+from ccc.shards.location import open_shard
+from ccc.shards.remote import RemoteOptions
 from ccc.shards.shard_cache import cache_name, open_cached
 from tests.builders import make_ccc_run
 from tests.ccc.shards.fault_server import FaultServer
@@ -71,7 +72,7 @@ def test_concurrent_readers_download_a_shard_once(run: Path, tmp_path: Path) -> 
         server.add_faults("/ccc/serial_00000.tar", ("stall", 20000, 0.3))  # a slow first download
 
         def read() -> None:
-            with open_remote(server.url("/ccc/serial_00000.tar"), options) as handle:
+            with open_shard(server.url("/ccc/serial_00000.tar"), options) as handle:
                 results.append(handle.read())
 
         readers = [threading.Thread(target=read) for _ in range(4)]
@@ -109,13 +110,13 @@ def test_a_planted_link_is_never_followed(run: Path, tmp_path: Path) -> None:
         url = server.url("/ccc/serial_00000.tar")
         entry = folder / cache_name(url)
         (folder / f".{entry.name}.part").symlink_to(victim)  # where the old cache wrote its download
-        with open_remote(url, replace(CACHED, cache=str(folder))) as handle:
+        with open_shard(url, replace(CACHED, cache=str(folder))) as handle:
             assert handle.read() == (run / "serial_00000.tar").read_bytes()
         assert victim.read_bytes() == b"precious" and not entry.is_symlink()
         entry.unlink()
         entry.symlink_to(victim)
         with pytest.raises(UnsafePathError, match=rf"^cache entry {entry} is a symbolic link; refusing"):
-            open_remote(url, replace(CACHED, cache=str(folder)))
+            open_shard(url, replace(CACHED, cache=str(folder)))
     assert victim.read_bytes() == b"precious"
 
 
@@ -134,9 +135,9 @@ def test_a_body_that_is_not_the_whole_shard_is_not_cached(run: Path, tmp_path: P
         with pytest.raises(
             ShardReadError, match=rf"^shard {url}: not cached: the downloaded file is unusable \(shard {url}: "
         ):
-            open_remote(url, options)
+            open_shard(url, options)
         assert not [path for path in (tmp_path / "cache").iterdir() if path.name != ".locks"]
-        with open_remote(url, options) as handle:  # the next read downloads it again
+        with open_shard(url, options) as handle:  # the next read downloads it again
             assert handle.read() == (run / "serial_00000.tar").read_bytes()
 
 
@@ -149,7 +150,7 @@ def test_an_unusable_entry_is_fetched_again(run: Path, tmp_path: Path, caplog: p
         entry = folder / cache_name(url)
         entry.write_bytes(local[:9000])  # kept whole by an earlier version
         with caplog.at_level(logging.WARNING, logger="ccc.shards.shard_cache"):
-            with open_remote(url, replace(CACHED, cache=str(folder))) as handle:
+            with open_shard(url, replace(CACHED, cache=str(folder))) as handle:
                 assert handle.read() == local
     assert entry.read_bytes() == local
     assert [f"cache entry {entry} is unusable" in record.getMessage() for record in caplog.records] == [True]
@@ -174,6 +175,6 @@ def test_a_killed_download_leaves_nothing_behind(run: Path, tmp_path: Path) -> N
         url = server.url("/ccc/serial_00000.tar")
         leftover = folder / f".{cache_name(url)}.abcd1234.tmp"  # a download whose process was killed
         leftover.write_bytes(b"x" * 100)
-        with open_remote(url, replace(CACHED, cache=str(folder))):
+        with open_shard(url, replace(CACHED, cache=str(folder))):
             pass
     assert not leftover.exists()

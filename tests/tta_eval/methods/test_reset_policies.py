@@ -16,7 +16,7 @@ from torch import nn
 
 from tests.tta_eval.method_helpers import TEST_OPTIONS
 from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, make_batches, run_cli
-from tta_eval.experiment import MethodSpec
+from tta_eval.settings import MethodSpec
 from tta_eval.methods import ETA, ResetPolicyWrapper, create, get_method
 from tta_eval.methods.base import StepInfo
 from tta_eval.methods.losses import softmax_entropy
@@ -468,7 +468,7 @@ def test_a_policy_given_on_a_demo_world_stream_replaces_the_worlds_reset_every(t
     """The demo world gives rdumb reset_every=50 unless the user sets the reset, in either spelling."""
     import ccc.demo
     from tests.builders import make_ccc_run
-    from tta_eval.experiment import ExperimentSettings, resolve_experiment
+    from tta_eval.settings import ExperimentSettings, resolve_experiment
 
     run = make_ccc_run(tmp_path / "shards", num_images=64, speed=8, shard_size=64)
     monkeypatch.setattr(

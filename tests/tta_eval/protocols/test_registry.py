@@ -16,7 +16,7 @@ import pytest
 from tests.tta_eval.tta_helpers import TINY_FACTORY, make_batches, make_tiny_cnn, run_cli
 from tta_eval.cli import build_parser
 from tta_eval.cli.run import protocol_settings
-from tta_eval.experiment import ExperimentSettings
+from tta_eval.settings import ExperimentSettings
 from tta_eval.methods import create
 from tta_eval.protocols import (
     CostModel,

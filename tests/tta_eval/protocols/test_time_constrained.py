@@ -19,7 +19,8 @@ import torch
 from ccc.models import ModelSpec
 from tests.tta_eval.method_helpers import build, statistics_file
 from tests.tta_eval.tta_helpers import make_batches, make_tiny_cnn
-from tta_eval.experiment import ExperimentSettings, MethodSpec, run_experiment
+from tta_eval.experiment import run_experiment
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.methods import create, list_methods
 from tta_eval.protocols import (
     AlfarraProtocol,
