@@ -15,6 +15,7 @@ from tests.builders import REPOSITORY
 SCRIPT = REPOSITORY / "scripts" / "bench" / "render_proxies.py"
 BATCH_KEYS = {
     "batch_size",
+    "stream_windows",
     "launches",
     "host_reads",
     "host_read_bytes",
@@ -112,8 +113,19 @@ def test_host_time_on_meta_is_split_into_the_stages(quick: tuple[dict, str]) -> 
     assert "host ms per image on meta ≤ 0.1 (upper bound, every B)" in written["goals"]
 
 
+def test_stream_windows_are_consecutive_samples_of_one_or_two_pairs(quick: tuple[dict, str]) -> None:
+    written, _ = quick
+    for size, batch in written["batches"].items():
+        windows = batch["stream_windows"]
+        assert len(windows["windows"]) == 4
+        assert len({row["first_sample"] for row in windows["windows"]}) == 4
+        assert all(1 <= len(row["pairs"]) <= 2 and row["launches"] > 0 for row in windows["windows"])
+        seconds = [row["model_seconds_per_batch"] for row in windows["windows"]]
+        assert windows["model_images_per_second"] == pytest.approx(int(size) * len(seconds) / sum(seconds))
+
+
 def test_table_has_one_row_per_batch_size(quick: tuple[dict, str]) -> None:
     _, stdout = quick
-    rows = [line for line in stdout.splitlines() if line.startswith("| ")]
+    rows = [line for line in stdout.split("Stream windows")[0].splitlines() if line.startswith("| ")]
     assert [row.split(" | ")[0] for row in rows[1:]] == ["| 2", "| 4"]
     assert "launches × 10 µs" in stdout

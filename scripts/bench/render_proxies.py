@@ -76,6 +76,15 @@ the ops dispatched per stage on meta (views and allocations included), to read t
 sample's crop into a preallocated host buffer (on CUDA the pinned buffer that torch's caching host
 allocator reuses), best of :data:`META_REPEATS`; None for a checkout without it.
 
+**Stream windows** (``--windows N``, default 4; 0: none): the batches above spread their samples over
+the whole paper stream, so a batch holds up to 38 (stage, corruption) groups: the worst case for
+launches. A stream is rendered in order, and B consecutive samples share one corruption pair (a pair
+lasts a whole path of the plan), so the batches of ``ccc-generate --render-device`` and of an
+on-the-fly stream hold one or two groups per stage. For each B, ``N`` windows of B consecutive samples
+starting at evenly spaced positions of the same stream are counted as above (launches, host reads,
+uploads, bytes, FLOPs; no host time) and the modelled seconds per batch averaged over the windows:
+``windows`` in the JSON, and the rate a stream rendered in order would get by the model.
+
 **The model** of one H100 (SXM, one stream, no overlap): seconds per batch = launches × 10 µs + host
 reads × 20 µs + bytes moved / 3 TB/s + float64 FLOPs / 50 TFLOP/s + float32 FLOPs / 400 TFLOP/s;
 images/s = B / that. Uploads and the host time are not in it (reported apart). The modelled rate at
@@ -488,6 +497,15 @@ def spread_specs(folder: Path, count: int, offset: float) -> list[SampleSpec]:
     return [plan_sample(plan, index * stride + int(offset * stride)) for index in range(count)]
 
 
+def window_specs(folder: Path, count: int, windows: int) -> list[list[SampleSpec]]:
+    """``windows`` runs of ``count`` consecutive samples of ``render.PAPER_STREAM`` planned on ``folder``'s
+    images, starting at evenly spaced positions (the first half a spacing in)."""
+    plan = plan_stream(PAPER_STREAM, synthetic_table(), folder)
+    spacing = PAPER_STREAM["num_images"] // windows
+    starts = [spacing // 2 + index * spacing for index in range(windows)]
+    return [[plan_sample(plan, start + offset) for offset in range(count)] for start in starts]
+
+
 class _OpCount(TorchDispatchMode):
     """Counts the ops dispatched under it."""
 
@@ -567,6 +585,60 @@ def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray]) -> d
     }
 
 
+def count_batch(
+    specs: Sequence[SampleSpec],
+    images: Sequence[np.ndarray],
+    warmup: tuple[Sequence[SampleSpec], Sequence[np.ndarray]],
+    provenance: WeakIdKeyDictionary,
+    replaced: dict[str, tuple[str, object]],
+) -> ProxyCounter:
+    """The counts of one ``render_batch`` on the stand-in device with the GPU branches substituted, after
+    an uncounted warm-up batch (module docstring)."""
+    counter = ProxyCounter(provenance)
+    with _gpu_branches_substituted(replaced):
+        warm = ProxyCounter(provenance)
+        with warm, _python_level_patches(warm):
+            render_batch(*warmup, RENDER_DEVICE, jpeg=True)
+        with counter, _python_level_patches(counter):
+            render_batch(specs, images, RENDER_DEVICE, jpeg=True)
+    return counter
+
+
+def measure_windows(
+    windows: Sequence[Sequence[SampleSpec]],
+    images_of: Callable[[Sequence[SampleSpec]], list[np.ndarray]],
+    warmup: tuple[Sequence[SampleSpec], Sequence[np.ndarray]],
+    provenance: WeakIdKeyDictionary,
+    replaced: dict[str, tuple[str, object]],
+) -> dict:
+    """The counts and modelled seconds of each window of consecutive samples, and their means."""
+    rows = []
+    for specs in windows:
+        counter = count_batch(specs, images_of(specs), warmup, provenance, replaced)
+        pairs = sorted({f"{spec.n1}→{spec.n2}" for spec in specs})
+        rows.append(
+            {
+                "first_sample": specs[0].index,
+                "pairs": pairs,
+                "launches": counter.launches,
+                "host_reads": sum(counter.reads.values()),
+                "uploads": sum(counter.uploads.values()),
+                "bytes_moved": counter.bytes_moved,
+                "float64_flops": counter.float64_flops,
+                "model_seconds_per_batch": _model_seconds(counter.launches, sum(counter.reads.values()), counter),
+            }
+        )
+    batch = len(windows[0])
+    mean_seconds = sum(row["model_seconds_per_batch"] for row in rows) / len(rows)
+    return {
+        "windows": rows,
+        "mean_launches": sum(row["launches"] for row in rows) / len(rows),
+        "mean_bytes_moved_per_image": sum(row["bytes_moved"] for row in rows) / len(rows) / batch,
+        "mean_model_seconds_per_batch": mean_seconds,
+        "model_images_per_second": batch / mean_seconds,
+    }
+
+
 def measure_batch(
     specs: Sequence[SampleSpec],
     images: Sequence[np.ndarray],
@@ -581,13 +653,7 @@ def measure_batch(
     host_seconds = time.process_time() - start
     render_batch(*warmup, "meta", jpeg=True)
     meta = measure_meta(specs, images)
-    counter = ProxyCounter(provenance)
-    with _gpu_branches_substituted(replaced):
-        warm = ProxyCounter(provenance)
-        with warm, _python_level_patches(warm):
-            render_batch(*warmup, RENDER_DEVICE, jpeg=True)
-        with counter, _python_level_patches(counter):
-            render_batch(specs, images, RENDER_DEVICE, jpeg=True)
+    counter = count_batch(specs, images, warmup, provenance, replaced)
     batch = len(specs)
     seconds = _model_seconds(counter.launches, sum(counter.reads.values()), counter)
     return {
@@ -681,6 +747,24 @@ def table(result: dict) -> str:
             f"{'—' if packing is None else f'{packing:,.3f}'} | {1e3 * batch['model_seconds_per_batch']:,.2f} | "
             f"{batch['model_images_per_second']:,.0f} |"
         )
+    windowed = [batch for batch in result["batches"].values() if "stream_windows" in batch]
+    if windowed:
+        lines += [
+            "",
+            "Stream windows (B consecutive samples, mean over the windows):",
+            "",
+            "| B | windows | pairs per window | mean launches | mean bytes moved per image (MB) | "
+            "modelled ms/batch | modelled images/s |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for batch in windowed:
+            windows = batch["stream_windows"]
+            pairs = "/".join(str(len(row["pairs"])) for row in windows["windows"])
+            lines.append(
+                f"| {batch['batch_size']} | {len(windows['windows'])} | {pairs} | {windows['mean_launches']:,.0f} | "
+                f"{windows['mean_bytes_moved_per_image'] / 1e6:,.0f} | "
+                f"{1e3 * windows['mean_model_seconds_per_batch']:,.2f} | {windows['model_images_per_second']:,.0f} |"
+            )
     at_goal = result["model_at_goal_batch"]
     rate = at_goal["images_per_second"]
     lines += [
@@ -711,6 +795,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-sizes", default="16,128,1024", help="comma list of batch sizes B (default: 16,128,1024)"
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: B = 2 and 4 (overrides --batch-sizes)")
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=4,
+        help="per B, windows of B consecutive stream samples counted and averaged (default 4; 0: none)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write all results to this JSON file")
     parser.add_argument("--work", type=Path, default=None, help="folder for the photographs (default: temporary)")
     return parser
@@ -739,6 +829,9 @@ def run(arguments: argparse.Namespace) -> dict:
             specs = spread_specs(folder, size, 0.0)
             print(f"  B = {size}", file=sys.stderr, flush=True)
             batches[str(size)] = measure_batch(specs, images_of(specs), warmup, provenance, replaced)
+            if arguments.windows > 0:
+                windows = window_specs(folder, size, arguments.windows)
+                batches[str(size)]["stream_windows"] = measure_windows(windows, images_of, warmup, provenance, replaced)
     at_goal = rate_at(batches, GOAL_BATCH)
     import ccc
 
