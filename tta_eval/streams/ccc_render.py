@@ -16,7 +16,7 @@ from tta_eval.streams.options import StreamOptions
 from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource
 
 
-RENDER_OPTIONS = ("imagenet", "calibration", "start", "device")
+RENDER_OPTIONS = ("imagenet", "calibration", "start", "device", "precision")
 """Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
 
 
@@ -30,7 +30,8 @@ class RenderRequest:
     index rendered (>= 0); demo: the demo world (its images and table; speed and length default to
     ``ccc-generate --demo``'s); device: None renders with the CPU reference path in the DataLoader
     workers (the shards' bytes), ``cpu`` or ``cuda[:index]`` with the torch backend on that device
-    (the workers decode; its bytes differ from the shards', ``docs/fidelity.md``).
+    (the workers decode; its bytes differ from the shards', ``docs/fidelity.md``); precision: with
+    ``device`` only, the torch backend's working float precision (None: ``float64``; ``float32``).
     """
 
     definition: str | dict[str, Any]
@@ -39,6 +40,7 @@ class RenderRequest:
     start: int = 0
     demo: bool = False
     device: str | None = None
+    precision: str | None = None
 
 
 RENDER_EXAMPLE = (
@@ -53,8 +55,8 @@ def parse_render_location(location: str) -> RenderRequest:
     ``schedule``, ``path_objective``, ``severity``, ``crop``; ``ccc.stream.spec.resolve_stream_spec``)
     or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
     for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none), ``start=INDEX`` and
-    ``device=cpu|cuda[:index]`` (render with the torch backend there). Raises ValueError naming what
-    is wrong."""
+    ``device=cpu|cuda[:index]`` (render with the torch backend there) with an optional
+    ``precision=float64|float32`` (its working float precision). Raises ValueError naming what is wrong."""
     from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
@@ -87,6 +89,15 @@ def parse_render_location(location: str) -> RenderRequest:
 
         device = str(device)
         check_render_device(device)
+    precision = values.pop("precision", None)
+    if precision is not None:
+        from ccc.render import check_render_precision
+
+        if device is None:
+            raise ValueError(
+                f"ccc-render option precision={precision} applies to the torch backend: add device=cpu|cuda"
+            )
+        precision = check_render_precision(str(precision))
     imagenet = values.pop("imagenet", None)
     calibration = values.pop("calibration", None)
     if folders and not demo and imagenet is None and calibration is None:
@@ -112,7 +123,13 @@ def parse_render_location(location: str) -> RenderRequest:
                 f"do not add {', '.join(values)}"
             )
         return RenderRequest(
-            folders[0], None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device
+            folders[0],
+            None if imagenet is None else str(imagenet),
+            _optional_path(calibration),
+            start,
+            demo,
+            device,
+            precision,
         )
     if "corruptions" in values:
         values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
@@ -122,7 +139,7 @@ def parse_render_location(location: str) -> RenderRequest:
     elif demo and values.get("kind") == "gradual":
         values.setdefault("speed", DEMO_DOMAIN_IMAGES)
     return RenderRequest(
-        values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device
+        values, None if imagenet is None else str(imagenet), _optional_path(calibration), start, demo, device, precision
     )
 
 
@@ -149,6 +166,7 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
         start=request.start + start,
         image_format="float",
         device=request.device,
+        precision=request.precision,
     )
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     unbounded = stream.spec.num_images >= UNBOUNDED_IMAGES  # type: ignore[attr-defined]
@@ -159,7 +177,19 @@ RENDERED_RUN_SUFFIX = "_rendered"
 """Ends the default run folder name of a ``ccc-render:`` stream (the stream's name stays ``ccc-generate``'s)."""
 
 TORCH_RENDERED_RUN_SUFFIX = "_rendered_torch"
-"""Ends it for a stream rendered by the torch backend (``device=``), whose bytes differ from the shards'."""
+"""Ends it for a stream rendered by the torch backend (``device=``), whose bytes differ from the shards'
+(followed by ``_<precision>`` for a precision other than the default, e.g. ``_rendered_torch_float32``)."""
+
+
+def _rendered_run_suffix(request: RenderRequest) -> str:
+    """The default run folder name's ending of ``request``: the renderer and a non-default precision."""
+    from ccc.render import DEFAULT_RENDER_PRECISION
+
+    if request.device is None:
+        return RENDERED_RUN_SUFFIX
+    if request.precision in (None, DEFAULT_RENDER_PRECISION):
+        return TORCH_RENDERED_RUN_SUFFIX
+    return f"{TORCH_RENDERED_RUN_SUFFIX}_{request.precision}"
 
 
 def _count_source_images(request: RenderRequest) -> int | None:
@@ -223,7 +253,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         samples=samples,
         world=DEMO_WORLD if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
-        run_name=name + (RENDERED_RUN_SUFFIX if request.device is None else TORCH_RENDERED_RUN_SUFFIX),
+        run_name=name + _rendered_run_suffix(request),
     )
 
 
