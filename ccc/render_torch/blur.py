@@ -204,9 +204,9 @@ def gaussian_blur(
 
 
 def _fft_correlate(image: Tensor, kernel: Tensor) -> Tensor:
-    """Circular cross-correlation of one padded image (C, H, W) with one kernel (K, K) of its dtype, K <= H, W.
+    """Circular cross-correlation of one padded image float64 (C, H, W) with one kernel (K, K), K <= H, W.
 
-    Returns (1, C, H, W) of the image's dtype. One sample per transform call: an FFT library may choose its blocking
+    Returns float64 (1, C, H, W). One sample per transform call: an FFT library may choose its blocking
     and vector kernels by the number of transforms in a call (with the batch in one call, an AVX-512
     Intel CPU changed last bits between a sample alone and in a batch), so every call has the same
     (1, C, H, W) shape and a sample's values do not depend on its batch.
