@@ -44,7 +44,14 @@ from tqdm import tqdm
 
 from ccc.execution import DEFAULT_TASK_OPTIONS, Executor, TaskOptions
 from ccc.folder_lock import FolderInUseError, FolderLock
-from ccc.render import RenderedSample, decode_source, encode_jpeg, render_sample
+from ccc.render import (
+    DEFAULT_RENDER_PRECISION,
+    RenderedSample,
+    check_render_precision,
+    decode_source,
+    encode_jpeg,
+    render_sample,
+)
 from ccc.shards.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -111,18 +118,24 @@ class TorchRendering:
         device: ``"cpu"`` or ``"cuda[:index]"``; with Ray each task takes one GPU (``num_gpus=1``)
             and renders on ``"cuda"``, the GPU Ray gives it, so an index is only for one process.
         batch_size: samples per batch (one executor task; a batch never straddles two shards), >= 1.
+        precision: the backend's working float precision, one of :data:`ccc.render.RENDER_PRECISIONS`:
+            ``"float64"`` (default) or ``"float32"`` (faster on GPUs; other bytes, accuracy within the
+            bounds measured in ``docs/fidelity.md``).
 
     Raises:
         RenderDeviceError: a device that is not ``cpu`` or ``cuda[:index]``.
+        ValueError: an unknown precision.
     """
 
     device: str
     batch_size: int = DEFAULT_RENDER_BATCH_SIZE
+    precision: str = DEFAULT_RENDER_PRECISION
 
     def __post_init__(self) -> None:
         if not _RENDER_DEVICE.fullmatch(self.device):
             raise RenderDeviceError(f"render device must be 'cpu' or 'cuda[:index]', got {self.device!r}")
         check_positive_int("batch_size", self.batch_size)
+        check_render_precision(self.precision)
 
     @property
     def device_type(self) -> str:
@@ -130,9 +143,13 @@ class TorchRendering:
         return self.device.partition(":")[0]
 
     def manifest_record(self) -> dict[str, str]:
-        """What the manifest records as its ``renderer`` (the device type, not the index or batch size,
-        which do not change the bytes)."""
-        return {"backend": "torch", "device_type": self.device_type}
+        """What the manifest records as its ``renderer``: the device type and, when not the default, the
+        precision (they change the bytes; the index and batch size do not). Without the default
+        precision's key, the runs started before the option existed resume unchanged."""
+        record = {"backend": "torch", "device_type": self.device_type}
+        if self.precision != DEFAULT_RENDER_PRECISION:
+            record["precision"] = self.precision
+        return record
 
     def describe(self) -> str:
         """One line for the command's output."""
@@ -246,7 +263,8 @@ def render_chunk_torch(job: tuple[StreamPlan, TorchRendering], chunk: tuple[int,
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         images = list(pool.map(decode, specs))
-        pixels = render_batch(specs, images, rendering.device, jpeg=False).permute(0, 2, 3, 1).cpu().numpy()
+        pixels = render_batch(specs, images, rendering.device, jpeg=False, precision=rendering.precision)
+        pixels = pixels.permute(0, 2, 3, 1).cpu().numpy()
         encoded = list(pool.map(encode_jpeg, pixels))
     return [RenderedSample(spec, jpeg) for spec, jpeg in zip(specs, encoded)]
 
@@ -369,7 +387,8 @@ def _prepare_folder(
     if (None if existing.renderer is None else dict(existing.renderer)) != renderer:
         raise OutputFolderError(
             f"{run_dir} was rendered by {describe_renderer(existing.renderer)}, not {describe_renderer(renderer)}: "
-            "resume it with the renderer that started it (--render-device), use another folder or pass --overwrite"
+            "resume it with the renderer that started it (--render-device, --render-precision), use another folder "
+            "or pass --overwrite"
         )
     previous = existing.previous_library_versions
     if dict(existing.library_versions) != versions:

@@ -30,11 +30,14 @@ from ccc.corruptions import corrupt_pair
 from ccc.stream.spec import SampleSpec
 
 __all__ = [
+    "DEFAULT_RENDER_PRECISION",
     "JPEG_OPTIMIZE",
     "JPEG_QUALITY",
     "OUTPUT_SIZE",
+    "RENDER_PRECISIONS",
     "RenderedSample",
     "SourceImageMismatchError",
+    "check_render_precision",
     "check_source_size",
     "crop_resize_flip",
     "decode_jpeg",
@@ -52,6 +55,26 @@ JPEG_QUALITY = 85
 
 JPEG_OPTIMIZE = True
 """Pillow's optimised Huffman tables, as the public generator."""
+
+DEFAULT_RENDER_PRECISION = "float64"
+"""The torch backend's default working float precision (the CPU path's arithmetic)."""
+
+RENDER_PRECISIONS = (DEFAULT_RENDER_PRECISION, "float32")
+"""Working float precisions of the torch backend (:func:`ccc.render_torch.render_batch`), the default first:
+``float64`` computes in float64 where the CPU path's bytes need it (equal bytes given the same draws),
+``float32`` runs those steps in float32 (faster on GPUs, equal in accuracy within the measured bounds of
+``docs/fidelity.md``). Named here, not in the torch package, so that torch-free callers can check it."""
+
+
+def check_render_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`RENDER_PRECISIONS`.
+
+    Raises:
+        ValueError: one line naming the valid values, for another value.
+    """
+    if precision not in RENDER_PRECISIONS:
+        raise ValueError(f"render precision must be one of {', '.join(RENDER_PRECISIONS)}, got {precision!r}")
+    return precision
 
 
 class SourceImageMismatchError(ValueError):

@@ -1,7 +1,7 @@
 """Measure the torch backend (``ccc.render_torch``) against the CPU path, per corruption and severity.
 
 Usage: PYTHONPATH=. python scripts/fidelity_torch.py [--corruptions NAME ...] [--images 16] [--seeds 4]
-       [--device cpu] [--part fidelity|throughput|all] > tables.md
+       [--device cpu] [--part fidelity|throughput|precision|all] > tables.md
 
 Prints the per-corruption table of docs/fidelity.md ("The torch backend"), severities 0.5, 1.0, ..., 5.0,
 on demo-world images centre-cropped to 224×224, both paths truncated to bytes as the pipeline does:
@@ -17,6 +17,11 @@ on demo-world images centre-cropped to 224×224, both paths truncated to bytes a
 With ``--part throughput`` (or ``all``): images/s of each torch corruption on ``--device`` at batch ``--images`` (one
 torch thread, severities spread over 0.5..5), of the CPU path (``corrupt``, per image), of the
 geometry and of the final JPEG round trip.
+
+With ``--part precision``: the backend's float32 mode against its default float64 (``render_batch(...,
+precision=)``), per corruption over ``--images`` images at each severity 1 … 5 with the same draws
+(seeds), both truncated to bytes: mean and max absolute difference in levels, the share of bytes that
+differ and of those more than one level apart, and the images/s of each mode on ``--device`` (one thread).
 """
 
 from __future__ import annotations
@@ -119,6 +124,42 @@ def throughput_table(names: list[str], images: np.ndarray, device: torch.device)
     return lines
 
 
+PRECISION_SEVERITIES = (1.0, 2.0, 3.0, 4.0, 5.0)
+
+
+def precision_table(names: list[str], images: np.ndarray, device: torch.device) -> list[str]:
+    """float32 − float64 bytes of each corruption (same images, severities and seeds), and both modes' speed."""
+    batch = to_tensor(images).to(device)
+    seeds = torch.arange(len(images), device=device)
+    lines = [
+        "| corruption | mean abs diff | max abs diff | bytes differing | bytes > 1 level apart "
+        "| float64 images/s | float32 images/s |\n|---|---:|---:|---:|---:|---:|---:|"
+    ]
+    for name in names:
+        function = TORCH_CORRUPTIONS[name]
+        total = maximum = differing = far = 0.0
+        seconds = {torch.float64: 0.0, torch.float32: 0.0}
+        for severity in PRECISION_SEVERITIES:
+            severities = torch.full((len(images),), severity, dtype=torch.float64)
+            outputs = {}
+            for dtype in seconds:
+                start = time.perf_counter()
+                outputs[dtype] = to_bytes(function(batch, severities, SampleRandom(seeds, dtype=dtype), dtype).cpu())
+                seconds[dtype] += time.perf_counter() - start
+            difference = np.abs(outputs[torch.float32].astype(np.int64) - outputs[torch.float64])
+            total += difference.mean()
+            maximum = max(maximum, float(difference.max()))
+            differing += (difference > 0).mean()
+            far += (difference > 1).mean()
+        count = len(PRECISION_SEVERITIES)
+        rates = [count * len(images) / seconds[dtype] for dtype in (torch.float64, torch.float32)]
+        lines.append(
+            f"| {name} | {total / count:.4f} | {maximum:.0f} | {100 * differing / count:.3f} % "
+            f"| {100 * far / count:.4f} % | {rates[0]:.1f} | {rates[1]:.1f} |"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corruptions", nargs="+", default=list_corruptions(), help="names (default: all 19)")
@@ -127,9 +168,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device of the torch path: cpu or cuda[:index]")
     parser.add_argument(
         "--part",
-        choices=("fidelity", "throughput", "all"),
+        choices=("fidelity", "throughput", "precision", "all"),
         default="fidelity",
-        help="the per-severity table (default), images/s per corruption, or both",
+        help="the per-severity table (default), images/s per corruption, float32 against float64 bytes, or all",
     )
     arguments = parser.parse_args()
     try:
@@ -151,6 +192,10 @@ def main() -> None:
     if arguments.part in ("throughput", "all"):
         print(f"\n### Throughput, device {device}\n")
         print("\n".join(throughput_table(names, images, device)))
+    if arguments.part in ("precision", "all"):
+        print(f"\n### float32 − float64, {arguments.images} images × severities 1 … 5, device {device}\n")
+        for line in precision_table(names, images, device):
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,14 @@ the worst one.
 ``--stream-images`` samples rendered by ``render_stream`` with the CPU path and with
 ``device=--device``; the demo model's accuracy on each (goal: within ±1 point).
 
+``--precision float32`` renders the torch side in the backend's float32 mode (``docs/fidelity.md``);
+the CPU side is the same.
+
 Prints Markdown tables and writes ``--out`` (JSON). Run from the repository root::
 
     python scripts/fidelity_torch_accuracy.py --part grid --images 1000 --out fidelity_accuracy_grid.json
     python scripts/fidelity_torch_accuracy.py --part stream --stream-images 30000 --out fidelity_accuracy_stream.json
+    python scripts/fidelity_torch_accuracy.py --part grid --images 300 --precision float32 --out grid_float32.json
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ccc.demo import demo_image_folder, demo_model
 from ccc.demo.calibration import DEMO_CALIBRATION_CORRUPTIONS
 from ccc.load import render_stream, stream_loader
 from ccc.models import resolve_device
+from ccc.render import RENDER_PRECISIONS
 from ccc.render_torch import apply_corruption_stage
 from ccc.stream.sources import index_image_folder
 
@@ -73,7 +78,12 @@ def _cpu_cell(images: np.ndarray, cell: tuple[str, float, str, float], seed: int
 
 
 def _torch_cell(
-    images: np.ndarray, cell: tuple[str, float, str, float], device: torch.device, batch_size: int, seed: int
+    images: np.ndarray,
+    cell: tuple[str, float, str, float],
+    device: torch.device,
+    batch_size: int,
+    seed: int,
+    precision: str,
 ) -> np.ndarray:
     n1, s1, n2, s2 = cell
     output = np.empty_like(images)
@@ -90,8 +100,8 @@ def _torch_cell(
             device=device,
         )
         pixels = torch.from_numpy(chunk).to(device).permute(0, 3, 1, 2).double().div(255).float()
-        pixels = apply_corruption_stage(pixels, [n1] * count, [s1] * count, seeds, 0)
-        pixels = apply_corruption_stage(pixels, [n2] * count, [s2] * count, seeds, 1)
+        pixels = apply_corruption_stage(pixels, [n1] * count, [s1] * count, seeds, 0, precision)
+        pixels = apply_corruption_stage(pixels, [n2] * count, [s2] * count, seeds, 1, precision)
         output[start : start + count] = (pixels * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
     return output
 
@@ -109,7 +119,11 @@ def measure_grid(args: argparse.Namespace) -> dict:
         began = time.perf_counter()
         cpu = float(np.mean(evaluator.predict(_cpu_cell(images, cell, args.seed)) == labels) * 100)
         rendered = float(
-            np.mean(evaluator.predict(_torch_cell(images, cell, device, args.batch_size, args.seed)) == labels) * 100
+            np.mean(
+                evaluator.predict(_torch_cell(images, cell, device, args.batch_size, args.seed, args.precision))
+                == labels
+            )
+            * 100
         )
         rows.append({"cell": list(cell), "cpu": cpu, "torch": rendered, "difference": rendered - cpu})
         print(
@@ -123,6 +137,7 @@ def measure_grid(args: argparse.Namespace) -> dict:
     return {
         "images_per_cell": len(image_set),
         "device": str(device),
+        "precision": args.precision,
         "cells": rows,
         "mean_difference": float(differences.mean()),
         "mean_absolute_difference": float(np.abs(differences).mean()),
@@ -130,7 +145,9 @@ def measure_grid(args: argparse.Namespace) -> dict:
     }
 
 
-def _stream_accuracy(device: str | None, images: int, batch_size: int, workers: int) -> tuple[float, int]:
+def _stream_accuracy(
+    device: str | None, images: int, batch_size: int, workers: int, precision: str | None = None
+) -> tuple[float, int]:
     from ccc.demo import demo_calibration_path
 
     stream = render_stream(
@@ -140,6 +157,7 @@ def _stream_accuracy(device: str | None, images: int, batch_size: int, workers: 
         limit=images,
         image_format="float",
         device=device,
+        precision=precision,
     )
     model = demo_model().eval()
     correct = total = 0
@@ -154,12 +172,19 @@ def _stream_accuracy(device: str | None, images: int, batch_size: int, workers: 
 def measure_stream(args: argparse.Namespace) -> dict:
     """The demo model's accuracy on the demo medium stream rendered by both backends."""
     cpu, total = _stream_accuracy(None, args.stream_images, args.batch_size, args.workers)
-    rendered, _ = _stream_accuracy(args.device, args.stream_images, args.batch_size, args.workers)
-    return {"images": total, "device": args.device, "cpu": cpu, "torch": rendered, "difference": rendered - cpu}
+    rendered, _ = _stream_accuracy(args.device, args.stream_images, args.batch_size, args.workers, args.precision)
+    return {
+        "images": total,
+        "device": args.device,
+        "precision": args.precision,
+        "cpu": cpu,
+        "torch": rendered,
+        "difference": rendered - cpu,
+    }
 
 
 def _print_grid(result: dict) -> None:
-    print(f"\n{result['images_per_cell']} images per cell, torch on {result['device']}\n")
+    print(f"\n{result['images_per_cell']} images per cell, torch on {result['device']} in {result['precision']}\n")
     print("| n1 | s1 | n2 | s2 | CPU path % | torch % | Δ |\n|---|---:|---|---:|---:|---:|---:|")
     for row in result["cells"]:
         n1, s1, n2, s2 = row["cell"]
@@ -190,6 +215,12 @@ def main() -> None:
     parser.add_argument("--stream-images", type=int, default=30_000, help="stream: first samples rendered")
     parser.add_argument("--batch-size", type=int, default=100, help="images per torch batch (default: 100)")
     parser.add_argument("--workers", type=int, default=1, help="stream: DataLoader workers (default: 1)")
+    parser.add_argument(
+        "--precision",
+        choices=RENDER_PRECISIONS,
+        default=RENDER_PRECISIONS[0],
+        help="the torch backend's working float precision (default: float64)",
+    )
     parser.add_argument("--out", type=Path, help="JSON file for the results")
     args = parser.parse_args()
     if args.part == "grid":
@@ -199,7 +230,8 @@ def main() -> None:
         result = measure_stream(args)
         print(
             f"\n{result['images']} samples of the demo medium stream: CPU path {result['cpu']:.2f} %, "
-            f"torch on {result['device']} {result['torch']:.2f} %, Δ {result['difference']:+.2f} points"
+            f"torch on {result['device']} in {result['precision']} {result['torch']:.2f} %, "
+            f"Δ {result['difference']:+.2f} points"
         )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

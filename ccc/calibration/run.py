@@ -37,6 +37,7 @@ from ccc.calibration.compute.job import (
 )
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.registry import DEFAULT_BACKEND, BackendSetup, get_backend
+from ccc.render import DEFAULT_RENDER_PRECISION
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
@@ -232,6 +233,7 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
         amp=config.amp,
         weights_file_sha256=weights_sha256,
         backend=config.backend,
+        render_precision=config.backend_options.get("precision", DEFAULT_RENDER_PRECISION),
     )
     folder_path = config.work_folder_path
     folder = WorkFolder.open(folder_path, job.identity())

@@ -48,6 +48,7 @@ from ccc.cli.common import (
     run_command,
 )
 from ccc.execution import RayUnavailableError
+from ccc.render import RENDER_PRECISIONS
 from ccc.stream.sources import ImageFolderError, read_class_list
 
 # torch, the model loader and the compute engine are imported when a command runs, so that
@@ -221,6 +222,12 @@ def _add_compute_execution(group: argparse._ArgumentGroup) -> None:
         "reproducible on the same device type), so its tables differ slightly from the model backend's; "
         "docs/calibration.md",
     )
+    group.add_argument(
+        "--render-precision",
+        choices=RENDER_PRECISIONS,
+        help="--backend torch: the torch rendering backend's working float precision (default float64; float32 "
+        "is faster on GPUs, other bytes; docs/fidelity.md); part of the work folder's identity",
+    )
     group.add_argument("--batch-size", type=_positive, default=64, help="images per forward pass (default: 64)")
     group.add_argument("--amp", action="store_true", help="float16 mixed precision (CUDA only)")
     group.add_argument(
@@ -303,7 +310,20 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         overwrite=arguments.overwrite,
         show_progress=not arguments.no_progress,
         backend=arguments.backend,
+        backend_options=_backend_options(arguments),
     )
+
+
+def _backend_options(arguments: argparse.Namespace) -> dict[str, str]:
+    """The backend's own options from the command line: ``--render-precision`` for ``--backend torch``."""
+    if arguments.render_precision is None:
+        return {}
+    if arguments.backend != "torch":
+        raise ValueError(
+            f"--render-precision applies to the torch rendering backend: add --backend torch "
+            f"(got --backend {arguments.backend})"
+        )
+    return {"precision": arguments.render_precision}
 
 
 def adaptive_settings(overrides: list[tuple[str, object]], targets: list[float] | None) -> AdaptiveSettings:

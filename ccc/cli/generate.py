@@ -46,7 +46,7 @@ from ccc.generate import (
     expected_shard_names,
     generate_stream,
 )
-from ccc.render import SourceImageMismatchError
+from ccc.render import DEFAULT_RENDER_PRECISION, RENDER_PRECISIONS, SourceImageMismatchError
 from ccc.shards.manifest import ManifestError
 from ccc.shards.record import shard_name
 from ccc.stream.domains import CROPS
@@ -253,7 +253,7 @@ def _add_output_options(group: argparse._ArgumentGroup) -> None:
         "--name",
         metavar="NAME",
         help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>, then _images_<N> for a length "
-        "other than the default and _torch for --render-device)",
+        "other than the default and _torch for --render-device, _torch_float32 with --render-precision float32)",
     )
     group.add_argument(
         "--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard"
@@ -285,6 +285,13 @@ def _add_execution_options(group: argparse._ArgumentGroup) -> None:
         type=integer_at_least(1),
         metavar="N",
         help=f"--render-device: samples per batch and per task (default {DEFAULT_RENDER_BATCH_SIZE})",
+    )
+    group.add_argument(
+        "--render-precision",
+        choices=RENDER_PRECISIONS,
+        help="--render-device: the torch backend's working float precision (default float64, the CPU path's "
+        "arithmetic); float32 is faster on GPUs and gives other bytes, with the accuracy-level fidelity "
+        "measured in docs/fidelity.md; the manifest records it",
     )
     group.add_argument(
         "--ray-address", metavar="ADDR", help="render on an existing Ray cluster (auto, host:port or ray://host:port)"
@@ -333,10 +340,16 @@ def _rendering(arguments: argparse.Namespace) -> TorchRendering | None:
     this machine unless the run goes to a Ray cluster (checked there by the generation) or is a dry
     run (which renders nothing, so it can be previewed on a machine without the GPU)."""
     if arguments.render_device is None:
-        if arguments.render_batch_size is not None:
-            raise UsageError("--render-batch-size applies to the torch renderer: add --render-device cpu|cuda")
+        given = {"--render-batch-size": arguments.render_batch_size, "--render-precision": arguments.render_precision}
+        for option, value in given.items():
+            if value is not None:
+                raise UsageError(f"{option} applies to the torch renderer: add --render-device cpu|cuda")
         return None
-    rendering = TorchRendering(arguments.render_device, arguments.render_batch_size or DEFAULT_RENDER_BATCH_SIZE)
+    rendering = TorchRendering(
+        arguments.render_device,
+        arguments.render_batch_size or DEFAULT_RENDER_BATCH_SIZE,
+        arguments.render_precision or DEFAULT_RENDER_PRECISION,
+    )
     if arguments.ray_address is None and not arguments.dry_run:
         check_render_device(rendering)
     return rendering
@@ -360,15 +373,26 @@ def _default_workers(rendering: TorchRendering | None) -> int:
 
 TORCH_RUN_SUFFIX = "_torch"
 """Ending of the default run folder name of a stream rendered by the torch backend (``--render-device``),
-whose bytes differ from the CPU reference path's: the two renderers' runs never share a folder."""
+whose bytes differ from the CPU reference path's: the two renderers' runs never share a folder. A
+precision other than the default follows it (``_torch_float32``)."""
+
+
+def _run_suffix(rendering: TorchRendering | None) -> str:
+    """The default run folder name's ending for ``rendering``: none, :data:`TORCH_RUN_SUFFIX`, or that and
+    ``_<precision>`` for a precision other than the default."""
+    if rendering is None:
+        return ""
+    if rendering.precision == DEFAULT_RENDER_PRECISION:
+        return TORCH_RUN_SUFFIX
+    return f"{TORCH_RUN_SUFFIX}_{rendering.precision}"
 
 
 def _run_folder(arguments: argparse.Namespace, default_name: str, rendering: TorchRendering | None) -> Path:
     """The run folder: ``--out`` / (``--name``, else ``default_name`` (its world's, ``demo_…`` for the demo)
-    followed by :data:`TORCH_RUN_SUFFIX` for the torch renderer)."""
+    followed by :func:`_run_suffix` for the torch renderer)."""
     if arguments.name:
         return Path(arguments.out) / arguments.name
-    return Path(arguments.out) / (default_name + ("" if rendering is None else TORCH_RUN_SUFFIX))
+    return Path(arguments.out) / (default_name + _run_suffix(rendering))
 
 
 def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, rendering: TorchRendering | None) -> int:

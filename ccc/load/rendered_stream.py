@@ -27,7 +27,14 @@ from ccc.load.base import CCCStream, Skipped
 from ccc.load.decode import TENSOR_FORMATS, decode_image, pixels_to_format, tensor_to_format
 from ccc.load.sample import StreamError, StreamSample
 from ccc.load.selection import DEFAULT_SAMPLES_PER_TURN, Selection
-from ccc.render import check_source_size, decode_source, encode_jpeg, render_pixels
+from ccc.render import (
+    DEFAULT_RENDER_PRECISION,
+    check_render_precision,
+    check_source_size,
+    decode_source,
+    encode_jpeg,
+    render_pixels,
+)
 from ccc.shards.manifest import MANIFEST_NAME, ManifestError, load_manifest
 from ccc.shards.record import record_metadata
 from ccc.stream.plan import StreamPlan, plan_sample, plan_stream
@@ -82,10 +89,13 @@ class _DeviceRenderedStream(_RenderedStream):
     JPEG's bytes (uint8 (N,)) instead of its pixels, and :meth:`finish_batch` decodes them on the device.
     """
 
-    def __init__(self, plan: StreamPlan, compress: bool, device: Any, source_decoder: str, **options: Any) -> None:
+    def __init__(
+        self, plan: StreamPlan, compress: bool, device: Any, source_decoder: str, precision: str, **options: Any
+    ) -> None:
         super().__init__(plan, compress, **options)
         self.device = device
         self.source_decoder = source_decoder
+        self.precision = precision
         self.decode_only = False
 
     def for_workers(self) -> CCCStream:
@@ -102,7 +112,7 @@ class _DeviceRenderedStream(_RenderedStream):
         planned, labels, metadata = batch
         specs, sources = zip(*planned)
         sources = _decode_on_device(specs, sources, self.device)
-        pixels = render_batch(specs, sources, self.device, jpeg=self.compress)
+        pixels = render_batch(specs, sources, self.device, jpeg=self.compress, precision=self.precision)
         return tensor_to_format(pixels, self.image_format), labels, metadata
 
     def _decoded(self, selection: Selection) -> Iterator[StreamSample]:
@@ -250,6 +260,7 @@ def render_stream(
     skip_bad_images: bool = False,
     device: str | None = None,
     source_decoder: str = "pillow",
+    precision: str | None = None,
 ) -> CCCStream:
     """Render a stream on the fly: the samples its shards would hold, without storing them.
 
@@ -286,6 +297,9 @@ def render_stream(
             Pillow in the workers. Not guaranteed byte-identical to Pillow: libjpeg-turbo on the CPU
             gave Pillow's pixels exactly on every JPEG measured (``scripts/bench/feed.py``); nvJPEG's
             IDCT and chroma upsampling may differ by a few levels (``docs/fidelity.md``).
+        precision: with ``device`` only: the torch backend's working float precision, ``"float64"``
+            (default: the CPU path's arithmetic) or ``"float32"`` (faster on GPUs; accuracy within the
+            measured bounds of ``docs/fidelity.md``, bytes not equal to float64's).
 
     Rendering runs where the stream is iterated: wrap it in :func:`ccc.load.stream_loader` with
     ``num_workers`` to render in worker processes.
@@ -299,7 +313,10 @@ def render_stream(
     if not compress and image_format == "jpeg":
         raise ValueError("image_format 'jpeg' needs compress=True (uncompressed streams have no JPEG bytes)")
     check_source_decoder(source_decoder, device)
+    if precision is not None and device is None:
+        raise ValueError(f"precision={precision!r} applies to the torch backend: pass device='cpu' or 'cuda' with it")
     if device is not None:
+        precision = check_render_precision(DEFAULT_RENDER_PRECISION if precision is None else precision)
         device = check_render_device(device)
         if image_format not in TENSOR_FORMATS:
             raise ValueError(
@@ -341,4 +358,4 @@ def render_stream(
     }
     if device is None:
         return _RenderedStream(plan, compress, **common)
-    return _DeviceRenderedStream(plan, compress, device, source_decoder, **common)
+    return _DeviceRenderedStream(plan, compress, device, source_decoder, precision, **common)

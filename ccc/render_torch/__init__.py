@@ -21,7 +21,8 @@ every device; float transcendental functions may differ in the last bit between 
 
 Public names:
 
-- :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224);
+- :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224),
+  at a ``precision`` of :data:`ccc.render.RENDER_PRECISIONS` (:func:`working_dtype` maps it to a dtype);
 - :func:`apply_corruption_stage`, :func:`torch_corruption`, :data:`TORCH_CORRUPTIONS` (the dispatch of
   all 19 registered corruptions);
 - :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
@@ -30,10 +31,14 @@ Public names:
   noises), ``digital`` (brightness, contrast, saturate, pixelate, jpeg), ``blur`` (defocus, glass,
   motion, zoom, gaussian), ``snow``, ``weather`` (frost, fog, spatter, and elastic from ``elastic``).
   A corruption function is ``f(images float32 (B, 3, H, W) in [0, 1], severities float64 (B,) in (0, 5],
-  random: SampleRandom) -> float32 (B, 3, H, W)``, the reference's value before its uint8 truncation,
-  divided by 255. ``images`` and ``random``'s draws live on the render device; ``severities`` live on
-  the host (they come from the specs), so per-sample parameters, kernels and tables are derived there
-  (``random.on_host()`` draws the per-sample numbers that shape them) and copied to the device, and the
+  random: SampleRandom, dtype: torch.dtype = torch.float64) -> float32 (B, 3, H, W)``, the reference's
+  value before its uint8 truncation, divided by 255. ``dtype`` is the working float dtype of the steps
+  the CPU's bytes need in float64: ``torch.float64`` (the default, ``precision="float64"``) or
+  ``torch.float32`` (``precision="float32"``: every such step in float32, OpenCV's fused multiply-adds
+  no longer emulated; steps exact in float32 or integers run so in both modes). ``images`` and
+  ``random``'s draws live on the render device; ``severities`` live on the host (they come from the
+  specs), so per-sample parameters, kernels and tables are derived there (``random.on_host()`` draws
+  the per-sample numbers that shape them) and copied to the device, and the
   function reads no device data back (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
   Pillow's resampling, ``_spatter_filters`` for spatter's OpenCV filters).
 
@@ -46,7 +51,7 @@ that render on a device.
 from .geometry import crop_resize_flip
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
-from .pipeline import TORCH_CORRUPTIONS, apply_corruption_stage, render_batch, torch_corruption
+from .pipeline import TORCH_CORRUPTIONS, apply_corruption_stage, render_batch, torch_corruption, working_dtype
 from .random import SampleRandom
 
 __all__ = [
@@ -58,4 +63,5 @@ __all__ = [
     "per_sample_parameters",
     "render_batch",
     "torch_corruption",
+    "working_dtype",
 ]

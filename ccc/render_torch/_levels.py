@@ -4,10 +4,10 @@ The pipeline hands a corruption float32 images holding byte levels ``k / 255`` a
 returns with :func:`truncate_to_levels` (``floor(clamp(x · 255, 0, 255))``, the reference's
 ``np.uint8``). The CPU path computes on the exact bytes and truncates its float64 result, so:
 
-- :func:`byte_levels` / :func:`unit_float64` recover the CPU's exact inputs (``x · 255`` alone is off
+- :func:`byte_levels` / :func:`unit_values` recover the CPU's exact inputs (``x · 255`` alone is off
   by a few 1e-6 and would flip truncations);
-- :func:`unit_float32` hands a float64 result back as float32 such that the pipeline's float32
-  truncation gives the CPU's byte.
+- :func:`unit_float32` hands a pre-truncation result (float64, or float32 in the float32 mode) back as
+  float32 such that the pipeline's float32 truncation gives the same byte as the result's own truncation.
 """
 
 from __future__ import annotations
@@ -16,26 +16,32 @@ import torch
 from torch import Tensor
 
 
-def byte_levels(images: Tensor) -> Tensor:
-    """The byte levels 0..255 of ``images`` (float, any shape, values ``k / 255``) as float64 integers."""
-    return torch.round(images.to(torch.float64) * 255.0)
+def byte_levels(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """The byte levels 0..255 of ``images`` (float32, any shape, values ``k / 255``) as integers of ``dtype``.
+
+    Rounded in float32: ``float32(k / 255) · 255`` is within 1e-4 of ``k``, so the rounding is exact and
+    no float64 temporary is needed; the integers are then exact in any float dtype.
+    """
+    return torch.round(images * 255.0).to(dtype)
 
 
-def unit_float64(images: Tensor) -> Tensor:
-    """``images`` (float, any shape, values ``k / 255``) as the CPU path's ``uint8 / 255.0``: float64 in [0, 1],
-    bit-equal to numpy's ``k / 255.0``."""
-    return byte_levels(images) / 255.0
+def unit_values(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """``images`` (float32, any shape, values ``k / 255``) as the CPU path's ``uint8 / 255.0`` in ``dtype``
+    (values in [0, 1]): in float64 bit-equal to numpy's ``k / 255.0``; in float32 the correctly rounded
+    ``k / 255``, bit-equal to ``float32(k / 255.0)`` (one IEEE division either way)."""
+    return byte_levels(images, dtype) / 255.0
 
 
 def unit_float32(levels: Tensor) -> Tensor:
-    """float64 pre-truncation values in grey levels (any shape, any range) → float32 values / 255 in [0, 1].
+    """Pre-truncation values in grey levels (float64 or float32, any shape, any range) → float32 values / 255
+    in [0, 1].
 
     The result ``y`` is ``float32(clamp(levels, 0, 255) / 255)``, except where the pipeline's float32
-    ``floor(y · 255)`` would land on the other side of an integer than the float64
-    ``floor(clamp(levels, 0, 255))`` (values within a float32 rounding of an integer, e.g.
-    204.99999999999997 or an exact 205 whose ``/ 255`` rounds down): there ``y`` is the middle of the
-    CPU's level, ``(floor(levels) + 0.5) / 255``. So the pipeline's truncation equals the CPU's float64
-    truncation everywhere.
+    ``floor(y · 255)`` would land on the other side of an integer than ``floor(clamp(levels, 0, 255))``
+    in ``levels``' dtype (values within a float32 rounding of an integer, e.g. 204.99999999999997 or an
+    exact 205 whose ``/ 255`` rounds down): there ``y`` is the middle of that level,
+    ``(floor(levels) + 0.5) / 255``. So the pipeline's truncation equals the truncation of ``levels``
+    everywhere (the CPU's float64 truncation when ``levels`` is the CPU's float64 value).
     """
     clamped = levels.clamp(0.0, 255.0)
     target = clamped.floor()

@@ -1,7 +1,9 @@
 """The image filters of spatter's water branch as batched torch operations (OpenCV's arithmetic).
 
 ``cv2.Canny``, ``cv2.distanceTransform``, ``cv2.blur``, ``cv2.equalizeHist`` and ``cv2.filter2D``
-on (B, H, W) tensors holding byte or float32 values. The two sequential algorithms are run as
+on (B, H, W) tensors holding byte or float32 values. Byte images travel as float32 integers (the
+integer 3x3 correlations of Canny and the emboss are exact in float32); the box blur computes in its
+input's dtype (float64 for the CPU's bytes). The two sequential algorithms are run as
 parallel steps, a fixed number of them (no data-dependent loop, no read of the data on the host), that
 reach the same result: Canny's hysteresis (a stack-based flood fill) as connected-component labelling of
 the candidate pixels by Borůvka-style hooking and pointer jumping (:func:`connected_to_strong`), and
@@ -32,7 +34,8 @@ def _shifted(padded: Tensor, rows: int, columns: int, pad: int) -> Tensor:
 
 
 def _correlate3(images: Tensor, kernel: list[list[int]], mode: str) -> Tensor:
-    """3x3 correlation of float64 (B, H, W) images with integer ``kernel``, borders by ``mode``."""
+    """3x3 correlation of float (B, H, W) images with integer ``kernel``, borders by ``mode``, in their dtype
+    (exact for byte images in float32: the sums stay below 2**24)."""
     padded = F.pad(images[:, None], (1, 1, 1, 1), mode=mode)[:, 0]
     total = torch.zeros_like(images)
     for row in range(3):
@@ -46,7 +49,7 @@ def canny(images: Tensor, low: int, high: int) -> Tensor:
     """``cv2.Canny(image, low, high)`` (aperture 3, L1 gradient) of byte images.
 
     Args:
-        images: float64 (B, H, W) holding integers 0..255.
+        images: float32 (or float64) (B, H, W) holding integers 0..255.
         low, high: hysteresis thresholds on ``|dx| + |dy|``.
 
     Returns:
@@ -197,7 +200,8 @@ def chamfer_distance(sources: Tensor, limit: float) -> Tensor:
 
 
 def box_blur3(images: Tensor) -> Tensor:
-    """``cv2.blur(image, (3, 3))`` (reflect-101 borders) of float64 (B, H, W) values: the exact sum / 9."""
+    """``cv2.blur(image, (3, 3))`` (reflect-101 borders) of float64 (B, H, W) values: the exact sum / 9
+    (float32 values: the same in float32, the float32 mode's approximation)."""
     padded = F.pad(images[:, None], (1, 1, 1, 1), mode="reflect")[:, 0]
     total = sum(_shifted(padded, row, column, 1) for row in (-1, 0, 1) for column in (-1, 0, 1))
     return total * (1.0 / 9.0)
@@ -205,12 +209,12 @@ def box_blur3(images: Tensor) -> Tensor:
 
 def emboss(images: Tensor) -> Tensor:
     """``cv2.filter2D(image, cv2.CV_8U, [[-2, -1, 0], [-1, 1, 1], [0, 1, 2]])`` (reflect-101 borders,
-    saturated to 0..255) of byte images held as float64 (B, H, W)."""
+    saturated to 0..255) of byte images held as float (B, H, W), in their dtype."""
     return torch.clamp(_correlate3(images, [[-2, -1, 0], [-1, 1, 1], [0, 1, 2]], "reflect"), 0, 255)
 
 
 def equalize_histogram(images: Tensor) -> Tensor:
-    """``cv2.equalizeHist`` of byte images: float64 (B, H, W) integers 0..255 → the same, equalised."""
+    """``cv2.equalizeHist`` of byte images: float (B, H, W) integers 0..255 → the same dtype, equalised."""
     batch = images.shape[0]
     levels = images.long().reshape(batch, -1)
     histogram = torch.zeros((batch, 256), dtype=torch.long, device=images.device)
@@ -223,4 +227,4 @@ def equalize_histogram(images: Tensor) -> Tensor:
     cumulative = torch.cumsum(torch.where(above, histogram, 0), dim=1)
     table = torch.clamp(torch.round(cumulative.float() * scale), 0, 255)
     table = torch.where(lowest_count == total, lowest.float(), table)
-    return table.gather(1, levels).reshape(images.shape).double()
+    return table.gather(1, levels).reshape(images.shape).to(images.dtype)

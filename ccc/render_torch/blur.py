@@ -1,10 +1,13 @@
 """Blur corruptions in torch, batched with per-sample severities: defocus, glass, motion, zoom, gaussian.
 
-Each function takes ``images`` float32 (B, 3, H, W) in [0, 1], ``severities`` float64 (B,) in (0, 5]
-and a :class:`~ccc.render_torch.random.SampleRandom`, and returns float32 (B, 3, H, W): the CPU
-path's (:mod:`ccc.corruptions.blur`) value before its uint8 truncation, divided by 255. Filtering runs
-in float64, as the CPU path does, and the Gaussian blurs in OpenCV's own operation order, so that the
-truncation to uint8 falls on the same side even on flat regions (where exact values are integers).
+Each function takes ``images`` float32 (B, 3, H, W) in [0, 1], ``severities`` float64 (B,) in (0, 5],
+a :class:`~ccc.render_torch.random.SampleRandom` and the working float dtype (``torch.float64``, the
+default, or ``torch.float32``), and returns float32 (B, 3, H, W): the CPU path's
+(:mod:`ccc.corruptions.blur`) value before its uint8 truncation, divided by 255. In float64, filtering
+runs in float64, as the CPU path does, and the Gaussian blurs in OpenCV's own operation order (fused
+multiply-adds emulated exactly), so that the truncation to uint8 falls on the same side even on flat
+regions (where exact values are integers). In float32 every such step runs in float32 with plain
+multiply-adds (no emulation): close to the CPU's values, not equal to them.
 
 Kernels and tables come from their CPU owners (the antialiased disk, scipy's Gaussian kernel, the
 zoom tables, ImageMagick's motion-blur taps); they are built on the host from the host severities
@@ -39,7 +42,7 @@ from ccc.corruptions.filters import zoom_axis_table, scipy_gaussian_kernel
 from ccc.corruptions.motion import motion_blur_taps
 from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
-from ._levels import unit_float32, unit_float64
+from ._levels import byte_levels, unit_float32, unit_values
 from ._upload import upload_tables
 from .parameters import per_sample_parameters
 
@@ -58,6 +61,10 @@ _QUANTUM_RANGE = 65535.0
 _MAX_GLASS_ITERATIONS = 3
 """Largest iteration count of the glass-blur table: offsets are always drawn for this many passes,
 so that a sample's draws do not depend on the other samples' severities."""
+
+_GLASS_UNIFORM_BITS = 24
+"""Bits of ``SampleRandom.uniform``'s values (``k / 2**24``), which glass blur's offsets scale in integers."""
+_GLASS_UNIFORM_STEPS = float(1 << _GLASS_UNIFORM_BITS)
 
 _MOTION_ANGLE_RANGE = (-45.0, 45.0)
 """Motion blur's angle, uniform in degrees (the CPU path's ``rng.uniform(-45, 45)``)."""
@@ -122,25 +129,30 @@ def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     """OpenCV's float64 ``sepFilter2D`` with replicated borders, in its operation order (per sample kernels).
 
     Args:
-        images: float64 (B, C, H, W).
-        kernels: float64 (B, K), K odd, symmetric kernels centred at K // 2 (zero-padded as needed).
+        images: float64 (B, C, H, W), or float32 (the float32 mode).
+        kernels: (B, K) of the images' dtype, K odd, symmetric kernels centred at K // 2 (zero-padded as needed).
 
     Returns:
-        float64 (B, C, H, W). The row pass sums the taps left to right with fused multiply-adds, the
-        column pass adds mirrored rows first and multiplies once per pair (OpenCV's symmetric column
-        filter), as OpenCV 5 does on a CPU with FMA (measured bit-identical).
+        (B, C, H, W) of the images' dtype. The row pass sums the taps left to right with fused
+        multiply-adds, the column pass adds mirrored rows first and multiplies once per pair (OpenCV's
+        symmetric column filter), as OpenCV 5 does on a CPU with FMA (measured bit-identical in float64,
+        where the fused multiply-adds are emulated; float32 uses plain multiply-adds).
     """
     batch, channels, height, width = images.shape
     radius = kernels.shape[1] // 2
     weights = kernels[:, :, None, None, None]
     padded = F.pad(images, (radius, radius, 0, 0), mode="replicate")
-    high, low = _split(padded)
     rows = padded[..., :width] * weights[:, 0]
-    fused_multiply_add = _FusedMultiplyAdd(rows)
-    for tap in range(1, 2 * radius + 1):
-        window = slice(tap, tap + width)
-        halves = (high[..., window], low[..., window])
-        rows = fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
+    if images.dtype == torch.float64:
+        high, low = _split(padded)
+        fused_multiply_add = _FusedMultiplyAdd(rows)
+        for tap in range(1, 2 * radius + 1):
+            window = slice(tap, tap + width)
+            halves = (high[..., window], low[..., window])
+            rows = fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
+    else:
+        for tap in range(1, 2 * radius + 1):
+            rows.addcmul_(padded[..., tap : tap + width], weights[:, tap])
     padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
     columns = padded_rows[:, :, radius : radius + height] * weights[:, radius]
     pair = torch.empty_like(columns)
@@ -169,23 +181,26 @@ def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
     """Per-sample Gaussian blur with replicated borders (``ccc.corruptions.filters.gaussian_blur_nearest``).
 
     Args:
-        images: float64 (B, C, H, W), any value range.
+        images: float64 (or float32) (B, C, H, W), any value range.
         sigmas: B standard deviations in pixels, each > 0, on the host (:func:`_gaussian_kernels`).
 
     Returns:
-        float64 (B, C, H, W): the separable blur, in OpenCV's operation order (:func:`_separable_opencv`).
+        (B, C, H, W) of the images' dtype: the separable blur, in OpenCV's operation order
+        (:func:`_separable_opencv`).
     """
-    (kernels,) = upload_tables(images.device, _gaussian_kernels(sigmas))
+    (kernels,) = upload_tables(images.device, _gaussian_kernels(sigmas), float_dtype=images.dtype)
     return _separable_opencv(images, kernels)
 
 
-def gaussian_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def gaussian_blur(
+    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """Hold-out Gaussian blur: per-sample sigma from the table, truncated at 4 sigma, borders replicated.
 
     Deterministic (``random`` is not used). Shapes and ranges as in the module docstring.
     """
     sigmas = per_sample_parameters("gaussian_blur", severities).tolist()
-    return unit_float32(gaussian_blur_nearest(unit_float64(images), sigmas) * 255.0)
+    return unit_float32(gaussian_blur_nearest(unit_values(images, dtype), sigmas) * 255.0)
 
 
 FFT_SAMPLES_PER_CALL = 16
@@ -201,9 +216,10 @@ def fft_samples_per_call(device: torch.device) -> int:
 
 
 def _fft_correlate(images: Tensor, kernels: Tensor) -> Tensor:
-    """Circular cross-correlations of padded images float64 (B, C, H, W) with kernels (B, K, K), K <= H, W.
+    """Circular cross-correlations of padded images (B, C, H, W) with kernels (B, K, K), K <= H, W, in
+    their float dtype (float64; float32 in the float32 precision).
 
-    Returns float64 (B, C, H, W). Every transform call holds the same number of samples
+    Returns (B, C, H, W) of that dtype. Every transform call holds the same number of samples
     (:func:`fft_samples_per_call`; the last call zero-padded): an FFT library may choose its blocking
     and vector kernels by the number of transforms in a call (with the batch in one call, an AVX-512
     Intel CPU changed last bits between a sample alone and in a batch), so that a sample's values do not
@@ -223,8 +239,10 @@ def _fft_correlate(images: Tensor, kernels: Tensor) -> Tensor:
     return torch.cat(calls)[:count]
 
 
-def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
-    """Correlation with the CPU path's antialiased disk (per sample), reflect-101 borders, float64.
+def defocus_blur(
+    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
+) -> Tensor:
+    """Correlation with the CPU path's antialiased disk (per sample), reflect-101 borders, in ``dtype``.
 
     The kernels (up to 21×21) are embedded in one common square at OpenCV's anchor (size // 2) and
     applied by FFT on the reflect-101-padded images (as OpenCV's ``filter2D`` does for large kernels),
@@ -245,12 +263,12 @@ def defocus_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Te
         start = reach - disk.shape[0] // 2
         embedded[index, start : start + disk.shape[0], start : start + disk.shape[1]] = disk
     height, width = images.shape[-2:]
-    padded = F.pad(unit_float64(images), (reach, reach, reach, reach), mode="reflect")
+    padded = F.pad(unit_values(images, dtype), (reach, reach, reach, reach), mode="reflect")
     deltas = np.array([disk.max() == 1.0 for disk in disks])
-    kernels, is_delta = upload_tables(images.device, embedded, deltas)
+    kernels, is_delta = upload_tables(images.device, embedded, deltas, float_dtype=dtype)
     correlated = _fft_correlate(padded, kernels)
     correlated = correlated[..., :height, :width]
-    return unit_float32(torch.where(is_delta[:, None, None, None], unit_float64(images), correlated) * 255.0)
+    return unit_float32(torch.where(is_delta[:, None, None, None], unit_values(images, dtype), correlated) * 255.0)
 
 
 def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
@@ -270,15 +288,15 @@ def zoom_with_tables(
     """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
 
     Args:
-        images: float (B, C, H, W), computed in float64.
+        images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic).
         row_low, row_weight, column_low, column_weight: :func:`zoom_tables` on the images' device.
         dtype: the result's dtype (the reference casts each zoom to its input's dtype).
 
     Returns:
-        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in float64, then cast.
+        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in the weights' dtype, then cast.
     """
     batch, channels, height, width = images.shape
-    source = images.to(torch.float64)
+    source = images.to(row_weight.dtype)
 
     def rows_at(index: Tensor) -> Tensor:
         return source.gather(2, index[:, None, :, None].expand(batch, channels, height, width))
@@ -296,12 +314,12 @@ def zoom_with_tables(
     return zoomed.to(dtype)
 
 
-def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
 
     Zooms are accumulated in float32 in the CPU path's order; a sample with fewer zoom factors than
     the batch's longest list adds nothing for the missing slots. Every slot's tables travel in one
-    upload. Deterministic (``random`` unused).
+    upload. Each zoom interpolates in ``dtype``. Deterministic (``random`` unused).
     """
     rows = per_sample_parameters("zoom_blur", severities).tolist()
     factor_lists = [np.arange(start, stop, step).tolist() for start, stop, step in rows]
@@ -314,9 +332,9 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tenso
     present = np.array([[slot < len(factors) for factors in factor_lists] for slot in slots], dtype=np.float64)
     counts = np.array([len(factors) + 1 for factors in factor_lists], dtype=np.float64)
     *tables, present_t, counts_t = upload_tables(
-        images.device, *(np.stack(part) for part in zip(*slot_tables)), present, counts
+        images.device, *(np.stack(part) for part in zip(*slot_tables)), present, counts, float_dtype=dtype
     )
-    unit = unit_float64(images).to(torch.float32)
+    unit = unit_values(images, torch.float32)
     accumulated = torch.zeros_like(unit)
     for slot in slots:
         zoomed = zoom_with_tables(unit, *(table[slot] for table in tables), torch.float32)
@@ -363,12 +381,13 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
     """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
 
     Args:
-        levels: float64 (B, C, H, W) integer 8-bit levels in [0, 255].
-        weights, starts: the tables' weights and flat offsets on the levels' device; padding as returned.
+        levels: float64 (or float32) (B, C, H, W) integer 8-bit levels in [0, 255].
+        weights, starts: the tables' weights (of the levels' dtype) and flat offsets on the levels'
+            device; padding as returned.
 
     Returns:
-        float64 (B, C, H, W) integer levels: ``floor(round(Σ_tap weight × 257 × level) / 257)`` with
-        the taps' products summed in tap order in float64 and edge pixels repeated, as ImageMagick.
+        (B, C, H, W) integer levels of the levels' dtype: ``floor(round(Σ_tap weight × 257 × level) / 257)``
+        with the taps' products summed in tap order (in float64: ImageMagick's sums) and edge pixels repeated.
     """
     batch, channels, height, width = levels.shape
     device = levels.device
@@ -379,7 +398,7 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
     grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(
         -1
     )
-    total = torch.zeros((batch, channels, height * width), dtype=torch.float64, device=device)
+    total = torch.zeros((batch, channels, height * width), dtype=levels.dtype, device=device)
     for tap in range(weights.shape[1]):
         index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
         product = flat.gather(2, index)
@@ -390,13 +409,14 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
 
 
 def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
-    """:func:`motion_blur_with_tables` of ``levels`` (float64 (B, C, H, W) levels) with the taps of
-    :func:`motion_blur_tables` (host radii, sigmas and angles), uploaded at once."""
+    """:func:`motion_blur_with_tables` of ``levels`` (float64 or float32 (B, C, H, W) levels) with the taps
+    of :func:`motion_blur_tables` (host radii, sigmas and angles), uploaded at once."""
     weights, starts, padding = motion_blur_tables(*levels.shape[-2:], radii, sigmas, angles)
-    return motion_blur_with_tables(levels, *upload_tables(levels.device, weights, starts), padding)
+    tables = upload_tables(levels.device, weights, starts, float_dtype=levels.dtype)
+    return motion_blur_with_tables(levels, *tables, padding)
 
 
-def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """ImageMagick motion blur with per-sample (radius, sigma) and an angle uniform in [-45, 45) degrees.
 
     One ``random.uniform()`` draw per sample gives the angle (drawn on the host, ``random.on_host()``: it
@@ -405,7 +425,7 @@ def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Ten
     rows = per_sample_parameters("motion_blur", severities).tolist()
     low, high = _MOTION_ANGLE_RANGE
     angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
-    levels = torch.round(images.to(torch.float64) * 255.0)
+    levels = byte_levels(images, dtype)
     blurred = imagemagick_motion_blur(levels, [row[0] for row in rows], [row[1] for row in rows], angles)
     return (blurred / 255.0).to(torch.float32)
 
@@ -468,14 +488,15 @@ def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int)
     return target
 
 
-def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Gaussian blur, per-sample passes of local pixel copies, Gaussian blur again.
 
     Parameters per sample: (sigma, max displacement rounded half to even and at least 1, iterations
     rounded half to even). One ``random.uniform(3, H, W, 2)`` draw per call gives the (dx, dy)
-    offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin``. Kernels, margins
-    and each pass's active samples travel in one upload; the pointer jumping runs a fixed number of
-    rounds (:func:`_glass_jumps`).
+    offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin`` (in integers:
+    ``u`` is ``k / 2**24``). Kernels, margins and each pass's active samples travel in one upload; the
+    pointer jumping runs a fixed number of rounds (:func:`_glass_jumps`) and moves the blurred bytes as
+    uint8 (the CPU's ``np.uint8`` of the first blur). The blurs run in ``dtype``.
     """
     rows = per_sample_parameters("glass_blur", severities).tolist()
     batch, channels, height, width = images.shape
@@ -484,21 +505,23 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom) -> Tens
     active = np.arange(_MAX_GLASS_ITERATIONS)[:, None] < iterations[None, :]
     jumps = max(_glass_jumps(height, width, margin) for margin in margins_list)
     kernels, margins, active_t = upload_tables(
-        images.device, _gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active
+        images.device, _gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active, float_dtype=dtype
     )
-    uniforms = random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2).to(torch.float64)
+    # u = k / 2**24 exactly, so floor(u * span) = (k * span) >> 24, within [0, span) (no float64 product)
+    steps = (random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2) * _GLASS_UNIFORM_STEPS).to(torch.int64)
     spans = (2 * margins)[:, None, None, None, None]
-    offsets = torch.minimum((uniforms * spans).floor().to(torch.int64), spans - 1) - margins[:, None, None, None, None]
-    levels = (_separable_opencv(unit_float64(images), kernels) * 255.0).floor()
+    offsets = ((steps * spans) >> _GLASS_UNIFORM_BITS) - margins[:, None, None, None, None]
+    # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
+    levels = (_separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
     flat = levels.reshape(batch, channels, height * width)
     for iteration in range(_MAX_GLASS_ITERATIONS):
         sources = _glass_sources(offsets[:, iteration], margins, active_t[iteration], jumps)
         flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
-    shuffled = flat.reshape(batch, channels, height, width) / 255.0
+    shuffled = flat.reshape(batch, channels, height, width).to(dtype) / 255.0
     return unit_float32(_separable_opencv(shuffled, kernels) * 255.0)
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
     "defocus_blur": defocus_blur,
     "glass_blur": glass_blur,
     "motion_blur": motion_blur,

@@ -13,7 +13,9 @@ Mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample sev
 3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
    about the pixel edges, float64 bilinear sums stored as float32.
 
-Given the same draws, the result equals the CPU path (``docs/fidelity.md``, "The torch backend"). The
+Given the same draws, the result equals the CPU path (``docs/fidelity.md``, "The torch backend"). In
+the float32 mode (``dtype=torch.float32``) the float64 steps run in float32 and the fused multiply-adds
+are plain float32 multiply-adds. The
 pipeline finds it in :data:`ccc.render_torch.weather.TORCH_CORRUPTIONS` (the family modules' tables).
 """
 
@@ -76,17 +78,20 @@ def _affine_matrices(source: Tensor, target: Tensor) -> Tensor:
     return torch.stack([first, second], dim=1)
 
 
-def _fused_multiply_add(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
-    """float32 ``a * b + c`` rounded once (OpenCV's ``v_fma``): the float32 product is exact in float64."""
-    return (a.double() * b.double() + c.double()).float()
+def _fused_multiply_add(a: Tensor, b: Tensor, c: Tensor, dtype: torch.dtype) -> Tensor:
+    """float32 ``a * b + c`` rounded once (OpenCV's ``v_fma``) with ``dtype`` float64 (the float32 product is
+    exact in float64); with float32, the plain float32 ``a * b + c`` (two roundings)."""
+    return (a.to(dtype) * b.to(dtype) + c.to(dtype)).float()
 
 
-def warp_affine_reflect_101(images: Tensor, inverse: Tensor) -> Tensor:
+def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
     """``cv2.warpAffine(image, M, (W, H), borderMode=BORDER_REFLECT_101)`` per sample (OpenCV 5, float32).
 
     Args:
         images: float32 (B, C, H, W), any range.
-        inverse: float64 (B, 2, 3), output (x, y, 1) → source (x, y) (the inverse of ``M``).
+        inverse: float64 (B, 2, 3), output (x, y, 1) → source (x, y) (the inverse of ``M``); float32 is
+            used as is.
+        dtype: ``torch.float64`` emulates OpenCV's fused multiply-adds exactly, ``torch.float32`` does not.
 
     Returns:
         float32 (B, C, H, W), with OpenCV's float32 arithmetic: the map rounded to float32, a row
@@ -98,8 +103,8 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor) -> Tensor:
     m = inverse.float()[:, :, :, None]
     xs = torch.arange(width, dtype=torch.float32, device=images.device)[None, None, :]
     ys = torch.arange(height, dtype=torch.float32, device=images.device)[None, :, None]
-    source_x = _fused_multiply_add(m[:, 0, 0, None], xs, ys * m[:, 0, 1, None] + m[:, 0, 2, None])
-    source_y = _fused_multiply_add(m[:, 1, 0, None], xs, ys * m[:, 1, 1, None] + m[:, 1, 2, None])
+    source_x = _fused_multiply_add(m[:, 0, 0, None], xs, ys * m[:, 0, 1, None] + m[:, 0, 2, None], dtype)
+    source_y = _fused_multiply_add(m[:, 1, 0, None], xs, ys * m[:, 1, 1, None] + m[:, 1, 2, None], dtype)
     x0, y0 = torch.floor(source_x), torch.floor(source_y)
     alpha, beta = (source_x - x0)[:, None], (source_y - y0)[:, None]
     x0, y0 = x0.long(), y0.long()
@@ -107,9 +112,9 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor) -> Tensor:
     rows = (_reflect_101(y0, height), _reflect_101(y0 + 1, height))
     top_left, top_right = _gather(images, rows[0], columns[0]), _gather(images, rows[0], columns[1])
     bottom_left, bottom_right = _gather(images, rows[1], columns[0]), _gather(images, rows[1], columns[1])
-    top = _fused_multiply_add(alpha, top_right - top_left, top_left)
-    bottom = _fused_multiply_add(alpha, bottom_right - bottom_left, bottom_left)
-    return _fused_multiply_add(beta, bottom - top, top)
+    top = _fused_multiply_add(alpha, top_right - top_left, top_left, dtype)
+    bottom = _fused_multiply_add(alpha, bottom_right - bottom_left, bottom_left, dtype)
+    return _fused_multiply_add(beta, bottom - top, top, dtype)
 
 
 def _smoothing_matrices(length: int, sigmas: list[float]) -> Tensor:
@@ -133,10 +138,11 @@ def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Te
     """``scipy.ndimage.map_coordinates(channel, (rows, columns), order=1, mode="reflect")`` per channel.
 
     Args:
-        images: float32 (B, C, H, W); rows, columns: float64 (B, H, W) source coordinates (any values).
+        images: float32 (B, C, H, W); rows, columns: float64 (B, H, W) source coordinates (any values),
+            or float32 (the float32 mode): their dtype is the computation's.
 
     Returns:
-        float32 (B, C, H, W): float64 bilinear sums in scipy's order, stored as float32.
+        float32 (B, C, H, W): bilinear sums in scipy's order (in float64: scipy's values), stored as float32.
     """
     _, _, height, width = images.shape
     rows = _reflect_coordinates(rows, height)
@@ -146,7 +152,7 @@ def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Te
     r0, q0 = row_floor.long(), column_floor.long()
     r1, q1 = torch.clamp(r0 + 1, 0, height - 1), torch.clamp(q0 + 1, 0, width - 1)
     r0, q0 = torch.clamp(r0, 0, height - 1), torch.clamp(q0, 0, width - 1)
-    source = images.double()
+    source = images.to(rows.dtype)
     output = (1.0 - row_weight) * (1.0 - column_weight) * _gather(source, r0, q0)
     output = output + (1.0 - row_weight) * column_weight * _gather(source, r0, q1)
     output = output + row_weight * (1.0 - column_weight) * _gather(source, r1, q0)
@@ -154,7 +160,7 @@ def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Te
     return output.float()
 
 
-def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def elastic(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Random affine jitter, then a smooth random displacement field (ImageNet-C's elastic transform).
 
     Args:
@@ -163,6 +169,7 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
         random: three draws per sample: ``uniform(3, 2)`` jitter (on the host: it shapes the affine
             maps), then ``uniform(H, W)`` for the column displacement and ``uniform(H, W)`` for the row
             displacement.
+        dtype: the working float dtype (``torch.float64``: the CPU's arithmetic; or ``torch.float32``).
 
     Returns:
         float32 (B, 3, H, W) in [0, 1], exact given the same draws (to float64 rounding of the smoothing).
@@ -178,16 +185,16 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     offsets = (-jitter + (jitter - -jitter) * random.on_host().uniform(3, 2).double()).float()
     inverse = _affine_matrices(source, source + offsets)
     # one copy per call for the per-sample numbers (alpha, the affine maps), one per smoothing axis
-    table = torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(device, non_blocking=True)
+    table = torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(device, dtype, non_blocking=True)
     alpha, inverse = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
-    warped = warp_affine_reflect_101(images, inverse)
-    row_smoothing = _smoothing_matrices(height, sigmas).to(device, non_blocking=True)
-    column_smoothing = _smoothing_matrices(width, sigmas).to(device, non_blocking=True)
+    warped = warp_affine_reflect_101(images, inverse, dtype)
+    row_smoothing = _smoothing_matrices(height, sigmas).to(device, dtype, non_blocking=True)
+    column_smoothing = _smoothing_matrices(width, sigmas).to(device, dtype, non_blocking=True)
     shifts = []
     for _ in range(2):
-        noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).double()
-        shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().double())
+        noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).to(dtype)
+        shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().to(dtype))
     shift_columns, shift_rows = shifts
-    rows = torch.arange(height, dtype=torch.float64, device=device)[None, :, None].expand(batch, -1, width)
-    columns = torch.arange(width, dtype=torch.float64, device=device)[None, None, :].expand(batch, height, -1)
+    rows = torch.arange(height, dtype=dtype, device=device)[None, :, None].expand(batch, -1, width)
+    columns = torch.arange(width, dtype=dtype, device=device)[None, None, :].expand(batch, height, -1)
     return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)

@@ -3,7 +3,8 @@
 Each draws the reference's noise directly (no byte tables), per value, from :class:`SampleRandom`,
 with every sample at its own severity; the results are equal in distribution to the CPU path's
 (``ccc.corruptions.noise``), not equal in bytes (another random stream, float32 instead of float64
-arithmetic on the noisy value).
+arithmetic on the noisy value). ``dtype`` (the working float dtype) shapes the normal draws'
+Box–Muller (through ``random``) and shot noise's division; the other steps are float32 in both modes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def _per_sample(name: str, severities: Tensor, images: Tensor) -> Tensor:
     return per_sample_parameters(name, severities).to(images.device, torch.float32).view(-1, 1, 1, 1)
 
 
-def gaussian_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def gaussian_noise(
+    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """``clip(x + N(0, sd), 0, 1)`` per value, ``sd`` from severity (0.08..0.38 on [0, 1] values).
 
     images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
@@ -35,21 +38,24 @@ def gaussian_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> 
     return torch.clamp(images + random.normal(*images.shape[1:]) * deviation, 0, 1)
 
 
-def shot_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def shot_noise(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """``clip(Poisson(x * c) / c, 0, 1)`` per value with ``c = 1 / table(severity)`` photons (60..3).
 
     images: float32 (B, 3, H, W) byte levels ``k / 255`` (as the pipeline passes them); severities:
     float64 (B,) in (0, 5] on the host; returns float32 (B, 3, H, W) in [0, 1]. One Poisson draw at
-    rates ``float32(k / 255) * c`` in float64, from a (B, 256) host table of every level's rate.
+    rates ``float32(k / 255) * c`` in float64, from a (B, 256) host table of every level's rate; the counts
+    divided by ``c`` in ``dtype``.
     """
     photons = 1.0 / per_sample_parameters("shot_noise", severities).to(torch.float64)
     rates = (torch.arange(256, dtype=torch.float32) / 255).to(torch.float64)[None, :] * photons[:, None]
-    counts = random.poisson(rates, byte_levels(images).to(torch.int64))
-    scale = photons.to(images.device, non_blocking=True).view(-1, 1, 1, 1)
-    return torch.clamp(counts.to(torch.float64) / scale, 0, 1).to(torch.float32)
+    counts = random.poisson(rates, byte_levels(images, torch.float32).to(torch.int64))
+    scale = photons.to(images.device, dtype, non_blocking=True).view(-1, 1, 1, 1)
+    return torch.clamp(counts.to(dtype) / scale, 0, 1).to(torch.float32)
 
 
-def impulse_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def impulse_noise(
+    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """Salt and pepper as ``skimage.util.random_noise(mode="s&p", amount=a)``.
 
     Each value is replaced with probability ``a`` (0.03..0.27), by 1 or 0 with probability 1/2 each.
@@ -62,7 +68,9 @@ def impulse_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> T
     return torch.where(replaced, salt.to(images.dtype), images)
 
 
-def speckle_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def speckle_noise(
+    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """``clip(x + x * N(0, sd), 0, 1)`` per value, ``sd`` from severity (0.15..0.6).
 
     images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
@@ -72,7 +80,7 @@ def speckle_noise(images: Tensor, severities: Tensor, random: SampleRandom) -> T
     return torch.clamp(images + images * random.normal(*images.shape[1:]) * deviation, 0, 1)
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
     "gaussian_noise": gaussian_noise,
     "shot_noise": shot_noise,
     "impulse_noise": impulse_noise,

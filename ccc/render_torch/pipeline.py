@@ -10,6 +10,11 @@ The CPU path's steps (``ccc.render.render_pixels`` then the JPEG encoding), for 
 3. stage 2: the same with ``n2``, ``s2`` and stage 1 of the random streams;
 4. the JPEG quality-85 round trip (:func:`~ccc.render_torch.jpeg.jpeg_round_trip`), unless ``jpeg=False``.
 
+``precision`` (:data:`ccc.render.RENDER_PRECISIONS`) picks the corruptions' working float dtype:
+``"float64"`` (default) computes in float64 where the CPU path's bytes need it, ``"float32"`` runs every
+such step in float32 (faster on a GPU, half the bytes moved; measured accuracy-level fidelity in
+``docs/fidelity.md``).
+
 A sample's bytes depend only on its spec and its source image: never on the batch size, the other
 samples or its position (every group draws from fresh per-sample streams). A stage copies its random
 streams' keys and its groups' positions to the device once each, whatever the number of groups.
@@ -23,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ccc.corruptions import get_corruption
+from ccc.render import check_render_precision
 from ccc.stream.spec import SampleSpec
 
 from . import blur, digital, noise, snow, weather
@@ -31,12 +37,26 @@ from .geometry import SourceImage, crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
 from .random import SampleRandom
 
-__all__ = ["TORCH_CORRUPTIONS", "apply_corruption_stage", "render_batch", "torch_corruption"]
+__all__ = ["TORCH_CORRUPTIONS", "apply_corruption_stage", "render_batch", "torch_corruption", "working_dtype"]
+
+Corruption = Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]
+"""A torch corruption ``f(images, severities, random, dtype)`` (the contract in :mod:`ccc.render_torch`)."""
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
-def _collect_corruptions() -> dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]]:
+def working_dtype(precision: str) -> torch.dtype:
+    """The corruptions' working float dtype of ``precision`` (``"float64"`` or ``"float32"``).
+
+    Raises:
+        ValueError: one line, for another value.
+    """
+    return _DTYPES[check_render_precision(precision)]
+
+
+def _collect_corruptions() -> dict[str, Corruption]:
     """Every family module's ``TORCH_CORRUPTIONS``, merged (each name is implemented by one module)."""
-    table: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {}
+    table: dict[str, Corruption] = {}
     for family in (noise, digital, blur, snow, weather):
         table.update(family.TORCH_CORRUPTIONS)
     return table
@@ -46,7 +66,7 @@ TORCH_CORRUPTIONS = _collect_corruptions()
 """Registered corruption name → torch implementation, merged from the family modules."""
 
 
-def torch_corruption(name: str) -> Callable[[Tensor, Tensor, SampleRandom], Tensor]:
+def torch_corruption(name: str) -> Corruption:
     """The torch implementation of corruption ``name`` (a registered name or alias).
 
     Raises:
@@ -60,7 +80,12 @@ def torch_corruption(name: str) -> Callable[[Tensor, Tensor, SampleRandom], Tens
 
 
 def apply_corruption_stage(
-    images: Tensor, names: Sequence[str], severities: Sequence[float], seeds: Tensor, stage: int
+    images: Tensor,
+    names: Sequence[str],
+    severities: Sequence[float],
+    seeds: Tensor,
+    stage: int,
+    precision: str = "float64",
 ) -> Tensor:
     """One stage of the corruption pairs: sample ``k`` gets ``names[k]`` at ``severities[k]``.
 
@@ -69,10 +94,16 @@ def apply_corruption_stage(
         names: B corruption names; severities: B floats in [0, 5] (0 leaves the sample unchanged).
         seeds: int64 (B,) per-sample seeds, on the host (a device tensor is read back once).
         stage: 0 or 1 (which half of the pair; selects the random streams).
+        precision: ``"float64"`` (default: the CPU path's arithmetic) or ``"float32"`` (every float64 step
+            of the corruptions and of the random streams in float32), see :func:`working_dtype`.
 
     Returns:
         float32 (B, 3, H, W) byte levels (truncated), a new tensor.
+
+    Raises:
+        ValueError: an unknown ``precision``.
     """
+    dtype = working_dtype(precision)
     output = images.clone()
     canonical = [get_corruption(name).name for name in names]
     groups = [
@@ -83,17 +114,21 @@ def apply_corruption_stage(
     if not groups:
         return output
     # one copy of the stage's keys and one of every group's positions, whatever the number of groups
-    random = SampleRandom(seeds.cpu(), stage, images.device)
+    random = SampleRandom(seeds.cpu(), stage, images.device, dtype)
     positions = torch.tensor([k for _, members in groups for k in members]).to(images.device, non_blocking=True)
     for (name, members), index in zip(groups, positions.split([len(members) for _, members in groups])):
         group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)
-        corrupted = torch_corruption(name)(images[index], group_severities, random.group(members, index))
+        corrupted = torch_corruption(name)(images[index], group_severities, random.group(members, index), dtype)
         output[index] = truncate_to_levels(corrupted)
     return output
 
 
 def render_batch(
-    specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device | str, jpeg: bool = True
+    specs: Sequence[SampleSpec],
+    images: Sequence[SourceImage],
+    device: torch.device | str,
+    jpeg: bool = True,
+    precision: str = "float64",
 ) -> Tensor:
     """Render ``specs`` from their decoded source images on ``device``.
 
@@ -102,14 +137,18 @@ def render_batch(
         images: one decoded RGB source image per spec (numpy uint8 (H, W, 3) or torch uint8 (3, H, W)).
         device: where to render.
         jpeg: apply the stream's final JPEG quality-85 round trip (as a reader of the shards sees it).
+        precision: the corruptions' working float dtype, ``"float64"`` (default) or ``"float32"``
+            (:func:`apply_corruption_stage`).
 
     Returns:
         uint8 (B, 3, 224, 224) on ``device``.
 
     Raises:
         NotImplementedError: a corruption of the specs has no torch implementation.
-        ValueError: mismatched inputs (see :func:`~ccc.render_torch.geometry.crop_resize_flip`).
+        ValueError: mismatched inputs (see :func:`~ccc.render_torch.geometry.crop_resize_flip`), an
+            unknown ``precision``.
     """
+    working_dtype(precision)
     for spec in specs:
         for name, severity in ((spec.n1, spec.s1), (spec.n2, spec.s2)):
             if severity > 0:
@@ -117,7 +156,7 @@ def render_batch(
     device = torch.device(device)
     pixels = crop_resize_flip(specs, images, device)
     seeds = torch.tensor([spec.seed for spec in specs], dtype=torch.int64)
-    pixels = apply_corruption_stage(pixels, [s.n1 for s in specs], [s.s1 for s in specs], seeds, 0)
-    pixels = apply_corruption_stage(pixels, [s.n2 for s in specs], [s.s2 for s in specs], seeds, 1)
+    pixels = apply_corruption_stage(pixels, [s.n1 for s in specs], [s.s1 for s in specs], seeds, 0, precision)
+    pixels = apply_corruption_stage(pixels, [s.n2 for s in specs], [s.s2 for s in specs], seeds, 1, precision)
     output = torch.round(pixels * 255).to(torch.uint8)
     return jpeg_round_trip(output, FINAL_QUALITY) if jpeg else output

@@ -11,14 +11,20 @@ The hash runs on int64 tensors (two's-complement wrap-around, logical right shif
 the 64-bit words are bit-identical on every device. The conversions to floats:
 
 - ``uniform``: the top 24 bits as ``k / 2**24`` (float32, exact on every device);
-- ``normal``: Box–Muller on two 24-bit uniforms taken from the same word, in float64, rounded to
-  float32 (``log``/``cos`` may differ by an ulp between devices; after rounding to float32 the
-  values agree except for rare last-bit differences);
+- ``normal``: Box–Muller on two 24-bit uniforms taken from the same word, in the streams' working
+  dtype (float64 by default, then rounded to float32: ``log``/``cos`` may differ by an ulp between
+  devices; after rounding to float32 the values agree except for rare last-bit differences; float32
+  in the renderer's float32 mode, a few float32 ulps from the float64 values);
 - ``integers``: multiply-shift of the top 32 bits, ``low + (h * (high - low)) >> 32`` (integer only,
   exact on every device; the bias is at most ``(high - low) / 2**32`` per value);
 - ``poisson``: exact inversion of the Poisson CDF up to rate 1000, the normal approximation with continuity
   correction above, at rates looked up in a per-sample host table (40-bit integer CDF tables of its
   distinct rates built on the host; see :meth:`SampleRandom.poisson`).
+
+The words stay 64-bit: splitmix64 needs 64-bit multiplications modulo 2**64, which int32 tensors
+could only emulate with four half-width products and carries per multiplication (more device work
+for the same bytes), and the words (so the drawn values, which the tests pin) would have to stay the
+same. The uniforms' integer parts (24, 32 or 40 bits) are exact in the conversions above.
 """
 
 from __future__ import annotations
@@ -106,17 +112,28 @@ class SampleRandom:
         stage: 0 for the pair's first corruption, 1 for the second.
         device: where the values are drawn (default ``seeds.device``); the streams' keys are computed
             where the seeds are and copied there once.
+        dtype: the working float dtype of ``normal``'s Box–Muller and ``poisson``'s normal
+            approximation: ``torch.float64`` (default) or ``torch.float32`` (the renderer's float32 mode).
 
     Every draw returns a tensor with the batch dimension first, on :attr:`device`. :meth:`on_host` draws
     the same values on the CPU, for per-sample numbers that build host tables (angles, kernel sizes).
     """
 
-    def __init__(self, seeds: Tensor, stage: int = 0, device: torch.device | str | None = None):
+    def __init__(
+        self,
+        seeds: Tensor,
+        stage: int = 0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float64,
+    ):
         if seeds.dtype != torch.int64 or seeds.ndim != 1:
             raise ValueError(f"seeds must be an int64 tensor of shape (B,), got {seeds.dtype} {tuple(seeds.shape)}")
         if stage < 0:
             raise ValueError(f"stage must be >= 0, got {stage}")
+        if dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
         self.seeds = seeds
+        self.dtype = dtype
         self.stage = stage
         self.device = seeds.device if device is None else torch.device(device)
         self._sample_keys = _keys(seeds, stage).to(self.device, non_blocking=True)
@@ -129,6 +146,7 @@ class SampleRandom:
         host = SampleRandom.__new__(SampleRandom)
         host.seeds = self.seeds.cpu()
         host.stage = self.stage
+        host.dtype = self.dtype
         host.device = torch.device("cpu")
         host._sample_keys = _keys(host.seeds, self.stage)
         host._draws = self._draws
@@ -153,8 +171,8 @@ class SampleRandom:
     def normal(self, *shape: int) -> Tensor:
         """float32 (B, *shape), standard normal (Box–Muller)."""
         words = self._words(shape)
-        radius_uniform = (_shift_right(words, 64 - _UNIFORM_BITS) + 1).to(torch.float64) * _UNIFORM_SCALE
-        angle_uniform = (_shift_right(words, 64 - 2 * _UNIFORM_BITS) & ((1 << _UNIFORM_BITS) - 1)).to(torch.float64)
+        radius_uniform = (_shift_right(words, 64 - _UNIFORM_BITS) + 1).to(self.dtype) * _UNIFORM_SCALE
+        angle_uniform = (_shift_right(words, 64 - 2 * _UNIFORM_BITS) & ((1 << _UNIFORM_BITS) - 1)).to(self.dtype)
         radius = torch.sqrt(-2.0 * torch.log(radius_uniform))
         return (radius * torch.cos(angle_uniform * (2.0 * math.pi * _UNIFORM_SCALE))).to(torch.float32)
 
@@ -191,13 +209,16 @@ class SampleRandom:
         packed, sizes = _poisson_tables(rates.to(torch.float64))
         bits, row_of_rate, starts, lengths, keys = torch.split(packed.to(self.device, non_blocking=True), sizes)
         flat = (torch.arange(len(self), device=self.device) * rates.shape[1]).view(-1, *[1] * (index.ndim - 1)) + index
-        rate = bits.view(torch.float64)[flat]
         row = row_of_rate[flat]
         found = torch.searchsorted(keys, ((row << _POISSON_BITS) + uniform).contiguous())
-        exact = torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float64)
-        standard = torch.special.ndtri((uniform.to(torch.float64) + 0.5) / _POISSON_SCALE)
+        # counts below 2**24 are exact in float32
+        exact = torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float32)
+        if not bool((rates > EXACT_POISSON_MAX_RATE).any()):  # a host table: decided without a device read
+            return exact
+        rate = bits.view(torch.float64).to(self.dtype)[flat]
+        standard = torch.special.ndtri((uniform.to(self.dtype) + 0.5) / _POISSON_SCALE)
         approximate = torch.floor(rate + torch.sqrt(rate) * standard + 0.5).clamp(min=0.0)
-        return torch.where(rate > EXACT_POISSON_MAX_RATE, approximate, exact).to(torch.float32)
+        return torch.where(rate > EXACT_POISSON_MAX_RATE, approximate.to(torch.float32), exact)
 
     def group(self, members: Sequence[int], index: Tensor) -> SampleRandom:
         """The streams of samples ``members`` with a fresh draw counter: the values of
@@ -210,6 +231,7 @@ class SampleRandom:
         chosen = SampleRandom.__new__(SampleRandom)
         chosen.seeds = self.seeds[list(members)]
         chosen.stage = self.stage
+        chosen.dtype = self.dtype
         chosen.device = self.device
         chosen._sample_keys = self._sample_keys[index]
         chosen._draws = [0]

@@ -3,7 +3,8 @@
 Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
 batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
 order as the CPU draws, different values). Given the same draws the results equal the CPU's (see
-``docs/fidelity.md``, "The torch backend").
+``docs/fidelity.md``, "The torch backend"). Each takes the working float dtype last: ``torch.float64``
+(default, the CPU's arithmetic) or ``torch.float32`` (every float64 step in float32).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import Tensor
 from ccc.corruptions.assets import frost_textures
 from ccc.corruptions.weather import FROST_CHOICES
 
-from ._levels import byte_levels, unit_float32, unit_float64
+from ._levels import byte_levels, unit_float32, unit_values
 from .blur import gaussian_blur_nearest
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
 from .elastic import elastic
@@ -66,7 +67,7 @@ def _colour(rgb: tuple[float, float, float], device: torch.device) -> Tensor:
     return torch.tensor(rgb, dtype=torch.float32)[None, :, None, None].to(device)
 
 
-def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """``a * x + b * window`` of a random frost texture, per sample (ImageNet-C's frost).
 
     Args:
@@ -90,10 +91,10 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     choice = _uniform_below(host_random, torch.full((batch,), FROST_CHOICES))
     top = _uniform_below(host_random, heights[choice] - height)
     left = _uniform_below(host_random, widths[choice] - width)
-    # one copy per call: the weights (a, b) and the window (texture, top, left), exact in float64
+    # one copy per call: the weights (a, b) and the window (texture, top, left; exact in float32 too)
     window_table = torch.stack([choice, top, left], dim=1).double()
     table = torch.cat([per_sample_parameters("frost", severities), window_table], dim=1).to(
-        images.device, non_blocking=True
+        images.device, dtype, non_blocking=True
     )
     parameters, (choice, top, left) = table[:, :2], table[:, 2:].long().unbind(dim=1)
     stack = _frost_stack(images.device)
@@ -101,7 +102,7 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     columns = left[:, None] + torch.arange(width, device=images.device)
     window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
     image_weight, frost_weight = parameters[:, 0, None, None, None], parameters[:, 1, None, None, None]
-    values = image_weight * byte_levels(images) + frost_weight * window.double()
+    values = image_weight * byte_levels(images, dtype) + frost_weight * window.to(dtype)
     return unit_float32(torch.clamp(values, 0, 255))
 
 
@@ -114,20 +115,21 @@ def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Ten
 
     Args:
         size: side in pixels, a power of two >= 2.
-        wibble_decay: float64 (B,), the factor dividing the perturbation amplitude per level.
+        wibble_decay: float64 (B,) (float32 in the float32 mode), the factor dividing the perturbation
+            amplitude per level; its dtype is the computation's.
         random: three draws per level (square centres, diamonds on corner rows, diamonds between).
 
     Returns:
-        float64 (B, size, size).
+        (B, size, size) of ``wibble_decay``'s dtype.
     """
-    batch = wibble_decay.shape[0]
-    height_map = torch.zeros((batch, size, size), dtype=torch.float64, device=wibble_decay.device)
-    wibble = torch.full((batch, 1, 1), 100.0, dtype=torch.float64, device=wibble_decay.device)
+    batch, dtype = wibble_decay.shape[0], wibble_decay.dtype
+    height_map = torch.zeros((batch, size, size), dtype=dtype, device=wibble_decay.device)
+    wibble = torch.full((batch, 1, 1), 100.0, dtype=dtype, device=wibble_decay.device)
     decay = wibble_decay[:, None, None]
     step = size
 
     def perturbed_mean(total: Tensor) -> Tensor:
-        draws = random.uniform(*total.shape[1:]).double()
+        draws = random.uniform(*total.shape[1:]).to(dtype)
         return total / 4 + wibble * (-wibble + (wibble - -wibble) * draws)
 
     while step >= 2:
@@ -150,7 +152,7 @@ def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Ten
     return height_map / height_map.amax(dim=(1, 2), keepdim=True)
 
 
-def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def fog(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Add ``strength`` times a plasma fractal, rescaled by ``max / (max + strength)`` (ImageNet-C's fog).
 
     Args:
@@ -162,10 +164,10 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
         float32 (B, 3, H, W) in [0, 1], exact given the same draws.
     """
     _, _, height, width = images.shape
-    parameters = per_sample_parameters("fog", severities).to(images.device, non_blocking=True)
+    parameters = per_sample_parameters("fog", severities).to(images.device, dtype, non_blocking=True)
     strength = parameters[:, 0, None, None, None]
     map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
-    unit = unit_float64(images)
+    unit = unit_values(images, dtype)
     maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
     fractal = plasma_fractal(map_size, parameters[:, 1], random)[:, None, :height, :width]
     unit = unit + strength * fractal
@@ -173,7 +175,8 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
 
 
 def _blur_fields(fields: Tensor, sigmas: Tensor) -> Tensor:
-    """float64 (B, H, W) fields blurred with replicated borders, sigmas float64 (B,) > 0 in pixels on the host
+    """float64 (or float32) (B, H, W) fields blurred with replicated borders (the same dtype back), sigmas
+    float64 (B,) > 0 in pixels on the host
     (the CPU's ``gaussian_blur_nearest``, in OpenCV's operation order:
     :func:`~ccc.render_torch.blur.gaussian_blur_nearest`)."""
     return gaussian_blur_nearest(fields[:, None], sigmas.tolist())[:, 0]
@@ -186,31 +189,35 @@ _MUD = (63 / 255.0, 42 / 255.0, 20 / 255.0)
 
 
 def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
-    """Spatter's water branch: drops shaded by an embossed, equalised distance-to-edge map (float32 [0, 1])."""
+    """Spatter's water branch: drops shaded by an embossed, equalised distance-to-edge map (float32 [0, 1]).
+
+    ``liquid`` and ``intensity`` are of the working dtype; the byte images between the filters are
+    float32 (integers 0..255, exact), the two 3x3 box blurs run in the working dtype."""
+    dtype = liquid.dtype
     # numpy's float -> uint8 cast wraps values of 256 and more (a liquid above 1.004, rare but seen)
-    liquid_bytes = torch.remainder(torch.floor(liquid * 255), 256)
+    liquid_bytes = torch.remainder(torch.floor(liquid * 255), 256).float()
     edges = canny(liquid_bytes, 50, 150)
     distance = chamfer_distance(edges, 20.0)
-    distance = torch.floor(box_blur3(distance.double()).float()).double()
+    distance = torch.floor(box_blur3(distance.to(dtype)).float())
     distance = emboss(equalize_histogram(distance))
-    distance = torch.round(box_blur3(distance)).float()
-    wetness = liquid_bytes.float() * distance
+    distance = torch.round(box_blur3(distance.to(dtype))).float()
+    wetness = liquid_bytes * distance
     peak = wetness.amax(dim=(1, 2), keepdim=True)
     wetness = torch.where(peak > 0, wetness / torch.where(peak > 0, peak, 1), wetness)
-    wetness = (wetness.double() * intensity[:, None, None]).float()
+    wetness = (wetness.to(dtype) * intensity[:, None, None]).float()
     return torch.clamp(unit + wetness[:, None] * _colour(_WATER, unit.device), 0, 1)
 
 
 def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, sigmas: Tensor) -> Tensor:
     """Spatter's mud branch: brown blotches where the liquid mask, blurred by ``sigmas`` (float64 (B,) in
-    pixels, on the host), exceeds 0.8 (float32 [0, 1])."""
-    mask = _blur_fields((liquid > threshold[:, None, None]).double(), sigmas).float()
+    pixels, on the host) in the liquid's dtype, exceeds 0.8 (float32 [0, 1])."""
+    mask = _blur_fields((liquid > threshold[:, None, None]).to(liquid.dtype), sigmas).float()
     mask = torch.where(mask < 0.8, 0, mask)[:, None]
     mud = _colour(_MUD, unit.device) * mask
     return torch.clamp(unit * (1 - mask) + mud, 0, 1)
 
 
-def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
+def spatter(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Water drops or mud blotches from a smoothed, thresholded noise layer (ImageNet-C's spatter).
 
     Args:
@@ -229,11 +236,13 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     _, _, liquid_sigma, _, host_intensity, mud = host_parameters.unbind(dim=1)
     water_count = int((mud < 0.5).sum())
     water_first = torch.argsort((mud >= 0.5).long(), stable=True)
-    # one copy per call: the parameters and the samples in branch order (water first), exact in float64
-    table = torch.cat([host_parameters, water_first[:, None].double()], dim=1).to(images.device, non_blocking=True)
+    # one copy per call: the parameters and the samples in branch order (water first; positions exact in float32)
+    table = torch.cat([host_parameters, water_first[:, None].double()], dim=1).to(
+        images.device, dtype, non_blocking=True
+    )
     mean, spread, _, threshold, intensity, _, order = table.unbind(dim=1)
     order = order.long()
-    noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).double()
+    noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).to(dtype)
     liquid = _blur_fields(noise, liquid_sigma)
     liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
     output = torch.empty_like(images)
@@ -247,7 +256,7 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom) -> Tensor:
     return output
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom], Tensor]] = {
+TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
     "frost": frost,
     "fog": fog,
     "spatter": spatter,

@@ -83,10 +83,11 @@ def rendering_settings() -> dict[str, Any]:
 
 def describe_renderer(renderer: Mapping[str, str] | None) -> str:
     """The renderer a manifest records, in words: ``the CPU reference path`` (None) or e.g.
-    ``the torch backend on cuda``."""
+    ``the torch backend on cuda`` or ``the torch backend on cuda in float32`` (a ``precision`` entry)."""
     if renderer is None:
         return "the CPU reference path"
-    return f"the {renderer.get('backend', '?')} backend on {renderer.get('device_type', '?')}"
+    precision = f" in {renderer['precision']}" if "precision" in renderer else ""
+    return f"the {renderer.get('backend', '?')} backend on {renderer.get('device_type', '?')}{precision}"
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ class Manifest:
         previous_library_versions: versions of earlier runs that wrote shards into this folder,
             when they differ from :attr:`library_versions`.
         renderer: the rendering backend when it is not the CPU reference path, e.g.
-            ``{"backend": "torch", "device_type": "cuda"}``; None (not written) for the CPU path.
+            ``{"backend": "torch", "device_type": "cuda"}`` (plus ``"precision": "float32"`` for the torch
+            backend's float32 mode); None (not written) for the CPU path.
     """
 
     stream: StreamSpec

@@ -20,7 +20,8 @@ Two parts (``--part render``, the default; ``tta``; ``all``):
     exactly ``render_batch(..., jpeg=True)``. Each repeat renders ``--images`` samples (rounded up to
     whole batches); untimed warm-up: one batch per case and batch size, and every batch of a repeat at
     the first batch size (so that every corruption has run once); CUDA synchronised around every
-    timed call; the median over ``--repeats`` is reported. The torch path's bytes differ from the CPU
+    timed call; the median over ``--repeats`` is reported. ``--render-precision float32`` times the
+    torch path's float32 mode (``render_batch(..., precision="float32")``). The torch path's bytes differ from the CPU
     path's (its random corruptions draw from counter-based per-sample streams; reproducible on the
     same device type): this measures speed only.
 
@@ -75,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corruptions import UsageError, _environment, _parse_names, run_and_write  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
 
-from ccc.render import decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
+from ccc.render import RENDER_PRECISIONS, decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
 from ccc.load.rendered_stream import check_render_device  # noqa: E402
 from ccc.render_torch import jpeg_round_trip, render_batch  # noqa: E402
 from ccc.stream.plan import plan_sample, plan_stream  # noqa: E402
@@ -178,23 +179,25 @@ def time_torch_path(
     count: int,
     repeats: int,
     warm_all: bool,
+    precision: str = "float64",
 ) -> dict[str, dict[str, float]]:
     """Images/s of the torch path on ``device``: ``count`` samples (rounded up to whole batches of
     ``batch_size``, cycling through ``specs`` and their decoded ``images``) per repeat; the corruption
     rendering (``render_batch(jpeg=False)``), the final JPEG round trip alone, and both. Untimed
     warm-up: the first batch (``warm_all``: every batch of one repeat, so that every corruption of
-    ``specs`` has run once)."""
+    ``specs`` has run once). ``precision``: ``render_batch``'s working float precision."""
     batches = -(-count // batch_size)
     order = [index % len(specs) for index in range(batches * batch_size)]
     chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     for chunk in chunks if warm_all else chunks[:1]:
-        jpeg_round_trip(render_batch([specs[k] for k in chunk], [images[k] for k in chunk], device, jpeg=False))
+        warm = render_batch([specs[k] for k in chunk], [images[k] for k in chunk], device, False, precision)
+        jpeg_round_trip(warm)
     render_seconds, jpeg_seconds, total_seconds = [], [], []
     for _ in range(repeats):
         render_wall = render_cpu = jpeg_wall = jpeg_cpu = 0.0
         for chunk in chunks:
             start = _elapsed(device)
-            rendered = render_batch([specs[k] for k in chunk], [images[k] for k in chunk], device, jpeg=False)
+            rendered = render_batch([specs[k] for k in chunk], [images[k] for k in chunk], device, False, precision)
             middle = _elapsed(device)
             jpeg_round_trip(rendered)
             end = _elapsed(device)
@@ -238,7 +241,14 @@ def render_part(arguments: argparse.Namespace, device: torch.device, folder: Pat
             result["cpu_path"][case] = cpu
         result["torch_path"][case] = {
             str(batch_size): time_torch_path(
-                case_specs, images, device, batch_size, arguments.images, arguments.repeats, position == 0
+                case_specs,
+                images,
+                device,
+                batch_size,
+                arguments.images,
+                arguments.repeats,
+                position == 0,
+                arguments.render_precision,
             )
             for position, batch_size in enumerate(arguments.batch_sizes)
         }
@@ -419,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="samples per case of the CPU path, at most --images (default: 64; 0: skip)",
     )
     render.add_argument("--repeats", type=int, default=1, help="timed repeats; median reported (default: 1)")
+    render.add_argument(
+        "--render-precision",
+        choices=RENDER_PRECISIONS,
+        default=RENDER_PRECISIONS[0],
+        help="the torch path's working float precision (default: float64)",
+    )
     tta = parser.add_argument_group("tta part")
     tta.add_argument("--model", default="demo", help="demo (the demo model) or a torchvision name, random weights")
     tta.add_argument("--method", default="source,tent", help="comma list of tta-eval methods (default: source,tent)")
@@ -472,6 +488,7 @@ def run(arguments: argparse.Namespace) -> dict:
             "images": arguments.images,
             "cpu_images": min(arguments.cpu_images, arguments.images),
             "repeats": arguments.repeats,
+            "render_precision": arguments.render_precision,
             "source_images": f"{SOURCE_IMAGES} photographs, 500×375 or 375×500 JPEG quality 90",
         },
         "environment": _environment(),

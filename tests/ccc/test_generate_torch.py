@@ -125,6 +125,19 @@ def test_a_folder_is_resumed_only_with_its_renderer(random_plan, torch_reference
     assert load_manifest(cpu_dir).renderer is None
 
 
+def test_the_float32_precision_is_recorded_and_resumed_only_with_itself(random_plan, tmp_path: Path) -> None:
+    single = TorchRendering("cpu", 8, "float32")
+    assert TorchRendering("cpu").manifest_record() == TORCH_CPU, "the default keeps older manifests resumable"
+    generate_stream(random_plan, tmp_path, SerialExecutor(), progress=False, rendering=single)
+    assert load_manifest(tmp_path).renderer == {**TORCH_CPU, "precision": "float32"}
+    with pytest.raises(
+        OutputFolderError, match="by the torch backend on cpu in float32, not the torch backend on cpu:"
+    ):
+        generate_stream(random_plan, tmp_path, SerialExecutor(), progress=False, rendering=TorchRendering("cpu", 8))
+    with pytest.raises(ValueError, match="render precision must be one of float64, float32, got 'half'"):
+        TorchRendering("cpu", 8, "half")
+
+
 class _RayStub:
     """What :func:`check_render_device` reads of a Ray executor: distributed, with ``gpus`` GPUs."""
 
@@ -196,6 +209,11 @@ def test_the_dry_run_shows_the_renderer(tmp_path: Path, capsys, monkeypatch: pyt
     assert "renderer: the CPU reference path (the default" in capsys.readouterr().out
     assert main(demo_arguments(tmp_path / "out", "--dry-run", "--render-device", "cuda")) == 0, "previewed anywhere"
     assert "renderer: the torch backend on cuda (cuda, batches of 64" in capsys.readouterr().out
+    single = ("--dry-run", "--render-device", "cpu", "--render-precision", "float32")
+    assert main(demo_arguments(tmp_path / "out", *single)) == 0
+    assert "renderer: the torch backend on cpu in float32 (cpu, batches of 64" in capsys.readouterr().out
+    plots = sorted(path.name for path in tmp_path.glob("*_schedule.png"))
+    assert [name for name in plots if name.endswith("_torch_float32_schedule.png")], plots
     assert not (tmp_path / "out").exists()
 
 
@@ -204,6 +222,8 @@ def test_a_bad_render_device_ends_the_command_before_anything_is_written(tmp_pat
     assert "render device must be 'cpu' or 'cuda[:index]', got 'tpu'" in line
     line = one_line_error(capsys, demo_arguments(tmp_path, "--render-batch-size", "8"))
     assert "--render-batch-size applies to the torch renderer" in line
+    line = one_line_error(capsys, demo_arguments(tmp_path, "--render-precision", "float32"))
+    assert "--render-precision applies to the torch renderer: add --render-device cpu|cuda" in line
     if not torch.cuda.is_available():
         line = one_line_error(capsys, demo_arguments(tmp_path, "--render-device", "cuda"))
         assert "render device: device 'cuda' requested but CUDA is not available" in line

@@ -73,12 +73,26 @@ def test_tensor_formats_are_those_of_the_cpu_path(folder: Path, image_format: st
     [
         ({"device": "tpu"}, "render device: device must be .cpu. or .cuda"),
         ({"device": "cpu", "image_format": "pil"}, "image_format must be one of uint8, float, normalized"),
+        ({"precision": "float32"}, "precision='float32' applies to the torch backend: pass device='cpu' or 'cuda'"),
+        ({"device": "cpu", "precision": "bf16"}, "render precision must be one of float64, float32, got 'bf16'"),
     ],
 )
 def test_bad_device_options_are_refused_in_one_line(folder: Path, options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as error:
         render_stream(DETERMINISTIC, imagenet=folder, **options)
     assert "\n" not in str(error.value)
+
+
+def test_the_float32_precision_renders_the_same_samples_nearly(folder: Path) -> None:
+    """Same draws, a float32 Box–Muller: the bytes (uint8) move by a level at a few values at most."""
+
+    def images(precision: str) -> torch.Tensor:
+        stream = render_stream(RANDOM, imagenet=folder, limit=4, device="cpu", precision=precision, compress=False)
+        return _images(stream).double()
+
+    exact, single = images("float64"), images("float32")
+    assert exact.shape == single.shape == (4, 3, 224, 224)
+    assert float((exact - single).abs().mean()) < 0.05
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

@@ -162,6 +162,9 @@ def test_parse_render_location() -> None:
     assert parse_render_location("shards/RUN,calibration=t.npz,device=cpu") == RenderRequest(
         "shards/RUN", None, "t.npz", device="cpu"
     )
+    assert parse_render_location("shards/RUN,calibration=t.npz,device=cpu,precision=float32") == RenderRequest(
+        "shards/RUN", None, "t.npz", device="cpu", precision="float32"
+    )
 
 
 @pytest.mark.parametrize(
@@ -178,6 +181,8 @@ def test_parse_render_location() -> None:
         ("a,b,calibration=t.npz", "one run folder"),
         ("demo,start=-1", "start must be"),
         ("demo,device=tpu", "render device: device must be .cpu. or .cuda"),
+        ("demo,precision=float32", "precision=float32 applies to the torch backend: add device=cpu.cuda"),
+        ("demo,device=cpu,precision=float16", "render precision must be one of float64, float32, got 'float16'"),
     ],
 )
 def test_parse_render_location_refuses(location: str, message: str) -> None:
@@ -218,6 +223,8 @@ def test_a_rendered_run_is_named_by_its_length_and_renderer() -> None:
         ("demo,difficulty=medium,seed=43", f"{default}_rendered"),
         ("demo,difficulty=medium,seed=43,num_images=2000", f"{default}_images_2000_rendered"),
         ("demo,difficulty=medium,seed=43,num_images=2000,device=cpu", f"{default}_images_2000_rendered_torch"),
+        ("demo,difficulty=medium,seed=43,device=cpu,precision=float64", f"{default}_rendered_torch"),
+        ("demo,difficulty=medium,seed=43,device=cpu,precision=float32", f"{default}_rendered_torch_float32"),
     ):
         assert describe_stream_source(f"ccc-render:{definition}", StreamOptions()).run_name == name
 

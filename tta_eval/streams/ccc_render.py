@@ -16,7 +16,7 @@ from tta_eval.streams.options import StreamOptions
 from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource
 
 
-RENDER_OPTIONS = ("imagenet", "calibration", "start", "device", "source_decoder")
+RENDER_OPTIONS = ("imagenet", "calibration", "start", "device", "source_decoder", "precision")
 """Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
 
 
@@ -32,7 +32,8 @@ class RenderRequest:
     workers (the shards' bytes), ``cpu`` or ``cuda[:index]`` with the torch backend on that device
     (the workers decode; its bytes differ from the shards', ``docs/fidelity.md``); source_decoder:
     ``pillow`` (the workers decode) or ``device`` (torchvision decodes the JPEGs on ``device``; see
-    ``ccc.render_stream``).
+    ``ccc.render_stream``); precision: with ``device`` only, the torch backend's working float precision
+    (None: ``float64``; ``float32``).
     """
 
     definition: str | dict[str, Any]
@@ -42,6 +43,7 @@ class RenderRequest:
     demo: bool = False
     device: str | None = None
     source_decoder: str = "pillow"
+    precision: str | None = None
 
 
 RENDER_EXAMPLE = (
@@ -57,8 +59,8 @@ def parse_render_location(location: str) -> RenderRequest:
     or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
     for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none), ``start=INDEX`` and
     ``device=cpu|cuda[:index]`` (render with the torch backend there) and, with it,
-    ``source_decoder=pillow|device`` (who decodes the source JPEGs). Raises ValueError naming what is
-    wrong."""
+    ``source_decoder=pillow|device`` (who decodes the source JPEGs) and ``precision=float64|float32``
+    (its working float precision). Raises ValueError naming what is wrong."""
     from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
@@ -93,6 +95,15 @@ def parse_render_location(location: str) -> RenderRequest:
     if device is not None:
         device = str(device)
         check_render_device(device)
+    precision = values.pop("precision", None)
+    if precision is not None:
+        from ccc.render import check_render_precision
+
+        if device is None:
+            raise ValueError(
+                f"ccc-render option precision={precision} applies to the torch backend: add device=cpu|cuda"
+            )
+        precision = check_render_precision(str(precision))
     imagenet = values.pop("imagenet", None)
     calibration = values.pop("calibration", None)
     if folders and not demo and imagenet is None and calibration is None:
@@ -125,6 +136,7 @@ def parse_render_location(location: str) -> RenderRequest:
             demo,
             device,
             source_decoder,
+            precision,
         )
     if "corruptions" in values:
         values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
@@ -141,6 +153,7 @@ def parse_render_location(location: str) -> RenderRequest:
         demo,
         device,
         source_decoder,
+        precision,
     )
 
 
@@ -169,6 +182,7 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
         image_format="float",
         device=request.device,
         source_decoder=request.source_decoder,
+        precision=request.precision,
     )
     loader = stream_loader(stream, batch_size=options.batch_size, num_workers=options.num_workers)
     unbounded = stream.spec.num_images >= UNBOUNDED_IMAGES  # type: ignore[attr-defined]
@@ -179,7 +193,19 @@ RENDERED_RUN_SUFFIX = "_rendered"
 """Ends the default run folder name of a ``ccc-render:`` stream (the stream's name stays ``ccc-generate``'s)."""
 
 TORCH_RENDERED_RUN_SUFFIX = "_rendered_torch"
-"""Ends it for a stream rendered by the torch backend (``device=``), whose bytes differ from the shards'."""
+"""Ends it for a stream rendered by the torch backend (``device=``), whose bytes differ from the shards'
+(followed by ``_<precision>`` for a precision other than the default, e.g. ``_rendered_torch_float32``)."""
+
+
+def _rendered_run_suffix(request: RenderRequest) -> str:
+    """The default run folder name's ending of ``request``: the renderer and a non-default precision."""
+    from ccc.render import DEFAULT_RENDER_PRECISION
+
+    if request.device is None:
+        return RENDERED_RUN_SUFFIX
+    if request.precision in (None, DEFAULT_RENDER_PRECISION):
+        return TORCH_RENDERED_RUN_SUFFIX
+    return f"{TORCH_RENDERED_RUN_SUFFIX}_{request.precision}"
 
 
 def _count_source_images(request: RenderRequest) -> int | None:
@@ -243,7 +269,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         samples=samples,
         world=DEMO_WORLD if demo else "imagenet",
         num_classes=len(DEMO_CLASSES) if demo else None,
-        run_name=name + (RENDERED_RUN_SUFFIX if request.device is None else TORCH_RENDERED_RUN_SUFFIX),
+        run_name=name + _rendered_run_suffix(request),
     )
 
 

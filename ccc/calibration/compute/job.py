@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from ccc.calibration.compute.backends import CalibrationBackend
+from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
 from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,
@@ -232,6 +233,8 @@ class CalibrationJob:
         backend: the calibration backend that runs the units (:mod:`ccc.calibration.compute.registry`);
             one other than the default ``model`` is part of the identity and named in the table's notes
             (the ``torch`` backend's pixels differ from the CPU path's, so its results differ).
+        render_precision: the ``torch`` backend's working float precision (``ccc.render.RENDER_PRECISIONS``);
+            one other than the default ``float64`` is part of the identity (its pixels differ again).
     """
 
     image_set: CalibrationImageSet
@@ -244,8 +247,10 @@ class CalibrationJob:
     amp: bool = False
     weights_file_sha256: str | None = None
     backend: str = DEFAULT_BACKEND
+    render_precision: str = DEFAULT_RENDER_PRECISION
 
     def __post_init__(self) -> None:
+        check_render_precision(self.render_precision)
         names = tuple(canonical_name(name, "corruptions") for name in self.corruptions)
         if len(names) < 2:
             raise ValueError(f"corruptions must list at least 2 corruptions, got {list(self.corruptions)}")
@@ -282,6 +287,8 @@ class CalibrationJob:
         }
         if self.backend != DEFAULT_BACKEND:
             identity["backend"] = self.backend
+        if self.render_precision != DEFAULT_RENDER_PRECISION:
+            identity["render_precision"] = self.render_precision
         return identity
 
 

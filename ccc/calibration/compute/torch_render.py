@@ -58,6 +58,7 @@ from ccc.calibration.compute.evaluator import ModelEvaluator, images_to_device, 
 from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
 from ccc.calibration.table import SEVERITIES
 from ccc.models import resolve_device
+from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
 from ccc.render_torch import apply_corruption_stage
 from ccc.validation import check_positive_int
 
@@ -78,12 +79,19 @@ class TorchRenderBackend:
         evaluator: the model on the rendering device.
         images_per_batch: target images corrupted and evaluated together, >= 1 (whole targets:
             ``max(1, images_per_batch // block size)`` targets per batch).
+        precision: the rendering backend's working float precision, ``"float64"`` (default) or
+            ``"float32"`` (:func:`ccc.render_torch.apply_corruption_stage`).
     """
 
     def __init__(
-        self, context: RenderContext, evaluator: ModelEvaluator, images_per_batch: int = DEFAULT_IMAGES_PER_BATCH
+        self,
+        context: RenderContext,
+        evaluator: ModelEvaluator,
+        images_per_batch: int = DEFAULT_IMAGES_PER_BATCH,
+        precision: str = DEFAULT_RENDER_PRECISION,
     ) -> None:
         check_positive_int("images_per_batch", images_per_batch)
+        self.precision = check_render_precision(precision)
         self.context = context
         self.evaluator = evaluator
         self.images_per_batch = images_per_batch
@@ -126,7 +134,8 @@ class TorchRenderBackend:
         name = context.corruptions[unit.corruption]
         seeds = self._seeds(positions, seed_key(context, unit.corruption, unit.severity))
         severity = float(SEVERITIES[unit.severity])
-        return apply_corruption_stage(images, [name] * len(positions), [severity] * len(positions), seeds, 0)
+        count = len(positions)
+        return apply_corruption_stage(images, [name] * count, [severity] * count, seeds, 0, self.precision)
 
     def render_targets(self, unit: WorkUnit, base: Tensor, targets: Sequence[tuple[int, int]]) -> Tensor:
         """Each target ``(n2, s2)`` applied to ``base`` (B images): float32 (len(targets)·B, 3, H, W), target-major."""
@@ -138,7 +147,7 @@ class TorchRenderBackend:
         seeds = torch.cat(
             [self._seeds(positions, seed_key(context, unit.corruption, unit.severity, target)) for target in targets]
         )
-        return apply_corruption_stage(base.repeat(len(targets), 1, 1, 1), names, severities, seeds, 1)
+        return apply_corruption_stage(base.repeat(len(targets), 1, 1, 1), names, severities, seeds, 1, self.precision)
 
     def execute(self, unit: WorkUnit) -> UnitResult:
         """Render and evaluate one unit; its :class:`UnitResult` (counts per cell of ``unit.cells()``).
@@ -161,7 +170,7 @@ class TorchRenderBackend:
 
 
 def _torch_backend(setup: BackendSetup) -> TorchRenderBackend:
-    setup.check_options("torch", ("images_per_batch",))
+    setup.check_options("torch", ("images_per_batch", "precision"))
     if setup.evaluators is not None:
         raise ValueError("calibration backend 'torch' runs one model in this process: do not pass evaluators")
     resolve_device(setup.device)
@@ -176,7 +185,8 @@ register_backend(
         "torch",
         _torch_backend,
         "renders each cell with the torch rendering backend and evaluates it on --device, in this process "
-        "(choose it with a GPU; its bytes differ from the CPU path's; option: images_per_batch)",
+        "(choose it with a GPU; its bytes differ from the CPU path's; options: images_per_batch, precision "
+        "float64 or float32)",
         uses_executor=False,
     )
 )

@@ -180,6 +180,25 @@ def test_ccc_calibrate_compute_with_the_torch_backend(folder: Path, tmp_path: Pa
     assert "Its bytes differ from the CPU path's" in help_text and "--backend torch --device cuda" in help_text
 
 
+def test_the_float32_precision_is_part_of_the_identity_and_only_for_the_torch_backend(
+    folder: Path, tmp_path: Path, capsys
+) -> None:
+    single = calibrate(config(folder, tmp_path / "single.npz", backend_options={"precision": "float32"}))
+    assert single.job.identity()["render_precision"] == "float32"
+    out = tmp_path / "t.npz"
+    assert "render_precision" not in config(folder, out).backend_options
+    WorkFolder.open(config(folder, out).work_folder_path, single.job.identity()).close()
+    with pytest.raises(WorkFolderError, match="render_precision"):
+        calibrate(config(folder, out))
+    argv = compute_arguments(folder, tmp_path / "cli.npz", "--device", "cpu", "--render-precision", "float32")
+    assert main(argv) == 0
+    capsys.readouterr()
+    argv = compute_arguments(folder, tmp_path / "m.npz", "--backend", "model", "--render-precision", "float32")
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--render-precision applies to the torch rendering backend" in error[0]
+
+
 def test_cuda_without_a_gpu_is_one_line(folder: Path, tmp_path: Path, capsys) -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ccc.render_torch._levels import byte_levels, truncate_to_levels, unit_float32, unit_float64
+from ccc.render_torch._levels import byte_levels, truncate_to_levels, unit_float32, unit_values
 
 
 def test_unit_float32_truncates_like_the_float64_values():
@@ -30,4 +30,4 @@ def test_byte_levels_recover_the_exact_bytes():
     bytes_ = torch.arange(256, dtype=torch.uint8)
     images = bytes_.to(torch.float32) / 255
     assert torch.equal(byte_levels(images), bytes_.to(torch.float64))
-    np.testing.assert_array_equal(unit_float64(images).numpy(), np.arange(256) / 255.0)
+    np.testing.assert_array_equal(unit_values(images).numpy(), np.arange(256) / 255.0)

@@ -25,11 +25,13 @@ SEVERITIES = torch.tensor([5.0, 0.1, 0.25, 2.5, 3.0, 4.75], dtype=torch.float64)
 both of spatter's branches (water up to 3, mud above)."""
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", META_CORRUPTIONS)
-def test_the_corruption_runs_on_the_meta_device(name: str):
+def test_the_corruption_runs_on_the_meta_device(name: str, dtype: torch.dtype):
     batch = len(SEVERITIES)
     images = torch.empty(batch, 3, 64, 64, device="meta")
-    output = TORCH_CORRUPTIONS[name](images, SEVERITIES, SampleRandom(torch.arange(batch), 0, "meta"))
+    random = SampleRandom(torch.arange(batch), 0, "meta", dtype)
+    output = TORCH_CORRUPTIONS[name](images, SEVERITIES, random, dtype)
     assert (output.shape, output.dtype, output.device.type) == ((batch, 3, 64, 64), torch.float32, "meta")
 
 
@@ -44,7 +46,8 @@ def _spec(index: int, source: np.ndarray, n1: str, s1: float, n2: str, s2: float
     )  # fmt: skip
 
 
-def test_render_batch_runs_on_the_meta_device():
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_render_batch_runs_on_the_meta_device(precision: str):
     """Crops, both corruption stages (every corruption above, severities 0 to 5) and the final JPEG."""
     count = len(META_CORRUPTIONS)
     sources = [render_demo_image(index % 16, np.random.default_rng(index)) for index in range(count)]
@@ -52,5 +55,5 @@ def test_render_batch_runs_on_the_meta_device():
         _spec(index, source, name, (index % 21) / 4, META_CORRUPTIONS[(index + 5) % count], 5.0 - (index % 9) / 4)
         for index, (source, name) in enumerate(zip(sources, META_CORRUPTIONS))
     ]
-    output = render_batch(specs, sources, "meta")
+    output = render_batch(specs, sources, "meta", precision=precision)
     assert (output.shape, output.dtype, output.device.type) == ((count, 3, 224, 224), torch.uint8, "meta")

@@ -142,6 +142,26 @@ def test_noise_pairs_are_close_to_the_cpu_path_in_distribution():
     assert abs(ours.std() - theirs.std()) < 0.5
 
 
+def test_the_float32_precision_renders_close_to_float64_and_the_same_where_exact():
+    """Pixelate and jpeg are integer arithmetic in both precisions; the others move a few bytes by a level."""
+    integer = [_spec(k, "pixelate", 2.0, "jpeg", 3.0) for k in range(2)]
+    images = [SOURCES[spec.index % len(SOURCES)] for spec in integer]
+    assert torch.equal(render_batch(integer, images, "cpu"), render_batch(integer, images, "cpu", precision="float32"))
+    pairs = [("gaussian_blur", 3.0, "fog", 2.0), ("saturate", 4.0, "snow", 1.5), ("elastic", 5.0, "frost", 2.5)]
+    specs = [_spec(k, *pairs[k % 3]) for k in range(3)]
+    images = [SOURCES[spec.index % len(SOURCES)] for spec in specs]
+    exact = render_batch(specs, images, "cpu", jpeg=False).double()
+    single = render_batch(specs, images, "cpu", jpeg=False, precision="float32").double()
+    assert 0 < float((single != exact).double().mean()) < 0.05
+    assert float((single - exact).abs().mean()) < 0.05
+
+
+def test_an_unknown_precision_is_one_line():
+    specs = [_spec(0, "contrast", 1.0, "brightness", 0.0)]
+    with pytest.raises(ValueError, match="render precision must be one of float64, float32, got 'float16'"):
+        render_batch(specs, SOURCES[:1], "cpu", precision="float16")
+
+
 def test_a_corruption_without_torch_implementation_is_one_line(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delitem(pipeline.TORCH_CORRUPTIONS, "contrast")
     with pytest.raises(NotImplementedError, match="corruption 'contrast' has no torch implementation"):

@@ -22,6 +22,17 @@ def test_tables_keep_their_values_bit_for_bit():
     assert torch.equal(uploaded[3], torch.from_numpy(flags))
 
 
+def test_float_tables_arrive_as_float32_when_asked():
+    floats = np.array([[0.1, 1 / 3], [-2.5, 1e-40]])
+    integers = np.array([3, -4], dtype=np.int64)
+    single, whole = upload_tables(torch.device("cpu"), floats, integers, float_dtype=torch.float32)
+    assert single.dtype == torch.float32 and single.shape == (2, 2)
+    assert torch.equal(single, torch.from_numpy(floats.astype(np.float32)))
+    assert torch.equal(whole, torch.from_numpy(integers))
+    with pytest.raises(ValueError, match="float_dtype must be torch.float64 or torch.float32, got torch.float16"):
+        upload_tables(torch.device("cpu"), floats, float_dtype=torch.float16)
+
+
 def test_tables_land_on_the_device_with_their_shapes():
     uploaded = upload_tables(torch.device("meta"), np.zeros((2, 3)), np.ones(4, dtype=bool))
     assert [(table.shape, table.device.type) for table in uploaded] == [((2, 3), "meta"), ((4,), "meta")]
