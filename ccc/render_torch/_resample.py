@@ -15,7 +15,8 @@ tables of a pair of lengths are cached (ImageNet's sizes and crop sizes repeat),
 are gathered from them, so the host work per batch is a few vectorised gathers. The device then
 gathers and accumulates in int32: every weight is >= 0 and the weights of a pixel sum to about
 ``2**22``, so no sum exceeds ``255 · 2**22 + 2**21 < 2**31`` and the result is Pillow's bytes on every
-device, whatever the order of the additions. The launches per pass grow with the widest filter (taps), never with the batch.
+device, whatever the order of the additions. The launches per pass grow with the widest filter
+(taps), never with the batch.
 """
 
 from __future__ import annotations
