@@ -36,7 +36,7 @@ import torch
 
 from ccc.corruptions import corrupt, get_corruption, list_corruptions
 from ccc.demo.images import render_demo_image
-from ccc.render_torch import TORCH_CORRUPTIONS, SampleRandom, crop_resize_flip, jpeg_round_trip
+from ccc.render_torch import SampleRandom, crop_resize_flip, jpeg_round_trip, torch_corruptions
 from ccc.stream.spec import SampleSpec
 from tests.ccc.render_torch.image_statistics import histogram_distance, paired_comparison, sample_statistics
 from tests.ccc.render_torch.images import demo_images, to_bytes, to_tensor
@@ -51,7 +51,7 @@ HEADER = (
 def deterministic_row(name: str, images: np.ndarray, severity: float, device: torch.device) -> str:
     severities = torch.full((len(images),), severity, dtype=torch.float64, device=device)
     seeds = torch.arange(len(images), device=device)
-    ours = to_bytes(TORCH_CORRUPTIONS[name](to_tensor(images).to(device), severities, SampleRandom(seeds)).cpu())
+    ours = to_bytes(torch_corruptions()[name](to_tensor(images).to(device), severities, SampleRandom(seeds)).cpu())
     theirs = np.stack([corrupt(image, name, severity) for image in images])
     difference = np.abs(ours.astype(np.int64) - theirs)
     return (
@@ -66,7 +66,7 @@ def random_row(name: str, images: np.ndarray, severity: float, seeds: int, devic
     ours, theirs = [], []
     for seed in range(seeds):
         sample_seeds = torch.arange(len(images), device=device) + 1000 * seed
-        ours.append(to_bytes(TORCH_CORRUPTIONS[name](batch, severities, SampleRandom(sample_seeds)).cpu()))
+        ours.append(to_bytes(torch_corruptions()[name](batch, severities, SampleRandom(sample_seeds)).cpu()))
         theirs.append(
             np.stack([corrupt(im, name, severity, rng=10_000 + 1000 * seed + k) for k, im in enumerate(images)])
         )
@@ -102,7 +102,7 @@ def throughput_table(names: list[str], images: np.ndarray, device: torch.device)
         "|---|---:|---:|",
     ]
     for name in names:
-        function = TORCH_CORRUPTIONS[name]
+        function = torch_corruptions()[name]
         ours = _rate(lambda: function(batch, severities, SampleRandom(seeds)), len(images), device)
         theirs = _rate(
             lambda: [corrupt(im, name, float(s), rng=k) for k, (im, s) in enumerate(zip(images, severities))],
@@ -136,7 +136,7 @@ def precision_table(names: list[str], images: np.ndarray, device: torch.device) 
         "| float64 images/s | float32 images/s |\n|---|---:|---:|---:|---:|---:|---:|"
     ]
     for name in names:
-        function = TORCH_CORRUPTIONS[name]
+        function = torch_corruptions()[name]
         total = maximum = differing = far = 0.0
         seconds = {torch.float64: 0.0, torch.float32: 0.0}
         for severity in PRECISION_SEVERITIES:

@@ -93,7 +93,7 @@ def test_a_usage_mistake_is_one_line(arguments: list[str], message: str) -> None
 
 
 @pytest.mark.slow
-def test_gpu_check_quick_runs_both_parts_on_the_cpu(tmp_path: Path) -> None:
+def test_gpu_check_quick_runs_every_part_on_the_cpu(tmp_path: Path) -> None:
     result = subprocess.run(
         ["bash", str(REPOSITORY / "scripts" / "bench" / "gpu_check.sh"), "--quick", str(tmp_path)],
         cwd=REPOSITORY,
@@ -109,7 +109,13 @@ def test_gpu_check_quick_runs_both_parts_on_the_cpu(tmp_path: Path) -> None:
     assert [(run["stream"], run["method"], run["precision"]) for run in tta["runs"]] == [
         ("shards", "source", "fp32"),
         ("device", "source", "fp32"),
+        ("device_fast", "source", "fp32"),
     ]
     assert all(run["seconds_whole_run"] > 0 for run in tta["runs"])
-    assert set(tta["ratios"]) == {"device / shards, source fp32"}
+    assert set(tta["ratios"]) == {"device / shards, source fp32", "device_fast / shards, source fp32"}
+    render32 = json.loads((tmp_path / "render_float32.json").read_text())
+    assert render32["settings"]["render_precision"] == "float32"
+    assert set(render32["render"]["torch_path"]) == {"medium mix", "crop only"}
+    feed = json.loads((tmp_path / "feed.json").read_text())
+    assert {"per_core", "workers_needed"} <= set(feed) and (tmp_path / "feed.md").read_text()
     assert (tmp_path / "render.md").read_text().count("| medium mix |") == 1

@@ -98,8 +98,9 @@ RULES = (
     Rule(
         "ccc.render_torch",
         ("ccc",),
-        "the torch backend renders SampleSpecs with the corruptions' own parameter tables and nothing else",
-        allowed=("ccc.render_torch", "ccc.corruptions", "ccc.stream.spec"),
+        "the torch backend renders SampleSpecs with the corruptions' own parameter tables, the registry pattern and "
+        "the CPU path's render settings (its precisions), nothing else",
+        allowed=("ccc.render_torch", "ccc.corruptions", "ccc.stream.spec", "ccc.registry", "ccc.render"),
     ),
     Rule(
         "ccc.shards",

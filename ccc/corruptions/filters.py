@@ -71,7 +71,7 @@ def reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDAr
 
     A reflect-extended line is periodic (period ``2 * length``), so the truncated kernel
     (:func:`scipy_gaussian_kernel`, radius ``int(truncate * sigma + 0.5)``) folds onto one period
-    exactly, however wide it is. Shared by the CPU path and ``ccc.render_torch.elastic``.
+    exactly, however wide it is. Shared by the CPU path and ``ccc.render_torch.digital.elastic``.
 
     Args:
         length: pixels along the axis (≥ 1); sigma: standard deviation in pixels, > 0; truncate: kernel

@@ -19,28 +19,28 @@ sample's bytes depend only on its spec and its source image: never on the batch 
 samples; they are reproducible on the same device type (the integer random streams are identical on
 every device; float transcendental functions may differ in the last bit between devices).
 
+Layout, as :mod:`ccc.corruptions`'s: one module per family of corruptions, ``noise`` (the four
+noises), ``blur`` (defocus, glass, motion, zoom, gaussian), ``weather`` (snow, frost, fog, spatter) and
+``digital`` (brightness, contrast, saturate, pixelate, jpeg, elastic), each ending in
+``register_torch_corruption(name, function)`` (:mod:`.registry`: the functions' contract, and
+:func:`torch_corruption`, the lookup by name or alias); :mod:`.numerics` for what several families
+share (byte levels, OpenCV's separable filter, scipy's Gaussian kernels, the zoom and motion-blur
+tables); private helpers ``_resample`` (Pillow's resampling), ``_spatter_filters`` (spatter's OpenCV
+filters) and ``_upload`` (one host-to-device copy per call). ``images`` and ``random``'s draws live
+on the render device; ``severities`` live on the host (they come from the specs), so per-sample
+parameters, kernels and tables are derived there (``random.on_host()`` draws the per-sample numbers
+that shape them) and copied to the device, and no function reads device data back. Adding a
+corruption: its CPU entry in ``ccc.corruptions`` and its torch function registered in the module of
+the same family here (``tests/ccc/render_torch/test_contract.py`` requires both).
+
 Public names:
 
 - :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224),
   at a ``precision`` of :data:`ccc.render.RENDER_PRECISIONS` (:func:`working_dtype` maps it to a dtype);
-- :func:`apply_corruption_stage`, :func:`torch_corruption`, :data:`TORCH_CORRUPTIONS` (the dispatch of
-  all 19 registered corruptions);
+- :func:`apply_corruption_stage`; :func:`torch_corruption` (one corruption's torch function) and
+  :func:`torch_corruptions` (name → function of all 19, or of one family), from :mod:`.registry`;
 - :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
-- :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``);
-- the family modules the pipeline merges, each with its ``TORCH_CORRUPTIONS``: ``noise`` (the four
-  noises), ``digital`` (brightness, contrast, saturate, pixelate, jpeg), ``blur`` (defocus, glass,
-  motion, zoom, gaussian), ``snow``, ``weather`` (frost, fog, spatter, and elastic from ``elastic``).
-  A corruption function is ``f(images float32 (B, 3, H, W) in [0, 1], severities float64 (B,) in (0, 5],
-  random: SampleRandom, dtype: torch.dtype = torch.float64) -> float32 (B, 3, H, W)``, the reference's
-  value before its uint8 truncation, divided by 255. ``dtype`` is the working float dtype of the steps
-  the CPU's bytes need in float64: ``torch.float64`` (the default, ``precision="float64"``) or
-  ``torch.float32`` (``precision="float32"``: every such step in float32, OpenCV's fused multiply-adds
-  no longer emulated; steps exact in float32 or integers run so in both modes). ``images`` and
-  ``random``'s draws live on the render device; ``severities`` live on the host (they come from the
-  specs), so per-sample parameters, kernels and tables are derived there (``random.on_host()`` draws
-  the per-sample numbers that shape them) and copied to the device, and the
-  function reads no device data back (private helpers: ``_levels`` for the byte-level conversions, ``_resample`` for
-  Pillow's resampling, ``_spatter_filters`` for spatter's OpenCV filters).
+- :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``).
 
 Importing this package needs torch; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``
 and ``ccc.shards`` never import it, and its users (``ccc.load.render_stream(device=)``,
@@ -48,14 +48,18 @@ and ``ccc.shards`` never import it, and its users (``ccc.load.render_stream(devi
 that render on a device.
 """
 
+from ccc.registry import import_submodules
+
 from .geometry import crop_resize_flip
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
-from .pipeline import TORCH_CORRUPTIONS, apply_corruption_stage, render_batch, torch_corruption, working_dtype
+from .pipeline import apply_corruption_stage, render_batch, working_dtype
 from .random import SampleRandom
+from .registry import torch_corruption, torch_corruptions
+
+import_submodules(__name__, __path__)
 
 __all__ = [
-    "TORCH_CORRUPTIONS",
     "SampleRandom",
     "apply_corruption_stage",
     "crop_resize_flip",
@@ -63,5 +67,6 @@ __all__ = [
     "per_sample_parameters",
     "render_batch",
     "torch_corruption",
+    "torch_corruptions",
     "working_dtype",
 ]

@@ -12,8 +12,9 @@ multiply-adds (no emulation): close to the CPU's values, not equal to them.
 Kernels and tables come from their CPU owners (the antialiased disk, scipy's Gaussian kernel, the
 zoom tables, ImageMagick's motion-blur taps); they are built on the host from the host severities
 (and, for motion blur's angle, the host copy of the random draw, ``random.on_host()``) and uploaded
-with one copy per call (:func:`._upload.upload_tables`). No device data is read back: the pixels never
-leave the device, and every loop has a trip count known on the host.
+with one copy per call (:func:`._upload.upload_tables`); the filters it shares with the weather
+family live in :mod:`.numerics`. No device data is read back: the pixels never leave the device, and
+every loop has a trip count known on the host.
 
 Parallel formulations (``docs/fidelity.md``, "The torch backend"):
 
@@ -30,33 +31,43 @@ Host-side loops over the samples only build kernels and tap tables (numbers per 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from numpy.typing import NDArray
 from torch import Tensor
 
-from ccc.corruptions.filters import zoom_axis_table, scipy_gaussian_kernel
-from ccc.corruptions.motion import motion_blur_taps
 from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
-from ._levels import byte_levels, unit_float32, unit_values
 from ._upload import upload_tables
+from .numerics import (
+    byte_levels,
+    gaussian_blur_nearest,
+    gaussian_kernels,
+    imagemagick_motion_blur,
+    separable_opencv,
+    unit_float32,
+    unit_values,
+    zoom_tables,
+    zoom_with_tables,
+)
 from .parameters import per_sample_parameters
+from .registry import register_torch_corruption
 
 if TYPE_CHECKING:
     from .random import SampleRandom
 
-_GAUSSIAN_TRUNCATE = 4.0
-"""scikit-image's (scipy's) default kernel radius in units of sigma."""
+__all__ = [
+    "FFT_SAMPLES_PER_CALL",
+    "defocus_blur",
+    "fft_samples_per_call",
+    "gaussian_blur",
+    "glass_blur",
+    "motion_blur",
+    "zoom_blur",
+]
 
-_QUANTUM_PER_LEVEL = 257.0
-"""16-bit quanta per 8-bit level (ImageMagick Q16 reading an 8-bit PNG)."""
-
-_QUANTUM_RANGE = 65535.0
-"""Largest 16-bit quantum (ImageMagick Q16)."""
 
 _MAX_GLASS_ITERATIONS = 3
 """Largest iteration count of the glass-blur table: offsets are always drawn for this many passes,
@@ -64,132 +75,11 @@ so that a sample's draws do not depend on the other samples' severities."""
 
 _GLASS_UNIFORM_BITS = 24
 """Bits of ``SampleRandom.uniform``'s values (``k / 2**24``), which glass blur's offsets scale in integers."""
+
 _GLASS_UNIFORM_STEPS = float(1 << _GLASS_UNIFORM_BITS)
 
 _MOTION_ANGLE_RANGE = (-45.0, 45.0)
 """Motion blur's angle, uniform in degrees (the CPU path's ``rng.uniform(-45, 45)``)."""
-
-
-_DEKKER_SPLITTER = 134217729.0
-"""2**27 + 1: splits a float64 into two halves whose products are exact (Dekker)."""
-
-
-def _split(values: Tensor) -> tuple[Tensor, Tensor]:
-    """Dekker's split of float64 ``values`` into high and low halves (``high + low == values``)."""
-    scaled = values * _DEKKER_SPLITTER
-    high = scaled - (scaled - values)
-    return high, values - high
-
-
-class _FusedMultiplyAdd:
-    """``total ← weight * values + total`` rounded once, as a hardware FMA, in plain float64 operations.
-
-    The product is made exact with Dekker's two-product and added with Knuth's two-sum; the one
-    remaining rounding of the three parts equals the FMA's except in double-rounding ties (none seen in
-    the measurements). Works in place on preallocated (B, C, H, W) buffers: the filters call it once per
-    tap on full images.
-    """
-
-    def __init__(self, like: Tensor) -> None:
-        self.product = torch.empty_like(like)
-        self.error = torch.empty_like(like)
-        self.scratch = torch.empty_like(like)
-        self.virtual = torch.empty_like(like)
-        self.summed = torch.empty_like(like)
-
-    def __call__(self, weight: Tensor, values: Tensor, halves: tuple[Tensor, Tensor], total: Tensor) -> Tensor:
-        """Returns ``fma(weight, values, total)`` in one of its buffers; ``total`` is overwritten.
-
-        ``weight`` broadcasts to ``values`` (B, C, H, W); ``halves`` is :func:`_split` of ``values``.
-        The returned tensor is valid until the call after next (the buffers alternate with ``total``).
-        """
-        weight_high, weight_low = _split(weight)
-        value_high, value_low = halves
-        product, error, scratch, virtual, summed = self.product, self.error, self.scratch, self.virtual, self.summed
-        torch.mul(values, weight, out=product)
-        torch.mul(value_high, weight_high, out=error)
-        error.sub_(product)
-        for high_or_low, weight_part in ((value_low, weight_high), (value_high, weight_low), (value_low, weight_low)):
-            torch.mul(high_or_low, weight_part, out=scratch)
-            error.add_(scratch)
-        torch.add(product, total, out=summed)
-        torch.sub(summed, product, out=virtual)
-        torch.sub(summed, virtual, out=scratch)
-        torch.sub(product, scratch, out=scratch)
-        total.sub_(virtual)
-        scratch.add_(total)
-        scratch.add_(error)
-        summed.add_(scratch)
-        # The caller's old total becomes the next call's output buffer.
-        self.summed = total
-        return summed
-
-
-def _separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
-    """OpenCV's float64 ``sepFilter2D`` with replicated borders, in its operation order (per sample kernels).
-
-    Args:
-        images: float64 (B, C, H, W), or float32 (the float32 mode).
-        kernels: (B, K) of the images' dtype, K odd, symmetric kernels centred at K // 2 (zero-padded as needed).
-
-    Returns:
-        (B, C, H, W) of the images' dtype. The row pass sums the taps left to right with fused
-        multiply-adds, the column pass adds mirrored rows first and multiplies once per pair (OpenCV's
-        symmetric column filter), as OpenCV 5 does on a CPU with FMA (measured bit-identical in float64,
-        where the fused multiply-adds are emulated; float32 uses plain multiply-adds).
-    """
-    batch, channels, height, width = images.shape
-    radius = kernels.shape[1] // 2
-    weights = kernels[:, :, None, None, None]
-    padded = F.pad(images, (radius, radius, 0, 0), mode="replicate")
-    rows = padded[..., :width] * weights[:, 0]
-    if images.dtype == torch.float64:
-        high, low = _split(padded)
-        fused_multiply_add = _FusedMultiplyAdd(rows)
-        for tap in range(1, 2 * radius + 1):
-            window = slice(tap, tap + width)
-            halves = (high[..., window], low[..., window])
-            rows = fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
-    else:
-        for tap in range(1, 2 * radius + 1):
-            rows.addcmul_(padded[..., tap : tap + width], weights[:, tap])
-    padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
-    columns = padded_rows[:, :, radius : radius + height] * weights[:, radius]
-    pair = torch.empty_like(columns)
-    for offset in range(1, radius + 1):
-        below = padded_rows[:, :, radius + offset : radius + offset + height]
-        torch.add(below, padded_rows[:, :, radius - offset : radius - offset + height], out=pair)
-        pair.mul_(weights[:, radius + offset])
-        columns.add_(pair)
-    return columns
-
-
-def _gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
-    """scipy's Gaussian kernels (truncated at 4 sigma) of ``sigmas`` (pixels, each > 0), float64 (B, K):
-    zero-padded to the widest, centred at K // 2. A zero tap leaves every sum unchanged bit for bit, so a
-    sample's blur does not depend on the other samples."""
-    kernels = [scipy_gaussian_kernel(sigma, _GAUSSIAN_TRUNCATE) for sigma in sigmas]
-    radius = max((len(kernel) - 1) // 2 for kernel in kernels)
-    padded = np.zeros((len(kernels), 2 * radius + 1))
-    for row, kernel in enumerate(kernels):
-        own = (len(kernel) - 1) // 2
-        padded[row, radius - own : radius + own + 1] = kernel
-    return padded
-
-
-def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
-    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions.filters.gaussian_blur_nearest``).
-
-    Args:
-        images: float64 (or float32) (B, C, H, W), any value range.
-        sigmas: B standard deviations in pixels, each > 0, on the host (:func:`_gaussian_kernels`).
-
-    Returns:
-        (B, C, H, W) of the images' dtype: the separable blur, in OpenCV's operation order
-        (:func:`_separable_opencv`).
-    """
-    (kernels,) = upload_tables(images.device, _gaussian_kernels(sigmas), float_dtype=images.dtype)
-    return _separable_opencv(images, kernels)
 
 
 def gaussian_blur(
@@ -271,49 +161,6 @@ def defocus_blur(
     return unit_float32(torch.where(is_delta[:, None, None, None], unit_values(images, dtype), correlated) * 255.0)
 
 
-def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
-    """The CPU path's centre-zoom tables (:func:`ccc.corruptions.filters.zoom_axis_table`) of B factors >= 1.
-
-    Returns row lows int64 (B, H), row upper weights float64 (B, H), column lows int64 (B, W) and column
-    upper weights float64 (B, W), on the host (for :func:`zoom_with_tables`, once uploaded).
-    """
-    row_tables = [zoom_axis_table(height, factor) for factor in factors]
-    column_tables = [zoom_axis_table(width, factor) for factor in factors]
-    return [np.stack([table[part] for table in tables]) for tables in (row_tables, column_tables) for part in (0, 1)]
-
-
-def zoom_with_tables(
-    images: Tensor, row_low: Tensor, row_weight: Tensor, column_low: Tensor, column_weight: Tensor, dtype: torch.dtype
-) -> Tensor:
-    """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
-
-    Args:
-        images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic).
-        row_low, row_weight, column_low, column_weight: :func:`zoom_tables` on the images' device.
-        dtype: the result's dtype (the reference casts each zoom to its input's dtype).
-
-    Returns:
-        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in the weights' dtype, then cast.
-    """
-    batch, channels, height, width = images.shape
-    source = images.to(row_weight.dtype)
-
-    def rows_at(index: Tensor) -> Tensor:
-        return source.gather(2, index[:, None, :, None].expand(batch, channels, height, width))
-
-    upper = row_weight[:, None, :, None]
-    by_rows = rows_at(row_low) * (1.0 - upper)
-    by_rows += rows_at((row_low + 1).clamp(max=height - 1)) * upper
-
-    def columns_at(index: Tensor) -> Tensor:
-        return by_rows.gather(3, index[:, None, None, :].expand(batch, channels, height, width))
-
-    right = column_weight[:, None, None, :]
-    zoomed = columns_at(column_low) * (1.0 - right)
-    zoomed += columns_at((column_low + 1).clamp(max=width - 1)) * right
-    return zoomed.to(dtype)
-
-
 def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
 
@@ -343,77 +190,6 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: t
         accumulated += zoomed
     averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
     return averaged.clamp(0.0, 1.0)
-
-
-def motion_blur_tables(
-    height: int, width: int, radii: list[float], sigmas: list[float], angles: list[float]
-) -> tuple[NDArray[np.float64], NDArray[np.int64], tuple[int, int]]:
-    """ImageMagick 6's MotionBlurImage taps (:func:`ccc.corruptions.motion.motion_blur_taps`) of B samples.
-
-    Args:
-        height, width: the images' size in pixels.
-        radii, sigmas: B radii and sigmas in pixels (each > 0).
-        angles: B angles in degrees (0 = to the right, 90 = down).
-
-    Returns:
-        On the host: the weights float64 (B, T) in tap order (zero past a sample's own taps), each tap's
-        flat offset int64 (B, T) into the planes padded by the third value, ``(rows, columns)``: offsets
-        beyond the image size sample the same edge pixel as the size itself, so they are clamped, and the
-        padding is the largest clamped offset, so that every tap is a per-sample shift of one index grid.
-    """
-    taps = [motion_blur_taps(radius, sigma, angle) for radius, sigma, angle in zip(radii, sigmas, angles)]
-    count = max(len(tap.weights) for tap in taps)
-    weights = np.zeros((len(taps), count))
-    columns = np.zeros((len(taps), count), dtype=np.int64)
-    rows = np.zeros((len(taps), count), dtype=np.int64)
-    for index, tap in enumerate(taps):
-        weights[index, : len(tap.weights)] = tap.weights
-        columns[index, : len(tap.weights)] = tap.column_offsets
-        rows[index, : len(tap.weights)] = tap.row_offsets
-    rows = rows.clip(1 - height, height - 1)
-    columns = columns.clip(1 - width, width - 1)
-    pad_rows, pad_columns = int(np.abs(rows).max()), int(np.abs(columns).max())
-    starts = (rows + pad_rows) * (width + 2 * pad_columns) + columns + pad_columns
-    return weights, starts, (pad_rows, pad_columns)
-
-
-def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
-    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
-
-    Args:
-        levels: float64 (or float32) (B, C, H, W) integer 8-bit levels in [0, 255].
-        weights, starts: the tables' weights (of the levels' dtype) and flat offsets on the levels'
-            device; padding as returned.
-
-    Returns:
-        (B, C, H, W) integer levels of the levels' dtype: ``floor(round(Σ_tap weight × 257 × level) / 257)``
-        with the taps' products summed in tap order (in float64: ImageMagick's sums) and edge pixels repeated.
-    """
-    batch, channels, height, width = levels.shape
-    device = levels.device
-    pad_rows, pad_columns = padding
-    padded_width = width + 2 * pad_columns
-    padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
-    flat = padded.reshape(batch, channels, -1)
-    grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(
-        -1
-    )
-    total = torch.zeros((batch, channels, height * width), dtype=levels.dtype, device=device)
-    for tap in range(weights.shape[1]):
-        index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
-        product = flat.gather(2, index)
-        product *= weights[:, tap, None, None]
-        total += product
-    quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
-    return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
-
-
-def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
-    """:func:`motion_blur_with_tables` of ``levels`` (float64 or float32 (B, C, H, W) levels) with the taps
-    of :func:`motion_blur_tables` (host radii, sigmas and angles), uploaded at once."""
-    weights, starts, padding = motion_blur_tables(*levels.shape[-2:], radii, sigmas, angles)
-    tables = upload_tables(levels.device, weights, starts, float_dtype=levels.dtype)
-    return motion_blur_with_tables(levels, *tables, padding)
 
 
 def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -505,44 +281,24 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: 
     active = np.arange(_MAX_GLASS_ITERATIONS)[:, None] < iterations[None, :]
     jumps = max(_glass_jumps(height, width, margin) for margin in margins_list)
     kernels, margins, active_t = upload_tables(
-        images.device, _gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active, float_dtype=dtype
+        images.device, gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active, float_dtype=dtype
     )
     # u = k / 2**24 exactly, so floor(u * span) = (k * span) >> 24, within [0, span) (no float64 product)
     steps = (random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2) * _GLASS_UNIFORM_STEPS).to(torch.int64)
     spans = (2 * margins)[:, None, None, None, None]
     offsets = ((steps * spans) >> _GLASS_UNIFORM_BITS) - margins[:, None, None, None, None]
     # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
-    levels = (_separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
+    levels = (separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
     flat = levels.reshape(batch, channels, height * width)
     for iteration in range(_MAX_GLASS_ITERATIONS):
         sources = _glass_sources(offsets[:, iteration], margins, active_t[iteration], jumps)
         flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
     shuffled = flat.reshape(batch, channels, height, width).to(dtype) / 255.0
-    return unit_float32(_separable_opencv(shuffled, kernels) * 255.0)
+    return unit_float32(separable_opencv(shuffled, kernels) * 255.0)
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
-    "defocus_blur": defocus_blur,
-    "glass_blur": glass_blur,
-    "motion_blur": motion_blur,
-    "zoom_blur": zoom_blur,
-    "gaussian_blur": gaussian_blur,
-}
-"""The blur corruptions of this module by registered name (merged by the pipeline)."""
-
-__all__ = [
-    "FFT_SAMPLES_PER_CALL",
-    "TORCH_CORRUPTIONS",
-    "defocus_blur",
-    "fft_samples_per_call",
-    "gaussian_blur",
-    "gaussian_blur_nearest",
-    "glass_blur",
-    "imagemagick_motion_blur",
-    "motion_blur",
-    "motion_blur_tables",
-    "motion_blur_with_tables",
-    "zoom_blur",
-    "zoom_tables",
-    "zoom_with_tables",
-]
+register_torch_corruption("defocus_blur", defocus_blur)
+register_torch_corruption("glass_blur", glass_blur)
+register_torch_corruption("motion_blur", motion_blur)
+register_torch_corruption("zoom_blur", zoom_blur)
+register_torch_corruption("gaussian_blur", gaussian_blur)

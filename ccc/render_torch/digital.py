@@ -1,6 +1,6 @@
-"""Digital corruptions in torch: brightness, contrast, saturate, pixelate, jpeg.
+"""Digital corruptions in torch: brightness, contrast, saturate, pixelate, jpeg and elastic.
 
-All five are deterministic and follow the CPU path (``ccc.corruptions.digital``) closely:
+The first five are deterministic and follow the CPU path (``ccc.corruptions.digital``) closely:
 
 - brightness, saturate: scikit-image's RGB→HSV→RGB formulas (as ``ccc.corruptions._kernels.adjust_hsv``
   evaluates them) on whole tensors in the working dtype (float64: the CPU's bytes), from the inputs'
@@ -16,23 +16,56 @@ working float dtype (``torch.float64``, the default, or ``torch.float32``; pixel
 integer arithmetic and ignore it), and
 returns float32 (B, 3, H, W) in [0, 1], the reference's value before its uint8 truncation over 255
 (rounded to float32 so that ``floor(x * 255)`` gives the reference's byte).
+
+Elastic transform (ImageNet-C's ``elastic_transform``, registered as ``elastic``; digital on the CPU
+side too) mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample severities:
+
+1. affine jitter: three control points move by ``uniform(-jitter, jitter)``; the affine map is
+   solved per sample and applied like OpenCV 5's ``warpAffine`` (``INTER_LINEAR``,
+   ``BORDER_REFLECT_101``): the inverse map in float32 with OpenCV's fused multiply-adds, and
+   reflect-101 neighbours;
+2. displacement fields: ``uniform(-1, 1)`` noise smoothed by a Gaussian with scipy's ``reflect``
+   borders, as one folded smoothing matrix per sample and axis (the CPU path's
+   :func:`~ccc.corruptions.filters.reflect_smoothing_matrix`, built on the host; exact for any kernel
+   width, and batched although sigma differs per sample), scaled by ``alpha``;
+3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
+   about the pixel edges, float64 bilinear sums stored as float32.
+
+Given the same draws, the result equals the CPU path (``docs/fidelity.md``, "The torch backend"). In
+the float32 mode (``dtype=torch.float32``) the float64 steps run in float32 and the fused multiply-adds
+are plain float32 multiply-adds.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ._levels import byte_levels, unit_float32, unit_values
+from ccc.corruptions.filters import reflect_smoothing_matrix
+
 from ._resample import resample_batch
 from .jpeg import jpeg_round_trip
+from .numerics import byte_levels, unit_float32, unit_values
 from .parameters import per_sample_parameters
-from .random import SampleRandom
+from .registry import register_torch_corruption
 
-__all__ = ["TORCH_CORRUPTIONS", "brightness", "contrast", "jpeg", "pixelate", "saturate"]
+if TYPE_CHECKING:
+    from .random import SampleRandom
+
+__all__ = [
+    "adjust_hsv",
+    "brightness",
+    "contrast",
+    "elastic",
+    "jpeg",
+    "pixelate",
+    "sample_bilinear_reflect",
+    "saturate",
+    "warp_affine_reflect_101",
+]
 
 
 def adjust_hsv(unit: Tensor, value_shift: Tensor, saturation_scale: Tensor, saturation_shift: Tensor) -> Tensor:
@@ -133,11 +166,175 @@ def jpeg(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.
     return jpeg_round_trip(levels, qualities).to(torch.float32) / 255
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
-    "brightness": brightness,
-    "contrast": contrast,
-    "saturate": saturate,
-    "pixelate": pixelate,
-    "jpeg": jpeg,
-}
-"""The digital corruptions of this module by registered name (``elastic`` is in ``weather``'s branch)."""
+_SMOOTHING_TRUNCATE = 3.0
+"""Kernel radius of the displacement smoothing, in units of sigma (the reference's ``truncate=3``)."""
+
+
+def _gather(images: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
+    """``images[b, :, rows[b], columns[b]]``: images (B, C, H, W), int64 indices (B, h, w) → (B, C, h, w)."""
+    batch, channels, _, width = images.shape
+    index = (rows * width + columns).reshape(batch, 1, -1).expand(-1, channels, -1)
+    return images.reshape(batch, channels, -1).gather(2, index).reshape(batch, channels, *rows.shape[1:])
+
+
+def _reflect_101(index: Tensor, length: int) -> Tensor:
+    """OpenCV's ``BORDER_REFLECT_101`` for integer indices (…, 2, 1 | 0, 1, …, n-1 | n-2, …)."""
+    period = 2 * (length - 1)
+    folded = torch.remainder(index, period)
+    return torch.where(folded >= length, period - folded, folded)
+
+
+def _affine_matrices(source: Tensor, target: Tensor) -> Tensor:
+    """Per-sample inverse affine maps as ``warpAffine`` uses them.
+
+    Args:
+        source: float32 (3, 2) control points, target: float32 (B, 3, 2) moved points (OpenCV's x, y), on
+            the same device (the render path solves them on the host).
+
+    Returns:
+        float64 (B, 2, 3): the map from output pixel (x, y, 1) to source coordinates, i.e. the
+        inverse (OpenCV's ``invertAffineTransform`` formulas) of ``getAffineTransform(source, target)``.
+    """
+    homogeneous = torch.cat([source.double(), torch.ones(3, 1, dtype=torch.float64, device=source.device)], dim=1)
+    forward = torch.linalg.solve(homogeneous.expand(target.shape[0], 3, 3), target.double()).transpose(1, 2)
+    a, b, c = forward[:, 0, 0], forward[:, 0, 1], forward[:, 0, 2]
+    d, e, f = forward[:, 1, 0], forward[:, 1, 1], forward[:, 1, 2]
+    determinant = a * e - b * d
+    inverse_determinant = torch.where(determinant != 0, 1.0 / determinant, torch.zeros_like(determinant))
+    a_inverse, b_inverse = e * inverse_determinant, -b * inverse_determinant
+    d_inverse, e_inverse = -d * inverse_determinant, a * inverse_determinant
+    c_inverse = -a_inverse * c - b_inverse * f
+    f_inverse = -d_inverse * c - e_inverse * f
+    first = torch.stack([a_inverse, b_inverse, c_inverse], dim=1)
+    second = torch.stack([d_inverse, e_inverse, f_inverse], dim=1)
+    return torch.stack([first, second], dim=1)
+
+
+def _fused_multiply_add(a: Tensor, b: Tensor, c: Tensor, dtype: torch.dtype) -> Tensor:
+    """float32 ``a * b + c`` rounded once (OpenCV's ``v_fma``) with ``dtype`` float64 (the float32 product is
+    exact in float64); with float32, the plain float32 ``a * b + c`` (two roundings)."""
+    return (a.to(dtype) * b.to(dtype) + c.to(dtype)).float()
+
+
+def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """``cv2.warpAffine(image, M, (W, H), borderMode=BORDER_REFLECT_101)`` per sample (OpenCV 5, float32).
+
+    Args:
+        images: float32 (B, C, H, W), any range.
+        inverse: float64 (B, 2, 3), output (x, y, 1) → source (x, y) (the inverse of ``M``); float32 is
+            used as is.
+        dtype: ``torch.float64`` emulates OpenCV's fused multiply-adds exactly, ``torch.float32`` does not.
+
+    Returns:
+        float32 (B, C, H, W), with OpenCV's float32 arithmetic: the map rounded to float32, a row
+        term ``y * m1 + m2`` (float32, two roundings), the source coordinate ``fma(m0, x, row term)``,
+        fractions ``s - floor(s)``, reflect-101 neighbours and the interpolation
+        ``fma(beta, fma(alpha, f11 - f10, f10) - fma(alpha, f01 - f00, f00), fma(alpha, f01 - f00, f00))``.
+    """
+    _, _, height, width = images.shape
+    m = inverse.float()[:, :, :, None]
+    xs = torch.arange(width, dtype=torch.float32, device=images.device)[None, None, :]
+    ys = torch.arange(height, dtype=torch.float32, device=images.device)[None, :, None]
+    source_x = _fused_multiply_add(m[:, 0, 0, None], xs, ys * m[:, 0, 1, None] + m[:, 0, 2, None], dtype)
+    source_y = _fused_multiply_add(m[:, 1, 0, None], xs, ys * m[:, 1, 1, None] + m[:, 1, 2, None], dtype)
+    x0, y0 = torch.floor(source_x), torch.floor(source_y)
+    alpha, beta = (source_x - x0)[:, None], (source_y - y0)[:, None]
+    x0, y0 = x0.long(), y0.long()
+    columns = (_reflect_101(x0, width), _reflect_101(x0 + 1, width))
+    rows = (_reflect_101(y0, height), _reflect_101(y0 + 1, height))
+    top_left, top_right = _gather(images, rows[0], columns[0]), _gather(images, rows[0], columns[1])
+    bottom_left, bottom_right = _gather(images, rows[1], columns[0]), _gather(images, rows[1], columns[1])
+    top = _fused_multiply_add(alpha, top_right - top_left, top_left, dtype)
+    bottom = _fused_multiply_add(alpha, bottom_right - bottom_left, bottom_left, dtype)
+    return _fused_multiply_add(beta, bottom - top, top, dtype)
+
+
+def _smoothing_matrices(length: int, sigmas: list[float]) -> Tensor:
+    """float64 (B, length, length) on the host: the CPU path's folded reflect smoothing matrix of each sample's
+    sigma (in pixels)."""
+    return torch.from_numpy(
+        np.stack([reflect_smoothing_matrix(length, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas])
+    )
+
+
+def _reflect_coordinates(coordinates: Tensor, length: int) -> Tensor:
+    """scipy's ``mode="reflect"`` for real coordinates: fold about -0.5 and ``length - 0.5``."""
+    period = 2.0 * length
+    folded = torch.remainder(coordinates + 0.5, period)
+    folded = torch.where(folded >= length, period - folded, folded) - 0.5
+    inside = (coordinates >= -0.5) & (coordinates <= length - 0.5)
+    return torch.where(inside, coordinates, folded)
+
+
+def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
+    """``scipy.ndimage.map_coordinates(channel, (rows, columns), order=1, mode="reflect")`` per channel.
+
+    Args:
+        images: float32 (B, C, H, W); rows, columns: float64 (B, H, W) source coordinates (any values),
+            or float32 (the float32 mode): their dtype is the computation's.
+
+    Returns:
+        float32 (B, C, H, W): bilinear sums in scipy's order (in float64: scipy's values), stored as float32.
+    """
+    _, _, height, width = images.shape
+    rows = _reflect_coordinates(rows, height)
+    columns = _reflect_coordinates(columns, width)
+    row_floor, column_floor = torch.floor(rows), torch.floor(columns)
+    row_weight, column_weight = (rows - row_floor)[:, None], (columns - column_floor)[:, None]
+    r0, q0 = row_floor.long(), column_floor.long()
+    r1, q1 = torch.clamp(r0 + 1, 0, height - 1), torch.clamp(q0 + 1, 0, width - 1)
+    r0, q0 = torch.clamp(r0, 0, height - 1), torch.clamp(q0, 0, width - 1)
+    source = images.to(rows.dtype)
+    output = (1.0 - row_weight) * (1.0 - column_weight) * _gather(source, r0, q0)
+    output = output + (1.0 - row_weight) * column_weight * _gather(source, r0, q1)
+    output = output + row_weight * (1.0 - column_weight) * _gather(source, r1, q0)
+    output = output + row_weight * column_weight * _gather(source, r1, q1)
+    return output.float()
+
+
+def elastic(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Random affine jitter, then a smooth random displacement field (ImageNet-C's elastic transform).
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1].
+        severities: float64 (B,) in (0, 5]; parameters (alpha, sigma, jitter) in pixels from ``ELASTIC_TABLE``.
+        random: three draws per sample: ``uniform(3, 2)`` jitter (on the host: it shapes the affine
+            maps), then ``uniform(H, W)`` for the column displacement and ``uniform(H, W)`` for the row
+            displacement.
+        dtype: the working float dtype (``torch.float64``: the CPU's arithmetic; or ``torch.float32``).
+
+    Returns:
+        float32 (B, 3, H, W) in [0, 1], exact given the same draws (to float64 rounding of the smoothing).
+    """
+    batch, _, height, width = images.shape
+    device = images.device
+    parameters = per_sample_parameters("elastic", severities)
+    sigmas, jitter = parameters[:, 1].tolist(), parameters[:, 2, None, None]
+    centre = torch.tensor([height // 2, width // 2], dtype=torch.float32)
+    square = min(height, width) // 3
+    corner = torch.tensor([square, -square], dtype=torch.float32)
+    source = torch.stack([centre + square, centre + corner, centre - square])
+    offsets = (-jitter + (jitter - -jitter) * random.on_host().uniform(3, 2).double()).float()
+    inverse = _affine_matrices(source, source + offsets)
+    # one copy per call for the per-sample numbers (alpha, the affine maps), one per smoothing axis
+    table = torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(device, dtype, non_blocking=True)
+    alpha, inverse = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
+    warped = warp_affine_reflect_101(images, inverse, dtype)
+    row_smoothing = _smoothing_matrices(height, sigmas).to(device, dtype, non_blocking=True)
+    column_smoothing = _smoothing_matrices(width, sigmas).to(device, dtype, non_blocking=True)
+    shifts = []
+    for _ in range(2):
+        noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).to(dtype)
+        shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().to(dtype))
+    shift_columns, shift_rows = shifts
+    rows = torch.arange(height, dtype=dtype, device=device)[None, :, None].expand(batch, -1, width)
+    columns = torch.arange(width, dtype=dtype, device=device)[None, None, :].expand(batch, height, -1)
+    return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)
+
+
+register_torch_corruption("brightness", brightness)
+register_torch_corruption("contrast", contrast)
+register_torch_corruption("elastic", elastic)
+register_torch_corruption("pixelate", pixelate)
+register_torch_corruption("jpeg", jpeg)
+register_torch_corruption("saturate", saturate)

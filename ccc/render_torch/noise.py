@@ -9,16 +9,15 @@ Box–Muller (through ``random``) and shot noise's division; the other steps are
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor
 
-from ._levels import byte_levels
+from .numerics import byte_levels
 from .parameters import per_sample_parameters
 from .random import SampleRandom
+from .registry import register_torch_corruption
 
-__all__ = ["TORCH_CORRUPTIONS", "gaussian_noise", "impulse_noise", "shot_noise", "speckle_noise"]
+__all__ = ["gaussian_noise", "impulse_noise", "shot_noise", "speckle_noise"]
 
 
 def _per_sample(name: str, severities: Tensor, images: Tensor) -> Tensor:
@@ -80,10 +79,7 @@ def speckle_noise(
     return torch.clamp(images + images * random.normal(*images.shape[1:]) * deviation, 0, 1)
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
-    "gaussian_noise": gaussian_noise,
-    "shot_noise": shot_noise,
-    "impulse_noise": impulse_noise,
-    "speckle_noise": speckle_noise,
-}
-"""The noise corruptions of this module by registered name."""
+register_torch_corruption("gaussian_noise", gaussian_noise)
+register_torch_corruption("shot_noise", shot_noise)
+register_torch_corruption("impulse_noise", impulse_noise)
+register_torch_corruption("speckle_noise", speckle_noise)

@@ -22,7 +22,7 @@ streams' keys and its groups' positions to the device once each, whatever the nu
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -31,16 +31,13 @@ from ccc.corruptions import get_corruption
 from ccc.render import check_render_precision
 from ccc.stream.spec import SampleSpec
 
-from . import blur, digital, noise, snow, weather
-from ._levels import truncate_to_levels
 from .geometry import SourceImage, crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
+from .numerics import truncate_to_levels
 from .random import SampleRandom
+from .registry import torch_corruption
 
-__all__ = ["TORCH_CORRUPTIONS", "apply_corruption_stage", "render_batch", "torch_corruption", "working_dtype"]
-
-Corruption = Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]
-"""A torch corruption ``f(images, severities, random, dtype)`` (the contract in :mod:`ccc.render_torch`)."""
+__all__ = ["apply_corruption_stage", "render_batch", "working_dtype"]
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -52,31 +49,6 @@ def working_dtype(precision: str) -> torch.dtype:
         ValueError: one line, for another value.
     """
     return _DTYPES[check_render_precision(precision)]
-
-
-def _collect_corruptions() -> dict[str, Corruption]:
-    """Every family module's ``TORCH_CORRUPTIONS``, merged (each name is implemented by one module)."""
-    table: dict[str, Corruption] = {}
-    for family in (noise, digital, blur, snow, weather):
-        table.update(family.TORCH_CORRUPTIONS)
-    return table
-
-
-TORCH_CORRUPTIONS = _collect_corruptions()
-"""Registered corruption name → torch implementation, merged from the family modules."""
-
-
-def torch_corruption(name: str) -> Corruption:
-    """The torch implementation of corruption ``name`` (a registered name or alias).
-
-    Raises:
-        ValueError: for an unknown name (listing the valid ones).
-        NotImplementedError: for a registered corruption without a torch implementation.
-    """
-    canonical = get_corruption(name).name
-    if canonical not in TORCH_CORRUPTIONS:
-        raise NotImplementedError(f"corruption {canonical!r} has no torch implementation yet")
-    return TORCH_CORRUPTIONS[canonical]
 
 
 def apply_corruption_stage(

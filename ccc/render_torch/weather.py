@@ -1,17 +1,26 @@
-"""Weather corruptions on torch batches: frost, fog and the hold-out spatter (and the table entry of elastic).
+"""Weather corruptions on torch batches: snow, frost, fog and the hold-out spatter.
 
 Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
 batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
 order as the CPU draws, different values). Given the same draws the results equal the CPU's (see
 ``docs/fidelity.md``, "The torch backend"). Each takes the working float dtype last: ``torch.float64``
 (default, the CPU's arithmetic) or ``torch.float32`` (every float64 step in float32).
+
+Snow: a snow layer (normal noise per pixel), zoomed about the centre, thresholded, quantised to 8 bits and
+motion-blurred by ImageMagick's MotionBlurImage at an angle uniform in [-135, -45) degrees, is added
+twice (as is and rotated by 180 degrees) to the image whitened towards ``max(x, 1.5 gray + 0.5)``.
+
+The arithmetic after the draws is the CPU path's (float64 where it computes in float64, the same
+zoom tables and motion-blur taps; float32 throughout in the float32 mode); the draws come from
+:class:`~ccc.render_torch.random.SampleRandom` (``normal(H, W)`` then ``uniform()``), so the result is
+equivalent in distribution, not equal.
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -19,14 +28,69 @@ from torch import Tensor
 from ccc.corruptions.assets import frost_textures
 from ccc.corruptions.weather import FROST_CHOICES
 
-from ._levels import byte_levels, unit_float32, unit_values
-from .blur import gaussian_blur_nearest
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
-from .elastic import elastic
+from ._upload import upload_tables
+from .numerics import (
+    byte_levels,
+    gaussian_blur_nearest,
+    motion_blur_tables,
+    motion_blur_with_tables,
+    opencv_gray,
+    unit_float32,
+    unit_values,
+    zoom_tables,
+    zoom_with_tables,
+)
 from .parameters import per_sample_parameters
+from .registry import register_torch_corruption
 
 if TYPE_CHECKING:
     from .random import SampleRandom
+
+__all__ = ["fog", "frost", "plasma_fractal", "snow", "spatter"]
+
+
+_SNOW_ANGLE_RANGE = (-135.0, -45.0)
+"""The snow layer's motion-blur angle, uniform in degrees (the CPU path's ``rng.uniform(-135, -45)``)."""
+
+
+def snow(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Snow flakes over a whitened image, per-sample parameters from the CPU path's table.
+
+    Args:
+        images: float32 (B, 3, H, W) in [0, 1] (8-bit levels k / 255).
+        severities: float64 (B,) in (0, 5], on the host.
+        random: one ``normal(H, W)`` draw (the flake layer) and one ``uniform()`` draw (the angle, drawn on
+            the host with ``random.on_host()``: it shapes the motion-blur taps). The parameters, zoom
+            tables and motion-blur taps travel in one upload.
+        dtype: the working float dtype, ``torch.float64`` (the CPU's arithmetic) or ``torch.float32``.
+
+    Returns:
+        float32 (B, 3, H, W) in [0, 1]: the CPU path's pre-truncation value divided by 255.
+    """
+    parameters = per_sample_parameters("snow", severities)
+    host = parameters.tolist()
+    batch, _, height, width = images.shape
+    noise = random.normal(height, width).to(dtype)[:, None]
+    low, high = _SNOW_ANGLE_RANGE
+    angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
+    zoom = zoom_tables(height, width, [row[2] for row in host])
+    weights, starts, padding = motion_blur_tables(
+        height, width, [row[4] for row in host], [row[5] for row in host], angles
+    )
+    uploaded, *tables = upload_tables(
+        images.device, parameters[:, [0, 1, 3, 6]].numpy(), *zoom, weights, starts, float_dtype=dtype
+    )
+    mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
+    layer = zoom_with_tables(mean + spread * noise, *tables[:4], dtype)
+    layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
+    layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
+    blurred = motion_blur_with_tables(layer_levels, *tables[4:], padding)
+    flakes = blurred / 255.0
+    unit = torch.round(images * 255.0) / 255.0
+    brightened = torch.maximum(unit, opencv_gray(unit, dtype) * 1.5 + 0.5).to(dtype)
+    whitened = blend * unit.to(dtype) + (1.0 - blend) * brightened
+    return unit_float32((whitened + flakes + flakes.flip(2, 3)) * 255.0)
 
 
 def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
@@ -178,12 +242,13 @@ def _blur_fields(fields: Tensor, sigmas: Tensor) -> Tensor:
     """float64 (or float32) (B, H, W) fields blurred with replicated borders (the same dtype back), sigmas
     float64 (B,) > 0 in pixels on the host
     (the CPU's ``gaussian_blur_nearest``, in OpenCV's operation order:
-    :func:`~ccc.render_torch.blur.gaussian_blur_nearest`)."""
+    :func:`~ccc.render_torch.numerics.gaussian_blur_nearest`)."""
     return gaussian_blur_nearest(fields[:, None], sigmas.tolist())[:, 0]
 
 
 _WATER = (175 / 255.0, 238 / 255.0, 238 / 255.0)
 """Spatter's water colour (RGB in [0, 1]), as the CPU path writes it."""
+
 _MUD = (63 / 255.0, 42 / 255.0, 20 / 255.0)
 """Spatter's mud colour (RGB in [0, 1]), as the CPU path writes it."""
 
@@ -256,10 +321,7 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom, dtype: tor
     return output
 
 
-TORCH_CORRUPTIONS: dict[str, Callable[[Tensor, Tensor, SampleRandom, torch.dtype], Tensor]] = {
-    "frost": frost,
-    "fog": fog,
-    "spatter": spatter,
-    "elastic": elastic,
-}
-"""Torch weather corruptions by registered name, and elastic (a digital corruption, in ``elastic.py``)."""
+register_torch_corruption("snow", snow)
+register_torch_corruption("frost", frost)
+register_torch_corruption("fog", fog)
+register_torch_corruption("spatter", spatter)

@@ -29,8 +29,10 @@ Two parts (``--part render``, the default; ``tta``; ``all``):
   and ``--precision`` on the demo world's medium stream (``ccc-render:demo,difficulty=medium``, the
   length ``--tta-warmup + --tta-samples``) read three ways: ``shards`` (``ccc-generate --demo`` output,
   read as ``ccc:DIR``, shard sha256 verified as by default), ``device`` (``ccc-render:…,device=DEVICE``:
-  rendered by the torch path on the run's device) and ``workers`` (``ccc-render:`` without ``device``:
-  the CPU path in ``--num-workers`` DataLoader workers). A run's rate is its marginal one:
+  rendered by the torch path on the run's device), ``device_fast`` (the same with
+  ``source_decoder=device,precision=float32``: sources decoded on the device, the float32 working
+  precision) and ``workers`` (``ccc-render:`` without ``device``: the CPU path in ``--num-workers``
+  DataLoader workers). A run's rate is its marginal one:
   ``--tta-samples`` ÷ (wall time of a run of warm-up + samples − wall time of a run of the warm-up
   alone), so process start, model loading, planning and worker start-up cancel. Ratios: each
   on-the-fly stream's rate ÷ the shards' rate.
@@ -91,7 +93,7 @@ The other cases are corruption names."""
 SOURCE_IMAGES = 200
 PAPER_STREAM = {"difficulty": "medium", "speed": SOURCE_IMAGES, "seed": 43, "num_images": 7_500_000}
 """The stream the samples are spread over: a paper-length medium stream (every path step equally likely)."""
-STREAMS = ("shards", "device", "workers")
+STREAMS = ("shards", "device", "device_fast", "workers")
 CLOCK_KEYS = {"cpu": "cpu_time", "wall": "wall"}
 
 
@@ -280,6 +282,7 @@ def tta_part(arguments: argparse.Namespace, device: torch.device, folder: Path) 
     streams = {
         "shards": f"ccc:{folder / 'shards' / 'demo_medium'}",
         "device": f"ccc-render:{definition},device={arguments.device}",
+        "device_fast": f"ccc-render:{definition},device={arguments.device},source_decoder=device,precision=float32",
         "workers": f"ccc-render:{definition}",
     }
     if "shards" in arguments.tta_streams:
@@ -418,7 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, help="write all results to this JSON file")
     render = parser.add_argument_group("render part")
     render.add_argument(
-        "--corruptions", default="all", help="'all' (default: 19), 'main' (the 15 of CCC) or a comma list"
+        "--corruptions",
+        default="all",
+        help="'all' (default: 19), 'main' (the 15 of CCC), 'none' (the medium mix and crops only) or a comma list",
     )
     render.add_argument("--batch-sizes", default="64", help="torch path batch sizes, comma list (default: 64)")
     render.add_argument("--images", type=int, default=64, help="samples per case and repeat (default: 64)")
@@ -457,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(arguments: argparse.Namespace) -> dict:
     """Run the parts named by parsed ``arguments``; prints the tables and returns the results."""
-    arguments.corruptions = _parse_names(arguments.corruptions)
+    arguments.corruptions = () if arguments.corruptions == "none" else _parse_names(arguments.corruptions)
     arguments.batch_sizes = _positive_list(arguments.batch_sizes, "--batch-sizes")
     arguments.method = [name.strip() for name in arguments.method.split(",") if name.strip()]
     arguments.precision = _choices(arguments.precision, "--precision", ("fp32", "bf16", "fp16"))

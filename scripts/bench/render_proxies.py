@@ -91,6 +91,8 @@ images/s = B / that. Uploads and the host time are not in it (reported apart). T
 B = 512 is measured when 512 is in ``--batch-sizes``, else interpolated linearly in B between the two
 nearest measured sizes (per-batch seconds).
 
+``--render-precision float32`` measures ``render_batch``'s float32 working precision (default float64).
+
 Run from the repository root (``PYTHONPATH=<checkout>`` measures another checkout's ``ccc``)::
 
     python scripts/bench/render_proxies.py --batch-sizes 16,128,512,1024 --json results/render_proxies.json
@@ -124,7 +126,7 @@ from corruptions import _environment, run_and_write  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
 from render import PAPER_STREAM, SOURCE_IMAGES, _positive_list  # noqa: E402
 
-from ccc.render import decode_jpeg  # noqa: E402
+from ccc.render import RENDER_PRECISIONS, decode_jpeg  # noqa: E402
 from ccc.render_torch import render_batch  # noqa: E402
 from ccc.stream.plan import plan_sample, plan_stream  # noqa: E402
 from ccc.stream.spec import SampleSpec  # noqa: E402
@@ -547,26 +549,28 @@ def _stage_meters(meter: Callable[[], float]) -> Iterator[dict[str, float]]:
         yield spent
 
 
-def _meta_stages(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], meter: Callable[[], float]) -> dict:
+def _meta_stages(
+    specs: Sequence[SampleSpec], images: Sequence[np.ndarray], meter: Callable[[], float], precision: str
+) -> dict:
     """What ``meter()`` grows by in each stage of one ``render_batch`` on the meta device (``META_STAGES``)."""
     with _stage_meters(meter) as spent:
         start = meter()
-        render_batch(specs, images, "meta", jpeg=True)
+        render_batch(specs, images, "meta", jpeg=True, precision=precision)
         total = meter() - start
     return {**spent, "other": total - sum(spent.values()), "total": total}
 
 
-def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray]) -> dict:
+def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], precision: str) -> dict:
     """``host_meta_ms_per_image``, ``meta_ops_per_batch`` and ``host_packing_ms_per_image`` (module
     docstring), after ``measure_batch``'s warm-up."""
     from ccc.render_torch import geometry
 
     batch = len(specs)
-    runs = [_meta_stages(specs, images, time.process_time) for _ in range(META_REPEATS)]
+    runs = [_meta_stages(specs, images, time.process_time, precision) for _ in range(META_REPEATS)]
     fastest = min(runs, key=lambda run: run["total"])
     counter = _OpCount()
     with counter:
-        ops = _meta_stages(specs, images, lambda: float(counter.count))
+        ops = _meta_stages(specs, images, lambda: float(counter.count), precision)
     packing = None
     pack = getattr(geometry, "_pack_boxes", None)
     if pack is not None:
@@ -591,6 +595,7 @@ def count_batch(
     warmup: tuple[Sequence[SampleSpec], Sequence[np.ndarray]],
     provenance: WeakIdKeyDictionary,
     replaced: dict[str, tuple[str, object]],
+    precision: str,
 ) -> ProxyCounter:
     """The counts of one ``render_batch`` on the stand-in device with the GPU branches substituted, after
     an uncounted warm-up batch (module docstring)."""
@@ -598,9 +603,9 @@ def count_batch(
     with _gpu_branches_substituted(replaced):
         warm = ProxyCounter(provenance)
         with warm, _python_level_patches(warm):
-            render_batch(*warmup, RENDER_DEVICE, jpeg=True)
+            render_batch(*warmup, RENDER_DEVICE, jpeg=True, precision=precision)
         with counter, _python_level_patches(counter):
-            render_batch(specs, images, RENDER_DEVICE, jpeg=True)
+            render_batch(specs, images, RENDER_DEVICE, jpeg=True, precision=precision)
     return counter
 
 
@@ -610,11 +615,12 @@ def measure_windows(
     warmup: tuple[Sequence[SampleSpec], Sequence[np.ndarray]],
     provenance: WeakIdKeyDictionary,
     replaced: dict[str, tuple[str, object]],
+    precision: str,
 ) -> dict:
     """The counts and modelled seconds of each window of consecutive samples, and their means."""
     rows = []
     for specs in windows:
-        counter = count_batch(specs, images_of(specs), warmup, provenance, replaced)
+        counter = count_batch(specs, images_of(specs), warmup, provenance, replaced, precision)
         pairs = sorted({f"{spec.n1}→{spec.n2}" for spec in specs})
         rows.append(
             {
@@ -645,15 +651,16 @@ def measure_batch(
     warmup: tuple[Sequence[SampleSpec], Sequence[np.ndarray]],
     provenance: WeakIdKeyDictionary,
     replaced: dict[str, tuple[str, object]],
+    precision: str,
 ) -> dict:
     """Every proxy of one batch (module docstring); ``warmup``: the specs and images of the untimed batch."""
-    render_batch(*warmup, "cpu", jpeg=True)
+    render_batch(*warmup, "cpu", jpeg=True, precision=precision)
     start = time.process_time()
-    render_batch(specs, images, "cpu", jpeg=True)
+    render_batch(specs, images, "cpu", jpeg=True, precision=precision)
     host_seconds = time.process_time() - start
-    render_batch(*warmup, "meta", jpeg=True)
-    meta = measure_meta(specs, images)
-    counter = count_batch(specs, images, warmup, provenance, replaced)
+    render_batch(*warmup, "meta", jpeg=True, precision=precision)
+    meta = measure_meta(specs, images, precision)
+    counter = count_batch(specs, images, warmup, provenance, replaced, precision)
     batch = len(specs)
     seconds = _model_seconds(counter.launches, sum(counter.reads.values()), counter)
     return {
@@ -796,6 +803,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: B = 2 and 4 (overrides --batch-sizes)")
     parser.add_argument(
+        "--render-precision",
+        choices=RENDER_PRECISIONS,
+        default=RENDER_PRECISIONS[0],
+        help="render_batch's working float precision (default: float64)",
+    )
+    parser.add_argument(
         "--windows",
         type=int,
         default=4,
@@ -828,10 +841,14 @@ def run(arguments: argparse.Namespace) -> dict:
         for size in sizes:
             specs = spread_specs(folder, size, 0.0)
             print(f"  B = {size}", file=sys.stderr, flush=True)
-            batches[str(size)] = measure_batch(specs, images_of(specs), warmup, provenance, replaced)
+            batches[str(size)] = measure_batch(
+                specs, images_of(specs), warmup, provenance, replaced, arguments.render_precision
+            )
             if arguments.windows > 0:
                 windows = window_specs(folder, size, arguments.windows)
-                batches[str(size)]["stream_windows"] = measure_windows(windows, images_of, warmup, provenance, replaced)
+                batches[str(size)]["stream_windows"] = measure_windows(
+                    windows, images_of, warmup, provenance, replaced, arguments.render_precision
+                )
     at_goal = rate_at(batches, GOAL_BATCH)
     import ccc
 
@@ -845,6 +862,7 @@ def run(arguments: argparse.Namespace) -> dict:
             "processor": platform.processor() or platform.machine(),
             "source_images": f"{SOURCE_IMAGES} photographs, 500×375 or 375×500 JPEG quality 90",
             "render_device": str(RENDER_DEVICE),
+            "render_precision": arguments.render_precision,
             "gpu_branches_substituted": {target: words for target, (words, _) in replaced.items()},
         },
         "model": MODEL_TEXT,

@@ -14,15 +14,14 @@ import torch
 from ccc.corruptions import corrupt
 from ccc.corruptions._kernels import copy_displaced_pixels
 from ccc.corruptions.motion import motion_blur_imagemagick
-from ccc.render_torch import blur
-from ccc.render_torch.snow import TORCH_CORRUPTIONS as SNOW_CORRUPTIONS
+from ccc.render_torch import blur, numerics, torch_corruptions
 from ccc.render_torch.random import SampleRandom
 from tests.ccc.render_torch.doubles import MirroredDraws, corrupt_mirrored
 from tests.ccc.render_torch.image_statistics import paired_comparison, sample_statistics
 from tests.ccc.render_torch.images import demo_images, to_bytes, to_tensor
 
 SEVERITIES = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0)
-ALL_CORRUPTIONS = {**blur.TORCH_CORRUPTIONS, **SNOW_CORRUPTIONS}
+ALL_CORRUPTIONS = {**torch_corruptions("blur"), "snow": torch_corruptions()["snow"]}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +32,7 @@ def images() -> np.ndarray:
 @pytest.mark.parametrize("name", ["defocus_blur", "zoom_blur", "gaussian_blur"])
 def test_deterministic_blurs_equal_the_cpu_path_byte_for_byte(images: np.ndarray, name: str) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
-    output = blur.TORCH_CORRUPTIONS[name](to_tensor(images), severities, SampleRandom(torch.arange(len(images))))
+    output = torch_corruptions("blur")[name](to_tensor(images), severities, SampleRandom(torch.arange(len(images))))
     assert output.dtype == torch.float32 and output.shape == (len(images), 3, 224, 224)
     expected = np.stack([corrupt(image, name, severity) for image, severity in zip(images, SEVERITIES)])
     np.testing.assert_array_equal(to_bytes(output), expected)
@@ -55,7 +54,7 @@ def test_imagemagick_motion_blur_equals_the_cpu_reimplementation_at_any_angle(im
     radii, sigmas = generator.uniform(0.5, 20, 4).tolist(), generator.uniform(0.5, 15, 4).tolist()
     angles = generator.uniform(-180, 180, 4).tolist()
     levels = torch.from_numpy(images[:4]).permute(0, 3, 1, 2).to(torch.float64)
-    output = blur.imagemagick_motion_blur(levels, radii, sigmas, angles).permute(0, 2, 3, 1).numpy()
+    output = numerics.imagemagick_motion_blur(levels, radii, sigmas, angles).permute(0, 2, 3, 1).numpy()
     expected = [motion_blur_imagemagick(*arguments) for arguments in zip(images[:4], radii, sigmas, angles)]
     np.testing.assert_array_equal(output.astype(np.uint8), np.stack(expected))
 
@@ -117,7 +116,7 @@ def test_glass_pointer_jumping_resolves_the_longest_chain_in_its_fixed_rounds() 
 def test_snow_equals_the_cpu_path_given_the_same_draws(images: np.ndarray) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
     seeds = torch.arange(len(images)) + 300
-    output = SNOW_CORRUPTIONS["snow"](to_tensor(images), severities, SampleRandom(seeds))
+    output = torch_corruptions()["snow"](to_tensor(images), severities, SampleRandom(seeds))
     expected = [
         corrupt_mirrored(image, "snow", severity, MirroredDraws(int(seed)))
         for image, severity, seed in zip(images, SEVERITIES, seeds)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ccc.corruptions import list_corruptions
-from ccc.render_torch import TORCH_CORRUPTIONS
-from ccc.render_torch._levels import truncate_to_levels
+from ccc.corruptions import get_corruption, list_corruptions
+from ccc.render_torch import torch_corruption, torch_corruptions
+from ccc.render_torch.registry import REGISTRY, register_torch_corruption
+from ccc.render_torch.numerics import truncate_to_levels
 from ccc.render_torch.random import SampleRandom
 from tests.ccc.render_torch.images import demo_images, to_tensor
 
@@ -15,16 +16,35 @@ IMAGES = to_tensor(demo_images(3, size=64))
 
 
 def test_every_registered_corruption_has_a_torch_implementation():
-    assert sorted(TORCH_CORRUPTIONS) == sorted(list_corruptions())
+    assert list(torch_corruptions()) == list_corruptions()  # ImageNet-C's order
+
+
+def test_each_torch_corruption_lives_in_the_module_of_its_cpu_family():
+    """The layout of ccc.corruptions: a corruption's torch function is in ccc.render_torch.<its family>."""
+    for entry in REGISTRY:
+        assert entry.function.__module__ == f"ccc.render_torch.{get_corruption(entry.name).family}", entry.name
+    assert {entry.family for entry in REGISTRY} == {"noise", "blur", "weather", "digital"}
+
+
+def test_a_torch_corruption_is_registered_once_under_its_canonical_name():
+    trial = REGISTRY.copy()
+    with pytest.raises(ValueError, match="torch corruption 'contrast' is already registered"):
+        trial.register(REGISTRY.get("contrast"))
+    with pytest.raises(
+        ValueError, match="register torch corruption 'elastic_transform' under its canonical name 'elastic'"
+    ):
+        register_torch_corruption("elastic_transform", torch_corruption("elastic"))
+    with pytest.raises(ValueError, match="unknown corruption 'sparkle'"):
+        register_torch_corruption("sparkle", torch_corruption("contrast"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
+@pytest.mark.parametrize("name", sorted(torch_corruptions()))
 def test_a_sample_depends_only_on_its_image_severity_and_seed(name: str, dtype: torch.dtype):
     """``f(images, severities, random, dtype)``: float32 (B, 3, H, W) in [0, 1] out at either working dtype,
     the input untouched, each sample of a mixed-severity batch equal to itself alone, and the same seeds
     giving the same values twice."""
-    function = TORCH_CORRUPTIONS[name]
+    function = torch_corruptions()[name]
     images = IMAGES.clone()
     severities = torch.tensor([0.7, 3.3, 5.0], dtype=torch.float64)
     seeds = torch.tensor([5, 6, 7])
@@ -39,13 +59,13 @@ def test_a_sample_depends_only_on_its_image_severity_and_seed(name: str, dtype: 
         assert torch.equal(batch[window], alone), f"{name}: sample {index} changes with its batch"
 
 
-@pytest.mark.parametrize("name", sorted(TORCH_CORRUPTIONS))
+@pytest.mark.parametrize("name", sorted(torch_corruptions()))
 def test_the_float32_mode_stays_within_a_level_of_float64(name: str):
     """The same draws in float32 give bytes (after the pipeline's truncation) at most 1 level from float64's
     at all but a few outliers (a flipped edge in spatter), and rarely different (saturate, the most: ≈ 5 %):
     a float32 step that lost the corruption, or used another parameter, would move far more (measured per
     corruption in docs/fidelity.md)."""
-    function = TORCH_CORRUPTIONS[name]
+    function = torch_corruptions()[name]
     severities = torch.tensor([0.7, 3.3, 5.0], dtype=torch.float64)
     seeds = torch.tensor([5, 6, 7])
     exact = truncate_to_levels(function(IMAGES, severities, SampleRandom(seeds), torch.float64)) * 255

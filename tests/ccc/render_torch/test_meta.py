@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from ccc.demo.images import render_demo_image
-from ccc.render_torch.pipeline import TORCH_CORRUPTIONS, render_batch
+from ccc.render_torch import torch_corruptions
+from ccc.render_torch.pipeline import render_batch
 from ccc.render_torch.random import SampleRandom
 from ccc.stream.spec import SampleSpec
 
-META_CORRUPTIONS = sorted(TORCH_CORRUPTIONS)
+META_CORRUPTIONS = sorted(torch_corruptions())
 """Every torch corruption the pipeline dispatches (all 19)."""
 
 SEVERITIES = torch.tensor([5.0, 0.1, 0.25, 2.5, 3.0, 4.75], dtype=torch.float64)
@@ -31,7 +32,7 @@ def test_the_corruption_runs_on_the_meta_device(name: str, dtype: torch.dtype):
     batch = len(SEVERITIES)
     images = torch.empty(batch, 3, 64, 64, device="meta")
     random = SampleRandom(torch.arange(batch), 0, "meta", dtype)
-    output = TORCH_CORRUPTIONS[name](images, SEVERITIES, random, dtype)
+    output = torch_corruptions()[name](images, SEVERITIES, random, dtype)
     assert (output.shape, output.dtype, output.device.type) == ((batch, 3, 64, 64), torch.float32, "meta")
 
 

@@ -13,7 +13,8 @@ from PIL import Image
 from ccc.demo.images import render_demo_image
 from ccc.render import crop_resize_flip as crop_resize_flip_pillow
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels
-from ccc.render_torch import pipeline
+from ccc.registry import Registry
+from ccc.render_torch import registry
 from ccc.render_torch.geometry import crop_resize_flip
 from ccc.render_torch.pipeline import apply_corruption_stage, render_batch
 from ccc.stream.domains import center_crop
@@ -163,7 +164,11 @@ def test_an_unknown_precision_is_one_line():
 
 
 def test_a_corruption_without_torch_implementation_is_one_line(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delitem(pipeline.TORCH_CORRUPTIONS, "contrast")
+    trimmed = Registry("torch corruption", ordered=True)
+    for entry in registry.REGISTRY:
+        if entry.name != "contrast":
+            trimmed.register(entry)
+    monkeypatch.setattr(registry, "REGISTRY", trimmed)
     with pytest.raises(NotImplementedError, match="corruption 'contrast' has no torch implementation"):
         _torch([_spec(0, "contrast", 1.0, "brightness", 0.0)])
     assert _torch([_spec(0, "contrast", 0.0, "brightness", 1.0)]).shape == (1, 224, 224, 3)
@@ -174,4 +179,4 @@ def test_the_package_exposes_its_public_names():
 
     assert render_torch.render_batch is render_batch
     assert {"SampleRandom", "per_sample_parameters", "jpeg_round_trip", "crop_resize_flip"} <= set(render_torch.__all__)
-    assert {"gaussian_noise", "contrast", "pixelate", "jpeg"} <= set(render_torch.TORCH_CORRUPTIONS)
+    assert {"gaussian_noise", "contrast", "pixelate", "jpeg"} <= set(render_torch.torch_corruptions())

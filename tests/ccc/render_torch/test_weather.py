@@ -17,14 +17,14 @@ import torch
 
 from ccc.corruptions import corrupt
 from ccc.corruptions.weather import plasma_fractal as cpu_plasma_fractal
-from ccc.render_torch import elastic, weather
+from ccc.render_torch import digital, torch_corruptions, weather
 from ccc.render_torch._spatter_filters import canny, chamfer_distance, equalize_histogram
 from ccc.render_torch.random import SampleRandom
 from tests.ccc.render_torch.doubles import MirroredDraws, corrupt_mirrored
 from tests.ccc.render_torch.image_statistics import histogram_distance, psnr
 from tests.ccc.render_torch.images import to_bytes, to_tensor
 
-TORCH_CORRUPTIONS = weather.TORCH_CORRUPTIONS
+TORCH_CORRUPTIONS = {**torch_corruptions("weather"), "elastic": torch_corruptions()["elastic"]}
 SEVERITIES = np.arange(1, 11) / 2
 
 
@@ -80,7 +80,7 @@ def test_warp_affine_matches_opencv():
         matrix = cv2.getAffineTransform(source, target)
         expected = cv2.warpAffine(image, matrix, (80, 64), borderMode=cv2.BORDER_REFLECT_101)
         inverse = torch.from_numpy(cv2.invertAffineTransform(matrix))[None]
-        ours = elastic.warp_affine_reflect_101(torch.from_numpy(image).permute(2, 0, 1)[None], inverse)
+        ours = digital.warp_affine_reflect_101(torch.from_numpy(image).permute(2, 0, 1)[None], inverse)
         np.testing.assert_array_equal(ours[0].permute(1, 2, 0).numpy(), expected)
 
 

@@ -1,11 +1,11 @@
-"""The byte-level conversions every torch corruption shares (``ccc.render_torch._levels``)."""
+"""The byte-level conversions every torch corruption shares (``ccc.render_torch.numerics``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ccc.render_torch._levels import byte_levels, truncate_to_levels, unit_float32, unit_values
+from ccc.render_torch.numerics import byte_levels, truncate_to_levels, unit_float32, unit_values
 
 
 def test_unit_float32_truncates_like_the_float64_values():
