@@ -80,7 +80,10 @@ def test_render_part_writes_every_case_batch_size_and_path(tmp_path: Path) -> No
     [
         (["--batch-sizes", "64,0"], "--batch-sizes must be comma-separated positive integers, got '64,0'"),
         (["--corruptions", "fogg"], "--corruptions must be 'all', 'main' or a comma-separated list"),
-        (["--tta-streams", "disk"], "--tta-streams must be a comma list of shards, device, workers, got 'disk'"),
+        (
+            ["--tta-streams", "disk"],
+            "--tta-streams must be a comma list of shards, device, device_fast, workers, got 'disk'",
+        ),
         (["--precision", "bf16"], "reduced precision needs a CUDA device"),
         (["--device", "gpu"], "render device: device must be 'cpu' or 'cuda[:index]', got 'gpu'"),
     ],

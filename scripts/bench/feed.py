@@ -195,7 +195,7 @@ def workers_needed(rates: dict[str, dict[str, float]], clock: str) -> dict[str, 
 
 
 def run(arguments: argparse.Namespace) -> dict:
-    """Every measurement of the module docstring, printed as a summary on stderr."""
+    """Every measurement of the module docstring, printed as a Markdown summary."""
     if arguments.quick:
         arguments.images, arguments.repeats, arguments.loader_images, arguments.batch_size = 6, 1, 8, 4
     if min(arguments.images, arguments.repeats, arguments.loader_images, arguments.batch_size) < 1:
@@ -208,12 +208,18 @@ def run(arguments: argparse.Namespace) -> dict:
         loader = loader_rates(folder, arguments.loader_images, arguments.batch_size)
         decoders = fidelity(folder, arguments.images)
     needed = workers_needed(rates, clock)
+    print(f"| step | images/s per core ({clock}) | workers to feed " + ", ".join(f"{r:,}/s" for r in FEED_RATES) + " |")
+    print("|---|---:|---:|")
     for kind, rate in rates.items():
-        print(f"  {kind}: {rate[clock]:.0f} images/s per core ({clock})", file=sys.stderr)
-    for kind, counts in needed.items():
-        print(f"  workers of {kind} to feed " + ", ".join(f"{r}/s: {n}" for r, n in counts.items()), file=sys.stderr)
+        counts = needed.get(kind)
+        workers = " / ".join(str(n) for n in counts.values()) if counts else "—"
+        print(f"| {kind} | {rate[clock]:,.0f} | {workers} |")
+    print()
     for name, difference in decoders.items():
-        print(f"  Pillow vs torchvision, {name}: {difference}", file=sys.stderr)
+        print(
+            f"- Pillow against torchvision's decoder, {name}: {difference['bytes_differing']:.2%} of the bytes differ "
+            f"(at most {difference['max_difference']} levels) on {difference['images']} images"
+        )
     return {
         "settings": {
             "images": arguments.images,
