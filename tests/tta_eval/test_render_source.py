@@ -225,6 +225,11 @@ def test_a_rendered_run_is_named_by_its_length_and_renderer() -> None:
         ("demo,difficulty=medium,seed=43,num_images=2000,device=cpu", f"{default}_images_2000_rendered_torch"),
         ("demo,difficulty=medium,seed=43,device=cpu,precision=float64", f"{default}_rendered_torch"),
         ("demo,difficulty=medium,seed=43,device=cpu,precision=float32", f"{default}_rendered_torch_float32"),
+        (
+            "demo,difficulty=medium,seed=43,device=cpu,precision=float32,source_decoder=device",
+            f"{default}_rendered_torch_float32_device_decoded",
+        ),
+        ("demo,difficulty=medium,seed=43,device=cpu,source_decoder=device", f"{default}_rendered_torch_device_decoded"),
     ):
         assert describe_stream_source(f"ccc-render:{definition}", StreamOptions()).run_name == name
 

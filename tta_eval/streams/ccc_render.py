@@ -194,18 +194,23 @@ RENDERED_RUN_SUFFIX = "_rendered"
 
 TORCH_RENDERED_RUN_SUFFIX = "_rendered_torch"
 """Ends it for a stream rendered by the torch backend (``device=``), whose bytes differ from the shards'
-(followed by ``_<precision>`` for a precision other than the default, e.g. ``_rendered_torch_float32``)."""
+(followed by ``_<precision>`` for a precision other than the default, e.g. ``_rendered_torch_float32``,
+and by ``_device_decoded`` for ``source_decoder=device``, whose sources may differ from Pillow's)."""
 
 
 def _rendered_run_suffix(request: RenderRequest) -> str:
-    """The default run folder name's ending of ``request``: the renderer and a non-default precision."""
+    """The default run folder name's ending of ``request``: the renderer, a non-default precision and a
+    non-default source decoder."""
     from ccc.render import DEFAULT_RENDER_PRECISION
 
     if request.device is None:
         return RENDERED_RUN_SUFFIX
-    if request.precision in (None, DEFAULT_RENDER_PRECISION):
-        return TORCH_RENDERED_RUN_SUFFIX
-    return f"{TORCH_RENDERED_RUN_SUFFIX}_{request.precision}"
+    suffix = TORCH_RENDERED_RUN_SUFFIX
+    if request.precision not in (None, DEFAULT_RENDER_PRECISION):
+        suffix += f"_{request.precision}"
+    if request.source_decoder == "device":
+        suffix += "_device_decoded"
+    return suffix
 
 
 def _count_source_images(request: RenderRequest) -> int | None:
