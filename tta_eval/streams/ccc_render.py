@@ -122,31 +122,20 @@ def parse_render_location(location: str) -> RenderRequest:
             "stream 'ccc-render:' needs calibration=PATH (a calibration table, .npz) outside the demo world, "
             f"e.g. {RENDER_EXAMPLE}"
         )
-    if folders:
-        if values:
-            raise ValueError(
-                f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; "
-                f"do not add {', '.join(values)}"
-            )
-        return RenderRequest(
-            folders[0],
-            None if imagenet is None else str(imagenet),
-            _optional_path(calibration),
-            start,
-            demo,
-            device,
-            source_decoder,
-            precision,
+    if folders and values:
+        raise ValueError(
+            f"stream 'ccc-render:{folders[0]}' takes its definition from the run folder's manifest; "
+            f"do not add {', '.join(values)}"
         )
     if "corruptions" in values:
         values["corruptions"] = parse_list("corruptions", values["corruptions"], owner)
-    if demo and calibrated:
+    if demo and calibrated and not folders:
         values.setdefault("speed", DEMO_SPEED)
         values.setdefault("num_images", DEMO_NUM_IMAGES)
     elif demo and values.get("kind") == "gradual":
         values.setdefault("speed", DEMO_DOMAIN_IMAGES)
     return RenderRequest(
-        values,
+        folders[0] if folders else values,
         None if imagenet is None else str(imagenet),
         _optional_path(calibration),
         start,
