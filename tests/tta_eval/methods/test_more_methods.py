@@ -443,7 +443,9 @@ def test_pl_keeps_only_confident_samples_and_uses_their_cross_entropy():
     method(logits)
     expected = float(-probabilities[kept].max(1).values.log().mean())
     assert method.last_step.samples_adapted == 2
-    assert math.isclose(method.last_step.loss, expected, rel_tol=1e-6)
+    # two float32 formulas (log of the softmax here, the method's log-softmax): they agree to a few ulps,
+    # which differ between CPUs (1.7e-6 relative on an AMD EPYC with AVX2), not bit for bit
+    assert math.isclose(method.last_step.loss, expected, rel_tol=1e-5)
 
 
 def test_pl_steps_only_the_normalization_affine_parameters(tiny_cnn):
