@@ -4,6 +4,9 @@ deterministic classifier."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +202,17 @@ def cli_user_error(main, capsys, argv: list[str]) -> str:
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
     return lines[0]
+
+
+def run_quick_bench(script: str, output: Path, timeout: int = 300) -> tuple[dict, str]:
+    """Run ``scripts/bench/<script> --quick --json <output>`` from the repository root; its JSON results
+    and its stdout (the calling test fails, with the script's last stderr, on a non-zero exit)."""
+    result = subprocess.run(
+        [sys.executable, str(REPOSITORY / "scripts" / "bench" / script), "--quick", "--json", str(output)],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(output.read_text()), result.stdout

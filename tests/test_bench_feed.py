@@ -3,27 +3,17 @@ reported, not asserted (it depends on the libjpeg builds); no timing is asserted
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.builders import REPOSITORY
+from tests.builders import REPOSITORY, run_quick_bench
 
 SCRIPT = REPOSITORY / "scripts" / "bench" / "feed.py"
 
 
 def test_quick_run_writes_rates_workers_and_decoder_differences(tmp_path: Path) -> None:
-    output = tmp_path / "feed.json"
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(output)],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    written = json.loads(output.read_text())
+    written, _ = run_quick_bench("feed.py", tmp_path / "feed.json")
     assert set(written) == {"settings", "per_core", "workers_needed", "loader", "fidelity", "environment"}
     assert written["settings"]["quick"] and written["settings"]["images"] == 6
     assert set(written["per_core"]) == {"pillow_worker", "pillow_decode", "torchvision_decode", "device_decoder_worker"}

@@ -3,16 +3,12 @@ other and with the model; no timing is asserted."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.builders import REPOSITORY
+from tests.builders import REPOSITORY, run_quick_bench
 
-SCRIPT = REPOSITORY / "scripts" / "bench" / "render_proxies.py"
 BATCH_KEYS = {
     "batch_size",
     "stream_windows",
@@ -43,16 +39,7 @@ BATCH_KEYS = {
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
-    output = tmp_path_factory.mktemp("proxies") / "proxies.json"
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(output)],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(output.read_text()), result.stdout
+    return run_quick_bench("render_proxies.py", tmp_path_factory.mktemp("proxies") / "proxies.json")
 
 
 def test_quick_run_writes_every_batch_and_the_model(quick: tuple[dict, str]) -> None:

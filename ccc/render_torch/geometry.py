@@ -15,6 +15,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from ccc.render import check_source_size
 from ccc.stream.spec import SampleSpec
 
 from ._resample import resample_batch
@@ -38,11 +39,7 @@ def _check(spec: SampleSpec, image: SourceImage) -> tuple[int, int]:
         if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] != 3:
             raise ValueError(f"a tensor source image must be uint8 (3, H, W), got {image.dtype} {tuple(image.shape)}")
         height, width = image.shape[1:]
-    if (width, height) != tuple(spec.source_size):
-        raise ValueError(
-            f"source image {spec.source_path} must be {spec.source_size[0]}x{spec.source_size[1]} pixels "
-            f"as when the stream was planned, got {width}x{height}"
-        )
+    check_source_size(spec, (width, height))
     crop_width, crop_height = spec.resize if spec.resize is not None else (width, height)
     left, top, right, bottom = spec.crop_box
     if not (0 <= left < right <= crop_width and 0 <= top < bottom <= crop_height):
