@@ -4,7 +4,10 @@ Fidelity (details in ``docs/fidelity.md``):
 
 - defocus_blur: the reference's antialiased disk kernel (same grid, including half-integer grids for
   non-integer radii > 8, same OpenCV Gaussian antialiasing and float64 ``filter2D`` with reflect-101
-  borders), applied to the three channels in one call: bit-identical.
+  borders), applied to the three channels in one call: bit-identical from severity 1/3. Below it the
+  kernel is a single tap of 1.0 and the exact result is the image itself, which is returned: the
+  reference's DFT leaves ±1e-15 there, whose sign alone decides its truncation, differently on
+  different CPUs.
 - glass_blur: the reference's Gaussian blurs (scipy's kernel, replicated borders) and its pixel loop
   compiled with numba; offsets for all pixels are drawn up front in the reference's order.
 - motion_blur: the project's own re-implementation of ImageMagick's MotionBlurImage
@@ -79,9 +82,15 @@ def antialiased_disk(radius: float, alias_blur: float) -> NDArray[np.float32]:
 
 
 def defocus_blur(image: NDArray[np.uint8], parameters: tuple[float, float], rng: RandomSource) -> NDArray[np.float64]:
-    """Convolve each channel with an antialiased disk of ``parameters = (radius, alias_sigma)``."""
+    """Convolve each channel with an antialiased disk of ``parameters = (radius, alias_sigma)``.
+
+    A kernel that is a single tap of 1.0 (radius below 1 pixel with a vanishing antialiasing blur:
+    severities below 1/3) returns the image unchanged, the exact result, whatever the CPU.
+    """
     radius, alias_blur = parameters
     kernel = antialiased_disk(radius, alias_blur)
+    if kernel.max() == 1.0:
+        return image.astype(np.float64)
     blurred = cv2.filter2D(image / 255.0, -1, kernel)
     return np.clip(blurred, 0, 1) * 255
 

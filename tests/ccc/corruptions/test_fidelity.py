@@ -33,7 +33,12 @@ def test_deterministic_corruptions_match_reference(key, name, severity, index, g
     difference = np.abs(ours - reference)
     assert difference.mean() <= 0.5
     assert np.mean(difference <= 1) >= 0.99
-    if name in EXACT:
+    if name == "defocus_blur" and severity < 1 / 3:
+        # A single-tap kernel: ours is the exact image; the reference's truncation of its DFT noise
+        # leaves it or one level below (the golden run and an AMD EPYC differ on 37 % of the values).
+        np.testing.assert_array_equal(ours, golden_images[index])
+        assert set(np.unique(reference - ours)) <= {-1, 0}
+    elif name in EXACT:
         np.testing.assert_array_equal(ours, reference)
 
 

@@ -33,9 +33,13 @@ DETERMINISTIC = np.load(GOLDEN / "corruption_deterministic.npz")
 MOTION_BLUR = np.load(GOLDEN / "corruption_motion_blur.npz")
 RANDOM_STATS = json.loads((GOLDEN / "corruption_random_stats.json").read_text())
 
-# Pixel-exact except saturate at severity 1: interp1d evaluates 1.0 + (0.3 - 1.0) * 1 =
+# Pixel-exact except (1) saturate at severity 1: interp1d evaluates 1.0 + (0.3 - 1.0) * 1 =
 # 0.30000000000000004 where the original hold-out code used 0.3, so a few values move by one grey level.
-DETERMINISTIC_TOLERANCE = {"saturate@1": (1, 0.02)}  # key prefix -> (max abs diff, mean abs diff)
+# (2) defocus below severity 1/3: the kernel is a single tap, OpenCV's DFT leaves ±1e-15 on the exact
+# levels and its sign decides the truncation, which differs between CPUs (37-38 % of the values between
+# the golden run and an AMD EPYC with AVX2; 0 on the machine that wrote the golden outputs).
+# Key prefix -> (max abs diff, mean abs diff).
+DETERMINISTIC_TOLERANCE = {"saturate@1": (1, 0.02), "defocus_blur@0.25": (1, 0.5)}
 
 # Random corruptions whose golden run cannot be replayed draw for draw, with tolerances on the
 # summary statistics (32 samples each): absolute for residual_mean, psnr_mean (dB); relative otherwise.
