@@ -30,8 +30,8 @@ import dataclasses
 import logging
 import os
 import platform
-import sys
 import re
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor

@@ -39,9 +39,9 @@ from ccc.demo.evaluate import measure_accuracies
 from ccc.demo.folder import DEMO_IMAGE_SEED, DemoImageSpec, ensure_demo_folder, render_demo_jpegs
 from ccc.demo.images import CLASS_NAMES
 from ccc.demo.model import DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256, DemoNet, file_sha256, load_demo_weights
-from ccc.stream.sources import ImageIndex, index_image_folder
 from ccc.render import crop_resize_flip
 from ccc.stream.plan import sample_resized_crop
+from ccc.stream.sources import ImageIndex, index_image_folder
 
 logger = logging.getLogger("train_demo_model")
 

@@ -1,5 +1,6 @@
 """The tree is formatted and linted as ``[tool.ruff]`` in pyproject.toml says (ruff, 120 columns;
-pycodestyle and pyflakes rules): ``ruff format`` and ``ruff check --fix`` mend what this finds."""
+pycodestyle, pyflakes and import-order rules): ``ruff format`` and ``ruff check --fix`` mend what this
+finds."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tta_eval.records import RecordTable
 from ccc.validation import check_positive_int
+from tta_eval.records import RecordTable
 
 DEFAULT_WINDOW = 10_000
 DEFAULT_COLLAPSE_SPAN = 50_000

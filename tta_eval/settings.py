@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from ccc.models import ModelSpec
 from ccc.options import parse_options
 from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int

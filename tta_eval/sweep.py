@@ -22,7 +22,6 @@ import torch
 from ccc.execution import DEFAULT_TASK_OPTIONS, Executor, SerialExecutor, TaskOptions
 from ccc.models import load_model, resolve_device
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, ResolvedExperiment, resolve_experiment
 from tta_eval.plots import plot_best_method_map, plot_utility_curves
 from tta_eval.protocols import EpisodeSettings, get_protocol, protocol_entries
 from tta_eval.reports import ALL_DOMAINS, best_methods, scores_table, sweep_rows, sweep_table, write_rows_csv
@@ -40,6 +39,7 @@ from tta_eval.run_folder import (
     prepare_sweep_folder,
     write_json,
 )
+from tta_eval.settings import ExperimentSettings, ResolvedExperiment, resolve_experiment
 from tta_eval.streams import open_stream_source
 
 logger = logging.getLogger(__name__)

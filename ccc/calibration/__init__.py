@@ -11,6 +11,7 @@ compute``) over :mod:`ccc.calibration.compute` and :mod:`ccc.calibration.adaptiv
 demand, since they load torch.
 """
 
+from ccc.calibration.presets import CCC_CORRUPTIONS, RESNET50_DIFFICULTY_PRESETS, DifficultyPreset
 from ccc.calibration.published import (
     PUBLISHED_MATRIX_URL,
     UnsafePickleError,
@@ -18,7 +19,6 @@ from ccc.calibration.published import (
     load_calibration,
     read_matrix_pickle,
 )
-from ccc.calibration.presets import CCC_CORRUPTIONS, RESNET50_DIFFICULTY_PRESETS, DifficultyPreset
 from ccc.calibration.table import (
     CORRUPTION_ALIASES,
     GRID_SIZE,

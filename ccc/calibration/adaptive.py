@@ -64,8 +64,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ccc.calibration.compute.job import Measurements, Requests, measured_grids, ordered_pairs, single_cells
 from ccc.calibration.compute.engine import Cell, grid_cell
+from ccc.calibration.compute.job import Measurements, Requests, measured_grids, ordered_pairs, single_cells
 from ccc.calibration.table import GRID_SIZE
 from ccc.options import parse_value, split_option
 from ccc.stream.paths import PATH_OBJECTIVES, find_path

@@ -19,8 +19,8 @@ import dataclasses
 import hashlib
 import io
 import logging
-import os
 import math
+import os
 import pickle
 import re
 from collections.abc import Callable

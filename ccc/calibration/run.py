@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
+from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
+from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import (
     BruteForcePlanner,
     CalibrationJob,
@@ -35,16 +37,14 @@ from ccc.calibration.compute.job import (
     compute_calibration,
     state_dict_digest,
 )
-from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.registry import DEFAULT_BACKEND, BackendSetup, get_backend
-from ccc.render import DEFAULT_RENDER_PRECISION
-from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
+from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
-from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.execution import open_executor
-from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
 from ccc.models import DEFAULT_MODEL, DEFAULT_RESNET50_WEIGHTS, ModelSpec, load_model, resolve_device
+from ccc.render import DEFAULT_RENDER_PRECISION
+from ccc.stream.sources import index_image_folder, resolve_imagenet_folder
 from ccc.validation import MAX_BATCH_SIZE, check_positive_int
 
 __all__ = ["CalibrationConfig", "CalibrationRun", "calibrate", "model_identity"]

@@ -21,9 +21,9 @@ from tqdm import tqdm
 
 from ccc.cli.common import HelpFormatter, UsageError, count, examples, integer_at_least, run_command
 from ccc.folder_lock import FolderInUseError
+from ccc.shards.errors import ShardReadError
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
 from ccc.shards.published import PUBLISHED_PREFIX, PUBLISHED_URL_VARIABLE, get_published
-from ccc.shards.errors import ShardReadError
 from ccc.shards.remote import DEFAULT_REMOTE_OPTIONS, MAX_SECONDS, RemoteOptions
 
 PROGRAM = "ccc-mirror"

@@ -23,9 +23,9 @@ from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
 from ccc.cli.common import HelpFormatter, UsageError, count, examples, run_command
-from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.shards.manifest import ManifestError, describe_renderer, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
+from ccc.stream.sources import ImageFolderError, read_class_list
 from ccc.stream.spec import CCC_KIND, PlanError
 
 PROGRAM = "ccc-verify"

@@ -25,11 +25,11 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
 from ._kernels import copy_displaced_pixels
-from .motion import motion_blur_imagemagick
 from ._random import RandomSource, draw_integers
 from ._registry import REGISTRY, Corruption
+from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
+from .motion import motion_blur_imagemagick
 
 DEFOCUS_BLUR_TABLE = ((0.0, 0.0), (3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))
 """(disk radius in pixels, antialiasing Gaussian sigma), severities 0..5."""

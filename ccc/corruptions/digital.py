@@ -22,10 +22,10 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from .filters import gaussian_smooth_reflect
 from ._kernels import adjust_hsv, sample_bilinear_reflect
 from ._random import RandomSource
 from ._registry import REGISTRY, Corruption
+from .filters import gaussian_smooth_reflect
 
 BRIGHTNESS_TABLE = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 """Shift of the HSV value channel (values in [0, 1]), severities 0..5."""

@@ -19,11 +19,11 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from ._random import RandomSource, draw_integers
+from ._registry import REGISTRY, Corruption
 from .assets import frost_textures
 from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
 from .motion import motion_blur_imagemagick
-from ._random import RandomSource, draw_integers
-from ._registry import REGISTRY, Corruption
 
 SNOW_TABLE = (
     (0.1, 0.3, 3, 1.0, 10, 4, 1.0),

@@ -24,9 +24,9 @@ from torch import nn
 
 from ccc.calibration.compute.imageset import Preprocessing
 from ccc.corruptions import CORRUPTIONS, corrupt
-from ccc.stream.sources import ImageIndex
 from ccc.render import JPEG_QUALITY, crop_resize_flip
 from ccc.stream.plan import sample_resized_crop
+from ccc.stream.sources import ImageIndex
 
 CROPS = ("centre", "random")
 """Input preparations: calibration-style centre crop, stream-style random-resized crop."""

@@ -20,10 +20,10 @@ from ccc.load.decode import decode_tar_sample
 from ccc.load.sample import StreamError, StreamSample
 from ccc.load.selection import DEFAULT_SAMPLES_PER_TURN, Selection
 from ccc.shards.errors import ShardReadError
+from ccc.shards.location import open_shard
 from ccc.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, file_sha256, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirrored_shards
 from ccc.shards.published import resolve_published
-from ccc.shards.location import open_shard
 from ccc.shards.reader import TarSample, read_samples
 from ccc.shards.record import sample_key, shard_name, shard_pattern
 from ccc.shards.remote import RemoteOptions

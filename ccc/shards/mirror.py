@@ -39,6 +39,7 @@ from PIL import Image
 
 from ccc.folder_lock import FolderLock
 from ccc.safe_files import open_owned, refuse_symlink, write_atomically
+from ccc.shards.errors import ShardReadError
 from ccc.shards.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
@@ -50,7 +51,6 @@ from ccc.shards.manifest import (
     save_manifest,
 )
 from ccc.shards.published import PUBLISHED_PREFIX, published_locations
-from ccc.shards.errors import ShardReadError
 from ccc.shards.reader import read_samples
 from ccc.shards.record import SampleRecordError, check_shard_file_name, decode_members, sample_place
 from ccc.shards.remote import RemoteOptions, ShardChangedError, is_remote, open_remote

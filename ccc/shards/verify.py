@@ -14,16 +14,15 @@ manifest claiming 10^15 images costs what its recorded shards cost.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ccc.render import decode_jpeg
 from ccc.shards.errors import ShardReadError
-from ccc.shards.manifest import file_sha256, load_manifest
 from ccc.shards.location import open_shard
+from ccc.shards.manifest import file_sha256, load_manifest
 from ccc.shards.reader import TarSample, read_samples
 from ccc.shards.record import (
     IMAGE_MEMBER,

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccc.stream.paths import PATH_OBJECTIVES, SEVERITY_STEP, Cell, find_path, path_accuracies
 from ccc.stream.order import reference_corruption_order
+from ccc.stream.paths import PATH_OBJECTIVES, SEVERITY_STEP, Cell, find_path, path_accuracies
 from ccc.validation import check_non_negative_int
 
 __all__ = [

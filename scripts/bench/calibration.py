@@ -53,7 +53,7 @@ from torch import nn  # noqa: E402
 import ccc.calibration.compute.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
 from ccc.calibration.compute.backends import ModelBackend  # noqa: E402
-from ccc.cli.calibrate import adaptive_setting_argument, adaptive_settings  # noqa: E402
+from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images  # noqa: E402
 from ccc.calibration.compute.job import (  # noqa: E402
     BruteForcePlanner,
     CalibrationJob,
@@ -63,14 +63,14 @@ from ccc.calibration.compute.job import (  # noqa: E402
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images  # noqa: E402
 from ccc.calibration.compute.simulation import CorrelatedImagesBackend  # noqa: E402
-from ccc.pickles import load_torch_file  # noqa: E402
 from ccc.calibration.compute.workfolder import WorkFolder  # noqa: E402
+from ccc.cli.calibrate import adaptive_setting_argument, adaptive_settings  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402
 from ccc.execution import SerialExecutor, open_executor  # noqa: E402
-from ccc.stream.sources import index_image_folder  # noqa: E402
+from ccc.pickles import load_torch_file  # noqa: E402
 from ccc.stream.paths import find_path, path_accuracies  # noqa: E402
+from ccc.stream.sources import index_image_folder  # noqa: E402
 
 PARTS = ("throughput", "scaling", "adaptive", "estimate")
 ADAPTIVE_CORRUPTIONS = ("gaussian_noise", "defocus_blur", "contrast", "pixelate")

@@ -32,10 +32,10 @@ import torch
 from ccc.models import ModelSpec, load_model
 from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY, Checkpoint, Checkpointer, write_checkpoint
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.methods import create
 from tta_eval.methods.base import method_state_dict
 from tta_eval.run_folder import CHECKPOINT_FILE
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.streams import StreamOptions
 
 MODELS = {"demo": ModelSpec("ccc.demo:demo_model"), "resnet50": ModelSpec("resnet50", weights="none")}

@@ -64,11 +64,11 @@ from ccc.calibration import RESNET50_DIFFICULTY_PRESETS, CalibrationMetadata, Ca
 from ccc.corruptions import corrupt_pair  # noqa: E402
 from ccc.execution import RayExecutor, SerialExecutor  # noqa: E402
 from ccc.generate import generate_stream, library_versions  # noqa: E402
-from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
 from ccc.render import render_sample  # noqa: E402
 from ccc.shards.record import format_info  # noqa: E402
 from ccc.shards.writer import ShardWriter  # noqa: E402
 from ccc.stream.plan import build_stream_plan, plan_sample  # noqa: E402
+from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
 from ccc.stream.spec import StreamSpec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.reference_style

@@ -38,8 +38,8 @@ from generate import make_plan, make_source_folder, synthetic_table, warm_up  # 
 
 from ccc.execution import SerialExecutor  # noqa: E402
 from ccc.generate import generate_stream  # noqa: E402
-from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
 from ccc.load import open_stream, stream_loader  # noqa: E402
+from ccc.stream.sources import index_image_folder, load_source_images  # noqa: E402
 
 BATCH_SIZE = 64
 

@@ -28,8 +28,8 @@ import torch
 
 from ccc.models import ModelSpec
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.records import BatchRecord, RecordTable
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.streams import SizedStream, StreamOptions, open_stream_source, register_stream_source
 
 SCHEME = "memory_probe"

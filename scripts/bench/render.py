@@ -78,8 +78,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corruptions import UsageError, _environment, _parse_names, run_and_write  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
 
-from ccc.render import RENDER_PRECISIONS, decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
 from ccc.load.rendered_stream import check_render_device  # noqa: E402
+from ccc.render import RENDER_PRECISIONS, decode_jpeg, encode_jpeg, render_pixels  # noqa: E402
 from ccc.render_torch import jpeg_round_trip, render_batch  # noqa: E402
 from ccc.stream.plan import plan_sample, plan_stream  # noqa: E402
 from ccc.stream.spec import SampleSpec  # noqa: E402

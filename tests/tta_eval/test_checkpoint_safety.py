@@ -33,10 +33,10 @@ from tta_eval.checkpoint import (
     rng_states,
 )
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.methods import create
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
 from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, LOCK_FILE, RECORDS_FOLDER, RUN_COMPLETE, SUMMARY_FILE
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.streams import StreamOptions
 
 FACTORY = "tests.tta_eval.tta_helpers:make_tiny_cnn"

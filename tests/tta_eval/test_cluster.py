@@ -17,8 +17,8 @@ from tests.builders import REPOSITORY
 from tests.ray_cluster import two_node_ray_cluster
 from tests.tta_eval.tta_helpers import run_cli
 from tta_eval.cluster import run_experiments, task_options
-from tta_eval.settings import ExperimentSettings, MethodSpec, resolve_experiment
 from tta_eval.protocols import CostModel, MethodCost
+from tta_eval.settings import ExperimentSettings, MethodSpec, resolve_experiment
 from tta_eval.sweep import SweepSettings, run_sweep
 from tta_eval.synthetic import pretrained_tiny_cnn
 

@@ -12,10 +12,10 @@ import pytest
 
 from tests.tta_eval.method_helpers import make_staged_cnn
 from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
-from tta_eval.settings import MethodSpec
 from tta_eval.methods import create, resolve_config
 from tta_eval.methods.layers import normalization_affine_parameters
 from tta_eval.methods.registry import parse_reset_policy
+from tta_eval.settings import MethodSpec
 from tta_eval.streams import StreamOptions, describe_stream_source, open_stream_source, parse_render_location
 
 

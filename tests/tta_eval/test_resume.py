@@ -25,7 +25,6 @@ from tta_eval.checkpoint import (
     write_checkpoint,
 )
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.protocols import (
     AlfarraProtocol,
     AmortisedProtocol,
@@ -35,6 +34,7 @@ from tta_eval.protocols import (
     OfflineProtocol,
 )
 from tta_eval.run_folder import CHECKPOINT_FILE, RECORDS_FOLDER
+from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.streams import StreamOptions
 
 FACTORY = "tests.tta_eval.tta_helpers:make_tiny_cnn"

@@ -13,11 +13,11 @@ import pytest
 from ccc.models import ModelSpec, load_model
 from tta_eval.checkpoint import Checkpoint, read_checkpoint
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, MethodSpec, resolve_experiment
 from tta_eval.protocols import CostModel, MethodCost, OfflineProtocol
 from tta_eval.records import RECORD_COLUMNS, CsvRecordWriter
 from tta_eval.run import Run
 from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, file_sha256, lock_run_folder, records_path
+from tta_eval.settings import ExperimentSettings, MethodSpec, resolve_experiment
 
 STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
 """96 samples in 6 batches of 16."""

@@ -21,8 +21,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from tta_eval.settings import ResolvedExperiment
     from tta_eval.run_folder import RunResult
+    from tta_eval.settings import ResolvedExperiment
 
 __all__ = ["RUN_EXAMPLES", "add_command", "execute", "protocol_settings"]
 
@@ -103,9 +103,9 @@ def _timing_line(summary: dict) -> str:
 
 def execute(arguments: argparse.Namespace) -> int:
     from tta_eval.cluster import print_line, run_experiments
-    from tta_eval.settings import resolve_experiment
     from tta_eval.reports import adaptation_notes, comparison_table, run_scores, scores_table
     from tta_eval.run_folder import PLOT_STEM, load_run
+    from tta_eval.settings import resolve_experiment
 
     streams = per_stream(arguments)
     several = len(streams) > 1

@@ -69,9 +69,9 @@ def _grid(option: str, text: str, scale: float = 1.0) -> tuple[float, ...]:
 
 
 def execute(arguments: argparse.Namespace) -> int:
+    from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
     from tta_eval.settings import resolve_experiment
     from tta_eval.sweep import SweepSettings, run_sweep
-    from tta_eval.run_folder import SWEEP_RESULTS_MARKDOWN
 
     if len(arguments.stream) > 1:
         raise ValueError(

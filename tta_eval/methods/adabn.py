@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ccc.validation import check_in_range
 from tta_eval.methods.base import AdaptationMethod, StepInfo, batchnorm_layers, require_batchnorm
 from tta_eval.methods.layers import batch_statistics
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ccc.validation import check_in_range, check_non_negative, check_positive_int
 from tta_eval.methods.registry import MethodEntry, register_method
 from tta_eval.methods.roid import ROID, ROIDConfig, TensorStore
-from ccc.validation import check_in_range, check_non_negative, check_positive_int
 
 BETA_FLOOR = 0.89
 BETA_SATURATION = 0.9999

@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_non_negative_int, check_positive_int
 from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.base import (
     AdaptationMethod,
@@ -21,7 +22,6 @@ from tta_eval.methods.base import (
 from tta_eval.methods.layers import normalization_affine_parameters, require_normalization_parameters
 from tta_eval.methods.losses import cross_entropy_to_teacher, symmetric_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive_int, check_non_negative_int
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
+from ccc.validation import check_in_range, check_non_negative_int, check_positive_int
 from tta_eval.methods.base import SGDConfig, StepInfo
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range, check_positive_int, check_non_negative_int
 
 
 @dataclass(frozen=True)

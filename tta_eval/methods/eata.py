@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ccc.validation import check_non_negative, check_positive_int
 from tta_eval.methods.eta import ETA, ETAConfig
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_non_negative, check_positive_int
 
 
 @dataclass(frozen=True)

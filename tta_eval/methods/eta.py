@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ccc.validation import check_in_range
 from tta_eval.methods.base import SGDConfig, StepInfo, observe_prediction
 from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, entropy_weights, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

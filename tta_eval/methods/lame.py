@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ccc.validation import check_choice, check_non_negative, check_positive_int
 from tta_eval.methods.base import AdaptationMethod, StepInfo
 from tta_eval.methods.layers import find_classifier_head, forward_with_features
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_choice, check_non_negative, check_positive_int
 
 LAME_PROBABILITY_FLOOR = 1e-10
 LAME_RELATIVE_TOLERANCE = 1e-8

@@ -20,11 +20,11 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from torch import nn
 
+from ccc.validation import check_non_negative, check_non_negative_int, check_positive_int
 from tta_eval.methods.augmentation import uniform
 from tta_eval.methods.base import AdaptationMethod, SGDConfig, StepInfo, make_sgd
 from tta_eval.methods.layers import BatchNormPriorNetwork, attach_prediction_network, batchnorm_prior
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_non_negative, check_positive_int, check_non_negative_int
 
 AUGMIX_WIDTH = 3
 AUGMIX_MAX_DEPTH = 3

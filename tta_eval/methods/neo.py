@@ -9,10 +9,10 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ccc.validation import check_choice, check_in_range
 from tta_eval.methods.base import AdaptationMethod, StepInfo
 from tta_eval.methods.layers import find_classifier_head, forward_with_features
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_choice, check_in_range
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ccc.validation import check_choice, check_in_range, check_non_negative
 from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.base import AdaptationMethod, StepInfo, require_batchnorm
 from tta_eval.methods.layers import find_classifier_head, forward_with_features
@@ -31,7 +32,6 @@ from tta_eval.methods.rotta import (
     set_robust_training,
 )
 from tta_eval.methods.ttac_nq import SourceFeatureStatistics, matching_source_statistics
-from ccc.validation import check_choice, check_in_range, check_non_negative
 
 DIVERGENCE_VARIANCE_FLOOR = 1e-6
 REGULARIZERS = ("cosine", "l2", "none")

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ccc.validation import check_in_range
 from tta_eval.methods.base import SGDConfig, StepInfo
 from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

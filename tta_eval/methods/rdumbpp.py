@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ccc.validation import check_in_range
 from tta_eval.methods.eta import ETA, ETAConfig
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range
 
 RDUMBPP_ENTROPY_MARGIN = 4.2
 """The author's entropy margin E0 in nats on ImageNet's 1,000 classes ("CCC entropy median")."""

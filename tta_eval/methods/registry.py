@@ -17,9 +17,9 @@ from torch import nn
 
 from ccc.options import parse_options
 from ccc.registry import Registry
+from ccc.validation import check_positive_int
 from tta_eval.methods.base import require_batchnorm
 from tta_eval.methods.reset import POLICY_SEPARATOR, RESET_POLICIES, NeverReset, PeriodicPolicy, ResetPolicy
-from ccc.validation import check_positive_int
 
 RESET_POLICY_OPTION = "reset"
 RESET_OPTION = "reset_every"

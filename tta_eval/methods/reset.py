@@ -22,9 +22,6 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from tta_eval.methods.base import StepInfo, observing_predictions
-from tta_eval.methods.layers import batchnorm_statistics_frozen
-from tta_eval.methods.losses import softmax_entropy
 from ccc.validation import (
     check_choice,
     check_in_range,
@@ -33,6 +30,9 @@ from ccc.validation import (
     check_positive,
     check_positive_int,
 )
+from tta_eval.methods.base import StepInfo, observing_predictions
+from tta_eval.methods.layers import batchnorm_statistics_frozen
+from tta_eval.methods.losses import softmax_entropy
 
 POLICY_SEPARATOR = ":"
 """Separates a policy's name and its parameters in ``reset=NAME:param=value:param=value``."""

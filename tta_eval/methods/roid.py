@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ccc.validation import check_choice, check_in_range, check_non_negative_int, check_positive
 from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.base import SGDConfig, StepInfo, observe_prediction
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import softmax_entropy, symmetric_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_choice, check_in_range, check_non_negative_int, check_positive
 
 SLR_CLIP = 0.99
 SLR_EPSILON = 1e-5

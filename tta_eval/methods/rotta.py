@@ -12,18 +12,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from ccc.validation import (
+    check_in_range,
+    check_non_negative,
+    check_non_negative_int,
+    check_positive,
+    check_positive_int,
+)
 from tta_eval.methods.augmentation import augment_batch
 from tta_eval.methods.base import BATCHNORM_TYPES, AdaptationMethod, StepInfo, require_batchnorm
 from tta_eval.methods.layers import batch_statistics
 from tta_eval.methods.losses import cross_entropy_to_teacher
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import (
-    check_in_range,
-    check_non_negative,
-    check_positive,
-    check_positive_int,
-    check_non_negative_int,
-)
 
 UNCERTAINTY_LOG_FLOOR = 1e-6
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ccc.validation import check_in_range
 from tta_eval.methods.base import SGDConfig
 from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import generalized_cross_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ccc.validation import check_choice, check_in_range, check_non_negative
 from tta_eval.methods.base import SGDConfig, StepInfo, backward, optimizer_step
 from tta_eval.methods.layers import NormalizationGradientMethod, batchnorm_statistics_frozen
 from tta_eval.methods.losses import DEFAULT_ENTROPY_MARGIN_FRACTION, select_reliable, softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_choice, check_in_range, check_non_negative
 
 SAM_NORM_FLOOR = 1e-12
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ccc.validation import check_non_negative, check_positive_int
 from tta_eval.methods.registry import MethodEntry, register_method
 from tta_eval.methods.shot_im import SHOTIM, SHOTIMConfig
-from ccc.validation import check_non_negative, check_positive_int
 
 
 @dataclass(frozen=True)

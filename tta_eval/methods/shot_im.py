@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ccc.validation import check_non_negative
 from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_sgd, set_batchnorm_batch_statistics
 from tta_eval.methods.layers import find_classifier_head, forward_with_features, parameters_outside_head
 from tta_eval.methods.losses import softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_non_negative
 
 
 @dataclass(frozen=True)

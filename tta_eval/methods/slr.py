@@ -9,10 +9,10 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive
 from tta_eval.methods.layers import NormalizationGradientMethod
 from tta_eval.methods.losses import kl_to_uniform, soft_likelihood_ratio
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive
 
 
 @dataclass(frozen=True)

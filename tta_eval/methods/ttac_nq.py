@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ccc.pickles import load_torch_file
+from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int
 from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_sgd, set_batchnorm_batch_statistics
 from tta_eval.methods.layers import (
     EvaluationModeNetwork,
@@ -30,8 +32,6 @@ from tta_eval.methods.layers import (
     parameters_outside_head,
 )
 from tta_eval.methods.registry import MethodEntry, register_method
-from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int
-from ccc.pickles import load_torch_file
 
 STATISTICS_FORMAT = "tta_eval.ttac.source_statistics/1"
 

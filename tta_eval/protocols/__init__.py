@@ -40,7 +40,6 @@ from tta_eval.protocols._base import (
     register,
     seconds_from_ms,
 )
-
 from tta_eval.protocols.alfarra import AlfarraProtocol, relative_speed, run_alfarra
 from tta_eval.protocols.amortised import AmortisedProtocol, run_amortised
 from tta_eval.protocols.continuous import ContinuousProtocol, continuous_scores

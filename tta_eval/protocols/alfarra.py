@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ccc.validation import check_in_range, check_positive_int
 from tta_eval.metrics import overall_accuracy, per_domain_accuracy
 from tta_eval.protocols._base import (
     CliOption,
@@ -35,7 +36,6 @@ from tta_eval.protocols._base import (
     register,
 )
 from tta_eval.records import RecordTable
-from ccc.validation import check_in_range, check_positive_int
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod

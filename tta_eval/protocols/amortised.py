@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ccc.validation import check_non_negative, check_positive
 from tta_eval.metrics import batch_accuracy, domain_masks
 from tta_eval.protocols._base import (
     CliOption,
@@ -31,7 +32,6 @@ from tta_eval.protocols._base import (
 )
 from tta_eval.protocols.tempora import amortised_utility
 from tta_eval.records import RecordTable
-from ccc.validation import check_non_negative, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ccc.validation import check_positive
 from tta_eval.metrics import batch_accuracy, domain_masks, format_milliseconds
 from tta_eval.protocols._base import (
     CliOption,
@@ -27,7 +28,6 @@ from tta_eval.protocols._base import (
 from tta_eval.protocols.offline import run_offline
 from tta_eval.protocols.tempora import decay_factors, utility_decomposition
 from tta_eval.records import RecordTable
-from ccc.validation import check_positive
 
 
 @dataclass(frozen=True, kw_only=True)

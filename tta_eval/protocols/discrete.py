@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ccc.validation import check_non_negative_int, check_positive
 from tta_eval.metrics import batch_accuracy, domain_masks, format_milliseconds
 from tta_eval.protocols._base import (
     CliOption,
@@ -30,7 +31,6 @@ from tta_eval.protocols._base import (
 )
 from tta_eval.protocols.tempora import DiscretePipeline, discrete_utility
 from tta_eval.records import RecordTable
-from ccc.validation import check_non_negative_int, check_positive
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod

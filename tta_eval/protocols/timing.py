@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ccc.options import parse_value
-from tta_eval.run_folder import COSTS_FILE
 from ccc.validation import check_non_negative, check_non_negative_int, check_positive, check_positive_int
+from tta_eval.run_folder import COSTS_FILE
 
 # torch is imported where a measurement needs it: the cost model and settings load without it
 # (``tta-eval --help``).

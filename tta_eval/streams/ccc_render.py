@@ -15,7 +15,6 @@ from tta_eval.streams.ccc_shards import DOMAIN_KEY, PAIR_KEY, run_folder_kind, r
 from tta_eval.streams.options import StreamOptions
 from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource
 
-
 RENDER_OPTIONS = ("imagenet", "calibration", "start", "device", "source_decoder", "precision")
 """Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
 

@@ -40,7 +40,6 @@ from numpy.typing import NDArray
 from torch import nn
 
 from ccc.calibration.compute.backends import CalibrationBackend
-from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
 from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,
@@ -56,6 +55,7 @@ from ccc.calibration.compute.registry import DEFAULT_BACKEND
 from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
 from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name
+from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import ccc.calibration.compute.torch_render as torch_render
 from ccc.calibration import CalibrationTable
 from ccc.calibration.compute.backends import ModelBackend
 from ccc.calibration.compute.engine import WorkUnit, image_seeds, seed_key
@@ -24,7 +25,6 @@ from ccc.calibration.compute.job import (
     state_dict_digest,
 )
 from ccc.calibration.compute.registry import BackendSetup, get_backend
-import ccc.calibration.compute.torch_render as torch_render
 from ccc.calibration.compute.torch_render import TorchRenderBackend
 from ccc.calibration.compute.workfolder import WorkFolder, WorkFolderError
 from ccc.calibration.run import CalibrationConfig, calibrate

@@ -18,7 +18,7 @@ import pytest
 
 from ccc.calibration import CalibrationTable
 from ccc.cli.generate import main
-from tests.builders import cli_user_error, REPOSITORY, make_calibration_table, make_image_folder
+from tests.builders import REPOSITORY, cli_user_error, make_calibration_table, make_image_folder
 from tests.image_fixtures import bomb_png
 
 

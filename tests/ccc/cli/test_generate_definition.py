@@ -15,9 +15,8 @@ import pytest
 from ccc.cli.common import UsageError
 from ccc.cli.generate import build_parser
 from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
-from ccc.stream.spec import PAPER_NUM_IMAGES
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.stream.spec import DEFINITION_KEYS, resolve_stream_spec
+from ccc.stream.spec import DEFINITION_KEYS, PAPER_NUM_IMAGES, resolve_stream_spec
 
 CHECKSUM = "0" * 64
 

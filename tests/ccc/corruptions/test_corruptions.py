@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 
-from ccc.registry import Registry
 from ccc.corruptions import (
     CORRUPTIONS,
     HOLDOUT_CORRUPTIONS,
@@ -23,6 +22,7 @@ from ccc.corruptions import (
     get_corruption,
     list_corruptions,
 )
+from ccc.registry import Registry
 
 ALL = list_corruptions()
 RANDOM = [name for name in ALL if get_corruption(name).random]

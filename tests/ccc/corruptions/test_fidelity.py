@@ -10,8 +10,8 @@ from scipy import interpolate, ndimage
 from skimage import color
 
 from ccc.corruptions import corrupt, get_corruption, list_corruptions
-from ccc.corruptions.filters import gaussian_smooth_reflect, zoom_bilinear_accumulate
 from ccc.corruptions._kernels import adjust_hsv, sample_bilinear_reflect
+from ccc.corruptions.filters import gaussian_smooth_reflect, zoom_bilinear_accumulate
 from ccc.corruptions.noise import _shot_byte_tables
 from ccc.corruptions.statistics import per_image_statistics, summary_statistics
 from tests.builders import GOLDEN

@@ -7,9 +7,9 @@ import torch
 
 from ccc.corruptions import get_corruption, list_corruptions
 from ccc.render_torch import torch_corruption, torch_corruptions
-from ccc.render_torch.registry import REGISTRY, register_torch_corruption
 from ccc.render_torch.numerics import truncate_to_levels
 from ccc.render_torch.random import SampleRandom
+from ccc.render_torch.registry import REGISTRY, register_torch_corruption
 from tests.ccc.render_torch.images import demo_images, to_tensor
 
 IMAGES = to_tensor(demo_images(3, size=64))

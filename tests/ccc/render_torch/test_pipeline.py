@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 
 from ccc.demo.images import render_demo_image
+from ccc.registry import Registry
 from ccc.render import crop_resize_flip as crop_resize_flip_pillow
 from ccc.render import decode_jpeg, encode_jpeg, render_pixels
-from ccc.registry import Registry
 from ccc.render_torch import registry
 from ccc.render_torch.geometry import crop_resize_flip
 from ccc.render_torch.pipeline import apply_corruption_stage, render_batch

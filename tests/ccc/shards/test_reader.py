@@ -22,6 +22,7 @@ import pytest
 
 from ccc.load import StreamError, StreamWarning, open_stream
 from ccc.shards.errors import ShardReadError
+from ccc.shards.location import read_all
 from ccc.shards.reader import (
     BLOCK_BYTES,
     MAX_MEMBER_BYTES,
@@ -33,7 +34,6 @@ from ccc.shards.reader import (
     read_members,
     split_member_name,
 )
-from ccc.shards.location import read_all
 from ccc.shards.record import MAX_JSON_BYTES
 from tests.builders import make_ccc_run, make_image_folder
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ccc.shards.errors import ShardReadError
 from ccc.shards.record import (
     IMAGE_MEMBER,
     INFO_MEMBER,
@@ -25,7 +26,6 @@ from ccc.shards.record import (
     shard_pattern,
     temporary_shard_name,
 )
-from ccc.shards.errors import ShardReadError
 from ccc.stream.spec import SampleSpec
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from ccc.load import StreamError, open_stream
 from ccc.safe_files import UnsafePathError
+from ccc.shards.location import open_shard
 from ccc.shards.reader import ShardReadError
 from ccc.shards.record import shard_name
-from ccc.shards.location import open_shard
 from ccc.shards.remote import RemoteOptions
 from ccc.shards.shard_cache import cache_name, open_cached
 from tests.builders import make_ccc_run

@@ -17,11 +17,11 @@ from tests.tta_eval.method_helpers import batch_statistics_copy, make_staged_cnn
 from tests.tta_eval.tta_helpers import make_batches, states_equal
 from tta_eval.methods import SourceFeatureStatistics, compute_source_statistics, create
 from tta_eval.methods.augmentation import augment_batch
-from tta_eval.methods.roid import clipped_soft_likelihood_ratio, roid_sample_weights, smoothed_batch_prior
 from tta_eval.methods.deyo import pseudo_label_probability_difference, shuffle_patches
 from tta_eval.methods.layers import batchnorm_prior, batchnorm_statistics_frozen, normalization_affine_parameters
 from tta_eval.methods.losses import cross_entropy_to_teacher, softmax_entropy
 from tta_eval.methods.memo import augmix_view, marginal_entropy, pil_affine
+from tta_eval.methods.roid import clipped_soft_likelihood_ratio, roid_sample_weights, smoothed_batch_prior
 from tta_eval.methods.rotta import CategoryBalancedMemory, RobustBatchNorm, timeliness_weights
 from tta_eval.methods.ttac_nq import symmetric_diagonal_gaussian_kl, symmetric_gaussian_kl
 

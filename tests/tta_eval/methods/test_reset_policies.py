@@ -16,7 +16,6 @@ from torch import nn
 
 from tests.tta_eval.method_helpers import TEST_OPTIONS
 from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, make_batches, run_cli
-from tta_eval.settings import MethodSpec
 from tta_eval.methods import ETA, ResetPolicyWrapper, create, get_method
 from tta_eval.methods.base import StepInfo
 from tta_eval.methods.losses import softmax_entropy
@@ -31,6 +30,7 @@ from tta_eval.methods.reset import (
     PeriodicReset,
 )
 from tta_eval.records import RecordTable
+from tta_eval.settings import MethodSpec
 
 ETA_OPTIONS = TEST_OPTIONS["eta"]
 

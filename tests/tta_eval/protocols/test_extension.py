@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from ccc.registry import Registry
 from ccc.validation import check_positive_int
 from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
 from tta_eval.metrics import batch_accuracy, domain_masks
-from ccc.registry import Registry
 from tta_eval.protocols import (
     CliOption,
     EpisodeSettings,

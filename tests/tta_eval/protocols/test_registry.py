@@ -16,7 +16,6 @@ import pytest
 from tests.tta_eval.tta_helpers import TINY_FACTORY, make_batches, make_tiny_cnn, run_cli
 from tta_eval.cli import build_parser
 from tta_eval.cli.run import protocol_settings
-from tta_eval.settings import ExperimentSettings
 from tta_eval.methods import create
 from tta_eval.protocols import (
     CostModel,
@@ -32,6 +31,7 @@ from tta_eval.protocols import (
 )
 from tta_eval.records import RECORD_COLUMNS
 from tta_eval.run_folder import load_run
+from tta_eval.settings import ExperimentSettings
 from tta_eval.sweep import SweepSettings
 
 PROTOCOLS_DOC = Path(__file__).resolve().parents[3] / "docs" / "protocols.md"

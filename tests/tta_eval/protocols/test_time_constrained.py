@@ -20,7 +20,6 @@ from ccc.models import ModelSpec
 from tests.tta_eval.method_helpers import build, statistics_file
 from tests.tta_eval.tta_helpers import make_batches, make_tiny_cnn
 from tta_eval.experiment import run_experiment
-from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.methods import create, list_methods
 from tta_eval.protocols import (
     AlfarraProtocol,
@@ -49,6 +48,7 @@ from tta_eval.protocols.tempora import (
 )
 from tta_eval.records import LEGACY_RECORD_COLUMNS, RecordTable
 from tta_eval.reports import rescore_run
+from tta_eval.settings import ExperimentSettings, MethodSpec
 
 LATENCY = 0.01
 TINY_MODEL = "tests.tta_eval.tta_helpers:make_tiny_cnn"
