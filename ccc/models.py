@@ -87,6 +87,10 @@ class ModelSpec:
         return "timm" if self.is_timm else "factory" if self.is_factory else "torchvision"
 
 
+ModelSource = ModelSpec | nn.Module
+"""A model to evaluate: a :class:`ModelSpec` (loaded where it runs) or a module."""
+
+
 def torchvision_classification_models() -> list[str]:
     """Names of torchvision's image classification models (``torchvision.models`` namespace)."""
     return torchvision.models.list_models(module=torchvision.models)

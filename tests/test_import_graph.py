@@ -5,13 +5,15 @@ functions, which run later but bind the modules all the same) and checked agains
 ``ccc`` never imports ``tta_eval``; a stage never imports a later one (plan → render → write → load;
 the loader never imports the generation driver; render never reads the calibration table); the
 calibration package never imports the demo world; methods never know protocols; libraries never
-import command-line modules.
+import command-line modules. And no module imports itself back through others: the graph has no circle,
+``TYPE_CHECKING`` and function-level imports included.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -242,8 +244,70 @@ def violations(root: Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
     return sorted(set(found))
 
 
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the modules its import statements name, anywhere in its file (``TYPE_CHECKING`` blocks
+    and functions included): for ``from M import x``, ``M.x`` where that is a module, else ``M``."""
+    modules = {module_name(path, root): path for path in source_files(root)}
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for _, (base, *members) in imported_modules(path, root):
+            submodules = [member for member in members if member in modules]
+            targets.update(submodules or ([base] if base in modules else []))
+        graph[module] = targets
+    return graph
+
+
+def import_circles(root: Path) -> list[list[str]]:
+    """Every group of modules under ``root`` that import one another in a circle (each reaches every
+    other through imports), sorted; a module importing itself is a group of one."""
+    graph = import_graph(root)
+    reachable = {}
+    for start in graph:
+        seen, frontier = set(), [start]
+        while frontier:
+            for target in graph[frontier.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    frontier.append(target)
+        reachable[start] = seen
+    circles = {
+        tuple(sorted(other for other in reachable[module] if module in reachable[other]))
+        for module in graph
+        if module in reachable[module]
+    }
+    return sorted(list(circle) for circle in circles)
+
+
 def test_no_forbidden_import() -> None:
     assert violations(REPOSITORY) == []
+
+
+def test_no_import_circle() -> None:
+    assert import_circles(REPOSITORY) == []
+
+
+def test_the_circle_finder_sees_type_checking_and_function_level_imports(tmp_path: Path) -> None:
+    (tmp_path / "ccc" / "stage").mkdir(parents=True)
+    (tmp_path / "ccc" / "__init__.py").write_text("")
+    (tmp_path / "ccc" / "stage" / "__init__.py").write_text("")
+    (tmp_path / "ccc" / "stage" / "low.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ccc.stage.high import High\n"
+    )
+    (tmp_path / "ccc" / "stage" / "high.py").write_text("from ccc.stage import low\n")
+    (tmp_path / "ccc" / "other.py").write_text("def f():\n    import ccc.third\n")
+    (tmp_path / "ccc" / "third.py").write_text("from ccc.other import f\n")
+    (tmp_path / "tta_eval").mkdir()
+    (tmp_path / "tta_eval" / "__init__.py").write_text("")
+    assert import_circles(tmp_path) == [["ccc.other", "ccc.third"], ["ccc.stage.high", "ccc.stage.low"]]
+
+
+def test_the_version_is_pyprojects() -> None:
+    """``ccc.__version__`` (ccc/version.py) is the version pip installs."""
+    from ccc.version import __version__
+
+    pyproject = (REPOSITORY / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^version = "([^"]+)"$', pyproject, re.MULTILINE).group(1) == __version__
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.importer)

@@ -244,7 +244,7 @@ def calibrate(config: CalibrationConfig, progress: ProgressCallback | None = Non
         serial = config.serial or not entry.uses_executor
         with open_executor(config.workers, config.ray_address, serial=serial) as executor:
             setup = BackendSetup(
-                job,
+                job.render_context(),
                 executor,
                 model if serial else config.model,
                 device=config.device,

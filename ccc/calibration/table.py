@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ccc import __version__ as _LIBRARY_VERSION
 from ccc.calibration.presets import DifficultyPreset
 from ccc.calibration.table_io import (
     GRID_SIZE,
@@ -44,6 +43,7 @@ from ccc.calibration.table_io import (
 )
 from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
 from ccc.validation import check_positive_int
+from ccc.version import __version__ as _LIBRARY_VERSION
 
 __all__ = [
     "CORRUPTION_ALIASES",

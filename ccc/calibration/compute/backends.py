@@ -1,9 +1,10 @@
 """Where calibration work units run: :class:`ModelBackend` runs them with a model on an executor.
 
-A calibration backend's :meth:`~CalibrationBackend.run` takes work units and calls ``on_result``
-once per unit, as each finishes (in any order). :class:`ModelBackend` holds no pixel or model logic:
-it calls :func:`ccc.calibration.compute.engine.render_base`, :func:`~ccc.calibration.compute.engine.render_targets`
-and :meth:`~ccc.calibration.compute.evaluator.ModelEvaluator.predict`, which alone decide the numbers, on an
+A calibration backend's :meth:`~ccc.calibration.compute.registry.CalibrationBackend.run` takes work
+units and calls ``on_result`` once per unit, as each finishes (in any order). :class:`ModelBackend`
+holds no pixel or model logic: it calls :func:`ccc.calibration.compute.engine.render_base`,
+:func:`~ccc.calibration.compute.engine.render_targets` and
+:meth:`~ccc.calibration.compute.evaluator.ModelEvaluator.predict`, which alone decide the numbers, on an
 executor of :mod:`ccc.execution` (which holds no calibration logic), so every executor and layout
 gives identical results. Two layouts:
 
@@ -17,22 +18,21 @@ gives identical results. Two layouts:
   rendered groups are in flight, so the object store holds a few hundred MB at most.
 
 Other backends (e.g. :class:`ccc.calibration.compute.simulation.CorrelatedImagesBackend`, which draws
-results instead of measuring them) implement :class:`CalibrationBackend` directly. This module
-registers :class:`ModelBackend` as the calibration backend ``model``
-(:mod:`ccc.calibration.compute.registry`).
+results instead of measuring them) implement
+:class:`~ccc.calibration.compute.registry.CalibrationBackend` directly. This module registers
+:class:`ModelBackend` as the calibration backend ``model`` (:mod:`ccc.calibration.compute.registry`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from torch import nn
 
 from ccc.calibration.compute.engine import (
     DEFAULT_IMAGES_PER_TASK,
@@ -45,24 +45,11 @@ from ccc.calibration.compute.engine import (
     target_groups,
 )
 from ccc.calibration.compute.evaluator import ModelEvaluator, execute_unit
-from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
+from ccc.calibration.compute.registry import BackendEntry, BackendSetup, ResultCallback, register_backend
 from ccc.execution import Executor
-from ccc.models import ModelSpec, load_model
+from ccc.models import ModelSource, ModelSpec, load_model
 
 logger = logging.getLogger(__name__)
-
-ResultCallback = Callable[[UnitResult], None]
-
-
-class CalibrationBackend(Protocol):
-    """Runs work units; ``on_result`` is called once per finished unit, in completion order."""
-
-    def run(self, units: Sequence[WorkUnit], on_result: ResultCallback) -> None:
-        """Execute ``units`` and report each result through ``on_result``."""
-
-
-ModelSource = ModelSpec | nn.Module
-"""A model to evaluate: a :class:`ccc.models.ModelSpec` (loaded where it runs) or a module."""
 
 
 def build_evaluator(model: ModelSource, device: str, batch_size: int, amp: bool) -> ModelEvaluator:
@@ -236,7 +223,7 @@ def _model_backend(setup: BackendSetup) -> ModelBackend:
     setup.check_options("model", ("images_per_task",))
     return ModelBackend(
         setup.executor,
-        setup.job.render_context(),
+        setup.context,
         setup.model,
         device=setup.device,
         batch_size=setup.batch_size,

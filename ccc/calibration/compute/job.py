@@ -39,7 +39,6 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.compute.backends import CalibrationBackend
 from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,
@@ -51,7 +50,7 @@ from ccc.calibration.compute.engine import (
     single_cell,
 )
 from ccc.calibration.compute.imageset import CalibrationImageSet
-from ccc.calibration.compute.registry import DEFAULT_BACKEND
+from ccc.calibration.compute.registry import DEFAULT_BACKEND, CalibrationBackend
 from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
 from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name

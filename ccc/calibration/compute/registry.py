@@ -1,7 +1,7 @@
 """The calibration backends by name: how ``calibrate(config)`` builds the backend its config names.
 
-A calibration backend runs work units and reports their results
-(:class:`~ccc.calibration.compute.backends.CalibrationBackend`). Each backend module of
+A calibration backend runs work units and reports their results (:class:`CalibrationBackend`, the
+contract every backend keeps, defined here). Each backend module of
 ``ccc.calibration.compute`` ends in ``register_backend(BackendEntry(name, factory, description))``,
 the factory building the backend from a :class:`BackendSetup`; :func:`get_backend` and
 :func:`list_backends` import every module of the package first, so a new backend (e.g. one that
@@ -13,26 +13,38 @@ accuracies) and ``torch`` (:class:`~ccc.calibration.compute.torch_render.TorchRe
 cells rendered and evaluated on one device with :mod:`ccc.render_torch`; its bytes differ from the
 CPU path's).
 
-This module imports neither torch nor the backends; the package itself imports nothing on its own
-(Ray rendering workers import :mod:`~ccc.calibration.compute.engine` alone).
+This module imports neither torch nor the backends nor the job (a backend is built from the job's
+:class:`~ccc.calibration.compute.engine.RenderContext`), so that no module of the package imports
+back into it; the package itself imports nothing on its own (Ray rendering workers import
+:mod:`~ccc.calibration.compute.engine` alone).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ccc.registry import Registry, import_submodules
 
 if TYPE_CHECKING:
-    from ccc.calibration.compute.backends import CalibrationBackend, ModelSource
-    from ccc.calibration.compute.job import CalibrationJob
+    from ccc.calibration.compute.engine import RenderContext, UnitResult, WorkUnit
     from ccc.execution import Executor
+    from ccc.models import ModelSource
 
 DEFAULT_BACKEND = "model"
 """The backend ``calibrate(config)`` uses unless its config names another."""
+
+ResultCallback = Callable[["UnitResult"], None]
+"""Called by a backend once per finished unit."""
+
+
+class CalibrationBackend(Protocol):
+    """Runs work units; ``on_result`` is called once per finished unit, in completion order."""
+
+    def run(self, units: Sequence[WorkUnit], on_result: ResultCallback) -> None:
+        """Execute ``units`` and report each result through ``on_result``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +52,8 @@ class BackendSetup:
     """What a backend factory may build its backend from.
 
     Attributes:
-        job: the calibration job (its render context, seed, block size and image set).
+        context: the calibration job's render context (its image set, corruptions, seed and block
+            size: ``CalibrationJob.render_context()``).
         executor: where work runs (:mod:`ccc.execution`, serial or Ray).
         model: a ModelSpec (loaded by each worker) or an ``nn.Module``.
         device: ``"cpu"`` or ``"cuda[:index]"``.
@@ -51,7 +64,7 @@ class BackendSetup:
             a factory refuses an option it does not know in one line naming the valid ones.
     """
 
-    job: CalibrationJob
+    context: RenderContext
     executor: Executor
     model: ModelSource
     device: str = "cpu"
@@ -71,8 +84,8 @@ class BackendSetup:
 
     def block_sizes(self) -> list[int]:
         """Images in each block of the job (the last one may be smaller)."""
-        images, size = len(self.job.image_set), self.job.block_size
-        return [min(size, images - block * size) for block in range(self.job.block_count)]
+        images, size = len(self.context.image_set), self.context.block_size
+        return [min(size, images - block * size) for block in range(self.context.block_count)]
 
 
 @dataclasses.dataclass(frozen=True)

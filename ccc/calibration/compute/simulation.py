@@ -97,7 +97,7 @@ class CorrelatedImagesBackend:
             self.counts[cell] = np.add.reduceat(correct.astype(np.int64), edges[:-1])
 
     def run(self, units: Sequence[WorkUnit], on_result: Callable[[UnitResult], None]) -> None:
-        """Report every unit's counts (the :class:`~ccc.calibration.compute.backends.CalibrationBackend` interface)."""
+        """Report every unit's counts (the :class:`~ccc.calibration.compute.registry.CalibrationBackend` interface)."""
         for unit in units:
             correct = tuple(int(self.counts[cell][unit.block]) for cell in unit.cells())
             on_result(UnitResult(unit, correct, self.block_sizes[unit.block]))
@@ -112,7 +112,7 @@ def _simulation_backend(setup: BackendSetup) -> CorrelatedImagesBackend:
             "for every cell the run requests)"
         )
     return CorrelatedImagesBackend(
-        options.pop("accuracies"), setup.block_sizes(), seed=options.pop("seed", setup.job.seed), **options
+        options.pop("accuracies"), setup.block_sizes(), seed=options.pop("seed", setup.context.seed), **options
     )
 
 

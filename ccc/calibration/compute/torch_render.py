@@ -175,7 +175,7 @@ def _torch_backend(setup: BackendSetup) -> TorchRenderBackend:
         raise ValueError("calibration backend 'torch' runs one model in this process: do not pass evaluators")
     resolve_device(setup.device)
     evaluator = build_evaluator(setup.model, setup.device, setup.batch_size, setup.amp)
-    backend = TorchRenderBackend(setup.job.render_context(), evaluator, **setup.options)
+    backend = TorchRenderBackend(setup.context, evaluator, **setup.options)
     logger.info("calibration: rendering and predicting on %s (torch rendering backend)", setup.device)
     return backend
 

@@ -76,17 +76,21 @@ def test_the_model_backend_by_name_is_the_model_backend(job: CalibrationJob) -> 
         MemoryResultStore(),
         created="2026-01-01T00:00:00",
     )
-    backend = get_backend("model").factory(BackendSetup(job, SerialExecutor(), model, options={"images_per_task": 3}))
+    backend = get_backend("model").factory(
+        BackendSetup(job.render_context(), SerialExecutor(), model, options={"images_per_task": 3})
+    )
     named = compute_calibration(job, backend, MemoryResultStore(), created="2026-01-01T00:00:00")
     assert named.table.checksum() == direct.table.checksum()
 
 
 def test_a_backend_option_is_checked_in_one_line(job: CalibrationJob) -> None:
-    setup = BackendSetup(job, SerialExecutor(), tiny_texture_classifier(), options={"speed": 2})
+    setup = BackendSetup(job.render_context(), SerialExecutor(), tiny_texture_classifier(), options={"speed": 2})
     with pytest.raises(ValueError, match="unknown option\\(s\\) 'speed' of calibration backend 'model'; valid options"):
         get_backend("model").factory(setup)
     with pytest.raises(ValueError, match="backend 'simulation' needs the option 'accuracies'"):
-        get_backend("simulation").factory(BackendSetup(job, SerialExecutor(), tiny_texture_classifier()))
+        get_backend("simulation").factory(
+            BackendSetup(job.render_context(), SerialExecutor(), tiny_texture_classifier())
+        )
     assert setup.block_sizes() == [2, 2, 1]
 
 

@@ -106,11 +106,11 @@ def test_the_backend_by_name_refuses_what_does_not_apply(folder: Path, model) ->
     backend = get_backend("torch")
     assert not backend.uses_executor and "differ from the CPU path" in backend.description
     with pytest.raises(ValueError, match="unknown option\\(s\\) 'images_per_task' of calibration backend 'torch'"):
-        backend.factory(BackendSetup(job, SerialExecutor(), model, options={"images_per_task": 3}))
+        backend.factory(BackendSetup(job.render_context(), SerialExecutor(), model, options={"images_per_task": 3}))
     with pytest.raises(ValueError, match="runs one model in this process: do not pass evaluators"):
-        backend.factory(BackendSetup(job, SerialExecutor(), model, evaluators=2))
+        backend.factory(BackendSetup(job.render_context(), SerialExecutor(), model, evaluators=2))
     with pytest.raises(ValueError, match="images_per_batch"):
-        backend.factory(BackendSetup(job, SerialExecutor(), model, options={"images_per_batch": 0}))
+        backend.factory(BackendSetup(job.render_context(), SerialExecutor(), model, options={"images_per_batch": 0}))
 
 
 def config(folder: Path, out: Path, **changes) -> CalibrationConfig:
