@@ -27,9 +27,9 @@ from numpy.typing import NDArray
 
 from ._kernels import copy_displaced_pixels
 from ._random import RandomSource, draw_integers
-from ._registry import REGISTRY, Corruption
 from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
 from .motion import motion_blur_imagemagick
+from .registry import Corruption, register_corruption
 
 DEFOCUS_BLUR_TABLE = ((0.0, 0.0), (3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))
 """(disk radius in pixels, antialiasing Gaussian sigma), severities 0..5."""
@@ -139,10 +139,10 @@ def gaussian_blur(image: NDArray[np.uint8], sigma: float, rng: RandomSource) -> 
     return np.clip(gaussian_blur_nearest(image / 255.0, sigma), 0, 1) * 255
 
 
-REGISTRY.register(Corruption("defocus_blur", "blur", defocus_blur, DEFOCUS_BLUR_TABLE, random=False, order=3))
-REGISTRY.register(Corruption("glass_blur", "blur", glass_blur, GLASS_BLUR_TABLE, random=True, order=4))
-REGISTRY.register(Corruption("motion_blur", "blur", motion_blur, MOTION_BLUR_TABLE, random=True, order=5))
-REGISTRY.register(Corruption("zoom_blur", "blur", zoom_blur, ZOOM_BLUR_TABLE, random=False, order=6))
-REGISTRY.register(
+register_corruption(Corruption("defocus_blur", "blur", defocus_blur, DEFOCUS_BLUR_TABLE, random=False, order=3))
+register_corruption(Corruption("glass_blur", "blur", glass_blur, GLASS_BLUR_TABLE, random=True, order=4))
+register_corruption(Corruption("motion_blur", "blur", motion_blur, MOTION_BLUR_TABLE, random=True, order=5))
+register_corruption(Corruption("zoom_blur", "blur", zoom_blur, ZOOM_BLUR_TABLE, random=False, order=6))
+register_corruption(
     Corruption("gaussian_blur", "blur", gaussian_blur, GAUSSIAN_BLUR_TABLE, random=False, order=16, holdout=True)
 )

@@ -24,8 +24,8 @@ from PIL import Image
 
 from ._kernels import adjust_hsv, sample_bilinear_reflect
 from ._random import RandomSource
-from ._registry import REGISTRY, Corruption
 from .filters import gaussian_smooth_reflect
+from .registry import Corruption, register_corruption
 
 BRIGHTNESS_TABLE = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 """Shift of the HSV value channel (values in [0, 1]), severities 0..5."""
@@ -117,13 +117,13 @@ def jpeg(image: NDArray[np.uint8], quality: float, rng: RandomSource) -> NDArray
     return np.asarray(Image.open(buffer).convert("RGB"))
 
 
-REGISTRY.register(Corruption("brightness", "digital", brightness, BRIGHTNESS_TABLE, random=False, order=10))
-REGISTRY.register(Corruption("contrast", "digital", contrast, CONTRAST_TABLE, random=False, order=11))
-REGISTRY.register(
+register_corruption(Corruption("brightness", "digital", brightness, BRIGHTNESS_TABLE, random=False, order=10))
+register_corruption(Corruption("contrast", "digital", contrast, CONTRAST_TABLE, random=False, order=11))
+register_corruption(
     Corruption("elastic", "digital", elastic, ELASTIC_TABLE, random=True, order=12, aliases=("elastic_transform",))
 )
-REGISTRY.register(Corruption("pixelate", "digital", pixelate, PIXELATE_TABLE, random=False, order=13))
-REGISTRY.register(
+register_corruption(Corruption("pixelate", "digital", pixelate, PIXELATE_TABLE, random=False, order=13))
+register_corruption(
     Corruption("jpeg", "digital", jpeg, JPEG_TABLE, random=False, order=14, aliases=("jpeg_compression",))
 )
-REGISTRY.register(Corruption("saturate", "digital", saturate, SATURATE_TABLE, random=False, order=18, holdout=True))
+register_corruption(Corruption("saturate", "digital", saturate, SATURATE_TABLE, random=False, order=18, holdout=True))

@@ -26,7 +26,7 @@ from scipy import special
 
 from ._kernels import build_alias_tables, sample_bytes_with_alias
 from ._random import RandomSource
-from ._registry import REGISTRY, Corruption
+from .registry import Corruption, register_corruption
 
 GAUSSIAN_NOISE_TABLE = (0.0, 0.08, 0.12, 0.18, 0.26, 0.38)
 """Standard deviation of the additive noise on [0, 1] values, severities 0..5."""
@@ -142,9 +142,9 @@ def speckle_noise(image: NDArray[np.uint8], standard_deviation: float, rng: Rand
     return _sample_bytes(image, _speckle_byte_tables(float(standard_deviation)), rng)
 
 
-REGISTRY.register(Corruption("gaussian_noise", "noise", gaussian_noise, GAUSSIAN_NOISE_TABLE, random=True, order=0))
-REGISTRY.register(Corruption("shot_noise", "noise", shot_noise, SHOT_NOISE_TABLE, random=True, order=1))
-REGISTRY.register(Corruption("impulse_noise", "noise", impulse_noise, IMPULSE_NOISE_TABLE, random=True, order=2))
-REGISTRY.register(
+register_corruption(Corruption("gaussian_noise", "noise", gaussian_noise, GAUSSIAN_NOISE_TABLE, random=True, order=0))
+register_corruption(Corruption("shot_noise", "noise", shot_noise, SHOT_NOISE_TABLE, random=True, order=1))
+register_corruption(Corruption("impulse_noise", "noise", impulse_noise, IMPULSE_NOISE_TABLE, random=True, order=2))
+register_corruption(
     Corruption("speckle_noise", "noise", speckle_noise, SPECKLE_NOISE_TABLE, random=True, order=15, holdout=True)
 )

@@ -13,8 +13,8 @@ from typing import Callable, Iterable
 import numpy as np
 from numpy.typing import NDArray
 
-from . import corrupt
 from ._random import RngLike
+from .apply import corrupt
 
 STATISTICS = ("residual_mean", "residual_std", "psnr", "frac_changed")
 """Per-image statistics: residual mean and std (grey levels), PSNR (dB, peak 255), fraction of changed values."""

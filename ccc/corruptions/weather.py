@@ -20,10 +20,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._random import RandomSource, draw_integers
-from ._registry import REGISTRY, Corruption
 from .assets import frost_textures
 from .filters import gaussian_blur_nearest, zoom_bilinear_accumulate
 from .motion import motion_blur_imagemagick
+from .registry import Corruption, register_corruption
 
 SNOW_TABLE = (
     (0.1, 0.3, 3, 1.0, 10, 4, 1.0),
@@ -167,7 +167,7 @@ def spatter(image: NDArray[np.uint8], parameters: tuple[float, ...], rng: Random
     return np.clip(unit * (1 - mud_mask[..., np.newaxis]) + mud_colour, 0, 1) * 255
 
 
-REGISTRY.register(Corruption("snow", "weather", snow, SNOW_TABLE, random=True, order=7))
-REGISTRY.register(Corruption("frost", "weather", frost, FROST_TABLE, random=True, order=8))
-REGISTRY.register(Corruption("fog", "weather", fog, FOG_TABLE, random=True, order=9))
-REGISTRY.register(Corruption("spatter", "weather", spatter, SPATTER_TABLE, random=True, order=17, holdout=True))
+register_corruption(Corruption("snow", "weather", snow, SNOW_TABLE, random=True, order=7))
+register_corruption(Corruption("frost", "weather", frost, FROST_TABLE, random=True, order=8))
+register_corruption(Corruption("fog", "weather", fog, FOG_TABLE, random=True, order=9))
+register_corruption(Corruption("spatter", "weather", spatter, SPATTER_TABLE, random=True, order=17, holdout=True))

@@ -15,13 +15,13 @@ from ccc.corruptions import (
     CORRUPTIONS,
     HOLDOUT_CORRUPTIONS,
     Corruption,
-    _registry,
     corrupt,
     corrupt_batch,
     corrupt_pair,
     get_corruption,
     list_corruptions,
 )
+from ccc.corruptions import registry as corruption_registry
 from ccc.registry import Registry
 
 ALL = list_corruptions()
@@ -55,10 +55,10 @@ def _invert(image, parameters, rng):
 
 def test_a_corruption_registered_elsewhere_is_listed_by_its_order_and_applied(monkeypatch, golden_images):
     registry = Registry("corruption", ordered=True)
-    for entry in reversed(_registry.REGISTRY.entries()):
+    for entry in reversed(corruption_registry.REGISTRY.entries()):
         registry.register(entry)
     registry.register(Corruption("invert", "digital", _invert, (0.0,) * 6, random=False, order=10.5))
-    monkeypatch.setattr(_registry, "REGISTRY", registry)
+    monkeypatch.setattr(corruption_registry, "REGISTRY", registry)
     assert list_corruptions(include_holdout=False)[10:13] == ["brightness", "invert", "contrast"]
     np.testing.assert_array_equal(corrupt(golden_images[0], "invert", 2.0), 255 - golden_images[0])
     with pytest.raises(ValueError, match="order 10 of 'brightness'"):

@@ -1,7 +1,9 @@
 """The registry of corruptions: one frozen entry per corruption, looked up by name or alias.
 
-The family modules import this module and register their entries at their end; the package
-``ccc.corruptions`` imports the families, so that the registry is full once the package is loaded.
+Each family module (noise, blur, weather, digital) ends in ``register_corruption(Corruption(...))``
+for each of its corruptions; the package ``ccc.corruptions`` imports every module
+(:func:`ccc.registry.import_submodules`), so that the registry is full once the package is loaded and a
+new family is one new module.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ class Corruption:
 REGISTRY: Registry[Corruption] = Registry("corruption", ordered=True)
 """Every corruption, listed in ImageNet-C's order (``Corruption.order``); each family module
 (``noise``, ``blur``, ``weather``, ``digital``) registers its own at its end."""
+
+
+def register_corruption(corruption: Corruption) -> Corruption:
+    """Add ``corruption`` (at the end of its family module); ValueError if its name or an alias is taken."""
+    return REGISTRY.register(corruption)
 
 
 def aliases() -> dict[str, str]:
