@@ -3,7 +3,7 @@ al.'s time-constrained protocol, and Tempora's discrete and amortised scenarios.
 
 Every protocol consumes a stream of batches, runs the methods in lockstep and yields one
 ``BatchRecord`` per method and batch, carrying the timing trace (e, ℓ). Each protocol is one module
-that registers itself (``tta_eval.protocols._base.register``): its settings, runner, scorer,
+that registers itself (``tta_eval.protocols.registry.register_protocol``): its settings, runner, scorer,
 command-line options, sweep axis and its place among the protocols (``ProtocolEntry.order``).
 Importing this package imports every public module of it (``ccc.registry.import_submodules``), so a
 new protocol is one new file. ``run_protocol`` runs any protocol's settings through the registry;
@@ -21,23 +21,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ccc.registry import import_submodules
+from tta_eval.cli_options import CliOption
 from tta_eval.protocols._base import (
     NONFINITE_POLICIES,
     PRECISIONS,
     RESET_MODES,
-    CliOption,
     EpisodeSettings,
     NonFiniteLossError,
-    ProtocolEntry,
     ProtocolState,
     RunContext,
     ScoreColumn,
     SweepAxis,
-    get_protocol,
-    list_protocols,
-    protocol_entries,
-    protocol_from_json,
-    register,
     seconds_from_ms,
 )
 from tta_eval.protocols.alfarra import AlfarraProtocol, relative_speed, run_alfarra
@@ -45,6 +39,14 @@ from tta_eval.protocols.amortised import AmortisedProtocol, run_amortised
 from tta_eval.protocols.continuous import ContinuousProtocol, continuous_scores
 from tta_eval.protocols.discrete import DiscreteProtocol, run_discrete
 from tta_eval.protocols.offline import OfflineProtocol, run_offline
+from tta_eval.protocols.registry import (
+    ProtocolEntry,
+    get_protocol,
+    list_protocols,
+    protocol_entries,
+    protocol_from_json,
+    register_protocol,
+)
 from tta_eval.protocols.timing import (
     TIMING_MODES,
     CostModel,
@@ -153,7 +155,7 @@ __all__ = [
     "protocol_entries",
     "protocol_from_json",
     "protocol_scores",
-    "register",
+    "register_protocol",
     "relative_speed",
     "run_alfarra",
     "run_amortised",

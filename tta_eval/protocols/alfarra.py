@@ -24,17 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ccc.validation import check_in_range, check_positive_int
+from tta_eval.cli_options import CliOption
 from tta_eval.metrics import overall_accuracy, per_domain_accuracy
-from tta_eval.protocols._base import (
-    CliOption,
-    EpisodeSettings,
-    ProtocolEntry,
-    ProtocolState,
-    RunContext,
-    ScoreColumn,
-    SweepAxis,
-    register,
-)
+from tta_eval.protocols._base import EpisodeSettings, ProtocolState, RunContext, ScoreColumn, SweepAxis
+from tta_eval.protocols.registry import ProtocolEntry, register_protocol
 from tta_eval.records import RecordTable
 
 if TYPE_CHECKING:
@@ -183,7 +176,7 @@ def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple
     return [(f"alfarra_eta={speed:g}", AlfarraProtocol(**base, speed=speed)) for speed in values]
 
 
-register(
+register_protocol(
     ProtocolEntry(
         name=AlfarraProtocol.name,
         summary="a slow method skips batches (Alfarra et al.)",

@@ -19,17 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ccc.validation import check_non_negative, check_positive
+from tta_eval.cli_options import CliOption
 from tta_eval.metrics import batch_accuracy, domain_masks
-from tta_eval.protocols._base import (
-    CliOption,
-    EpisodeSettings,
-    ProtocolEntry,
-    ProtocolState,
-    RunContext,
-    ScoreColumn,
-    SweepAxis,
-    register,
-)
+from tta_eval.protocols._base import EpisodeSettings, ProtocolState, RunContext, ScoreColumn, SweepAxis
+from tta_eval.protocols.registry import ProtocolEntry, register_protocol
 from tta_eval.protocols.tempora import amortised_utility
 from tta_eval.records import RecordTable
 
@@ -152,7 +145,7 @@ def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple
     return [(f"amortised_B={budget:g}s", AmortisedProtocol(**base, budget=budget)) for budget in values]
 
 
-register(
+register_protocol(
     ProtocolEntry(
         name=AmortisedProtocol.name,
         summary="adapt until an overhead budget is spent, then freeze (Tempora)",

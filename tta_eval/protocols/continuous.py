@@ -14,18 +14,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ccc.validation import check_positive
+from tta_eval.cli_options import CliOption
 from tta_eval.metrics import batch_accuracy, domain_masks, format_milliseconds
-from tta_eval.protocols._base import (
-    CliOption,
-    EpisodeSettings,
-    ProtocolEntry,
-    ScoreColumn,
-    SweepAxis,
-    protocol_entries,
-    register,
-    seconds_from_ms,
-)
+from tta_eval.protocols._base import EpisodeSettings, ScoreColumn, SweepAxis, seconds_from_ms
 from tta_eval.protocols.offline import run_offline
+from tta_eval.protocols.registry import ProtocolEntry, protocol_entries, register_protocol
 from tta_eval.protocols.tempora import decay_factors, utility_decomposition
 from tta_eval.records import RecordTable
 
@@ -132,7 +125,7 @@ def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple
     return [("continuous", ContinuousProtocol(**base, thresholds=tuple(values)))]
 
 
-register(
+register_protocol(
     ProtocolEntry(
         name=ContinuousProtocol.name,
         summary="an offline run scored with Tempora's latency penalty",

@@ -17,18 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ccc.validation import check_non_negative_int, check_positive
+from tta_eval.cli_options import CliOption
 from tta_eval.metrics import batch_accuracy, domain_masks, format_milliseconds
-from tta_eval.protocols._base import (
-    CliOption,
-    EpisodeSettings,
-    ProtocolEntry,
-    ProtocolState,
-    RunContext,
-    ScoreColumn,
-    SweepAxis,
-    register,
-    seconds_from_ms,
-)
+from tta_eval.protocols._base import EpisodeSettings, ProtocolState, RunContext, ScoreColumn, SweepAxis, seconds_from_ms
+from tta_eval.protocols.registry import ProtocolEntry, register_protocol
 from tta_eval.protocols.tempora import DiscretePipeline, discrete_utility
 from tta_eval.records import RecordTable
 
@@ -245,7 +237,7 @@ def _scenarios(values: tuple[float, ...], base: Mapping[str, Any]) -> list[tuple
     ]
 
 
-register(
+register_protocol(
     ProtocolEntry(
         name=DiscreteProtocol.name,
         summary="batches arrive every γ, those not served are lost (Tempora)",

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tta_eval.protocols._base import EpisodeSettings, ProtocolEntry, RunContext, register
+from tta_eval.protocols._base import EpisodeSettings, RunContext
+from tta_eval.protocols.registry import ProtocolEntry, register_protocol
 
 if TYPE_CHECKING:
     from tta_eval.methods import TTAMethod
@@ -60,7 +61,7 @@ def _from_options(values: Mapping[str, Any], episode: dict[str, Any]) -> Offline
     return OfflineProtocol(**episode)
 
 
-register(
+register_protocol(
     ProtocolEntry(
         name=OfflineProtocol.name,
         summary="every batch predicted and adapted on, time ignored",

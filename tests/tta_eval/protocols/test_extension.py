@@ -23,13 +23,13 @@ from tta_eval.protocols import (
     RunContext,
     ScoreColumn,
     SweepAxis,
-    _base,
     check_nonfinite,
     list_protocols,
     lockstep,
     protocol_entries,
-    register,
+    register_protocol,
 )
+from tta_eval.protocols import registry as protocol_registry
 from tta_eval.records import BatchRecord, RecordTable
 
 STREAM = "synthetic:num_batches=6,batch_size=16,domain_length=2,image_size=8"
@@ -126,8 +126,8 @@ def registered(monkeypatch):  # type: ignore[no-untyped-def]
     registry = Registry("protocol", ordered=True)
     for entry in protocol_entries():
         registry.register(entry)
-    monkeypatch.setattr(_base, "REGISTRY", registry)
-    register(ENTRY)
+    monkeypatch.setattr(protocol_registry, "REGISTRY", registry)
+    register_protocol(ENTRY)
     yield ENTRY
 
 
@@ -189,11 +189,11 @@ def test_the_registration_ends_with_the_test():
 
 def test_registering_a_taken_name_or_option_is_refused(registered):
     with pytest.raises(ValueError, match="protocol 'every_kth' is already registered"):
-        register(ENTRY)
+        register_protocol(ENTRY)
     other = ProtocolEntry(
         name="offline", summary="", settings=EveryKthProtocol, runner=run_every_kth, from_options=from_options, order=60
     )
     with pytest.raises(ValueError, match="must carry its settings class's name"):
-        register(other)
+        register_protocol(other)
     with pytest.raises(ValueError, match="protocol 'every_other' has the order 15 of 'every_kth'"):
-        register(dataclasses.replace(ENTRY, name="every_other", settings=EveryOtherProtocol, options=()))
+        register_protocol(dataclasses.replace(ENTRY, name="every_other", settings=EveryOtherProtocol, options=()))
