@@ -1,11 +1,13 @@
 """The one registry pattern of ccc and tta_eval: named entries of one kind, filled as modules import.
 
-Every extension point (corruptions, calibration backends, TTA methods, protocols, stream sources)
-follows the same convention:
+Every extension point (corruptions and their torch versions, calibration backends, TTA methods,
+protocols, stream sources) follows the same convention (``tests/test_registry_wiring.py`` checks it):
 
 - the entries of a kind live in one package, one module per entry (or per family of entries);
+- the package's ``registry.py`` holds its ``REGISTRY`` and a ``register_<kind>()`` function;
 - the package's ``__init__`` calls :func:`import_submodules`, so a new entry is one new file;
-- each module ends in ``REGISTRY.register(Entry(...))``;
+- each module ends in its ``register_<kind>(...)`` call (the built-in stream sources, which carry
+  command-line options, register their ``StreamSource`` in ``REGISTRY`` directly);
 - where the order of the entries means something (ImageNet-C's corruption order, the order of the
   ``--protocol`` choices), the entry carries an explicit ``order`` number and the registry sorts by
   it; otherwise entries are listed by name.

@@ -39,12 +39,12 @@ import numpy as np
 import torch
 
 from ccc.calibration.adaptive import AdaptiveSettings
-from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.backends.model import ModelBackend
+from ccc.calibration.compute.backends.torch_render import TorchRenderBackend
 from ccc.calibration.compute.engine import Cell, RenderContext, grid_cell
 from ccc.calibration.compute.evaluator import ModelEvaluator
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import MemoryResultStore, pending_units
-from ccc.calibration.compute.torch_render import TorchRenderBackend
 from ccc.calibration.run import CalibrationConfig, calibrate
 from ccc.calibration.table import CalibrationTable
 from ccc.demo import demo_image_folder

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
+from ccc.calibration.compute.backends.registry import DEFAULT_BACKEND, BackendSetup, get_backend
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import (
@@ -37,7 +38,6 @@ from ccc.calibration.compute.job import (
     compute_calibration,
     state_dict_digest,
 )
-from ccc.calibration.compute.registry import DEFAULT_BACKEND, BackendSetup, get_backend
 from ccc.calibration.compute.workfolder import WorkFolder, default_work_folder
 from ccc.calibration.presets import CCC_CORRUPTIONS, DifficultyPreset
 from ccc.calibration.table import CalibrationError, CalibrationTable
@@ -87,7 +87,7 @@ class CalibrationConfig:
         overwrite: replace an existing ``out``.
         show_progress: show progress bars while indexing.
         backend: the calibration backend that runs the work units, by name
-            (:func:`ccc.calibration.compute.registry.list_backends`; default ``model``: the model
+            (:func:`ccc.calibration.compute.backends.registry.list_backends`; default ``model``: the model
             measures them on CPU-rendered images; ``torch``: rendered and measured on ``device`` with
             the torch rendering backend, whose bytes differ from the CPU path's). A backend that does
             not use the executor runs in this process (no Ray cluster).

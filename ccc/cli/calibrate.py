@@ -29,9 +29,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ccc.cache import DownloadError
+from ccc.calibration.compute.backends.registry import DEFAULT_BACKEND
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing
-from ccc.calibration.compute.registry import DEFAULT_BACKEND
 from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle

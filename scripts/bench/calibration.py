@@ -52,7 +52,8 @@ from torch import nn  # noqa: E402
 
 import ccc.calibration.compute.engine as engine  # noqa: E402
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings  # noqa: E402
-from ccc.calibration.compute.backends import ModelBackend  # noqa: E402
+from ccc.calibration.compute.backends.model import ModelBackend  # noqa: E402
+from ccc.calibration.compute.backends.simulation import CorrelatedImagesBackend  # noqa: E402
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images  # noqa: E402
 from ccc.calibration.compute.job import (  # noqa: E402
     BruteForcePlanner,
@@ -63,7 +64,6 @@ from ccc.calibration.compute.job import (  # noqa: E402
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.compute.simulation import CorrelatedImagesBackend  # noqa: E402
 from ccc.calibration.compute.workfolder import WorkFolder  # noqa: E402
 from ccc.cli.calibrate import adaptive_setting_argument, adaptive_settings  # noqa: E402
 from ccc.corruptions import corrupt  # noqa: E402

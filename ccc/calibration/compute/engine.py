@@ -23,7 +23,7 @@ first row/column of any pair.
 Pixels are rendered by :func:`render_base` and :func:`render_targets` (numpy only: this module does
 not import torch, so Ray rendering workers start fast); predictions come from
 :class:`ccc.calibration.compute.evaluator.ModelEvaluator`; :func:`ccc.calibration.compute.evaluator.execute_unit`
-combines them in-process and the Ray backend (:mod:`ccc.calibration.compute.backends`) runs the same
+combines them in-process and the Ray backend (:mod:`ccc.calibration.compute.backends.model`) runs the same
 functions in tasks and actors.
 """
 

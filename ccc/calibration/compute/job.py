@@ -39,6 +39,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
+from ccc.calibration.compute.backends.registry import DEFAULT_BACKEND, CalibrationBackend
 from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,
@@ -50,7 +51,6 @@ from ccc.calibration.compute.engine import (
     single_cell,
 )
 from ccc.calibration.compute.imageset import CalibrationImageSet
-from ccc.calibration.compute.registry import DEFAULT_BACKEND, CalibrationBackend
 from ccc.calibration.presets import RESNET50_DIFFICULTY_PRESETS
 from ccc.calibration.table import GRID_SIZE, CalibrationError, CalibrationMetadata, CalibrationTable
 from ccc.corruptions import canonical_name
@@ -229,7 +229,7 @@ class CalibrationJob:
         block_size: images per block, ≥ 1.
         amp: whether predictions use float16 autocast (changes numbers slightly, so part of the identity).
         weights_file_sha256: sha256 of the weights file when one was given (metadata), else None.
-        backend: the calibration backend that runs the units (:mod:`ccc.calibration.compute.registry`);
+        backend: the calibration backend that runs the units (:mod:`ccc.calibration.compute.backends.registry`);
             one other than the default ``model`` is part of the identity and named in the table's notes
             (the ``torch`` backend's pixels differ from the CPU path's, so its results differ).
         render_precision: the ``torch`` backend's working float precision (``ccc.render.RENDER_PRECISIONS``);
@@ -381,8 +381,8 @@ def compute_calibration(
 
     Args:
         job: what to compute.
-        backend: where units run (:class:`~ccc.calibration.compute.backends.ModelBackend` on an executor,
-            or a simulation; :mod:`ccc.calibration.compute.registry` builds one by name).
+        backend: where units run (:class:`~ccc.calibration.compute.backends.model.ModelBackend` on an executor,
+            or a simulation; :mod:`ccc.calibration.compute.backends.registry` builds one by name).
         folder: the opened work folder (its results are reused, new ones appended), or a
             :class:`MemoryResultStore`.
         progress: optional callback, see :data:`ProgressCallback`.

@@ -19,7 +19,8 @@ from ccc.calibration.adaptive import (
     estimate_grid,
     parse_adaptive_setting,
 )
-from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.backends.model import ModelBackend
+from ccc.calibration.compute.backends.simulation import CorrelatedImagesBackend
 from ccc.calibration.compute.engine import Cell, UnitResult, grid_cell
 from ccc.calibration.compute.imageset import CalibrationImageSet, Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import (
@@ -32,7 +33,6 @@ from ccc.calibration.compute.job import (
     ordered_pairs,
     state_dict_digest,
 )
-from ccc.calibration.compute.simulation import CorrelatedImagesBackend
 from ccc.execution import SerialExecutor
 from ccc.stream.paths import find_path, path_accuracies
 from ccc.stream.sources import index_image_folder

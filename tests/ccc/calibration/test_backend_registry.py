@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-import ccc.calibration.compute.registry as registry
-from ccc.calibration.compute.backends import ModelBackend
+import ccc.calibration.compute.backends.registry as registry
+from ccc.calibration.compute.backends.model import ModelBackend
+from ccc.calibration.compute.backends.registry import (
+    BackendEntry,
+    BackendSetup,
+    get_backend,
+    list_backends,
+    register_backend,
+)
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import BruteForcePlanner, CalibrationJob, MemoryResultStore, compute_calibration
-from ccc.calibration.compute.registry import BackendEntry, BackendSetup, get_backend, list_backends, register_backend
 from ccc.calibration.run import CalibrationConfig, calibrate
 from ccc.calibration.table import CalibrationError
 from ccc.execution import SerialExecutor

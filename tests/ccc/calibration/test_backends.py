@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import ccc.calibration.compute.backends as backends
-from ccc.calibration.compute.backends import ModelBackend
+import ccc.calibration.compute.backends.model as backends
+from ccc.calibration.compute.backends.model import ModelBackend
 from ccc.calibration.compute.evaluator import ModelEvaluator
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import BruteForcePlanner, CalibrationJob, MemoryResultStore, compute_calibration

@@ -12,7 +12,7 @@ import torchvision.transforms as transforms
 from PIL import Image
 
 import ccc.calibration.compute.engine as engine
-from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.backends.model import ModelBackend
 from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     Cell,

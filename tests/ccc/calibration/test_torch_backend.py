@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-import ccc.calibration.compute.torch_render as torch_render
+import ccc.calibration.compute.backends.torch_render as torch_render
 from ccc.calibration import CalibrationTable
-from ccc.calibration.compute.backends import ModelBackend
+from ccc.calibration.compute.backends.model import ModelBackend
+from ccc.calibration.compute.backends.registry import BackendSetup, get_backend
+from ccc.calibration.compute.backends.torch_render import TorchRenderBackend
 from ccc.calibration.compute.engine import WorkUnit, image_seeds, seed_key
 from ccc.calibration.compute.evaluator import ModelEvaluator
 from ccc.calibration.compute.imageset import Preprocessing, select_calibration_images
@@ -24,8 +26,6 @@ from ccc.calibration.compute.job import (
     pending_units,
     state_dict_digest,
 )
-from ccc.calibration.compute.registry import BackendSetup, get_backend
-from ccc.calibration.compute.torch_render import TorchRenderBackend
 from ccc.calibration.compute.workfolder import WorkFolder, WorkFolderError
 from ccc.calibration.run import CalibrationConfig, calibrate
 from ccc.calibration.table import CalibrationError

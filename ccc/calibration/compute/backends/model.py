@@ -1,6 +1,6 @@
 """Where calibration work units run: :class:`ModelBackend` runs them with a model on an executor.
 
-A calibration backend's :meth:`~ccc.calibration.compute.registry.CalibrationBackend.run` takes work
+A calibration backend's :meth:`~ccc.calibration.compute.backends.registry.CalibrationBackend.run` takes work
 units and calls ``on_result`` once per unit, as each finishes (in any order). :class:`ModelBackend`
 holds no pixel or model logic: it calls :func:`ccc.calibration.compute.engine.render_base`,
 :func:`~ccc.calibration.compute.engine.render_targets` and
@@ -17,10 +17,10 @@ gives identical results. Two layouts:
   images from it); one worker per GPU holds the model and predicts. At most a bounded number of
   rendered groups are in flight, so the object store holds a few hundred MB at most.
 
-Other backends (e.g. :class:`ccc.calibration.compute.simulation.CorrelatedImagesBackend`, which draws
+Other backends (e.g. :class:`ccc.calibration.compute.backends.simulation.CorrelatedImagesBackend`, which draws
 results instead of measuring them) implement
-:class:`~ccc.calibration.compute.registry.CalibrationBackend` directly. This module registers
-:class:`ModelBackend` as the calibration backend ``model`` (:mod:`ccc.calibration.compute.registry`).
+:class:`~ccc.calibration.compute.backends.registry.CalibrationBackend` directly. This module registers
+:class:`ModelBackend` as the calibration backend ``model`` (:mod:`ccc.calibration.compute.backends.registry`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from ccc.calibration.compute.backends.registry import BackendEntry, BackendSetup, ResultCallback, register_backend
 from ccc.calibration.compute.engine import (
     DEFAULT_IMAGES_PER_TASK,
     RenderContext,
@@ -45,7 +46,6 @@ from ccc.calibration.compute.engine import (
     target_groups,
 )
 from ccc.calibration.compute.evaluator import ModelEvaluator, execute_unit
-from ccc.calibration.compute.registry import BackendEntry, BackendSetup, ResultCallback, register_backend
 from ccc.execution import Executor
 from ccc.models import ModelSource, ModelSpec, load_model
 

@@ -1,32 +1,31 @@
 """The calibration backends by name: how ``calibrate(config)`` builds the backend its config names.
 
 A calibration backend runs work units and reports their results (:class:`CalibrationBackend`, the
-contract every backend keeps, defined here). Each backend module of
-``ccc.calibration.compute`` ends in ``register_backend(BackendEntry(name, factory, description))``,
-the factory building the backend from a :class:`BackendSetup`; :func:`get_backend` and
-:func:`list_backends` import every module of the package first, so a new backend (e.g. one that
-renders on the GPU) is one new module. Registered here: ``model``
-(:class:`~ccc.calibration.compute.backends.ModelBackend`, the default: a model measures the units
+contract every backend keeps, defined here). Each module of ``ccc.calibration.compute.backends`` ends
+in ``register_backend(BackendEntry(name, factory, description))``, the factory building the backend
+from a :class:`BackendSetup`; the package imports every module
+(:func:`ccc.registry.import_submodules`), so a new backend (e.g. one that renders on the GPU) is one
+new module. Registered: ``model``
+(:class:`~ccc.calibration.compute.backends.model.ModelBackend`, the default: a model measures the units
 on an executor) and ``simulation``
-(:class:`~ccc.calibration.compute.simulation.CorrelatedImagesBackend`: results drawn from known
-accuracies) and ``torch`` (:class:`~ccc.calibration.compute.torch_render.TorchRenderBackend`: the
+(:class:`~ccc.calibration.compute.backends.simulation.CorrelatedImagesBackend`: results drawn from known
+accuracies) and ``torch`` (:class:`~ccc.calibration.compute.backends.torch_render.TorchRenderBackend`: the
 cells rendered and evaluated on one device with :mod:`ccc.render_torch`; its bytes differ from the
 CPU path's).
 
 This module imports neither torch nor the backends nor the job (a backend is built from the job's
-:class:`~ccc.calibration.compute.engine.RenderContext`), so that no module of the package imports
-back into it; the package itself imports nothing on its own (Ray rendering workers import
-:mod:`~ccc.calibration.compute.engine` alone).
+:class:`~ccc.calibration.compute.engine.RenderContext`), so that no module imports back into it. The
+backends are a package of their own so that ``ccc.calibration.compute`` imports nothing on its own:
+Ray rendering workers import :mod:`~ccc.calibration.compute.engine` alone, without torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ccc.registry import Registry, import_submodules
+from ccc.registry import Registry
 
 if TYPE_CHECKING:
     from ccc.calibration.compute.engine import RenderContext, UnitResult, WorkUnit
@@ -113,17 +112,11 @@ def register_backend(entry: BackendEntry) -> BackendEntry:
     return REGISTRY.register(entry)
 
 
-def _import_backends() -> None:
-    import_submodules(__name__.rpartition(".")[0], [str(Path(__file__).parent)])
-
-
 def get_backend(name: str) -> BackendEntry:
     """The backend called ``name``; ValueError listing the registered backends otherwise."""
-    _import_backends()
     return REGISTRY.get(name)
 
 
 def list_backends(pattern: str = "*") -> list[str]:
     """Names of the registered backends matching the shell-style ``pattern``, by name."""
-    _import_backends()
     return REGISTRY.names(pattern)

@@ -20,7 +20,7 @@ each cell's expected accuracy is exactly the given one; within a grid the same i
 equal across severities (an image lost at a low severity stays lost at higher ones where the
 accuracy falls).
 
-Registered as the calibration backend ``simulation`` (:mod:`ccc.calibration.compute.registry`;
+Registered as the calibration backend ``simulation`` (:mod:`ccc.calibration.compute.backends.registry`;
 options: ``accuracies``, required, and ``seed``, ``easiness_weight``, ``pair_share``).
 """
 
@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from scipy.stats import norm
 
+from ccc.calibration.compute.backends.registry import BackendEntry, BackendSetup, register_backend
 from ccc.calibration.compute.engine import Cell, UnitResult, WorkUnit
-from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
 
 
 class CorrelatedImagesBackend:
@@ -97,7 +97,8 @@ class CorrelatedImagesBackend:
             self.counts[cell] = np.add.reduceat(correct.astype(np.int64), edges[:-1])
 
     def run(self, units: Sequence[WorkUnit], on_result: Callable[[UnitResult], None]) -> None:
-        """Report every unit's counts (the :class:`~ccc.calibration.compute.registry.CalibrationBackend` interface)."""
+        """Report every unit's counts (the :class:`~ccc.calibration.compute.backends.registry.CalibrationBackend`
+        interface)."""
         for unit in units:
             correct = tuple(int(self.counts[cell][unit.block]) for cell in unit.cells())
             on_result(UnitResult(unit, correct, self.block_sizes[unit.block]))

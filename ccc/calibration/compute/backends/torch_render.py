@@ -2,7 +2,7 @@
 
 The work units, their results and everything around them (work folder, resume, the adaptive scheme,
 the table) are those of the default backend ``model``
-(:class:`~ccc.calibration.compute.backends.ModelBackend`); only the pixels are made differently. For
+(:class:`~ccc.calibration.compute.backends.model.ModelBackend`); only the pixels are made differently. For
 each unit, in this process:
 
 1. the block's preprocessed images are loaded on the host (decode, resize, centre crop:
@@ -43,7 +43,8 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from ccc.calibration.compute.backends import build_evaluator
+from ccc.calibration.compute.backends.model import build_evaluator
+from ccc.calibration.compute.backends.registry import BackendEntry, BackendSetup, register_backend
 from ccc.calibration.compute.engine import (
     NO_CORRUPTION,
     RenderContext,
@@ -55,7 +56,6 @@ from ccc.calibration.compute.engine import (
     target_groups,
 )
 from ccc.calibration.compute.evaluator import ModelEvaluator, images_to_device, to_model_input
-from ccc.calibration.compute.registry import BackendEntry, BackendSetup, register_backend
 from ccc.calibration.table import SEVERITIES
 from ccc.models import resolve_device
 from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
