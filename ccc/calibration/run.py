@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ccc.calibration.adaptive import AdaptivePlanner, AdaptiveSettings
-from ccc.calibration.compute.backends.registry import DEFAULT_BACKEND, BackendSetup, get_backend
+from ccc.calibration.compute import DEFAULT_BACKEND
+from ccc.calibration.compute.backends.registry import BackendSetup, get_backend
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing, select_calibration_images
 from ccc.calibration.compute.job import (

@@ -29,7 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ccc.cache import DownloadError
-from ccc.calibration.compute.backends.registry import DEFAULT_BACKEND
+from ccc.calibration.compute import DEFAULT_BACKEND
 from ccc.calibration.compute.engine import DEFAULT_BLOCK_SIZE
 from ccc.calibration.compute.imageset import DEFAULT_IMAGE_COUNT, Preprocessing
 from ccc.calibration.compute.workfolder import default_work_folder

@@ -16,3 +16,8 @@
 :func:`ccc.calibration.run.calibrate` runs all of it from an image folder and a model. This package
 imports nothing on its own, so Ray rendering workers that import ``engine`` do not load torch.
 """
+
+DEFAULT_BACKEND = "model"
+"""The calibration backend ``calibrate(config)`` uses unless its config names another (here, not in
+the backends' registry, whose package imports every backend and torch with them: ``ccc-calibrate
+--help`` names it without loading them)."""

@@ -39,7 +39,8 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from ccc.calibration.compute.backends.registry import DEFAULT_BACKEND, CalibrationBackend
+from ccc.calibration.compute import DEFAULT_BACKEND
+from ccc.calibration.compute.backends.registry import CalibrationBackend
 from ccc.calibration.compute.engine import (
     CLEAN_CELL,
     DEFAULT_BLOCK_SIZE,

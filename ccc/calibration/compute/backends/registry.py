@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from ccc.execution import Executor
     from ccc.models import ModelSource
 
-DEFAULT_BACKEND = "model"
-"""The backend ``calibrate(config)`` uses unless its config names another."""
-
 ResultCallback = Callable[["UnitResult"], None]
 """Called by a backend once per finished unit."""
 
