@@ -83,9 +83,6 @@ class Subcommand:
 _positive = integer_at_least(1)
 _non_negative = integer_at_least(0)
 
-DEMO_MODEL = "ccc.demo:demo_model"
-"""The demo world's model factory."""
-
 
 def adaptive_setting_argument(text: str) -> tuple[str, object]:
     """argparse type of ``--adaptive-setting NAME=VALUE`` (see
@@ -270,7 +267,7 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         None,
     )
     if arguments.demo:
-        from ccc.demo import DEMO_DIFFICULTY_PRESETS, demo_image_folder
+        from ccc.demo import DEMO_DIFFICULTY_PRESETS, DEMO_MODEL_NAME, demo_image_folder
         from ccc.demo.calibration import DEMO_CALIBRATION_CORRUPTIONS
 
         if imagenet is not None:
@@ -279,7 +276,7 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
             raise CalibrationError(
                 "--demo uses the demo model (ccc.demo:demo_model): do not combine it with --model or --weights"
             )
-        imagenet, model = str(demo_image_folder()), DEMO_MODEL
+        imagenet, model = str(demo_image_folder()), DEMO_MODEL_NAME
         corruptions = corruptions or list(DEMO_CALIBRATION_CORRUPTIONS)
         if arguments.adaptive and targets is None:
             targets = sorted({preset.target_accuracy for preset in DEMO_DIFFICULTY_PRESETS.values()}, reverse=True)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASS_NAMES",
+    "DEMO_MODEL_NAME",
     "DEMO_CLASSES",
     "DEMO_DIFFICULTY_PRESETS",
     "DEMO_DOMAIN_IMAGES",
@@ -59,6 +60,10 @@ __all__ = [
     "is_demo_stream",
     "world_run_name",
 ]
+
+DEMO_MODEL_NAME = "ccc.demo:demo_model"
+"""The demo model as a model name (a ``module:function`` factory of ``ccc.models.ModelSpec``): what
+every command evaluates by default on a demo-world stream."""
 
 
 def demo_image_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ccc.demo import DEMO_MODEL_NAME
 from ccc.registry import Registry
 from ccc.validation import check_non_negative_int
 from tta_eval.cli_options import CliOption
@@ -23,7 +24,7 @@ from tta_eval.streams.options import StreamOptions
 DEMO_WORLD = "demo"
 """The world of streams rendered from the demo images (``ccc.demo``)."""
 
-WORLD_MODELS = {DEMO_WORLD: "ccc.demo:demo_model"}
+WORLD_MODELS = {DEMO_WORLD: DEMO_MODEL_NAME}
 """The model factory evaluated by default on a stream of each world other than ImageNet's."""
 
 FOLDER_SCHEME = "folder"
