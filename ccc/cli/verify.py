@@ -5,10 +5,12 @@ Example::
     ccc-verify shards/baseline_20_transition+speed_2000_seed_43
     ccc-verify RUN --no-decode                                   # sizes and sha256 only (fast)
     ccc-verify RUN --calibration calibration/resnet50.npz --imagenet /data/imagenet/val   # also the plan hash
+    ccc-verify RUN --no-decode --accuracy                        # a model's realised accuracy against the target
 
 Prints one line per shard that is not intact (missing, unfinished, truncated, altered,
-undecodable) and a summary. Exit code 0 when every shard is intact, 1 when problems were found,
-2 for a usage error (no such folder, no manifest).
+undecodable) and a summary. ``--accuracy`` then scores a model on every sample and reports its
+realised accuracy against the stream's target (``ccc.realised_accuracy``). Exit code 0 when every
+shard is intact, 1 when problems were found, 2 for a usage error (no such folder, no manifest).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli.common import HelpFormatter, UsageError, count, examples, run_command
+from ccc.cli.common import HelpFormatter, UsageError, count, examples, integer_at_least, run_command
+from ccc.realised_accuracy import DEFAULT_WINDOW
 from ccc.shards.manifest import ManifestError, describe_renderer, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
 from ccc.stream.sources import ImageFolderError, read_class_list
@@ -51,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "ccc-verify shards/baseline_20_transition+speed_2000_seed_43 "
                 "--calibration calibration/resnet50.npz --imagenet /data/imagenet/val",
                 "an ImageNet stream: also check the plan hash",
+            ),
+            (
+                "ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43 --no-decode --accuracy "
+                "--max-samples 3000",
+                "the demo model's realised accuracy on the first 3,000 images against the stream's target",
             ),
         ),
     )
@@ -84,7 +92,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_accuracy_arguments(parser)
     return parser
+
+
+def _add_accuracy_arguments(parser: argparse.ArgumentParser) -> None:
+    """--accuracy and its model, target and window (ccc.realised_accuracy)."""
+    group = parser.add_argument_group("realised accuracy (--accuracy)")
+    group.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="score a model on every sample and report its realised accuracy against the stream's target "
+        "(after the shard check; the exit code is the shard check's)",
+    )
+    group.add_argument(
+        "--model",
+        default=None,
+        help="torchvision model name, timm:NAME or module:function factory "
+        "(default: the demo model on demo streams, else resnet50)",
+    )
+    group.add_argument(
+        "--weights",
+        default=None,
+        help="weights: a local state_dict file, or a torchvision weights name (default: the model's own)",
+    )
+    group.add_argument("--device", default="cpu", help="device of the model: cpu or cuda[:index] (default: cpu)")
+    group.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help="target accuracy in percent (default: the manifest's; needed for folders without one)",
+    )
+    group.add_argument(
+        "--window",
+        type=integer_at_least(1),
+        default=DEFAULT_WINDOW,
+        help=f"samples per window of the standard error (default: {DEFAULT_WINDOW:,})",
+    )
+    group.add_argument(
+        "--batch-size", type=integer_at_least(1), default=64, help="images per forward pass (default: 64)"
+    )
+    group.add_argument(
+        "--max-samples", type=integer_at_least(1), default=None, help="score only the stream's first N samples"
+    )
 
 
 def _run(arguments: argparse.Namespace) -> int:
@@ -94,6 +145,7 @@ def _run(arguments: argparse.Namespace) -> int:
     from ccc.demo import is_demo_stream
 
     folder = Path(arguments.folder)
+    _check_accuracy_arguments(arguments)
     if arguments.demo and (arguments.calibration is not None or arguments.imagenet is not None):
         raise UsageError(
             "--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet"
@@ -151,12 +203,75 @@ def _run(arguments: argparse.Namespace) -> int:
         f"{decoded}); plan hash {report.plan_hash}"
         f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}{renderer}"
     )
-    if arguments.json:
-        try:
-            Path(arguments.json).write_text(json.dumps(report.to_json_dict(), indent=1) + "\n", encoding="utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot write --json {arguments.json}: {error.strerror or error}") from error
+    document = report.to_json_dict()
+    if arguments.accuracy:
+        demo = is_demo_stream(manifest.stream)
+        document["realised_accuracy"] = _report_accuracy(folder, manifest.stream.target_accuracy, demo, arguments)
+    _write_json(arguments.json, document)
     return 0 if report.ok else PROBLEMS_EXIT_CODE
+
+
+def _write_json(path: str | None, document: dict[str, object]) -> None:
+    """Write ``--json``'s report (nothing without the option); UsageError when it cannot be written."""
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write --json {path}: {error.strerror or error}") from error
+
+
+def _check_accuracy_arguments(arguments: argparse.Namespace) -> None:
+    """UsageError for --accuracy's options given without it, or a --target outside [0, 100]."""
+    given = [
+        option
+        for option, value in (
+            ("--model", arguments.model),
+            ("--weights", arguments.weights),
+            ("--target", arguments.target),
+            ("--max-samples", arguments.max_samples),
+        )
+        if value is not None
+    ]
+    if given and not arguments.accuracy:
+        raise UsageError(f"{', '.join(given)} set(s) up the realised-accuracy check: add --accuracy")
+    if arguments.target is not None and not 0.0 <= arguments.target <= 100.0:
+        raise UsageError(f"--target is an accuracy in percent, in [0, 100], got {arguments.target:g}")
+
+
+def _report_accuracy(
+    folder: Path, target: float | None, demo: bool, arguments: argparse.Namespace
+) -> dict[str, object]:
+    """Score the model of ``--model`` (default: the demo model on a demo stream, else resnet50) on the
+    stream in ``folder``, print its realised accuracy against the target (``--target``, else
+    ``target``: the manifest's) and return the JSON form (``ccc.realised_accuracy``)."""
+    from ccc.calibration.compute.evaluator import ModelEvaluator
+    from ccc.demo import DEMO_MODEL_NAME
+    from ccc.load import open_stream, stream_loader
+    from ccc.models import ModelSpec, load_model, resolve_device
+    from ccc.realised_accuracy import describe_realised, score_stream, summarise_realised
+
+    target = arguments.target if arguments.target is not None else target
+    name = arguments.model or (DEMO_MODEL_NAME if demo else ModelSpec().name)
+    try:
+        device = resolve_device(arguments.device)
+        model = load_model(ModelSpec(name, arguments.weights), device)
+    except ValueError as error:
+        raise UsageError(f"--model {name}: {error}") from None
+    stream = open_stream(folder, image_format="float", limit=arguments.max_samples)
+    batches = stream_loader(stream, batch_size=arguments.batch_size)
+    with tqdm(total=stream.length, desc=f"{name} on {folder.name}", unit="image", disable=arguments.no_progress) as bar:
+        outcomes = score_stream(batches, ModelEvaluator(model, device, arguments.batch_size), bar.update)
+    result = summarise_realised(
+        outcomes.correct,
+        window=arguments.window,
+        target=target,
+        calibrated=outcomes.calibrated,
+        pairs=outcomes.pairs,
+    )
+    for line in describe_realised(result, name):
+        print(line)
+    return {"model": name, **result.to_json_dict()}
 
 
 def _verify_mirror(folder: Path, arguments: argparse.Namespace) -> int:
@@ -175,6 +290,15 @@ def _verify_mirror(folder: Path, arguments: argparse.Namespace) -> int:
         "a ccc-mirror folder without a manifest: "
         f"shard integrity only (sizes, sha256, samples against {MIRROR_NAME}; no stream definition, no plan hash)"
     )
+    document: dict[str, object] = {
+        "shards": shards,
+        "intact_shards": shards - len(problems),
+        "problems": list(problems),
+        "samples_decoded": decoded,
+    }
+    if arguments.accuracy:
+        document["realised_accuracy"] = _report_accuracy(folder, None, False, arguments)
+    _write_json(arguments.json, document)
     return PROBLEMS_EXIT_CODE if problems else 0
 
 
