@@ -22,9 +22,10 @@ never runs code named by the file (a replaced file is refused in one line):
 - ``extra``: what the caller adds (``tta_eval.run.Run``: λ and its calibration, and the
   ``model_sha256`` of the weights the run started from, checked when it resumes).
 
-Before a run resumes, ``check_checkpoint_claims`` checks what the file claims against the run folder
-and the stream (its methods, its position, the records' sizes and rows, the random states' types and
-sizes), so that a damaged or edited checkpoint is refused in one line before any file is changed.
+Before a run resumes, ``tta_eval.resume`` checks what the file claims against the run folder and the
+stream (its methods, its position, the records' sizes and rows, the random states' types and sizes,
+``check_rng_states``), so that a damaged or edited checkpoint is refused in one line before any file
+is changed.
 
 The file is written to a temporary name next to it, fsynced and renamed over the previous one, then
 the folder is fsynced: a kill at any moment leaves the previous checkpoint or the new one, never a
@@ -40,7 +41,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -49,7 +50,7 @@ import numpy as np
 import torch
 
 from ccc.pickles import NotPlainDataError, load_torch_file
-from tta_eval.run_folder import CHECKPOINT_FILE, CONFIG_FILE, checkpointed_rows, records_path, write_text_atomic
+from tta_eval.run_folder import CHECKPOINT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,6 @@ method modules, is never unpickled)."""
 
 DEFAULT_CHECKPOINT_EVERY = 100_000
 """Samples between checkpoints when ``--checkpoint-every`` is not given (75 per 7.5M-image CCC stream)."""
-
-UNCOMPARED_CONFIG_KEYS = ("choices", "baseline_latency_source", "calibration")
-"""config.json entries that may differ between the run and its resumption (notes; how λ was obtained)."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,7 @@ def _is_bytes_tensor(value: Any, size: int) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and tuple(value.shape) == (size,)
 
 
-def _is_int(value: Any, low: int, high: int | None = None) -> bool:
+def is_int_between(value: Any, low: int, high: int | None = None) -> bool:
     """Whether ``value`` is an int (not a bool) in [low, high] (None: no upper bound)."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value and (high is None or value <= high)
 
@@ -178,8 +176,8 @@ def _is_numpy_state(state: Any) -> bool:
         and key.dtype == torch.int64
         and tuple(key.shape) == (MT19937_WORDS,)
         and bool(((key >= 0) & (key < 2**32)).all())
-        and _is_int(position, 0, MT19937_WORDS)
-        and _is_int(has_gauss, 0, 1)
+        and is_int_between(position, 0, MT19937_WORDS)
+        and is_int_between(has_gauss, 0, 1)
         and isinstance(cached, (int, float))
     )
 
@@ -194,8 +192,8 @@ def _is_python_state(state: Any) -> bool:
         version == 3
         and isinstance(internal, (list, tuple))
         and len(internal) == MT19937_WORDS + 1
-        and all(_is_int(word, 0, 2**32 - 1) for word in internal[:-1])
-        and _is_int(internal[-1], 0, MT19937_WORDS)
+        and all(is_int_between(word, 0, 2**32 - 1) for word in internal[:-1])
+        and is_int_between(internal[-1], 0, MT19937_WORDS)
         and (gauss is None or isinstance(gauss, float))
     )
 
@@ -342,49 +340,6 @@ def remove_checkpoint(run_dir: Path) -> None:
         (Path(run_dir) / name).unlink(missing_ok=True)
 
 
-def comparable_config(config: Mapping[str, Any], latency_given: bool) -> dict[str, Any]:
-    """``config`` without the entries a resumption may change (``UNCOMPARED_CONFIG_KEYS``), and without
-    λ unless it was given (``latency_given``): a calibrated λ differs in every process and a resumed
-    run reuses the saved one; a cost model's λ is compared as part of the timing."""
-    kept = {key: value for key, value in config.items() if key not in UNCOMPARED_CONFIG_KEYS}
-    if not latency_given:
-        kept.pop("baseline_latency_seconds", None)
-    return kept
-
-
-def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted names of the entries where two configs differ (nested mappings compared entry by entry)."""
-    differences = []
-    for key in sorted(set(saved) | set(current), key=str):
-        name = f"{prefix}{key}"
-        before, after = saved.get(key), current.get(key)
-        if isinstance(before, Mapping) and isinstance(after, Mapping):
-            differences += config_differences(before, after, f"{name}.")
-        elif before != after:
-            differences.append(name)
-    return differences
-
-
-def _shown(differences: list[str]) -> str:
-    return ", ".join(differences[:5]) + (f" and {len(differences) - 5} more" if len(differences) > 5 else "")
-
-
-def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    given = saved.get("baseline_latency_source") == "given"
-    return config_differences(comparable_config(saved, given), comparable_config(current, given))
-
-
-def check_same_run(run_dir: Path, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-    """ValueError (one line naming what differs) unless ``current`` (a fresh config without λ) is the
-    config of the unfinished run in ``run_dir``."""
-    differences = _differences(saved, current)
-    if differences:
-        raise ValueError(
-            f"run folder {str(run_dir)!r} holds an unfinished run of another command ({_shown(differences)} differ); "
-            "repeat its command to resume it, pass --overwrite to start over, or choose another --name"
-        )
-
-
 def model_sha256(model: torch.nn.Module) -> str:
     """The sha256 of ``model``'s weights: the name, dtype, shape and bytes of every entry of its
     ``state_dict`` (parameters and buffers), in name order. A resumed run rebuilds each method's reset
@@ -397,66 +352,6 @@ def model_sha256(model: torch.nn.Module) -> str:
         digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
         digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def check_checkpoint_model(run_dir: Path, checkpoint: Checkpoint, digest: str) -> None:
-    """ValueError (one line) when the model loaded to resume the run in ``run_dir`` (its
-    ``model_sha256``: ``digest``) is not the one ``checkpoint``'s run started from."""
-    saved = checkpoint.extra.get("model_sha256")
-    if saved != digest:
-        raise ValueError(
-            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written with other model weights "
-            f"(sha256 {str(saved)[:12]}…, "
-            f"now {digest[:12]}…); resume with the weights the run started from, or pass --overwrite to start over"
-        )
-
-
-def check_checkpoint_config(run_dir: Path, checkpoint: Checkpoint, current: Mapping[str, Any]) -> None:
-    """ValueError (one line naming what differs) unless ``checkpoint`` was written by the command of
-    ``current`` (a fresh config without λ), e.g. when a checkpoint of another run was copied there."""
-    differences = _differences(checkpoint.config_dict(), current)
-    if differences:
-        raise ValueError(
-            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} was written by another command "
-            f"({_shown(differences)} differ); "
-            "repeat that command to resume it, or pass --overwrite to start over"
-        )
-
-
-def check_checkpoint_claims(run_dir: Path, checkpoint: Checkpoint, labels: Sequence[str], end: int | None) -> None:
-    """ValueError (one line naming the checkpoint file, what is wrong and how to start over) unless
-    ``checkpoint`` can resume the run in ``run_dir`` as it is: it holds the states and records of the
-    run's methods (``labels``, in order); its position (batches <= samples) is not beyond ``end``, the
-    samples of the run's stream (None: unknown); each records file holds the rows the checkpoint says
-    (``tta_eval.run_folder.checkpointed_rows``), batches 0, 1, … no further than its position (a method
-    whose rows wait in a protocol's queue may be behind it); its random states have the form
-    ``check_rng_states`` accepts. Reads the records files, changes nothing: a resumption checks this
-    before it cuts the records or restores a file."""
-    try:
-        for entry in ("methods", "runners", "records"):
-            saved = list(getattr(checkpoint, entry))
-            if saved != list(labels):
-                raise ValueError(f"it holds the {entry} of methods {', '.join(saved)}, not {', '.join(labels)}")
-        batches, samples = checkpoint.batches, checkpoint.samples
-        if batches > samples:
-            raise ValueError(f"its position ({batches:,} batches, {samples:,} samples) has more batches than samples")
-        if end is not None and samples > end:
-            raise ValueError(f"its position (sample {samples:,}) is beyond the stream's end (sample {end:,})")
-        for label, size in checkpoint.records.items():
-            if not _is_int(size, 0):
-                raise ValueError(f"its records size of method {label} is {size!r}, not a number of bytes")
-            rows, covered = checkpointed_rows(run_dir, label, size)
-            if rows > batches or covered > samples:
-                raise ValueError(
-                    f"records file {str(records_path(run_dir, label))!r} holds {rows:,} batches up to sample "
-                    f"{covered:,} at the checkpoint, beyond its position ({batches:,} batches, {samples:,} samples)"
-                )
-        check_rng_states(checkpoint.rng)
-    except ValueError as error:
-        raise ValueError(
-            f"checkpoint {str(Path(run_dir) / CHECKPOINT_FILE)!r} cannot resume this run: {error}; "
-            "delete it or pass --overwrite to start the run over"
-        ) from None
 
 
 class Checkpointer:
@@ -525,23 +420,3 @@ class Checkpointer:
         self._next = (samples // self.every + 1) * self.every
         self.writes.append((size, time.perf_counter() - started))
         logger.info("checkpoint at sample %d: %.1f MB in %.2f s", samples, size / 1e6, self.writes[-1][1])
-
-
-def restore_config(run_dir: Path, current: Mapping[str, Any], check: Callable[[Checkpoint], None]) -> bool:
-    """Write config.json back from the checkpoint when ``run_dir`` holds a checkpoint but no config.json
-    (deleted), after checking the checkpoint was written by the command of ``current`` (a fresh config
-    without λ) and passes ``check`` (the caller's ``check_checkpoint_claims``); True when it did.
-    ValueError (one line saying what is wrong and how to go on) when the checkpoint cannot be used."""
-    run_dir = Path(run_dir)
-    if (run_dir / CONFIG_FILE).exists() or not (run_dir / CHECKPOINT_FILE).is_file():
-        return False
-    try:
-        checkpoint = read_checkpoint(run_dir)
-    except ValueError as error:
-        raise ValueError(f"run folder {str(run_dir)!r} has no {CONFIG_FILE} to resume from, and {error}") from None
-    if checkpoint is None:
-        return False
-    check_checkpoint_config(run_dir, checkpoint, current)
-    check(checkpoint)
-    write_text_atomic(run_dir / CONFIG_FILE, checkpoint.config)
-    return True

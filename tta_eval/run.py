@@ -3,21 +3,23 @@ its phases.
 
 ``tta_eval.experiment.run_experiment`` drives a ``Run`` through them, holding the run folder's lock:
 
-1. ``checkpoint_to_resume``: check the folder (restore a deleted config.json from the checkpoint,
-   refuse another command's run) and find the checkpoint of an unfinished run, if any, checked
-   against the folder and the stream (``check_checkpoint_claims``: its methods, position, records
-   sizes and random states) before any file changes;
+1. ``checkpoint_to_resume``: ``tta_eval.resume.find_checkpoint`` checks the folder (restores a
+   deleted config.json from the checkpoint, refuses another command's run) and finds the checkpoint
+   of an unfinished run, if any, checked against the folder and the stream (its methods, position,
+   records sizes and random states) before any file changes;
 2. ``open_stream``: the stream from its start, or from the checkpoint's position;
 3. ``start`` (a new run: check the model against the stream, build the methods, obtain λ, write
-   config.json, open empty records) or ``resume`` (check the model is the one the checkpoint's run
-   started from, build the methods, cut the records to the checkpoint);
+   config.json, open empty records) or ``resume`` (build the methods; ``tta_eval.resume.restore_records``
+   checks the model is the one the checkpoint's run started from and cuts the records to the
+   checkpoint);
 4. ``record``: the protocol loop, each record written as it comes, checkpoints every
    ``checkpoint_every`` samples;
 5. ``finish`` (plots, measured costs, summary.json "complete", the checkpoint removed) or, when the
    loop raised, ``stop`` (the same outputs with status "stopped" and the reason).
 
 The run folder's layout and files are ``tta_eval.run_folder``'s; the checkpoint's record is
-``tta_eval.checkpoint``'s.
+``tta_eval.checkpoint``'s; resuming is ``tta_eval.resume``'s (the methods' saved states and the random
+states are loaded by the protocol loop, ``tta_eval.protocols._execution``).
 """
 
 from __future__ import annotations
@@ -37,18 +39,7 @@ import torchvision
 
 import tta_eval
 from ccc.models import resolve_device
-from tta_eval.checkpoint import (
-    Checkpoint,
-    Checkpointer,
-    check_checkpoint_claims,
-    check_checkpoint_config,
-    check_checkpoint_model,
-    check_same_run,
-    model_sha256,
-    read_checkpoint,
-    remove_checkpoint,
-    restore_config,
-)
+from tta_eval.checkpoint import Checkpoint, Checkpointer, model_sha256, remove_checkpoint
 from tta_eval.methods import create, get_method, resolve_config
 from tta_eval.protocols import (
     CostModel,
@@ -61,13 +52,11 @@ from tta_eval.protocols import (
 from tta_eval.protocols.timing import DEFAULT_WARMUP_CALLS, measured_cost
 from tta_eval.records import CsvRecordWriter, RecordTable
 from tta_eval.reports import plot_run, run_title, summarise_run
+from tta_eval.resume import find_checkpoint, restore_records
 from tta_eval.run_folder import (
     CONFIG_FILE,
     COSTS_FILE,
-    SUMMARY_FILE,
-    check_run_folder,
     clear_run_folder,
-    is_unfinished_run,
     open_records,
     read_config,
     records_path,
@@ -269,32 +258,13 @@ class Run:
     # --- before the run: the folder and the stream -----------------------------------------------------
 
     def checkpoint_to_resume(self, notify: Callable[[str], None]) -> Checkpoint | None:
-        """Check the run folder and return the checkpoint to resume from; None: start the run.
-
-        Without ``overwrite``: a deleted config.json is restored from the checkpoint written by this
-        command; an unfinished run of this command is resumed from its checkpoint (started over, with
-        a line to ``notify``, when it has none); an unfinished run or a checkpoint of another command,
-        a checkpoint that does not fit the folder or the stream (``check_checkpoint_claims``: nothing is
-        changed then, config.json included) and a complete run are refused (ValueError, one line).
-        With ``overwrite``: None."""
-        overwrite = self.settings.overwrite
-        if not overwrite and restore_config(self.folder, self.config, self._check_checkpoint):
-            notify(f"run {self.folder.name}: {CONFIG_FILE} restored from its checkpoint")
-        check_run_folder(self.folder, overwrite, resume=not overwrite)
-        if overwrite or not is_unfinished_run(self.folder):
-            return None
-        check_same_run(self.folder, read_config(self.folder), self.config)
-        checkpoint = read_checkpoint(self.folder, self.device)
-        if checkpoint is None:
-            notify(f"run {self.folder.name} has no checkpoint: starting it over")
-        else:
-            check_checkpoint_config(self.folder, checkpoint, self.config)
-            self._check_checkpoint(checkpoint)
-        return checkpoint
-
-    def _check_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """``check_checkpoint_claims`` of ``checkpoint`` against this run's folder, methods and stream."""
-        check_checkpoint_claims(self.folder, checkpoint, [method.label for method in self.methods], self._end())
+        """Check the run folder and return the checkpoint to resume from; None: start the run
+        (``tta_eval.resume.find_checkpoint`` for this run's folder, config, methods and stream; its
+        ValueErrors are one line each)."""
+        labels = [method.label for method in self.methods]
+        return find_checkpoint(
+            self.folder, self.config, labels, self._end(), self.device, self.settings.overwrite, notify
+        )
 
     def _end(self) -> int | None:
         """Samples the run covers when known: the stream's length, or ``max_samples`` when smaller."""
@@ -341,27 +311,18 @@ class Run:
         self, model: torch.nn.Module, stream: Iterable[Any], checkpoint: Checkpoint, notify: Callable[[str], None]
     ) -> None:
         """Continue the run from ``checkpoint`` (``checkpoint_to_resume``) over ``stream``
-        (``open_stream(checkpoint)``): refuse a ``model`` other than the one the run started from
-        (ValueError), build the methods from it (the protocol loop loads their saved state), say so to
-        ``notify``, remove the summary of a stopped attempt, take λ from the checkpoint and cut the
-        records to the rows it covers."""
+        (``open_stream(checkpoint)``): build the methods from ``model`` (the protocol loop loads their
+        saved state), restore the folder to the checkpoint (``tta_eval.resume.restore_records``: a
+        model other than the one the run started from is refused, ValueError, before any file
+        changes), say so to ``notify`` and take λ from the checkpoint."""
         digest = model_sha256(model)
-        check_checkpoint_model(self.folder, checkpoint, digest)
         self.modules = self._build_methods(model)
+        self._handles, self.tables = restore_records(self.folder, checkpoint, digest)
         notify(f"resuming run {self.folder.name} from sample {checkpoint.samples:,}")
-        (self.folder / SUMMARY_FILE).unlink(missing_ok=True)
         latency = BaselineLatency.from_state(checkpoint.extra["baseline_latency"])
         self.latency = latency
         self._batches = stream
         self._resumed_from = checkpoint
-        try:
-            for label, size in checkpoint.records.items():
-                self._handles[label] = open_records(self.folder, label, keep_bytes=size)
-                self.tables[label] = RecordTable.read_csv(records_path(self.folder, label))
-        except BaseException:
-            for handle in self._handles.values():
-                handle.close()
-            raise
         self._checkpointer = self._new_checkpointer(latency, digest, checkpoint.samples)
 
     def record(self) -> None:

@@ -291,13 +291,14 @@ def test_a_run_resumed_with_other_model_weights_is_refused_in_one_line(tmp_path,
     model = load_model(ModelSpec(FACTORY), "cpu")
     with torch.no_grad():
         next(model.parameters()).add_(0.01)
+    before = folder_files(run_dir)
     with pytest.raises(
         ValueError,
         match=r"was written with other model weights \(sha256 [0-9a-f]{12}…, now [0-9a-f]{12}…\); .*--overwrite",
     ) as error:
         run_experiment(settings(tmp_path), model=model)
     assert "\n" not in str(error.value)
-    assert (run_dir / CHECKPOINT_FILE).is_file()
+    assert folder_files(run_dir) == before, "the refusal changed the run folder (records cut or summary removed)"
     run_experiment(settings(tmp_path), model=load_model(ModelSpec(FACTORY), "cpu"))
 
 

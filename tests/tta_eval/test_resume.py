@@ -17,13 +17,7 @@ import pytest
 import tta_eval.checkpoint
 import tta_eval.records
 from tests.tta_eval.tta_helpers import run_cli
-from tta_eval.checkpoint import (
-    Checkpoint,
-    Checkpointer,
-    config_differences,
-    read_checkpoint,
-    write_checkpoint,
-)
+from tta_eval.checkpoint import Checkpoint, Checkpointer, read_checkpoint, write_checkpoint
 from tta_eval.experiment import run_experiment
 from tta_eval.protocols import (
     AlfarraProtocol,
@@ -33,6 +27,7 @@ from tta_eval.protocols import (
     MethodCost,
     OfflineProtocol,
 )
+from tta_eval.resume import config_differences
 from tta_eval.run_folder import CHECKPOINT_FILE, RECORDS_FOLDER
 from tta_eval.settings import ExperimentSettings, MethodSpec
 from tta_eval.streams import StreamOptions
