@@ -13,6 +13,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from ccc.host_memory import reuse_freed_memory
+
 __all__ = [
     "INTERRUPTED_EXIT_CODE",
     "STOPPED_EXIT_CODE",
@@ -177,7 +179,10 @@ def run_command(
         interrupted: what to print after ``PROGRAM:`` on Ctrl-C (exit code 130).
         stopped: exceptions that end a run as the user asked, printed as ``PROGRAM: stopped: MESSAGE``
             (exit code 1).
+
+    Before the command, freed tensor buffers are kept for reuse (``ccc.host_memory.reuse_freed_memory``).
     """
+    reuse_freed_memory()
     try:
         return command()
     except stopped as error:
