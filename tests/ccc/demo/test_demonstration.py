@@ -1,7 +1,7 @@
 """README command 1 as a newcomer runs it — ``ccc-generate --demo --difficulty medium`` then ``tta-eval
 run --stream ccc:RUN`` through the console scripts, with the demo world's own settings — and the
 claims the README makes about what it shows (docs/demo.md, "The demonstration run"). Slow: about
-four minutes on two cores; CI runs it."""
+ten minutes on two cores (README command 1's own time); CI runs it."""
 
 from __future__ import annotations
 
