@@ -204,11 +204,18 @@ def _run(arguments: argparse.Namespace) -> int:
         f"{f' ({hint})' if report.plan_hash == 'not checked' and hint else ''}{renderer}"
     )
     document = report.to_json_dict()
-    if arguments.accuracy:
+    if arguments.accuracy and _can_score(report.ok):
         demo = is_demo_stream(manifest.stream)
         document["realised_accuracy"] = _report_accuracy(folder, manifest.stream.target_accuracy, demo, arguments)
     _write_json(arguments.json, document)
     return 0 if report.ok else PROBLEMS_EXIT_CODE
+
+
+def _can_score(intact: bool) -> bool:
+    """Whether --accuracy may read the stream: only when every shard is intact (a line saying why not)."""
+    if not intact:
+        print(f"{PROGRAM}: realised accuracy not measured: the stream has shards that are not intact (above)")
+    return intact
 
 
 def _write_json(path: str | None, document: dict[str, object]) -> None:
@@ -247,7 +254,7 @@ def _report_accuracy(
     ``target``: the manifest's) and return the JSON form (``ccc.realised_accuracy``)."""
     from ccc.calibration.compute.evaluator import ModelEvaluator
     from ccc.demo import DEMO_MODEL_NAME
-    from ccc.load import open_stream, stream_loader
+    from ccc.load import StreamError, open_stream, stream_loader
     from ccc.models import ModelSpec, load_model, resolve_device
     from ccc.realised_accuracy import describe_realised, score_stream, summarise_realised
 
@@ -261,7 +268,10 @@ def _report_accuracy(
     stream = open_stream(folder, image_format="float", limit=arguments.max_samples)
     batches = stream_loader(stream, batch_size=arguments.batch_size)
     with tqdm(total=stream.length, desc=f"{name} on {folder.name}", unit="image", disable=arguments.no_progress) as bar:
-        outcomes = score_stream(batches, ModelEvaluator(model, device, arguments.batch_size), bar.update)
+        try:
+            outcomes = score_stream(batches, ModelEvaluator(model, device, arguments.batch_size), bar.update)
+        except StreamError as error:
+            raise UsageError(f"realised accuracy: {error}") from None
     result = summarise_realised(
         outcomes.correct,
         window=arguments.window,
@@ -296,7 +306,7 @@ def _verify_mirror(folder: Path, arguments: argparse.Namespace) -> int:
         "problems": list(problems),
         "samples_decoded": decoded,
     }
-    if arguments.accuracy:
+    if arguments.accuracy and _can_score(not problems):
         document["realised_accuracy"] = _report_accuracy(folder, None, False, arguments)
     _write_json(arguments.json, document)
     return PROBLEMS_EXIT_CODE if problems else 0

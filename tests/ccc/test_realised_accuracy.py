@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,19 @@ def test_a_mirror_without_manifest_needs_a_target(stream: Path, tmp_path, capsys
     assert written["intact_shards"] == len(shards) and written["realised_accuracy"]["target"] is None
     assert verify_main([*argv, "--target", "30"]) == 0
     assert "against the target 30 %:" in capsys.readouterr().out
+
+
+def test_a_damaged_stream_is_not_scored(stream: Path, tmp_path, capsys) -> None:
+    damaged = tmp_path / stream.name
+    shutil.copytree(stream, damaged)
+    shard = damaged / "serial_00001.tar"
+    shard.write_bytes(shard.read_bytes()[:-1024])
+    model = f"{__name__}:constant_model"
+    assert verify_main([str(damaged), "--no-decode", "--no-progress", "--accuracy", "--model", model]) == 1
+    out = capsys.readouterr().out
+    assert "serial_00001.tar: truncated" in out
+    assert "realised accuracy not measured: the stream has shards that are not intact" in out
+    assert "realised accuracy of" not in out
 
 
 @pytest.mark.parametrize(
