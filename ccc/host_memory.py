@@ -5,9 +5,10 @@ are freed, at most 32 MiB) with fresh pages from ``mmap`` and unmaps them on ``f
 past its trim threshold (128 KiB) goes back to the kernel too. A network's activations on a batch
 (tens of MB, allocated and freed on every batch) then pay page faults and the kernel's zeroing of every
 page on every batch. Measured on README command 1's evaluation (``tta-eval run`` on the 30,000-image
-demo stream, 2 cores): 314 of 1,386 CPU seconds in the kernel. With the thresholds below, the same
-3,200 samples ran in 60–63 s instead of 79–88 s (kernel time 37 → 2–4 s, peak memory +14 %;
-``BENCHMARKS.md``, "Host memory"). Records are unchanged: only where memory comes from changes.
+demo stream, 2 cores): 314 of 1,386 CPU seconds in the kernel; with the thresholds below, 455 s
+wall and 8 s in the kernel. ``scripts/bench/host_memory.py`` (3,200 images, the demo's five methods):
+72.8 s against 87.2 s, 2.9× fewer page faults, peak memory +8 % (``BENCHMARKS.md``, "Host memory").
+Records are unchanged: only where memory comes from changes.
 
 :func:`reuse_freed_memory` sets them for this process (``mallopt``) and, through the environment, for
 the processes it starts (a local Ray cluster's workers, DataLoader workers); thresholds a user set in
