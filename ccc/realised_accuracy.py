@@ -226,23 +226,27 @@ def describe_realised(result: RealisedAccuracy, model: str) -> list[str]:
         f"realised accuracy of {model}: {result.realised:.1f} %{error} over {result.samples:,} samples "
         f"(standard error over {result.windows:,} windows of {result.window:,})"
     ]
-    if result.target is not None:
-        difference = _points(result.realised - result.target, result.standard_error)
+    if result.target_difference is not None:
+        difference = _points(result.target_difference, result.standard_error)
         lines.append(f"  against the target {result.target:g} %: {difference} points")
     else:
         lines.append("  no target: the folder has no manifest; give one with --target PERCENT")
-    if result.calibrated is not None:
-        difference = _points(result.realised - result.calibrated, result.calibrated_difference_error)
+    if result.calibrated_difference is not None:
+        difference = _points(result.calibrated_difference, result.calibrated_difference_error)
         lines.append(
             f"  against the calibrated accuracy of its samples, {result.calibrated:.1f} %: {difference} points"
         )
-    reference = (lambda pair: pair.calibrated) if result.calibrated is not None else (lambda pair: result.target)
-    if result.pairs and reference(next(iter(result.pairs.values()))) is not None:
-        name, pair = max(result.pairs.items(), key=lambda item: abs(item[1].realised - reference(item[1])))
-        against = "its calibration" if result.calibrated is not None else "the target"
+    by_calibration = result.calibrated is not None
+    if result.pairs and (by_calibration or result.target is not None):
+
+        def offset(pair: PairAccuracy) -> float:
+            return pair.realised - (pair.calibrated if by_calibration else result.target)  # type: ignore[operator]
+
+        name, pair = max(result.pairs.items(), key=lambda item: abs(offset(item[1])))
+        against = "its calibration" if by_calibration else "the target"
         pairs = f"{len(result.pairs):,} pair{'s' * (len(result.pairs) != 1)}"
         lines.append(
             f"  furthest pair from {against}: {name}, {pair.realised:.1f} % over {pair.samples:,} samples "
-            f"({pair.realised - reference(pair):+.1f} points; {pairs} in all)"
+            f"({offset(pair):+.1f} points; {pairs} in all)"
         )
     return lines
