@@ -230,7 +230,10 @@ def describe_realised(result: RealisedAccuracy, model: str) -> list[str]:
         difference = _points(result.target_difference, result.standard_error)
         lines.append(f"  against the target {result.target:g} %: {difference} points")
     else:
-        lines.append("  no target: the folder has no manifest; give one with --target PERCENT")
+        lines.append(
+            "  no target: the stream records none (published shards, cin-c and gradual streams); "
+            "give one with --target PERCENT"
+        )
     if result.calibrated_difference is not None:
         difference = _points(result.calibrated_difference, result.calibrated_difference_error)
         lines.append(
