@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
 from ccc.cli.common import HelpFormatter, UsageError, count, examples, integer_at_least, run_command
-from ccc.realised_accuracy import DEFAULT_WINDOW
+from ccc.realised_accuracy import DEFAULT_WINDOW, describe_realised, score_stream, summarise_realised
 from ccc.shards.manifest import ManifestError, describe_renderer, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
 from ccc.stream.sources import ImageFolderError, read_class_list
@@ -229,7 +229,8 @@ def _write_json(path: str | None, document: dict[str, object]) -> None:
 
 
 def _check_accuracy_arguments(arguments: argparse.Namespace) -> None:
-    """UsageError for --accuracy's options given without it, or a --target outside [0, 100]."""
+    """UsageError for --accuracy's options given without it, a --target outside [0, 100] or a --device
+    this machine does not have (before any shard is read)."""
     given = [
         option
         for option, value in (
@@ -244,6 +245,13 @@ def _check_accuracy_arguments(arguments: argparse.Namespace) -> None:
         raise UsageError(f"{', '.join(given)} set(s) up the realised-accuracy check: add --accuracy")
     if arguments.target is not None and not 0.0 <= arguments.target <= 100.0:
         raise UsageError(f"--target is an accuracy in percent, in [0, 100], got {arguments.target:g}")
+    if arguments.accuracy:
+        from ccc.models import resolve_device
+
+        try:
+            resolve_device(arguments.device)
+        except ValueError as error:
+            raise UsageError(f"--device: {error}") from None
 
 
 def _report_accuracy(
@@ -256,12 +264,11 @@ def _report_accuracy(
     from ccc.demo import DEMO_MODEL_NAME
     from ccc.load import StreamError, open_stream, stream_loader
     from ccc.models import ModelSpec, load_model, resolve_device
-    from ccc.realised_accuracy import describe_realised, score_stream, summarise_realised
 
     target = arguments.target if arguments.target is not None else target
     name = arguments.model or (DEMO_MODEL_NAME if demo else ModelSpec().name)
+    device = resolve_device(arguments.device)
     try:
-        device = resolve_device(arguments.device)
         model = load_model(ModelSpec(name, arguments.weights), device)
     except ValueError as error:
         raise UsageError(f"--model {name}: {error}") from None

@@ -161,6 +161,7 @@ def test_a_damaged_stream_is_not_scored(stream: Path, tmp_path, capsys) -> None:
         (["--target", "30", "--max-samples", "5"], "--target, --max-samples set(s) up"),
         (["--accuracy", "--target", "130"], "--target is an accuracy in percent, in [0, 100], got 130"),
         (["--accuracy", "--model", "no_such_model"], "--model no_such_model: unknown model 'no_such_model'"),
+        (["--accuracy", "--device", "gpu"], "--device: "),
     ],
 )
 def test_bad_accuracy_options_are_one_line(stream: Path, capsys, extra: list[str], expected: str) -> None:
