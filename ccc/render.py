@@ -43,6 +43,7 @@ __all__ = [
     "decode_jpeg",
     "decode_source",
     "encode_jpeg",
+    "jpeg_round_trip",
     "render_pixels",
     "render_sample",
 ]
@@ -94,13 +95,16 @@ class RenderedSample:
     jpeg: bytes
 
 
-def crop_resize_flip(image: Image.Image, crop_box: tuple[int, int, int, int], flip: bool) -> NDArray[np.uint8]:
-    """Crop ``crop_box`` (left, top, right, bottom; pixels) from an RGB PIL image, resize to 224×224,
-    mirror if ``flip``.
+def crop_resize_flip(
+    image: Image.Image, crop_box: tuple[int, int, int, int], flip: bool, size: int = OUTPUT_SIZE
+) -> NDArray[np.uint8]:
+    """Crop ``crop_box`` (left, top, right, bottom; pixels) from an RGB PIL image, resize to
+    ``size`` × ``size`` pixels (PIL bilinear; the stream's 224 by default), mirror if ``flip``.
 
-    A 224×224 box is not resampled (PIL's resize to the same size is a copy). Returns a uint8 array 224×224×3.
+    A box of that size is not resampled (PIL's resize to the same size is a copy). Returns a uint8
+    array ``size × size × 3``.
     """
-    resized = image.crop(crop_box).resize((OUTPUT_SIZE, OUTPUT_SIZE), Image.Resampling.BILINEAR)
+    resized = image.crop(crop_box).resize((size, size), Image.Resampling.BILINEAR)
     if flip:
         resized = resized.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return np.asarray(resized)
@@ -155,6 +159,12 @@ def encode_jpeg(image: NDArray[np.uint8]) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format="JPEG", quality=JPEG_QUALITY, optimize=JPEG_OPTIMIZE)
     return buffer.getvalue()
+
+
+def jpeg_round_trip(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """The stream's last step as pixels: :func:`encode_jpeg` then :func:`decode_jpeg`, uint8 H×W×3 → H×W×3
+    (what a model reading the stream's shard sees for ``image``)."""
+    return np.asarray(decode_jpeg(encode_jpeg(image)))
 
 
 def decode_jpeg(jpeg: bytes) -> Image.Image:

@@ -46,6 +46,7 @@ def make_calibration_table(
     corruptions: tuple[str, ...] = ("brightness", "jpeg", "pixelate", "contrast"),
     presets: dict | None = None,
     seed: int = 0,
+    preprocessing_kind: str = "centre",
 ):
     """A synthetic :class:`ccc.calibration.CalibrationTable` holding every ordered pair of ``corruptions``.
 
@@ -54,6 +55,7 @@ def make_calibration_table(
     20–40 are 5–30 cells long. ``presets`` defaults to ``{"medium": (30.0, corruptions)}``. Only IEEE
     multiplications and additions, in a fixed order: the same bits on every CPU (numpy's ``exp`` is not:
     its AVX-512 and AVX2 kernels differ in last bits, and the streams pinned on this table would too).
+    ``preprocessing_kind`` is the metadata's (``"centre"`` or ``"stream"``).
     """
     from ccc.calibration import CalibrationMetadata, CalibrationTable
 
@@ -72,6 +74,7 @@ def make_calibration_table(
         image_set_description="none (synthetic numbers)",
         image_count=100,
         created="2024-01-01T00:00:00+00:00",
+        preprocessing_kind=preprocessing_kind,
     )
     return CalibrationTable.from_grids(
         corruptions,

@@ -31,7 +31,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from ccc.calibration.presets import DifficultyPreset
 from ccc.calibration.table_io import (
+    CENTRE_PREPROCESSING,
     GRID_SIZE,
+    PREPROCESSING_KINDS,
     SEVERITIES,
     CalibrationError,
     TableContent,
@@ -88,6 +90,9 @@ class CalibrationMetadata:
     Attributes:
         model_name: identity of the model, e.g. ``"torchvision resnet50 IMAGENET1K_V1"``.
         preprocessing: how corrupted images were turned into model input (free text).
+        preprocessing_kind: ``"centre"`` (centre crops, as ImageNet-C and the published matrices) or
+            ``"stream"`` (drawn as a CCC stream draws its samples: random-resized crop, flip, JPEG
+            quality 85); a kind other than centre enters :meth:`CalibrationTable.checksum`.
         image_set_description: how the calibration images were chosen (free text).
         image_count: number of calibration images, ≥ 1; no cell evaluates more images than this.
         model_weights_sha256: sha256 of the weights file (64 lowercase hex digits), None if unknown.
@@ -113,9 +118,15 @@ class CalibrationMetadata:
     source: str = ""
     source_sha256: str | None = None
     notes: str = ""
+    preprocessing_kind: str = CENTRE_PREPROCESSING
 
     def __post_init__(self) -> None:
         _check_text("model_name", self.model_name, allow_empty=False)
+        if self.preprocessing_kind not in PREPROCESSING_KINDS:
+            raise CalibrationError(
+                f"metadata preprocessing_kind must be one of {', '.join(PREPROCESSING_KINDS)}, "
+                f"got {self.preprocessing_kind!r}"
+            )
         _check_text("preprocessing", self.preprocessing, allow_empty=False)
         _check_text("image_set_description", self.image_set_description, allow_empty=False)
         _check_text("library_version", self.library_version, allow_empty=False)
@@ -143,9 +154,11 @@ class CalibrationMetadata:
 
     @classmethod
     def from_json_dict(cls, fields: object) -> CalibrationMetadata:
-        """Build metadata from the dict :meth:`to_json_dict` returns; every field must be present."""
+        """Build metadata from the dict :meth:`to_json_dict` returns; every field must be present but
+        ``preprocessing_kind``, which files written before it existed lack (they are centre-crop tables)."""
         if not isinstance(fields, dict):
             raise CalibrationError(f"metadata must be a JSON object, got {type(fields).__name__}")
+        fields = {"preprocessing_kind": CENTRE_PREPROCESSING, **fields}
         names = [field.name for field in dataclasses.fields(cls)]
         missing = [name for name in names if name not in fields]
         if missing:

@@ -35,6 +35,7 @@ __all__ = [
     "GRID_SIZE",
     "MAX_ARRAY_MEMBER_BYTES",
     "MAX_METADATA_BYTES",
+    "PREPROCESSING_KINDS",
     "SEVERITIES",
     "SEVERITY_STEP",
     "CalibrationError",
@@ -53,6 +54,15 @@ SEVERITY_STEP = 0.25
 SEVERITIES: NDArray[np.float64] = np.arange(GRID_SIZE, dtype=np.float64) * SEVERITY_STEP
 """The 21 severities of the grid axes, 0, 0.25, …, 5 (read-only); the file records them."""
 SEVERITIES.flags.writeable = False
+
+CENTRE_PREPROCESSING = "centre"
+"""Preprocessing kind of a table measured on centre crops (ImageNet-C's, and the published CCC matrices')."""
+STREAM_PREPROCESSING = "stream"
+"""Preprocessing kind of a table measured the way a CCC stream draws its samples (random-resized crop,
+flip, the corruptions, JPEG quality 85)."""
+PREPROCESSING_KINDS = (CENTRE_PREPROCESSING, STREAM_PREPROCESSING)
+"""The values of ``metadata.preprocessing_kind``; a file without the field (written before it existed) is
+``"centre"``."""
 
 
 class CalibrationError(ValueError):
@@ -102,10 +112,11 @@ _ZIP_FILE_MODE = 0o100644 << 16
 def table_checksum(content: TableContent) -> str:
     """sha256 (hex) of the numbers and names stream generation reads; stable across save/load.
 
-    Covers the corruption names, pairs, accuracy, image counts and difficulty presets, but not
-    the descriptive metadata (so importing the same data twice, on another day or with
-    another ccc version, gives the same checksum). ``docs/calibration_format.md`` shows how to
-    recompute it without this package.
+    Covers the corruption names, pairs, accuracy, image counts, difficulty presets and a preprocessing
+    kind other than ``"centre"``, but not the descriptive metadata (so importing the same data twice,
+    on another day or with another ccc version, gives the same checksum, and every centre-crop table
+    keeps the checksum it had before the kind was recorded). ``docs/calibration_format.md`` shows how
+    to recompute it without this package.
     """
     summary = {
         "format": FORMAT_NAME,
@@ -114,6 +125,9 @@ def table_checksum(content: TableContent) -> str:
         "pairs": content.pairs.tolist(),
         "difficulty_presets": _presets_json(content),
     }
+    kind = content.metadata.get("preprocessing_kind", CENTRE_PREPROCESSING)
+    if kind != CENTRE_PREPROCESSING:
+        summary["preprocessing_kind"] = kind
     digest = hashlib.sha256()
     digest.update(json.dumps(summary, sort_keys=True, separators=(",", ":")).encode("utf-8"))
     digest.update(b"\n")

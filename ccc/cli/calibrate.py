@@ -36,6 +36,7 @@ from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
+from ccc.calibration.table_io import CENTRE_PREPROCESSING, PREPROCESSING_KINDS
 from ccc.cli.common import (
     INTERRUPTED_EXIT_CODE,
     HelpFormatter,
@@ -135,8 +136,20 @@ def _add_compute_model(group: argparse._ArgumentGroup) -> None:
         choices=("auto", "imagenet", "none"),
         help="input normalisation inside the model (default: auto)",
     )
-    group.add_argument("--resize", type=_positive, default=256, help="preprocessing: shorter side (default: 256)")
-    group.add_argument("--crop", type=_positive, default=224, help="preprocessing: centre crop side (default: 224)")
+    group.add_argument(
+        "--preprocessing",
+        choices=PREPROCESSING_KINDS,
+        default=CENTRE_PREPROCESSING,
+        help="centre: resize and centre crop, as ImageNet-C and the published CCC matrices; stream: each image "
+        "drawn as a CCC stream draws its samples (random-resized crop, flip, JPEG quality 85 after the "
+        "corruptions), so that streams realise their target (docs/calibration.md) (default: centre)",
+    )
+    group.add_argument(
+        "--resize", type=_positive, default=None, help="centre preprocessing: shorter side (default: 256)"
+    )
+    group.add_argument(
+        "--crop", type=_positive, default=224, help="preprocessing: side of the square model input (default: 224)"
+    )
 
 
 def _add_compute_measurement(group: argparse._ArgumentGroup) -> None:
@@ -302,13 +315,24 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         skip_bad_images=arguments.skip_bad_images,
         classes=None if arguments.classes is None else tuple(read_class_list(arguments.classes)),
         block_size=arguments.block_size,
-        preprocessing=Preprocessing(arguments.resize, arguments.crop),
+        preprocessing=_preprocessing(arguments),
         work_folder=arguments.work_folder,
         overwrite=arguments.overwrite,
         show_progress=not arguments.no_progress,
         backend=arguments.backend,
         backend_options=_backend_options(arguments),
     )
+
+
+def _preprocessing(arguments: argparse.Namespace) -> Preprocessing:
+    """``--preprocessing``, ``--resize`` and ``--crop``; ``--resize`` belongs to the centre kind only."""
+    if arguments.preprocessing != CENTRE_PREPROCESSING and arguments.resize is not None:
+        raise ValueError(
+            f"--resize applies to --preprocessing {CENTRE_PREPROCESSING}: the {arguments.preprocessing} "
+            "preprocessing crops at random and resizes the crop to --crop"
+        )
+    resize = 256 if arguments.resize is None else arguments.resize
+    return Preprocessing(resize, arguments.crop, arguments.preprocessing)
 
 
 def _backend_options(arguments: argparse.Namespace) -> dict[str, str]:
@@ -513,7 +537,7 @@ def describe_table(table: CalibrationTable) -> str:
         f"checksum:      {table.checksum()}",
         f"model:         {metadata.model_name}",
         f"weights:       sha256 {metadata.model_weights_sha256 or 'unknown'}",
-        f"preprocessing: {metadata.preprocessing}",
+        f"preprocessing: {metadata.preprocessing_kind} ({metadata.preprocessing})",
         f"image set:     {metadata.image_set_description}",
         f"               {metadata.image_count} images, file list sha256 {metadata.image_set_sha256 or 'unknown'}",
         f"source:        {metadata.source or '(computed)'}"

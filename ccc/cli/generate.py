@@ -23,6 +23,7 @@ from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
+from ccc.calibration.table_io import STREAM_PREPROCESSING
 from ccc.cli.common import (
     USER_ERROR_EXIT_CODE,
     HelpFormatter,
@@ -335,6 +336,18 @@ def _load_table(definition: StreamDefinition, progress: bool) -> CalibrationTabl
     return table
 
 
+def _note_preprocessing(table: CalibrationTable) -> None:
+    """One line on stderr when ``table`` was not measured the way a ccc stream draws its samples."""
+    if table.metadata.preprocessing_kind != STREAM_PREPROCESSING:
+        print(
+            f"{PROGRAM}: note: the calibration table measured {table.metadata.preprocessing_kind} crops, the stream "
+            "shows random-resized crops and JPEG quality 85, so its realised accuracy can miss the target by a few "
+            "points: check it with ccc-verify --accuracy, or calibrate with ccc-calibrate compute --preprocessing "
+            "stream (docs/calibration.md)",
+            file=sys.stderr,
+        )
+
+
 def _rendering(arguments: argparse.Namespace) -> TorchRendering | None:
     """The torch renderer of ``--render-device`` (None: the CPU reference path), its device checked on
     this machine unless the run goes to a Ray cluster (checked there by the generation) or is a dry
@@ -510,9 +523,12 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, render
         )
         print(f"\n{_describe_rendering(rendering)}")
         print(f"run folder: {run_dir} (nothing written there by --dry-run)\nplot: {plot.resolve()}")
+        _note_preprocessing(table)
         return 0
     plan = _plan(definition, table, not arguments.no_progress, schedule)
-    return _render(arguments, definition, plan, run_dir, rendering)
+    code = _render(arguments, definition, plan, run_dir, rendering)
+    _note_preprocessing(table)
+    return code
 
 
 def _run(arguments: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ corruption number))``, so a measurement is reproducible.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -23,13 +22,14 @@ from PIL import Image
 from torch import nn
 
 from ccc.calibration.compute.imageset import Preprocessing
+from ccc.calibration.table_io import STREAM_PREPROCESSING
 from ccc.corruptions import CORRUPTIONS, corrupt
-from ccc.render import JPEG_QUALITY, crop_resize_flip
-from ccc.stream.plan import sample_resized_crop
 from ccc.stream.sources import ImageIndex
 
 CROPS = ("centre", "random")
 """Input preparations: calibration-style centre crop, stream-style random-resized crop."""
+
+_PREPROCESSING = {"centre": Preprocessing(), "random": Preprocessing(kind=STREAM_PREPROCESSING)}
 
 _CROP_PURPOSE = 0
 _CORRUPTION_PURPOSE = 1
@@ -38,21 +38,9 @@ _CORRUPTION_PURPOSE = 1
 def prepare_image(image: Image.Image, crop: str, generator: np.random.Generator) -> NDArray[np.uint8]:
     """A 224×224×3 uint8 input from a PIL image: ``crop`` is ``"centre"`` or ``"random"``
     (box and flip from ``generator``)."""
-    if crop == "centre":
-        return Preprocessing().apply(image)
-    if crop == "random":
-        rgb = image.convert("RGB")
-        box = sample_resized_crop(generator, *rgb.size)
-        return crop_resize_flip(rgb, box, bool(generator.random() < 0.5))
-    raise ValueError(f"crop must be one of {', '.join(CROPS)}, got {crop!r}")
-
-
-def _jpeg_round_trip(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="JPEG", quality=JPEG_QUALITY, optimize=True)
-    buffer.seek(0)
-    with Image.open(buffer) as decoded:
-        return np.asarray(decoded.convert("RGB"))
+    if crop not in CROPS:
+        raise ValueError(f"crop must be one of {', '.join(CROPS)}, got {crop!r}")
+    return _PREPROCESSING[crop].apply(image, generator)
 
 
 @torch.inference_mode()
@@ -105,25 +93,23 @@ def measure_accuracies(
         with Image.open(index.path(position)) as image:
             inputs.append(prepare_image(image, crop, generator))
     clean = np.stack(inputs)
-    finish = _jpeg_round_trip if crop == "random" else (lambda image: image)
-    accuracies = {"clean": _percent(predict(model, np.stack([finish(image) for image in clean])), labels)}
+    finish = _PREPROCESSING[crop].finish
+    accuracies = {"clean": _percent(predict(model, finish(clean)), labels)}
     for number, name in enumerate(corruptions):
         corrupted = np.stack(
             [
-                finish(
-                    corrupt(
-                        image,
-                        name,
-                        severity,
-                        rng=np.random.default_rng(
-                            np.random.SeedSequence(seed, spawn_key=(_CORRUPTION_PURPOSE, position, number))
-                        ),
-                    )
+                corrupt(
+                    image,
+                    name,
+                    severity,
+                    rng=np.random.default_rng(
+                        np.random.SeedSequence(seed, spawn_key=(_CORRUPTION_PURPOSE, position, number))
+                    ),
                 )
                 for position, image in zip(chosen, clean)
             ]
         )
-        accuracies[name] = _percent(predict(model, corrupted), labels)
+        accuracies[name] = _percent(predict(model, finish(corrupted)), labels)
     return accuracies
 
 

@@ -19,6 +19,9 @@ Randomness: image ``k`` of the set corrupted by ``n`` at severity index ``s`` dr
 corruption's canonical name. Results therefore depend neither on scheduling nor on which worker
 runs a unit, and a single cell is the same images whether it is reached as ``(n, s)`` or as the
 first row/column of any pair.
+With the stream preprocessing (:class:`~ccc.calibration.compute.imageset.Preprocessing`) image ``k``'s
+random-resized crop and flip draw from ``SeedSequence(seed, spawn_key=(k, CROP_KEY))``, once per image
+for every cell, and every image the model sees has been through the stream's JPEG round trip.
 
 Pixels are rendered by :func:`render_base` and :func:`render_targets` (numpy only: this module does
 not import torch, so Ray rendering workers start fast); predictions come from
@@ -227,17 +230,24 @@ def image_seeds(seed: int, positions: Sequence[int], key: tuple[int, ...]) -> ND
 
 
 def render_base(context: RenderContext, corruption: int, severity: int, block: int) -> NDArray[np.uint8]:
-    """Load block ``block`` and apply the base corruption; uint8 ``B × H × W × 3``.
+    """Load block ``block`` and apply the base corruption; uint8 ``B × H × W × 3``, not yet finished
+    for the model (:func:`finish_base`).
 
     ``corruption = -1`` (severity 0) returns the preprocessed clean images.
     """
     positions = context.block_positions(block)
-    images = context.image_set.load(positions)
+    images = context.image_set.load(positions, context.seed)
     if corruption == NO_CORRUPTION:
         return images
     name = context.corruptions[corruption]
     generators = image_generators(context.seed, positions, seed_key(context, corruption, severity), name)
     return corrupt_batch(images, name, float(SEVERITIES[severity]), generators)
+
+
+def finish_base(context: RenderContext, base_images: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """The model's view of a base (:func:`render_base`): the preprocessing's step after the corruptions
+    (:meth:`~ccc.calibration.compute.imageset.Preprocessing.finish`; the base itself for centre crops)."""
+    return context.image_set.preprocessing.finish(base_images)
 
 
 def render_targets(
@@ -248,7 +258,8 @@ def render_targets(
     block: int,
     targets: Sequence[tuple[int, int]],
 ) -> NDArray[np.uint8]:
-    """Apply each target ``(n2, s2)`` to the base images; uint8 ``(len(targets)·B) × H × W × 3``.
+    """Apply each target ``(n2, s2)`` to the base images and finish them for the model
+    (:meth:`~ccc.calibration.compute.imageset.Preprocessing.finish`); uint8 ``(len(targets)·B) × H × W × 3``.
 
     The base must be a corruption (index ≥ 0); targets are pair cells.
     """
@@ -262,7 +273,7 @@ def render_targets(
         outputs.append(corrupt_batch(base_images, name, float(SEVERITIES[s2]), generators))
     if not outputs:
         return base_images[:0].copy()
-    return np.concatenate(outputs)
+    return context.image_set.preprocessing.finish(np.concatenate(outputs))
 
 
 def target_groups(unit: WorkUnit, block_images: int, images_per_task: int) -> list[tuple[tuple[int, int], ...]]:

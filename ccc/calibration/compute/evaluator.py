@@ -15,6 +15,7 @@ from ccc.calibration.compute.engine import (
     UnitResult,
     WorkUnit,
     count_correct,
+    finish_base,
     render_base,
     render_targets,
     target_groups,
@@ -100,7 +101,7 @@ def execute_unit(
     base = render_base(context, unit.corruption, unit.severity, unit.block)
     correct: list[int] = []
     if unit.evaluate_base:
-        correct += count_correct(evaluator.predict(base), labels)
+        correct += count_correct(evaluator.predict(finish_base(context, base)), labels)
     for group in target_groups(unit, len(labels), images_per_task):
         rendered = render_targets(context, base, unit.corruption, unit.severity, unit.block, group)
         correct += count_correct(evaluator.predict(rendered), labels)

@@ -7,15 +7,18 @@ order, so 5,000 images of the 1,000-class validation set are exactly 5 per class
 keep the index's canonical order; ``position`` ``k`` (0 … N−1) in that order names image ``k`` of
 the set everywhere (per-image seeds, result blocks).
 
-Images are preprocessed as ImageNet-C does before corrupting: resize the shorter side to 256
-(PIL bilinear) and take the centre 224×224 crop (torchvision ``Resize(256)`` + ``CenterCrop(224)``
-on PIL images). Smaller sizes are allowed for tests and quick runs (:class:`Preprocessing`).
+Images are preprocessed before corrupting either as ImageNet-C does (resize the shorter side to 256,
+PIL bilinear, and take the centre 224×224 crop: torchvision ``Resize(256)`` + ``CenterCrop(224)`` on
+PIL images) or as a CCC stream draws its samples (random-resized crop, flip, and a JPEG quality-85
+round trip after the corruptions). Smaller sizes are allowed for tests and quick runs
+(:class:`Preprocessing`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,8 +26,11 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
+from ccc.calibration.table_io import CENTRE_PREPROCESSING, PREPROCESSING_KINDS, STREAM_PREPROCESSING
 from ccc.corruptions import MIN_IMAGE_SIDE
+from ccc.render import crop_resize_flip, jpeg_round_trip
 from ccc.stream.domains import center_crop
+from ccc.stream.plan import FLIP_PROBABILITY, sample_resized_crop
 from ccc.stream.sources import ImageFolderError, ImageIndex
 from ccc.validation import check_non_negative_int
 
@@ -37,24 +43,42 @@ DEFAULT_SELECTION_SEED = 0
 MAX_PREPROCESSING_SIDE = 2**14
 """Upper bound in pixels of the preprocessing's resize and crop."""
 
+CROP_KEY = zlib.crc32(b"random_resized_crop")
+"""The last word of a stream-preprocessing crop's seed key (:func:`crop_generator`)."""
+
 _SELECTION_STREAM = 0
 _EVALUATION_ORDER_STREAM = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
-    """Resize-then-centre-crop applied to every source image before it is corrupted.
+    """How a source image becomes the uncorrupted input, and what the model sees after the corruptions.
+
+    Two kinds (:data:`ccc.calibration.table_io.PREPROCESSING_KINDS`):
+
+    - ``"centre"``: resize the shorter side to ``resize`` (PIL bilinear) and take the centre
+      ``crop × crop`` (torchvision ``Resize`` + ``CenterCrop`` on PIL, ImageNet-C's); the corrupted
+      image goes to the model as it is;
+    - ``"stream"``: what a CCC stream does to each sample: a random-resized crop of the source image
+      resized to ``crop × crop`` and a horizontal flip with probability 0.5
+      (:func:`ccc.stream.plan.sample_resized_crop`, :func:`ccc.render.crop_resize_flip`), drawn once per
+      image from the run's seed, and after the corruptions the stream's JPEG quality-85 round trip
+      (:func:`ccc.render.jpeg_round_trip`). ``resize`` is not used.
 
     Attributes:
-        resize: target length in pixels of the shorter side (PIL bilinear), in [``crop``,
+        resize: centre kind: target length in pixels of the shorter side, in [``crop``,
             ``MAX_PREPROCESSING_SIDE``]; ImageNet-C: 256.
-        crop: side in pixels of the square centre crop, ≥ 32 (the corruptions' minimum); ImageNet-C: 224.
+        crop: side in pixels of the square input, ≥ 32 (the corruptions' minimum); ImageNet-C and CCC: 224.
+        kind: ``"centre"`` or ``"stream"``.
     """
 
     resize: int = 256
     crop: int = 224
+    kind: str = CENTRE_PREPROCESSING
 
     def __post_init__(self) -> None:
+        if self.kind not in PREPROCESSING_KINDS:
+            raise ValueError(f"preprocessing must be one of {', '.join(PREPROCESSING_KINDS)}, got {self.kind!r}")
         for name in ("resize", "crop"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -65,30 +89,77 @@ class Preprocessing:
                 )
         if self.crop < MIN_IMAGE_SIDE:
             raise ValueError(f"preprocessing crop must be >= {MIN_IMAGE_SIDE} pixels, got {self.crop}")
-        if self.resize < self.crop:
+        if self.kind == CENTRE_PREPROCESSING and self.resize < self.crop:
             raise ValueError(f"preprocessing resize must be >= crop ({self.crop}) pixels, got {self.resize}")
 
     def describe(self) -> str:
-        """One line for the table metadata, e.g. ``"resize shorter side to 256 (PIL bilinear) …"``."""
+        """One line for the table metadata, e.g. ``"RGB, resize shorter side to 256 (PIL bilinear) …"``."""
+        if self.kind == STREAM_PREPROCESSING:
+            return (
+                f"RGB, random-resized crop to {self.crop}x{self.crop} (torchvision RandomResizedCrop parameters, "
+                "PIL bilinear) and horizontal flip with probability 0.5, drawn once per image from the run's seed; "
+                "after the corruptions a JPEG quality-85 round trip (Pillow), as a CCC stream's samples; "
+                "uint8 image / 255 given to the model (normalisation inside the model)"
+            )
         return (
             f"RGB, resize shorter side to {self.resize} (PIL bilinear), centre crop {self.crop}x{self.crop} "
             f"(torchvision Resize({self.resize}) + CenterCrop({self.crop}) on PIL, as ImageNet-C); "
             "corrupted uint8 image / 255 given to the model (normalisation inside the model)"
         )
 
-    def apply(self, image: Image.Image) -> NDArray[np.uint8]:
-        """Preprocess one PIL image; returns uint8 ``crop × crop × 3`` (RGB)."""
+    def to_record(self) -> dict[str, object]:
+        """JSON-able identity: ``{"resize", "crop"}`` for the centre kind (as before kinds existed),
+        ``{"kind": "stream", "crop"}`` for the stream kind."""
+        if self.kind == STREAM_PREPROCESSING:
+            return {"kind": self.kind, "crop": self.crop}
+        return {"resize": self.resize, "crop": self.crop}
+
+    def apply(self, image: Image.Image, generator: np.random.Generator | None = None) -> NDArray[np.uint8]:
+        """Preprocess one PIL image; returns uint8 ``crop × crop × 3`` (RGB).
+
+        ``generator`` draws the stream kind's crop box and flip (required there; unused by the centre kind).
+        """
         rgb = image.convert("RGB")
+        if self.kind == STREAM_PREPROCESSING:
+            if generator is None:
+                raise ValueError("stream preprocessing draws its crop and flip: give it a generator")
+            box = sample_resized_crop(generator, *rgb.size)
+            return crop_resize_flip(rgb, box, bool(generator.random() < FLIP_PROBABILITY), self.crop)
         resized, box = center_crop(*rgb.size, self.resize, self.crop)
         cropped = rgb.resize(resized, Image.Resampling.BILINEAR).crop(box)
         return np.asarray(cropped, dtype=np.uint8).copy()
 
+    @property
+    def jpeg_after_corruptions(self) -> bool:
+        """Whether :meth:`finish` changes images (the stream kind's JPEG round trip)."""
+        return self.kind == STREAM_PREPROCESSING
 
-def load_preprocessed_image(path: str | Path, preprocessing: Preprocessing) -> NDArray[np.uint8]:
-    """Decode ``path`` and preprocess it; ImageFolderError naming the file if it cannot be read."""
+    def finish(self, images: NDArray[np.uint8]) -> NDArray[np.uint8]:
+        """What follows the corruptions before the model, on uint8 ``N × H × W × 3``: the stream kind's
+        JPEG quality-85 round trip of each image (a new array); the centre kind returns ``images``."""
+        if not self.jpeg_after_corruptions:
+            return images
+        finished = np.empty_like(images)
+        for slot, image in enumerate(images):
+            finished[slot] = jpeg_round_trip(image)
+        return finished
+
+
+def crop_generator(seed: int, position: int) -> np.random.Generator:
+    """The generator of image ``position``'s stream-preprocessing crop and flip:
+    ``SeedSequence(seed, spawn_key=(position, CROP_KEY))``, independent of the corruption draws
+    (whose keys carry a corruption and a severity), of blocks, workers and backends."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(position), CROP_KEY)))
+
+
+def load_preprocessed_image(
+    path: str | Path, preprocessing: Preprocessing, generator: np.random.Generator | None = None
+) -> NDArray[np.uint8]:
+    """Decode ``path`` and preprocess it (``generator``: see :meth:`Preprocessing.apply`);
+    ImageFolderError naming the file if it cannot be read."""
     try:
         with Image.open(path) as image:
-            return preprocessing.apply(image)
+            return preprocessing.apply(image, generator)
     except (OSError, SyntaxError, ValueError) as error:
         raise ImageFolderError(f"cannot read calibration image {path}: {error}") from None
 
@@ -143,12 +214,21 @@ class CalibrationImageSet:
         generator = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(_EVALUATION_ORDER_STREAM,)))
         return generator.permutation(len(self)).astype(np.int64)
 
-    def load(self, positions: Sequence[int]) -> NDArray[np.uint8]:
-        """Decode and preprocess the images at ``positions``; uint8 ``len × crop × crop × 3``."""
+    def load(self, positions: Sequence[int], seed: int = 0) -> NDArray[np.uint8]:
+        """Decode and preprocess the images at ``positions``; uint8 ``len × crop × crop × 3``.
+
+        ``seed`` (≥ 0, the run's root seed) keys each image's stream-preprocessing crop and flip
+        (:func:`crop_generator`): image ``k`` gets the same crop in every cell, block and worker.
+        The centre kind does not use it.
+        """
         crop = self.preprocessing.crop
+        stream = self.preprocessing.kind == STREAM_PREPROCESSING
         images = np.empty((len(positions), crop, crop, 3), dtype=np.uint8)
         for slot, position in enumerate(positions):
-            images[slot] = load_preprocessed_image(self.root / self.relative_paths[position], self.preprocessing)
+            generator = crop_generator(seed, position) if stream else None
+            images[slot] = load_preprocessed_image(
+                self.root / self.relative_paths[position], self.preprocessing, generator
+            )
         return images
 
 

@@ -277,7 +277,7 @@ class CalibrationJob:
             "image_set_sha256": self.image_set.checksum(),
             "image_count": len(self.image_set),
             "image_selection_seed": self.image_set.seed,
-            "preprocessing": dataclasses.asdict(self.image_set.preprocessing),
+            "preprocessing": self.image_set.preprocessing.to_record(),
             "model_name": self.model_name,
             "model_digest": self.model_digest,
             "seed": self.seed,
@@ -444,6 +444,7 @@ def _build_table(
     metadata = CalibrationMetadata(
         model_name=job.model_name,
         preprocessing=job.image_set.preprocessing.describe(),
+        preprocessing_kind=job.image_set.preprocessing.kind,
         image_set_description=job.image_set.describe(),
         image_count=len(job.image_set),
         model_weights_sha256=job.weights_file_sha256 or job.model_digest,

@@ -41,6 +41,7 @@ from ccc.calibration.compute.engine import (
     UnitResult,
     WorkUnit,
     count_correct,
+    finish_base,
     render_base,
     render_targets,
     target_groups,
@@ -209,7 +210,7 @@ class ModelBackend:
             base = self.executor.submit(render_base, self._context_handle, unit.corruption, unit.severity, unit.block)
             index = 0
             if unit.evaluate_base:
-                yield progress, index, base
+                yield progress, index, self._finished(base)
                 index += 1
             for group in groups:
                 rendered = self.executor.submit(
@@ -217,6 +218,13 @@ class ModelBackend:
                 )
                 yield progress, index, rendered
                 index += 1
+
+    def _finished(self, base: Any) -> Any:
+        """The handle of a base as the model sees it: a rendering task applies the stream preprocessing's
+        JPEG round trip (:func:`finish_base`); centre-crop bases go to the model as rendered."""
+        if not self.context.image_set.preprocessing.jpeg_after_corruptions:
+            return base
+        return self.executor.submit(finish_base, self._context_handle, base)
 
 
 def _model_backend(setup: BackendSetup) -> ModelBackend:

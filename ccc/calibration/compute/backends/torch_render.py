@@ -16,8 +16,11 @@ each unit, in this process:
 4. the model predicts on the device (:meth:`~ccc.calibration.compute.evaluator.ModelEvaluator.predict_tensor`)
    and only the per-cell counts of correct predictions come back to the host.
 
-Like the CPU engine, there is no JPEG round trip (calibration measures the corrupted images
-themselves), and between the two stages the images are truncated to byte levels. Image ``k``'s seed
+Like the CPU engine, centre-crop calibration has no JPEG round trip (it measures the corrupted images
+themselves); with the stream preprocessing the crop and flip are drawn on the host by the same
+:meth:`~ccc.calibration.compute.imageset.CalibrationImageSet.load` and every image the model sees goes
+through the stream's JPEG quality-85 round trip on the device (:func:`~ccc.render_torch.jpeg_round_trip`,
+Pillow's bytes). Between the two stages the images are truncated to byte levels. Image ``k``'s seed
 for a stage is :func:`~ccc.calibration.compute.engine.image_seeds` of the CPU engine's key for the
 same image and cell, so a cell's images depend neither on the unit nor on the batch.
 
@@ -59,7 +62,7 @@ from ccc.calibration.compute.evaluator import ModelEvaluator, images_to_device, 
 from ccc.calibration.table import SEVERITIES
 from ccc.models import resolve_device
 from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
-from ccc.render_torch import apply_corruption_stage
+from ccc.render_torch import apply_corruption_stage, jpeg_round_trip
 from ccc.validation import check_positive_int
 
 logger = logging.getLogger(__name__)
@@ -118,7 +121,8 @@ class TorchRenderBackend:
         """
         cached = self._blocks.pop(block, None)
         if cached is None:
-            cached = images_to_device(self.context.image_set.load(self.context.block_positions(block)), self.device)
+            positions = self.context.block_positions(block)
+            cached = images_to_device(self.context.image_set.load(positions, self.context.seed), self.device)
         self._blocks[block] = cached
         while sum(len(images) for images in self._blocks.values()) > CACHED_IMAGES and len(self._blocks) > 1:
             self._blocks.pop(next(iter(self._blocks)))
@@ -166,7 +170,14 @@ class TorchRenderBackend:
         return UnitResult(unit, tuple(correct), len(labels))
 
     def _predict(self, images: Tensor) -> NDArray[np.int64]:
-        return self.evaluator.predict_tensor(images).cpu().numpy()
+        return self.evaluator.predict_tensor(self._model_view(images)).cpu().numpy()
+
+    def _model_view(self, images: Tensor) -> Tensor:
+        """Rendered images as the model sees them: with the stream preprocessing rounded to bytes and
+        through the stream's JPEG round trip; centre-crop images as they are."""
+        if not self.context.image_set.preprocessing.jpeg_after_corruptions:
+            return images
+        return to_model_input(jpeg_round_trip(torch.round(images * 255).to(torch.uint8)))
 
 
 def _torch_backend(setup: BackendSetup) -> TorchRenderBackend:
