@@ -38,8 +38,8 @@ from tests.builders import (
     tiny_texture_classifier,
 )
 
-STREAM = Preprocessing(crop=48, kind="stream")
-"""48×48 stream-preprocessed inputs: small enough for brute-force grids in tests."""
+STREAM = Preprocessing(crop=32, kind="stream")
+"""32×32 stream-preprocessed inputs (the corruptions' smallest): brute-force grids stay cheap."""
 
 CREATED = "2026-01-01T00:00:00"
 
@@ -74,12 +74,12 @@ def test_an_image_is_the_streams_crop_and_flip_of_its_source_keyed_by_seed_and_p
             rgb = source.convert("RGB")
         box = sample_resized_crop(generator, *rgb.size)
         flip = bool(generator.random() < 0.5)
-        expected = np.asarray(rgb.crop(box).resize((48, 48), Image.Resampling.BILINEAR))
+        expected = np.asarray(rgb.crop(box).resize((32, 32), Image.Resampling.BILINEAR))
         assert np.array_equal(images[slot], expected[:, ::-1] if flip else expected), position
         flips.append(flip)
     assert np.array_equal(image_set.load([5], 7)[0], images[2]), "an image's crop does not depend on its block"
     assert not np.array_equal(image_set.load([0, 3, 5], 8), images), "another seed draws other crops"
-    assert images.shape == (3, 48, 48, 3) and images.dtype == np.uint8
+    assert images.shape == (3, 32, 32, 3) and images.dtype == np.uint8
 
 
 def test_the_model_sees_every_cell_through_the_streams_jpeg_round_trip(folder: Path) -> None:
@@ -97,7 +97,7 @@ def test_the_model_sees_every_cell_through_the_streams_jpeg_round_trip(folder: P
     base = render_base(context, 0, 12, 1)
     assert np.array_equal(seen[0], np.stack([pillow_round_trip(image) for image in base]))
     centre_context = dataclasses.replace(
-        context, image_set=dataclasses.replace(context.image_set, preprocessing=Preprocessing(56, 48))
+        context, image_set=dataclasses.replace(context.image_set, preprocessing=Preprocessing(36, 32))
     )
     unfinished = render_targets(centre_context, base, 0, 12, 1, unit.targets)
     assert np.array_equal(seen[1], np.stack([pillow_round_trip(image) for image in unfinished]))
@@ -127,15 +127,15 @@ def test_the_table_is_the_same_whatever_blocks_task_sizes_and_layout(
     assert len({table.checksum() for table in tables}) == 1
     assert all(np.array_equal(table.accuracy_array, tables[0].accuracy_array) for table in tables)
 
-    centre = make_job(folder, Preprocessing(56, 48), block_size=3)
+    centre = make_job(folder, Preprocessing(36, 32), block_size=3)
     centre_table = compute_calibration(
         centre, ModelBackend(SerialExecutor(), centre.render_context(), model), MemoryResultStore(), created=CREATED
     ).table
     assert not np.array_equal(centre_table.accuracy_array, tables[0].accuracy_array)
     assert tables[0].metadata.preprocessing_kind == "stream" and centre_table.metadata.preprocessing_kind == "centre"
-    assert "random-resized crop to 48x48" in tables[0].metadata.preprocessing
-    assert job.identity()["preprocessing"] == {"kind": "stream", "crop": 48}
-    assert centre.identity()["preprocessing"] == {"resize": 56, "crop": 48}, "centre work folders keep resuming"
+    assert "random-resized crop to 32x32" in tables[0].metadata.preprocessing
+    assert job.identity()["preprocessing"] == {"kind": "stream", "crop": 32}
+    assert centre.identity()["preprocessing"] == {"resize": 36, "crop": 32}, "centre work folders keep resuming"
 
 
 def test_the_torch_backend_gives_the_cpu_counts_for_deterministic_corruptions(folder: Path) -> None:

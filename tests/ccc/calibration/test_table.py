@@ -313,9 +313,10 @@ def test_checksum_covers_numbers_not_description():
     assert make_table(presets={"x": (5, ("fog", "snow"))}).checksum() != table.checksum()
 
 
-def test_readable_with_plain_numpy_and_json(tmp_path):
+@pytest.mark.parametrize("kind", ["centre", "stream"])
+def test_readable_with_plain_numpy_and_json(tmp_path, kind):
     """The recipe of docs/calibration_format.md: read values and recompute the checksum without ccc."""
-    table = make_table(presets={"easy": (40, ("fog", "snow"))})
+    table = make_table(presets={"easy": (40, ("fog", "snow"))}, preprocessing_kind=kind)
     path = table.save(tmp_path / "table.npz")
     with np.load(path, allow_pickle=False) as archive:
         accuracy, counts, pairs = archive["accuracy"], archive["image_counts"], archive["pairs"]
@@ -331,6 +332,8 @@ def test_readable_with_plain_numpy_and_json(tmp_path):
         "pairs": pairs.tolist(),
         "difficulty_presets": document["difficulty_presets"],
     }
+    if document["metadata"].get("preprocessing_kind", "centre") != "centre":
+        content["preprocessing_kind"] = document["metadata"]["preprocessing_kind"]
     digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode("utf-8"))
     digest.update(b"\n")
     digest.update(accuracy.astype("<f8").tobytes())
