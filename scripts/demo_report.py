@@ -15,7 +15,8 @@ Per difficulty:
   percent), from the first results folder that ran ``source``;
 - **calibrated** accuracy: the mean over the same samples of each sample's ``calibrated_accuracy``
   (the calibration table's value at the sample's severities, written into the shard by the
-  generator) — what the stream's difficulty promises at centre crops; the nominal **target** is the
+  generator) — what the stream's difficulty promises, on the crops the table was measured with
+  (centre crops, or the stream's own with ``--preprocessing stream``); the nominal **target** is the
   preset's baseline accuracy;
 - realised − calibrated per window of ``--window`` samples, its mean and the standard error of that
   mean over windows (windows, not images: the stream draws its 2,400 source images many times);
@@ -202,8 +203,12 @@ def method_summary(
     return summary
 
 
-def plot_realised(streams: dict[str, tuple[StreamFacts, RecordTable]], window: int, path: Path) -> None:
-    """One panel per difficulty: windowed realised source accuracy, windowed calibrated accuracy, target."""
+def plot_realised(
+    streams: dict[str, tuple[StreamFacts, RecordTable]], window: int, path: Path, preprocessing_kind: str
+) -> None:
+    """One panel per difficulty: windowed realised source accuracy, windowed calibrated accuracy (the
+    table measured with ``preprocessing_kind``, ``"centre"`` or ``"stream"``), target."""
+    calibrated_label = {"centre": "centre crops", "stream": "the stream's crops and JPEG"}[preprocessing_kind]
     figure = Figure(figsize=(8.0, 2.4 * len(streams)), layout="constrained")
     FigureCanvasAgg(figure)
     axes_list = figure.subplots(len(streams), 1, squeeze=False)[:, 0]
@@ -212,7 +217,7 @@ def plot_realised(streams: dict[str, tuple[StreamFacts, RecordTable]], window: i
         edges = np.concatenate([[0], curve.sample_end])
         calibrated = [facts.calibrated[a:b].mean() for a, b in zip(edges[:-1], edges[1:])]
         axes.plot(curve.sample_end, 100 * curve.accuracy, linewidth=1.2, label="realised (source model, random crops)")
-        axes.plot(curve.sample_end, calibrated, linewidth=1.2, label="calibrated (table, centre crops)")
+        axes.plot(curve.sample_end, calibrated, linewidth=1.2, label=f"calibrated (table, {calibrated_label})")
         axes.axhline(facts.target, color="black", linestyle=":", linewidth=1.0, label="target")
         axes.set_ylabel("accuracy (%)")
         axes.set_title(f"{difficulty} (target {facts.target:g} %)", fontsize="medium")
@@ -390,7 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 arguments.out / f"tta_{difficulty}_minus_bn.png",
                 f"demo world, {difficulty}: adapting methods against BN adaptation",
             )
-    plot_realised(sources, arguments.window, arguments.out / "realised_vs_calibrated.png")
+    plot_realised(
+        sources, arguments.window, arguments.out / "realised_vs_calibrated.png", table.metadata.preprocessing_kind
+    )
     (arguments.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     print(render_markdown(report))
     return 0

@@ -235,5 +235,5 @@ def _demo_note(kind: str, demo_defaults: dict[str, int]) -> str:
     ]
     return (
         f"demo world settings (the demo's, not the paper's; docs/demo.md): {', '.join(chosen)} "
-        "— its corruption pairs last 2,000–4,100 images"
+        "— its corruption pairs last 1,400–4,100 images"
     )

@@ -1,7 +1,7 @@
 """The demo world's calibration table and its difficulty presets.
 
 The table ``calibration/demo.npz`` was computed with ``ccc-calibrate compute --model
-ccc.demo:demo_model --adaptive`` on the demo images (``docs/demo.md`` gives the command, the
+ccc.demo:demo_model --adaptive --preprocessing stream`` on the demo images (``docs/demo.md`` gives the command, the
 corruptions and the cost) and then given :data:`DEMO_DIFFICULTY_PRESETS` with
 :func:`with_demo_presets`.
 """
@@ -39,8 +39,8 @@ Chosen as the public ResNet-50 presets (targets 40 / 20 / 0 for a clean accuracy
 0.1 %) are: easy near half the clean accuracy, medium near a third, hard near chance, the demo
 model's clean accuracy being 99 % and chance 6.25 %. As there, a corruption is left out of a
 difficulty when it cannot bring the model down to the target: ``motion_blur`` alone never goes
-below 39.5 %, so it only serves easy. Hard keeps the only two corruptions whose pairs the table
-measures near 12 %: frost and contrast (reference paths 12.5 and 13.5 %); the model keeps 21–28 %
+below 42 %, so it only serves easy. Hard keeps the only two corruptions whose pairs the table
+measures near 12 %: frost and contrast (reference paths 13.0 and 12.8 %); the model keeps 22–26 %
 along every path that pairs a noise with a noise or with contrast (CCC-Hard's choice), so those
 pairs cannot make a hard stream here (``docs/demo.md``).
 """

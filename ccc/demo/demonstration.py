@@ -18,8 +18,8 @@ from types import MappingProxyType
 from typing import Any
 
 DEMO_SPEED = 100
-"""Images per severity step of a demo stream: the demo paths are 20–41 steps long, so a corruption
-pair lasts 2,000–4,100 images and a 30,000-image stream crosses about ten pairs."""
+"""Images per severity step of a demo stream: the demo paths are 14–41 steps long (medium's 27–40), so
+a corruption pair lasts 1,400–4,100 images and a 30,000-image stream crosses about ten pairs."""
 
 DEMO_NUM_IMAGES = 30_000
 """Length of a demo stream: a few minutes to render and to evaluate five methods on two CPU cores."""

