@@ -40,6 +40,7 @@ from ccc.calibration.table_io import CENTRE_PREPROCESSING, PREPROCESSING_KINDS
 from ccc.cli.common import (
     INTERRUPTED_EXIT_CODE,
     HelpFormatter,
+    OneLineErrorParser,
     add_image_folder_arguments,
     count,
     examples,
@@ -654,7 +655,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
 
 def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.ArgumentParser:
     """The argument parser with one subparser per entry of ``subcommands``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         description="Import and inspect CCC calibration tables (accuracy grids per corruption pair).",
         formatter_class=HelpFormatter,

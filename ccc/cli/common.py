@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from ccc.host_memory import reuse_freed_memory
 
@@ -20,6 +21,7 @@ __all__ = [
     "STOPPED_EXIT_CODE",
     "USER_ERROR_EXIT_CODE",
     "HelpFormatter",
+    "OneLineErrorParser",
     "UsageError",
     "add_image_folder_arguments",
     "count",
@@ -44,6 +46,17 @@ STOPPED_EXIT_CODE = 1
 
 class UsageError(ValueError):
     """A command-line mistake the parser itself cannot see (e.g. two options that exclude each other)."""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """The console scripts' ArgumentParser: a mistake the parser sees (an unknown option, a bad choice,
+    a missing argument) is one line on stderr, ``PROG: error: MESSAGE (see --help)``, and exit code 2,
+    instead of argparse's usage block. Subcommand parsers (``add_subparsers``) are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line and exit with :data:`USER_ERROR_EXIT_CODE`."""
+        print(f"{self.prog}: error: {' '.join(message.split())} (see --help)", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT_CODE)
 
 
 def add_image_folder_arguments(group: argparse._ArgumentGroup) -> None:

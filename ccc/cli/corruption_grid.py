@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont, UnidentifiedImageError
 from tqdm import tqdm
 
-from ccc.cli.common import HelpFormatter, examples, run_command
+from ccc.cli.common import HelpFormatter, OneLineErrorParser, examples, run_command
 from ccc.corruptions import CORRUPTIONS, corrupt_pair, list_corruptions, validate_severity
 from ccc.stream.domains import center_crop
 from ccc.stream.sources import UNREADABLE_IMAGE_ERRORS
@@ -67,7 +67,7 @@ def render_grid(image: NDArray[np.uint8], names: Sequence[str], severities: Sequ
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="ccc-corruption-grid",
         description="Write a PNG grid of every corruption at a few severities.",
         formatter_class=HelpFormatter,

@@ -19,14 +19,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.calibration.table_io import STREAM_PREPROCESSING
 from ccc.cli.common import (
-    USER_ERROR_EXIT_CODE,
     HelpFormatter,
+    OneLineErrorParser,
     UsageError,
     add_image_folder_arguments,
     count,
@@ -79,14 +78,6 @@ SHARD_BYTES_PER_IMAGE = 32_300
 """Shard bytes per sample (224×224 JPEG at quality 85 plus tar members), measured on a 6,000-image demo stream."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (exit code 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        sys.exit(USER_ERROR_EXIT_CODE)
-
-
 def _percent(text: str) -> float:
     try:
         value = float(text)
@@ -99,7 +90,7 @@ def _percent(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ccc-generate`` argument parser."""
-    parser = _Parser(
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         description="Render a CCC stream (continuously changing corruptions) into WebDataset tar shards. "
         "The paper's 27 published streams need no rendering: read them by name (open_stream"

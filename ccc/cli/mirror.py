@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ccc.cli.common import HelpFormatter, UsageError, count, examples, integer_at_least, run_command
+from ccc.cli.common import HelpFormatter, OneLineErrorParser, UsageError, count, examples, integer_at_least, run_command
 from ccc.folder_lock import FolderInUseError
 from ccc.shards.errors import ShardReadError
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, mirror_stream
@@ -54,7 +54,7 @@ def _seconds(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of ``ccc-mirror``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         description="Copy a remote CCC stream into a local folder: parallel, resumable, every shard checked.",
         formatter_class=HelpFormatter,

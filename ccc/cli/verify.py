@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli.common import HelpFormatter, UsageError, count, examples, integer_at_least, run_command
+from ccc.cli.common import HelpFormatter, OneLineErrorParser, UsageError, count, examples, integer_at_least, run_command
 from ccc.realised_accuracy import DEFAULT_WINDOW, describe_realised, score_stream, summarise_realised
 from ccc.shards.manifest import ManifestError, describe_renderer, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
@@ -37,7 +37,7 @@ PROBLEMS_EXIT_CODE = 1
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of ``ccc-verify``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         description="Check a CCC run folder (shards) against its manifest.",
         formatter_class=HelpFormatter,

@@ -13,7 +13,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from ccc.cli.common import HelpFormatter, examples, run_command
+from ccc.cli.common import HelpFormatter, OneLineErrorParser, examples, run_command
 from ccc.execution import RayUnavailableError, TaskFailedError
 from tta_eval.protocols import NonFiniteLossError
 
@@ -29,7 +29,7 @@ COMMANDS = {"run": run, "sweep": sweep, "rescore": rescore, "compare": compare, 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tta-eval`` parser: one subcommand per command, each with its own options and examples."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=PROGRAM,
         description="Evaluate test-time adaptation methods over a stream: offline, Alfarra et al.'s and "
         "Tempora's time-constrained protocols.",

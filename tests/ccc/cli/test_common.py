@@ -19,7 +19,7 @@ from ccc.cli.common import (
     name_list,
     run_command,
 )
-from tests.builders import REPOSITORY
+from tests.builders import REPOSITORY, cli_user_error
 
 
 def test_integer_at_least_accepts_separators_and_names_the_bound() -> None:
@@ -118,3 +118,28 @@ def test_every_console_script_reports_a_user_error_in_one_line(
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(message), (
         result.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("ccc.cli.generate", ["--bogus"], "ccc-generate: error: unrecognized arguments: --bogus (see --help)"),
+        ("ccc.cli.verify", [], "ccc-verify: error: the following arguments are required: DIR (see --help)"),
+        ("ccc.cli.mirror", ["--bogus"], "ccc-mirror: error: the following arguments are required: SOURCE, DIR"),
+        (
+            "ccc.cli.calibrate",
+            ["compute", "--demo", "--preprocessing", "random", "--out", "x.npz"],
+            "ccc-calibrate compute: error: argument --preprocessing: invalid choice: 'random'",
+        ),
+        ("ccc.cli.corruption_grid", ["--bogus"], "ccc-corruption-grid: error: unrecognized arguments: --bogus"),
+        ("tta_eval.cli", ["run"], "tta-eval run: error: the following arguments are required: --stream"),
+    ],
+    ids=["ccc-generate", "ccc-verify", "ccc-mirror", "ccc-calibrate-compute", "ccc-corruption-grid", "tta-eval-run"],
+)
+def test_every_parser_mistake_is_one_line(module: str, argv: list[str], message: str, capsys) -> None:
+    """Mistakes argparse itself finds (unknown options, bad choices, missing arguments), in every console
+    script and subcommand: one line naming --help, exit code 2, not argparse's usage block."""
+    import importlib
+
+    line = cli_user_error(importlib.import_module(module).main, capsys, argv)
+    assert line.startswith(message) and line.endswith("(see --help)"), line
