@@ -83,7 +83,8 @@ class CalibrationConfig:
         skip_bad_images: exclude unreadable images (deterministically) instead of stopping.
         classes: explicit class list (folder names; line k = class k), None: the sorted folders.
         block_size: images per unit of work, >= 1.
-        preprocessing: resize and centre crop before corrupting.
+        preprocessing: how a source image becomes the model input: centre crops (the default) or the
+            stream's random-resized crop, flip and JPEG round trip (:class:`Preprocessing`).
         work_folder: where finished work is kept (None: ``OUT.work``).
         overwrite: replace an existing ``out``.
         show_progress: show progress bars while indexing.
