@@ -12,14 +12,6 @@ import pytest
 from tests.builders import GOLDEN, make_image_folder
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files that hold a slow test run first, each file's tests in their own order: under ``-n auto
-    --dist loadfile`` the long end-to-end files then start while the short ones fill the other cores,
-    instead of one of them (README command 1's, about ten minutes) running alone at the end."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)
-
-
 @pytest.fixture(autouse=True)
 def single_thread(monkeypatch: pytest.MonkeyPatch):
     """One torch thread per test, and per program a test starts (``OMP_NUM_THREADS``): the models are
