@@ -33,6 +33,8 @@ BATCH_KEYS = {
     "reads_by_site",
     "uploads_by_site",
     "launches_by_op",
+    "launches_by_site",
+    "bytes_moved_by_site",
     "excluded_ops",
 }
 
@@ -69,7 +71,10 @@ def test_counts_are_positive_and_consistent(quick: tuple[dict, str]) -> None:
         assert set(batch) == BATCH_KEYS
         assert batch["batch_size"] == int(size)
         assert batch["launches"] > 0 and batch["bytes_moved"] > 0 and batch["float32_flops"] > 0
-        assert batch["launches"] == sum(batch["launches_by_op"].values())
+        assert batch["launches"] == sum(batch["launches_by_op"].values()) == sum(batch["launches_by_site"].values())
+        assert batch["bytes_moved"] == sum(batch["bytes_moved_by_site"].values())
+        assert set(batch["bytes_moved_by_site"]) == set(batch["launches_by_site"])
+        assert any(site.startswith("ccc/render_torch/") for site in batch["launches_by_site"])
         assert batch["host_reads"] == sum(batch["reads_by_kind"].values()) == sum(batch["reads_by_site"].values())
         assert batch["uploads"] == sum(batch["uploads_by_kind"].values()) == sum(batch["uploads_by_site"].values())
         assert batch["uploads"] >= 1 and batch["upload_bytes"] > 0  # the source pixels at least

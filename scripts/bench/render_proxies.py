@@ -25,7 +25,8 @@ photographs, decoded with PIL into numpy arrays) at each ``--batch-sizes`` B, re
   implicit copy for an index; 0-dim host tensors are scalars there, not counted); ``non_blocking``
   copies are counted apart;
 - **bytes moved**: the sum over launches of the bytes of every tensor input and output (in-place
-  outputs counted as written);
+  outputs counted as written); the JSON splits launches and bytes by the innermost ``ccc`` source line
+  that dispatched them;
 - **FLOPs**, float64 (and complex128) and float32 (and lower, complex64) apart: elementwise ops one per
   output element, reductions and sorts one per input element, ``mm``/``addmm`` 2·M·N·K, ``bmm``/``baddbmm``
   2·B·M·N·K, ``convolution`` 2·(output elements)·(input channels per group)·(kernel elements), FFTs
@@ -227,6 +228,8 @@ class ProxyCounter(TorchDispatchMode):
         self.upload_bytes = 0
         self.non_blocking_uploads = 0
         self.bytes_moved = 0
+        self.launch_sites: Counter[str] = Counter()
+        self.bytes_by_site: Counter[str] = Counter()
         self.float64_flops = 0.0
         self.float32_flops = 0.0
 
@@ -340,7 +343,11 @@ class ProxyCounter(TorchDispatchMode):
         outputs = [tensor for tensor in tree_flatten(output)[0] if isinstance(tensor, torch.Tensor)]
         self.launches += 1
         self.launch_ops[name] += 1
-        self.bytes_moved += sum(_nbytes(tensor) for tensor in inputs + outputs)
+        moved = sum(_nbytes(tensor) for tensor in inputs + outputs)
+        self.bytes_moved += moved
+        site = _site()
+        self.launch_sites[site] += 1
+        self.bytes_by_site[site] += moved
         flops, wide = _flops(name, inputs, outputs, args)
         if wide:
             self.float64_flops += flops
@@ -684,6 +691,8 @@ def measure_batch(
         "reads_by_site": dict(counter.read_sites.most_common()),
         "uploads_by_site": dict(counter.upload_sites.most_common()),
         "launches_by_op": dict(counter.launch_ops.most_common()),
+        "launches_by_site": dict(counter.launch_sites.most_common()),
+        "bytes_moved_by_site": dict(counter.bytes_by_site.most_common()),
         "excluded_ops": dict(counter.excluded_ops.most_common()),
     }
 
