@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import platform
@@ -49,7 +50,7 @@ from ccc.render import (
     RenderedSample,
     check_render_precision,
     decode_source,
-    encode_jpeg,
+    encode_image,
     render_sample,
 )
 from ccc.shards.manifest import (
@@ -231,7 +232,7 @@ def render_chunk(plan: StreamPlan, chunk: tuple[int, int]) -> list[RenderedSampl
     rendered = []
     for index in range(*chunk):
         spec = plan_sample(plan, index)
-        rendered.append(render_sample(spec, (root / spec.source_path).read_bytes()))
+        rendered.append(render_sample(spec, (root / spec.source_path).read_bytes(), plan.spec.image_encoding))
     return rendered
 
 
@@ -240,7 +241,8 @@ def render_chunk_torch(job: tuple[StreamPlan, TorchRendering], chunk: tuple[int,
 
     The sources are read from ``plan.sources.root`` and decoded by :func:`ccc.render.decode_source`
     (the CPU path's decoder), rendered by :func:`ccc.render_torch.render_batch` on
-    ``rendering.device`` without its JPEG round trip, then encoded by :func:`ccc.render.encode_jpeg`.
+    ``rendering.device`` without its JPEG round trip, then encoded by :func:`ccc.render.encode_image` as the
+    stream's ``image_encoding``.
     On CUDA the host work (reading, decoding, encoding) runs on a thread per CPU (Pillow releases
     the GIL), so that it keeps up with the GPU.
 
@@ -265,8 +267,9 @@ def render_chunk_torch(job: tuple[StreamPlan, TorchRendering], chunk: tuple[int,
         images = list(pool.map(decode, specs))
         pixels = render_batch(specs, images, rendering.device, jpeg=False, precision=rendering.precision)
         pixels = pixels.permute(0, 2, 3, 1).cpu().numpy()
-        encoded = list(pool.map(encode_jpeg, pixels))
-    return [RenderedSample(spec, jpeg) for spec, jpeg in zip(specs, encoded)]
+        encoding = plan.spec.image_encoding
+        encoded = list(pool.map(functools.partial(encode_image, image_encoding=encoding), pixels))
+    return [RenderedSample(spec, image, encoding) for spec, image in zip(specs, encoded)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,10 @@ pipeline is the public generator's, with every random choice taken from the spec
    ``CenterCrop(224)`` on a PIL image, ImageNet-C's preprocessing);
 3. :func:`ccc.corruptions.corrupt_pair` with ``n1, s1, n2, s2`` and
    ``numpy.random.default_rng(spec.seed)``;
-4. encode JPEG quality 85 with ``optimize=True`` (Pillow, as the public code).
+4. encode JPEG quality 85 with ``optimize=True`` (Pillow, as the public code), or, for a stream whose
+   ``image_encoding`` is ``png``, a lossless PNG (:func:`encode_png`).
 
-PIL's resize and JPEG encoder give the same bytes on every x86-64 CPU for the same Pillow version
+PIL's resize and encoders give the same bytes on every x86-64 CPU for the same Pillow version
 (tensor resizes do not), which is what makes shards byte-reproducible.
 """
 
@@ -27,10 +28,12 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.corruptions import corrupt_pair
-from ccc.stream.spec import SampleSpec
+from ccc.stream.spec import DEFAULT_IMAGE_ENCODING, IMAGE_ENCODINGS, SampleSpec
 
 __all__ = [
+    "DEFAULT_IMAGE_ENCODING",
     "DEFAULT_RENDER_PRECISION",
+    "IMAGE_ENCODINGS",
     "JPEG_OPTIMIZE",
     "JPEG_QUALITY",
     "OUTPUT_SIZE",
@@ -42,7 +45,9 @@ __all__ = [
     "crop_resize_flip",
     "decode_jpeg",
     "decode_source",
+    "encode_image",
     "encode_jpeg",
+    "encode_png",
     "jpeg_round_trip",
     "render_pixels",
     "render_sample",
@@ -56,6 +61,9 @@ JPEG_QUALITY = 85
 
 JPEG_OPTIMIZE = True
 """Pillow's optimised Huffman tables, as the public generator."""
+
+_PNG_COMPRESS_LEVEL = 0
+"""zlib level of :func:`encode_png`: stored blocks, whose bytes depend on no compressor heuristics."""
 
 DEFAULT_RENDER_PRECISION = "float64"
 """The torch backend's default working float precision (the CPU path's arithmetic)."""
@@ -88,11 +96,13 @@ class RenderedSample:
 
     Attributes:
         spec: the plan entry the image was rendered from.
-        jpeg: JPEG bytes of the 224×224 RGB image.
+        image: the encoded RGB image (224×224 for CCC).
+        encoding: the encoding of ``image``, one of :data:`IMAGE_ENCODINGS`.
     """
 
     spec: SampleSpec
-    jpeg: bytes
+    image: bytes
+    encoding: str = DEFAULT_IMAGE_ENCODING
 
 
 def crop_resize_flip(
@@ -161,6 +171,21 @@ def encode_jpeg(image: NDArray[np.uint8]) -> bytes:
     return buffer.getvalue()
 
 
+def encode_png(image: NDArray[np.uint8]) -> bytes:
+    """Lossless PNG bytes of a uint8 RGB image (H×W×3): Pillow, deflate level 0 (stored), no metadata,
+    so the bytes follow from the pixels alone; 3·H·W + about 100 bytes (3,170 at 32×32)."""
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG", compress_level=_PNG_COMPRESS_LEVEL)
+    return buffer.getvalue()
+
+
+def encode_image(image: NDArray[np.uint8], image_encoding: str = DEFAULT_IMAGE_ENCODING) -> bytes:
+    """A uint8 RGB image (H×W×3) as a stream stores it: :func:`encode_jpeg` or :func:`encode_png`."""
+    if image_encoding not in IMAGE_ENCODINGS:
+        raise ValueError(f"image_encoding must be one of {', '.join(IMAGE_ENCODINGS)}, got {image_encoding!r}")
+    return encode_png(image) if image_encoding == "png" else encode_jpeg(image)
+
+
 def jpeg_round_trip(image: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """The stream's last step as pixels: :func:`encode_jpeg` then :func:`decode_jpeg`, uint8 H×W×3 → H×W×3
     (what a model reading the stream's shard sees for ``image``)."""
@@ -179,12 +204,13 @@ def decode_jpeg(jpeg: bytes) -> Image.Image:
         return image.copy() if image is opened else image
 
 
-def render_sample(spec: SampleSpec, source: bytes) -> RenderedSample:
-    """Render ``spec`` from the encoded source image ``source`` (the file's bytes).
+def render_sample(spec: SampleSpec, source: bytes, image_encoding: str = DEFAULT_IMAGE_ENCODING) -> RenderedSample:
+    """Render ``spec`` from the encoded source image ``source`` (the file's bytes), encoded as the
+    stream's ``image_encoding`` (one of :data:`IMAGE_ENCODINGS`).
 
     Raises:
         SourceImageMismatchError: if the image's size is not ``spec.source_size`` (the file changed
             since the plan was made).
         PIL.UnidentifiedImageError, OSError: if ``source`` cannot be decoded.
     """
-    return RenderedSample(spec, encode_jpeg(render_pixels(spec, source)))
+    return RenderedSample(spec, encode_image(render_pixels(spec, source), image_encoding), image_encoding)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ccc.cli.common import UsageError
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.stream.spec import CCC_KIND, KINDS, PAPER_NUM_IMAGES
+from ccc.stream.spec import CCC_KIND, DEFAULT_IMAGE_ENCODING, KINDS, PAPER_NUM_IMAGES
 
 __all__ = ["StreamDefinition", "definition_from_arguments"]
 
@@ -56,6 +56,8 @@ class StreamDefinition:
         images_per_domain: ``cin-c`` and ``gradual`` only: images per corruption (``cin-c``) or per
             severity level (``gradual``), >= 1; None for the kind's default.
         crop: ``cin-c`` and ``gradual`` only: ``random`` or ``center``; None for ``random``.
+        image_encoding: how the images are stored, one of :data:`ccc.stream.spec.IMAGE_ENCODINGS`
+            (``jpeg``, the public data's, or the lossless ``png``).
     """
 
     kind: str
@@ -77,6 +79,7 @@ class StreamDefinition:
     severity: int | None = None
     images_per_domain: int | None = None
     crop: str | None = None
+    image_encoding: str = DEFAULT_IMAGE_ENCODING
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -141,6 +144,7 @@ class StreamDefinition:
             "schedule": self.schedule,
             "path_objective": self.path_objective,
             "shard_size": self.shard_size,
+            "image_encoding": self.image_encoding,
         }
 
 
@@ -209,6 +213,7 @@ def _argument_values(arguments: argparse.Namespace) -> dict[str, Any]:
         "severity": arguments.severity,
         "images_per_domain": arguments.images_per_domain,
         "crop": arguments.crop,
+        "image_encoding": arguments.image_encoding,
     }
 
 

@@ -12,7 +12,7 @@ from PIL import Image
 from ccc.load.sample import StreamError, StreamSample
 from ccc.render import decode_jpeg
 from ccc.shards.errors import ShardReadError
-from ccc.shards.record import IMAGE_MEMBER, SampleRecordError, decode_members, sample_place
+from ccc.shards.record import SampleRecordError, decode_members, sample_place
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -28,7 +28,8 @@ __all__ = [
 
 IMAGE_FORMATS = ("uint8", "float", "normalized", "pil", "jpeg")
 """Image forms: ``uint8`` tensor 3×224×224 (default), ``float`` tensor in [0, 1], ``normalized``
-float tensor ``(x - IMAGENET_MEAN) / IMAGENET_STD``, ``pil`` RGB image, ``jpeg`` encoded bytes."""
+float tensor ``(x - IMAGENET_MEAN) / IMAGENET_STD``, ``pil`` RGB image, ``jpeg`` the encoded bytes as stored
+(JPEG; PNG in a stream whose ``image_encoding`` is ``png``)."""
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -72,7 +73,8 @@ def tensor_to_format(pixels: torch.Tensor, image_format: str) -> torch.Tensor:
 
 
 def decode_image(jpeg: bytes, image_format: str = "uint8") -> Any:
-    """Decode stream JPEG bytes into ``image_format`` (one of :data:`IMAGE_FORMATS`).
+    """Decode a stream's encoded image (JPEG, or PNG in a lossless stream) into ``image_format`` (one of
+    :data:`IMAGE_FORMATS`).
 
     Tensors are C×H×W (3×224×224 for CCC); ``pil`` gives an RGB image; ``jpeg`` returns the bytes.
 
@@ -106,7 +108,7 @@ def decode_tar_sample(
         raise StreamError(str(error)) from None
     metadata = {**record.metadata, "key": key, "shard": shard}
     try:
-        image = decode_image(record.jpeg, image_format)
+        image = decode_image(record.image, image_format)
     except (OSError, ValueError) as error:
-        raise StreamError(f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})") from None
+        raise StreamError(f"{where}: {record.image_member} cannot be decoded ({error})") from None
     return StreamSample(image, record.label, metadata)

@@ -32,7 +32,7 @@ from ccc.render import (
     check_render_precision,
     check_source_size,
     decode_source,
-    encode_jpeg,
+    encode_image,
     render_pixels,
 )
 from ccc.shards.manifest import MANIFEST_NAME, ManifestError, load_manifest
@@ -70,7 +70,7 @@ class _RenderedStream(CCCStream):
             spec = plan_sample(self.plan, index)
             pixels = render_pixels(spec, (root / spec.source_path).read_bytes())
             if self.compress:
-                image = decode_image(encode_jpeg(pixels), self.image_format)
+                image = decode_image(encode_image(pixels, self.spec.image_encoding), self.image_format)
             else:
                 image = pixels_to_format(pixels, self.image_format)
             metadata = {**record_metadata(spec.to_json_dict(), index), "key": None, "shard": None}
@@ -112,7 +112,8 @@ class _DeviceRenderedStream(_RenderedStream):
         planned, labels, metadata = batch
         specs, sources = zip(*planned)
         sources = _decode_on_device(specs, sources, self.device)
-        pixels = render_batch(specs, sources, self.device, jpeg=self.compress, precision=self.precision)
+        jpeg = self.compress and self.spec.image_encoding == "jpeg"
+        pixels = render_batch(specs, sources, self.device, jpeg=jpeg, precision=self.precision)
         return tensor_to_format(pixels, self.image_format), labels, metadata
 
     def _decoded(self, selection: Selection) -> Iterator[StreamSample]:
@@ -275,9 +276,10 @@ def render_stream(
             ``cin-c`` and ``gradual`` kinds (``{"kind": "cin-c", "severity": 5, "speed": 5000}``),
             which need no table.
         start, limit, image_format, chunk_size, rank, world_size, rank_split: as :func:`ccc.load.open_stream`.
-        compress: True (default) encodes and decodes each image with the shards' JPEG settings, so
-            images are byte-identical to the shards'; False skips the JPEG step (uncompressed
-            pixels, not those of the shards; ``image_format="jpeg"`` then is refused).
+        compress: True (default) encodes and decodes each image as the shards store it (the stream's
+            ``image_encoding``: JPEG with the shards' settings, or lossless PNG), so images are
+            byte-identical to the shards'; False skips the JPEG step (uncompressed pixels, not those of
+            a JPEG stream's shards; ``image_format="jpeg"`` then is refused).
         skip_bad_images: exclude unreadable source images, as ``ccc-generate --skip-bad-images``.
         device: None (default) renders with the CPU reference path, the shards' bytes. ``"cpu"`` or
             ``"cuda[:index]"`` renders with the torch backend (:mod:`ccc.render_torch`) on that device,

@@ -204,7 +204,7 @@ def _check_shard(path: Path, shard: MirrorShard, against: str = "the source mani
             assert sample.members is not None
             try:
                 record = decode_members(sample.members, sample.position, where)
-                with Image.open(io.BytesIO(record.jpeg)) as image:
+                with Image.open(io.BytesIO(record.image)) as image:
                     image.load()
             except (SampleRecordError, OSError, ValueError) as error:
                 raise MirrorError(f"{where}: does not decode ({error})") from None

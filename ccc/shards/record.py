@@ -5,7 +5,8 @@ Each sample is a group of consecutive members sharing its key (WebDataset's conv
 the order of :data:`MEMBER_ORDER`:
 
 - ``<key>.info`` (:data:`INFO_MEMBER`): the public text layout, :func:`format_info`;
-- ``<key>.input.jpg`` (:data:`IMAGE_MEMBER`): the 224×224 JPEG;
+- ``<key>.input.jpg`` (:data:`IMAGE_MEMBER`): the 224×224 JPEG, or ``<key>.input.png``
+  (:data:`PNG_IMAGE_MEMBER`) in a stream whose ``image_encoding`` is ``png`` (:data:`IMAGE_MEMBERS`);
 - ``<key>.json`` (:data:`JSON_MEMBER`): the full plan entry (:class:`ccc.stream.spec.SampleSpec`, sorted
   keys, compact);
 - ``<key>.output.cls`` (:data:`LABEL_MEMBER`): the class index as ASCII digits.
@@ -25,16 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccc.shards.errors import ShardReadError
-from ccc.stream.spec import SampleSpec
+from ccc.stream.spec import DEFAULT_IMAGE_ENCODING, SampleSpec
 
 __all__ = [
     "IMAGE_MEMBER",
+    "IMAGE_MEMBERS",
     "INFO_MEMBER",
     "JSON_MEMBER",
     "LABEL_MEMBER",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MEMBER_ORDER",
+    "PNG_IMAGE_MEMBER",
     "SAMPLE_KEY_DIGITS",
     "SHARD_FILE",
     "TEMPORARY_SHARD_GLOB",
@@ -58,10 +61,14 @@ __all__ = [
 
 INFO_MEMBER = "info"
 IMAGE_MEMBER = "input.jpg"
+PNG_IMAGE_MEMBER = "input.png"
 JSON_MEMBER = "json"
 LABEL_MEMBER = "output.cls"
 MEMBER_ORDER = (INFO_MEMBER, IMAGE_MEMBER, JSON_MEMBER, LABEL_MEMBER)
-"""Member extensions of one sample, in the order they are written."""
+"""Member extensions of one sample, in the order they are written (the image's is that of its encoding)."""
+
+IMAGE_MEMBERS = {DEFAULT_IMAGE_ENCODING: IMAGE_MEMBER, "png": PNG_IMAGE_MEMBER}
+"""The image member's extension per image encoding (:data:`ccc.stream.spec.IMAGE_ENCODINGS`)."""
 
 SAMPLE_KEY_DIGITS = 12
 """Digits of the zero-padded sample index used as ``__key__`` (fixed, so keys do not depend on the length)."""
@@ -174,17 +181,20 @@ def parse_info(text: str) -> InfoRecord:
     return InfoRecord(f"{fields['dir']}/{fields['name']}", fields["n1"], s1, fields["n2"], s2)
 
 
-def encode_members(spec: SampleSpec, jpeg: bytes) -> list[tuple[str, bytes]]:
-    """Tar members ``(name, content)`` of one sample, in the order of :data:`MEMBER_ORDER`."""
+def encode_members(
+    spec: SampleSpec, image: bytes, image_encoding: str = DEFAULT_IMAGE_ENCODING
+) -> list[tuple[str, bytes]]:
+    """Tar members ``(name, content)`` of one sample, in the order of :data:`MEMBER_ORDER`; ``image`` is
+    encoded as ``image_encoding`` (a key of :data:`IMAGE_MEMBERS`), which names its member."""
     key = sample_key(spec.index)
     record = json.dumps(spec.to_json_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    contents = {
-        INFO_MEMBER: format_info(spec).encode("utf-8"),
-        IMAGE_MEMBER: jpeg,
-        JSON_MEMBER: record.encode("utf-8"),
-        LABEL_MEMBER: str(spec.class_index).encode("ascii"),
-    }
-    return [(f"{key}.{member}", contents[member]) for member in MEMBER_ORDER]
+    members = (
+        (INFO_MEMBER, format_info(spec).encode("utf-8")),
+        (IMAGE_MEMBERS[image_encoding], image),
+        (JSON_MEMBER, record.encode("utf-8")),
+        (LABEL_MEMBER, str(spec.class_index).encode("ascii")),
+    )
+    return [(f"{key}.{member}", content) for member, content in members]
 
 
 class SampleRecordError(ValueError):
@@ -196,18 +206,20 @@ class SampleRecord:
     """One sample as read from a shard, the image still encoded.
 
     Attributes:
-        jpeg: the ``input.jpg`` bytes.
+        image: the image member's bytes (``input.jpg``, or ``input.png`` in a lossless stream).
         label: the class index.
         metadata: ``index``, ``n1``, ``s1``, ``n2``, ``s2``, ``path_step`` (None in published shards),
             ``source_path``, ``calibrated_accuracy`` (None in published shards and domain kinds);
             ``domain`` and ``severity`` for the ``cin-c`` and ``gradual`` kinds (:func:`record_metadata`).
         record: the ``json`` member's object (None in published shards).
+        image_member: the image member's extension, a value of :data:`IMAGE_MEMBERS`.
     """
 
-    jpeg: bytes
+    image: bytes
     label: int
     metadata: dict[str, Any]
     record: dict[str, Any] | None
+    image_member: str = IMAGE_MEMBER
 
 
 def record_metadata(record: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -292,7 +304,8 @@ def decode_members(members: Mapping[str, bytes], index: int, where: str) -> Samp
     ``json`` (ours) or else ``info`` (published shards) gives the metadata.
 
     Args:
-        members: e.g. ``{"info": …, "input.jpg": …, "json": …, "output.cls": …}``.
+        members: e.g. ``{"info": …, "input.jpg": …, "json": …, "output.cls": …}`` (the image member is
+            ``input.jpg`` or ``input.png``, exactly one of them).
         index: the sample's stream index.
         where: the sample's place for messages (:func:`sample_place`).
 
@@ -301,10 +314,10 @@ def decode_members(members: Mapping[str, bytes], index: int, where: str) -> Samp
         ccc.shards.errors.ShardReadError: for a ``json`` member beyond the reader's limits
             (:func:`load_json_member`).
     """
-    if IMAGE_MEMBER not in members:
-        raise SampleRecordError(
-            f"{where} has no {IMAGE_MEMBER} (image); members: {', '.join(sorted(members)) or 'none'}"
-        )
+    images = [member for member in IMAGE_MEMBERS.values() if member in members]
+    if len(images) != 1:
+        found = "two images" if images else f"no {' or '.join(IMAGE_MEMBERS.values())} (image)"
+        raise SampleRecordError(f"{where} has {found}; members: {', '.join(sorted(members)) or 'none'}")
     if LABEL_MEMBER not in members:
         raise SampleRecordError(
             f"{where} has no {LABEL_MEMBER} (label); members: {', '.join(sorted(members)) or 'none'}"
@@ -342,4 +355,4 @@ def decode_members(members: Mapping[str, bytes], index: int, where: str) -> Samp
         raise
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
         raise SampleRecordError(f"{where}: malformed metadata ({error})") from None
-    return SampleRecord(members[IMAGE_MEMBER], label, metadata, record)
+    return SampleRecord(members[images[0]], label, metadata, record, images[0])

@@ -25,7 +25,6 @@ from ccc.shards.location import open_shard
 from ccc.shards.manifest import file_sha256, load_manifest
 from ccc.shards.reader import TarSample, read_samples
 from ccc.shards.record import (
-    IMAGE_MEMBER,
     JSON_MEMBER,
     SHARD_FILE,
     TEMPORARY_SHARD_GLOB,
@@ -126,11 +125,11 @@ def _sample_problem(sample: TarSample, index: int, location: str) -> tuple[str, 
     where = sample_place(location, sample.key, index)
     try:
         record = decode_members(sample.members, index, where)
-        decode_jpeg(record.jpeg)
+        decode_jpeg(record.image)
     except (SampleRecordError, ShardReadError) as error:
         return "undecodable", str(error)
     except (OSError, ValueError) as error:
-        return "undecodable", f"{where}: {IMAGE_MEMBER} cannot be decoded ({error})"
+        return "undecodable", f"{where}: {record.image_member} cannot be decoded ({error})"
     if record.record is None or record.record.get("index") != index:
         return "altered", f"sample {sample.key}: {JSON_MEMBER} record missing or of another index"
     return None

@@ -146,7 +146,7 @@ class ShardWriter:
         if sample.spec.index != expected:
             raise ValueError(f"sample index must be {expected} (samples in order), got {sample.spec.index}")
         try:
-            for name, content in encode_members(sample.spec, sample.jpeg):
+            for name, content in encode_members(sample.spec, sample.image, sample.encoding):
                 header = tarfile.TarInfo(name)
                 header.size = len(content)
                 header.mtime = TAR_MTIME

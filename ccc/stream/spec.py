@@ -22,10 +22,12 @@ from ccc.validation import check_integer
 __all__ = [
     "CCC_KIND",
     "DEFAULT_GRADUAL_IMAGES",
+    "DEFAULT_IMAGE_ENCODING",
     "DEFAULT_SEED",
     "DEFAULT_SEVERITY",
     "DEFAULT_SHARD_SIZE",
     "DEFINITION_KEYS",
+    "IMAGE_ENCODINGS",
     "KINDS",
     "PAPER_NUM_IMAGES",
     "UNBOUNDED_IMAGES",
@@ -34,6 +36,7 @@ __all__ = [
     "StreamSpec",
     "check_sha256",
     "domain_run_name",
+    "encoding_suffix",
     "resolve_difficulty",
     "resolve_stream_spec",
     "run_name",
@@ -68,6 +71,15 @@ DEFAULT_GRADUAL_IMAGES = 5000
 at every level. A ``cin-c`` stream shows every source image per corruption by default (the CCC
 paper's CIN-C; YonseiML/asr's CIN-C scripts, ``CORRUPTION.NUM_EX 50000``)."""
 
+DEFAULT_IMAGE_ENCODING = "jpeg"
+"""How a stream's rendered images are stored unless its definition says otherwise: the public generator's
+JPEG (quality 85)."""
+
+IMAGE_ENCODINGS = (DEFAULT_IMAGE_ENCODING, "png")
+"""Encodings of a stream's images (:attr:`StreamSpec.image_encoding`), the default first: ``jpeg`` (quality
+85, as the public CCC data) or ``png`` (lossless: the rendered pixels exactly, as CIFAR-10-C's arrays hold
+them; see :func:`ccc.render.encode_png`)."""
+
 _OPTIONAL_SAMPLE_FIELDS = ("domain", "resize")
 """Sample fields left out of the JSON when None (so a ``ccc`` sample's JSON and plan hash stay what they were)."""
 
@@ -87,6 +99,7 @@ DEFINITION_KEYS = (
     "schedule",
     "path_objective",
     "shard_size",
+    "image_encoding",
 )
 """Keys a stream definition mapping may hold (see :func:`resolve_stream_spec`)."""
 
@@ -129,9 +142,12 @@ class StreamSpec:
         severity: the ``cin-c`` severity, an integer in 1..5; None for the other kinds.
         crop: ``random`` (the CCC stream's random-resized crop and flip) or, for ``cin-c`` and
             ``gradual``, ``center`` (ImageNet-C's centre crop, no flip); see :data:`ccc.stream.domains.CROPS`.
+        image_encoding: how the rendered images are stored, one of :data:`IMAGE_ENCODINGS` (``jpeg``, the
+            default, or the lossless ``png``).
 
-    A ``ccc`` spec leaves ``kind``, ``severity`` and ``crop`` out of :meth:`to_json_dict`, so its
-    manifest and plan hash are those of streams written before the other kinds existed.
+    A ``ccc`` spec leaves ``kind``, ``severity`` and ``crop`` out of :meth:`to_json_dict`, and every spec
+    leaves out a ``jpeg`` ``image_encoding``, so the manifest and plan hash of a stream are those of streams
+    written before the other kinds and encodings existed.
     """
 
     target_accuracy: float | None
@@ -148,10 +164,13 @@ class StreamSpec:
     kind: str = CCC_KIND
     severity: int | None = None
     crop: str = "random"
+    image_encoding: str = DEFAULT_IMAGE_ENCODING
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise PlanError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.image_encoding not in IMAGE_ENCODINGS:
+            raise PlanError(f"image_encoding must be one of {', '.join(IMAGE_ENCODINGS)}, got {self.image_encoding!r}")
         if isinstance(self.corruptions, str) or not all(isinstance(name, str) for name in self.corruptions):
             raise PlanError(f"corruptions must be a sequence of names, got {self.corruptions!r}")
         object.__setattr__(self, "corruptions", tuple(self.corruptions))
@@ -220,12 +239,14 @@ class StreamSpec:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The spec as a JSON-serialisable dict (corruptions as a list; a ``ccc`` spec without
-        ``kind``, ``severity`` and ``crop``)."""
+        ``kind``, ``severity`` and ``crop``; no ``image_encoding`` when it is ``jpeg``)."""
         document = asdict(self)
         document["corruptions"] = list(self.corruptions)
         if self.kind == CCC_KIND:
             for name in _KIND_FIELDS:
                 del document[name]
+        if self.image_encoding == DEFAULT_IMAGE_ENCODING:
+            del document["image_encoding"]
         return document
 
     @property
@@ -236,7 +257,7 @@ class StreamSpec:
     @classmethod
     def from_json_dict(cls, document: object) -> StreamSpec:
         """Rebuild a spec from :meth:`to_json_dict`'s output; every field must be present (``kind``,
-        ``severity`` and ``crop`` may be missing: a ``ccc`` stream).
+        ``severity`` and ``crop`` may be missing: a ``ccc`` stream; ``image_encoding`` may be missing: ``jpeg``).
 
         Raises:
             PlanError: for a missing, unexpected or invalid field.
@@ -244,7 +265,7 @@ class StreamSpec:
         if not isinstance(document, dict):
             raise PlanError(f"a stream spec must be a JSON object, got {type(document).__name__}")
         names = [field.name for field in fields(cls)]
-        missing = [name for name in names if name not in document and name not in _KIND_FIELDS]
+        missing = [name for name in names if name not in document and name not in (*_KIND_FIELDS, "image_encoding")]
         unexpected = sorted(set(document) - set(names))
         if missing or unexpected:
             raise PlanError(f"stream spec fields: missing {missing or 'none'}, unexpected {unexpected or 'none'}")
@@ -254,24 +275,43 @@ class StreamSpec:
 
 
 def run_name(
-    target_accuracy: float, speed: int, seed: int, num_images: int | None = None, default_images: int = PAPER_NUM_IMAGES
+    target_accuracy: float,
+    speed: int,
+    seed: int,
+    num_images: int | None = None,
+    default_images: int = PAPER_NUM_IMAGES,
+    image_encoding: str = DEFAULT_IMAGE_ENCODING,
 ) -> str:
     """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``:
     20, 40, 12.5), followed by ``_images_<N>`` for a stream of another length than its world's default:
     ``num_images`` (>= 1; None or :data:`UNBOUNDED_IMAGES`: the default) differs from ``default_images``
     (:data:`PAPER_NUM_IMAGES`; the demo world's: ``ccc.demo.DEMO_NUM_IMAGES``), so that a shorter stream of
-    the same definition never shares the full one's run folder or results."""
+    the same definition never shares the full one's run folder or results; then :func:`encoding_suffix`."""
     name = f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
-    if num_images is None or num_images in (default_images, UNBOUNDED_IMAGES):
-        return name
-    return f"{name}_images_{num_images}"
+    if num_images is not None and num_images not in (default_images, UNBOUNDED_IMAGES):
+        name = f"{name}_images_{num_images}"
+    return name + encoding_suffix(image_encoding)
 
 
-def domain_run_name(kind: str, severity: int | None, images_per_domain: int, crop: str, seed: int) -> str:
+def encoding_suffix(image_encoding: str) -> str:
+    """The run name's ending for a stream's ``image_encoding``: none for ``jpeg``, ``_png`` for ``png``, so that
+    the two encodings of one stream never share a run folder or results."""
+    return "" if image_encoding == DEFAULT_IMAGE_ENCODING else f"_{image_encoding}"
+
+
+def domain_run_name(
+    kind: str,
+    severity: int | None,
+    images_per_domain: int,
+    crop: str,
+    seed: int,
+    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+) -> str:
     """Run name of a ``cin-c`` or ``gradual`` stream: ``cin-c_severity_5_images_50000_crop_random_seed_43``,
-    ``gradual_images_5000_crop_center_seed_43`` (``images_per_domain``: images per corruption or level, >= 1)."""
+    ``gradual_images_5000_crop_center_seed_43`` (``images_per_domain``: images per corruption or level, >= 1),
+    then :func:`encoding_suffix`."""
     level = f"_severity_{severity}" if severity is not None else ""
-    return f"{kind}{level}_images_{images_per_domain}_crop_{crop}_seed_{seed}"
+    return f"{kind}{level}_images_{images_per_domain}_crop_{crop}_seed_{seed}" + encoding_suffix(image_encoding)
 
 
 @dataclass(frozen=True)
@@ -417,7 +457,8 @@ def resolve_stream_spec(
             (``random`` or ``center``, default ``random``); for every kind ``seed`` (default
             :data:`DEFAULT_SEED`), ``num_images`` (default: ``ccc`` unbounded,
             :data:`UNBOUNDED_IMAGES`; the others one pass of their domains), ``shard_size``
-            (default :data:`DEFAULT_SHARD_SIZE`).
+            (default :data:`DEFAULT_SHARD_SIZE`), ``image_encoding`` (default
+            :data:`DEFAULT_IMAGE_ENCODING`, see :data:`IMAGE_ENCODINGS`).
         table: the calibration table (:class:`ccc.calibration.CalibrationTable`); None for the
             kinds without calibration.
         source_index_checksum: :meth:`ccc.stream.sources.ImageIndex.checksum` of the image folder.
@@ -467,6 +508,7 @@ def resolve_stream_spec(
         schedule=definition.get("schedule", "reference"),
         path_objective=definition.get("path_objective", "reference"),
         shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
+        image_encoding=definition.get("image_encoding") or DEFAULT_IMAGE_ENCODING,
     )
 
 
@@ -522,4 +564,5 @@ def _resolve_domain_spec(
         kind=kind,
         severity=severity,
         crop=definition.get("crop") or "random",
+        image_encoding=definition.get("image_encoding") or DEFAULT_IMAGE_ENCODING,
     )

@@ -85,27 +85,27 @@ def test_render_equals_its_definition() -> None:
     Image.fromarray(corrupted).save(buffer, format="JPEG", quality=JPEG_QUALITY, optimize=True)
     rendered = render_sample(spec, source)
     assert rendered.spec == spec
-    assert rendered.jpeg == buffer.getvalue()
-    assert render_sample(spec, source).jpeg == rendered.jpeg
-    decoded = Image.open(io.BytesIO(rendered.jpeg))
+    assert rendered.image == buffer.getvalue()
+    assert render_sample(spec, source).image == rendered.image
+    decoded = Image.open(io.BytesIO(rendered.image))
     assert (decoded.format, decoded.mode, decoded.size) == ("JPEG", "RGB", (224, 224))
 
 
 def test_the_render_seed_drives_the_corruption() -> None:
     source = source_jpeg()
-    first = render_sample(make_spec(seed=1), source).jpeg
-    assert render_sample(make_spec(seed=2), source).jpeg != first
+    first = render_sample(make_spec(seed=1), source).image
+    assert render_sample(make_spec(seed=2), source).image != first
     clean = make_spec(s1=0.0, s2=0.0)
     assert (
-        render_sample(dataclasses.replace(clean, seed=1), source).jpeg
-        == render_sample(dataclasses.replace(clean, seed=2), source).jpeg
+        render_sample(dataclasses.replace(clean, seed=1), source).image
+        == render_sample(dataclasses.replace(clean, seed=2), source).image
     )
 
 
 @pytest.mark.parametrize("mode", ["L", "CMYK"])
 def test_non_rgb_sources_are_converted(mode: str) -> None:
     rendered = render_sample(make_spec(), source_jpeg(mode=mode))
-    assert Image.open(io.BytesIO(rendered.jpeg)).mode == "RGB"
+    assert Image.open(io.BytesIO(rendered.image)).mode == "RGB"
 
 
 def test_a_changed_source_image_is_refused() -> None:

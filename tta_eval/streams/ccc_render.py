@@ -54,7 +54,8 @@ RENDER_EXAMPLE = (
 def parse_render_location(location: str) -> RenderRequest:
     """Parse ``[demo|RUN_FOLDER,]key=value,…``: stream definition keys (``kind``, ``difficulty``,
     ``speed``, ``seed``, ``baseline_accuracy``, ``corruptions`` joined by '+', ``num_images``,
-    ``schedule``, ``path_objective``, ``severity``, ``crop``; ``ccc.stream.spec.resolve_stream_spec``)
+    ``schedule``, ``path_objective``, ``severity``, ``crop``, ``image_encoding``;
+    ``ccc.stream.spec.resolve_stream_spec``)
     or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
     for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none), ``start=INDEX`` and
     ``device=cpu|cuda[:index]`` (render with the torch backend there) and, with it,
@@ -240,7 +241,9 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         demo = _renders_demo_images(request)
         severity = spec.severity if spec.kind == "cin-c" else None
-        name = ("demo_" if demo else "") + domain_run_name(spec.kind, severity, spec.speed, spec.crop, spec.seed)
+        name = ("demo_" if demo else "") + domain_run_name(
+            spec.kind, severity, spec.speed, spec.crop, spec.seed, spec.image_encoding
+        )
         samples = spec.num_images
     else:
         if request.definition.get("speed") is None:
@@ -253,7 +256,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         except (CalibrationError, PlanError, OSError) as error:
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         demo = _renders_demo_images(request)
-        name = world_run_name(spec.target_accuracy, spec.speed, spec.seed, spec.num_images, demo)
+        name = world_run_name(spec.target_accuracy, spec.speed, spec.seed, spec.num_images, demo, spec.image_encoding)
         samples = None if spec.num_images >= UNBOUNDED_IMAGES else spec.num_images
     if samples is not None:
         samples = max(samples - request.start, 0)

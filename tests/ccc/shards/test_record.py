@@ -55,7 +55,7 @@ def test_members_are_written_in_order_under_the_sample_key() -> None:
 def test_what_is_written_is_read_back() -> None:
     spec = make_spec()
     record = decode_members(members_of(spec, b"image bytes"), spec.index, "here")
-    assert (record.jpeg, record.label) == (b"image bytes", spec.class_index)
+    assert (record.image, record.label) == (b"image bytes", spec.class_index)
     assert record.record == json.loads(json.dumps(spec.to_json_dict()))
     assert record.metadata == {
         "index": 7, "n1": "fog", "s1": 0.25, "n2": "jpeg", "s2": 0.0, "path_step": 1,

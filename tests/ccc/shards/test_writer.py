@@ -57,7 +57,7 @@ def test_shard_layout_and_fixed_headers(tmp_path: Path) -> None:
             (0, 0o444, 0, 0, "ccc", "ccc", tarfile.REGTYPE)
         }
         sample = make_sample(31)
-        assert archive.extractfile("000000000031.input.jpg").read() == sample.jpeg  # type: ignore[union-attr]
+        assert archive.extractfile("000000000031.input.jpg").read() == sample.image  # type: ignore[union-attr]
         assert archive.extractfile("000000000031.output.cls").read() == b"1"  # type: ignore[union-attr]
         assert archive.extractfile("000000000031.info").read().decode() == format_info(sample.spec)  # type: ignore[union-attr]
         record = archive.extractfile("000000000031.json").read().decode()  # type: ignore[union-attr]
@@ -84,7 +84,7 @@ def test_webdataset_groups_the_members_into_samples(tmp_path: Path) -> None:
             files = tariterators.tar_file_expander([{"url": str(path), "stream": handle}])
             samples += list(tariterators.group_by_keys(files))
     assert [s["__key__"] for s in samples] == [sample_key(k) for k in range(5)]
-    assert samples[4]["input.jpg"] == make_sample(4).jpeg
+    assert samples[4]["input.jpg"] == make_sample(4).image
     assert int(samples[4]["output.cls"]) == 1
     assert set(samples[0]) >= {"info", "input.jpg", "json", "output.cls"}
 
