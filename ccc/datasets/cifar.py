@@ -125,9 +125,9 @@ def cifar_checksum(images: NDArray[np.uint8], labels: NDArray[np.int64], class_n
     per line)."""
     digest = hashlib.sha256()
     digest.update(b"images %d\n" % len(images))
-    digest.update(np.ascontiguousarray(images, dtype=np.uint8).tobytes())
+    digest.update(np.ascontiguousarray(images, dtype=np.uint8))
     digest.update(b"labels\n")
-    digest.update(np.asarray(labels, dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(labels, dtype="<i8"))
     digest.update(b"classes\n" + "\n".join(class_names).encode())
     return digest.hexdigest()
 
