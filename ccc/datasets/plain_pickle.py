@@ -122,13 +122,13 @@ def _call(function: object, arguments: object) -> object:
     if not isinstance(function, _Global) or not isinstance(arguments, tuple):
         raise _Refused(f"a call of {_describe(function)} with {_describe(arguments)} (only recognised calls)")
     if function == _ENCODE:
-        if len(arguments) == 2 and isinstance(arguments[0], str) and arguments[1] == "latin1":
+        if len(arguments) == 2 and isinstance(arguments[0], str) and _is_text(arguments[1], "latin1"):
             try:
                 return arguments[0].encode("latin-1")
             except UnicodeEncodeError:
                 raise _Refused("_codecs.encode of text beyond latin-1 (not bytes written by Python 3)") from None
     elif function in _BYTES:
-        if arguments == ():
+        if not arguments:
             return b""
     elif function == _DTYPE:
         # Python 2 wrote the type code as a str (read as bytes), Python 3 writes text.
@@ -138,9 +138,14 @@ def _call(function: object, arguments: object) -> object:
         if type_code is not None:
             raise _Refused(f"numpy dtype {type_code[:20]!r}; only bool, integer and float dtypes are read")
     elif function in _RECONSTRUCT:
-        if len(arguments) == 3 and arguments[0] == _NDARRAY:
+        if len(arguments) == 3 and isinstance(arguments[0], _Global) and arguments[0] == _NDARRAY:
             return _Pending("array")
     raise _Refused(f"a call of {_describe(function)} with arguments other than a plain array's, bytes' or dtype's")
+
+
+def _is_text(value: object, text: str) -> bool:
+    """Whether ``value`` is the str ``text`` (never comparing an array elementwise)."""
+    return isinstance(value, str) and value == text
 
 
 def _ascii(value: object) -> str | None:
@@ -158,14 +163,14 @@ def _finish_dtype(type_code: str, state: object) -> np.dtype:
         raise _Refused(
             f"numpy dtype {type_code!r} has the byte order {repr(state[1])[:20]}, not one of {', '.join(_BYTE_ORDERS)}"
         )
-    if state[2:5] != (None, None, None):
+    if any(item is not None for item in state[2:5]):
         raise _Refused(f"numpy dtype {type_code!r} has fields or a sub-array; only plain numeric dtypes are read")
     byte_order = "" if byte_order == "|" else byte_order
     return np.dtype(byte_order + type_code)
 
 
 def _finish_array(state: object) -> np.ndarray:
-    if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1):
+    if not (isinstance(state, tuple) and len(state) == 5 and type(state[0]) is int and state[0] == 1):
         raise _Refused("the state of a numpy array is not (1, shape, dtype, fortran_order, bytes)")
     _, shape, dtype, fortran_order, raw = state
     if isinstance(dtype, _Pending):

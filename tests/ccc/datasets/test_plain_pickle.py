@@ -110,6 +110,20 @@ def test_opcodes_of_other_types_are_refused_by_name(value, refusal) -> None:
         read_plain_pickle(pickle.dumps(value, protocol=4), "test file")
 
 
+class ArraysAsCallArguments:
+    """Pickled as a recognised call (``_codecs.encode``) whose encoding is an array instead of text."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        import codecs
+
+        return (codecs.encode, ("text", np.zeros(2)))
+
+
+def test_a_recognised_call_with_unexpected_arguments_is_refused_by_name() -> None:
+    with pytest.raises(PlainPickleError, match=r"a call of _codecs\.encode with arguments other than"):
+        read_plain_pickle(pickle.dumps(ArraysAsCallArguments(), protocol=2), "test file")
+
+
 def test_a_protocol_5_array_is_refused_by_name() -> None:
     with pytest.raises(PlainPickleError, match=r"the global numpy\._?core\.numeric\._frombuffer"):
         read_plain_pickle(pickle.dumps(np.zeros(3), protocol=5), "test file")
