@@ -196,8 +196,10 @@ def read_cifar(root: str | os.PathLike[str], name: str = "cifar10", split: str =
 
 
 def _format(name: str) -> CifarFormat:
-    if name not in CIFAR_FORMATS:
-        raise CifarError(f"name must be one of {', '.join(CIFAR_FORMATS)}; got {name!r}")
+    try:
+        check_choice("name", name, CIFAR_FORMATS)
+    except ValueError as error:
+        raise CifarError(str(error)) from None
     return CIFAR_FORMATS[name]
 
 

@@ -94,7 +94,9 @@ def read_tiny_imagenet_class_names(folder: str | os.PathLike[str]) -> tuple[str,
     wnids = read_tiny_imagenet_wnids(folder)
     path = Path(folder) / "words.txt"
     names = {}
-    for line in _read_lines(path):
+    # Names are only shown to people: a byte that is not UTF-8 in one line of this file (it names every
+    # WordNet id) must not make the whole file unreadable.
+    for line in _read_lines(path, errors="replace"):
         wnid, _, name = line.partition("\t")
         names[wnid.strip()] = name.strip()
     missing = [wnid for wnid in wnids if wnid not in names]
@@ -141,9 +143,10 @@ def index_tiny_imagenet(root: str | os.PathLike[str], split: str = "val") -> Ima
     )
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(path: Path, errors: str = "strict") -> list[str]:
+    """The lines of the UTF-8 text file ``path``; ``errors``: how undecodable bytes are handled (``str.decode``)."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8", errors=errors).splitlines()
     except FileNotFoundError:
         raise TinyImageNetError(
             f"{path} does not exist; is this the {TINY_IMAGENET_FOLDER} folder as published?"

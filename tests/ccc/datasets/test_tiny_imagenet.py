@@ -103,6 +103,13 @@ def test_class_names_come_from_words_txt_in_class_order(tmp_path) -> None:
         read_tiny_imagenet_class_names(folder)
 
 
+def test_a_byte_that_is_not_utf8_in_words_txt_spoils_only_its_own_name(tmp_path) -> None:
+    folder = make_tiny_imagenet(tmp_path)
+    words = (folder / "words.txt").read_bytes().replace(b"test class", b"caf\xe9")
+    (folder / "words.txt").write_bytes(words)
+    assert read_tiny_imagenet_class_names(folder) == ("goldfish, Carassius auratus", "Egyptian cat", "caf\ufffd")
+
+
 def test_the_folder_is_found_or_named(tmp_path) -> None:
     folder = make_tiny_imagenet(tmp_path)
     assert find_tiny_imagenet_folder(tmp_path) == find_tiny_imagenet_folder(folder) == folder
