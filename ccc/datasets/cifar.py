@@ -251,9 +251,11 @@ def _read_batch(cifar: CifarFormat, path: Path) -> tuple[NDArray[np.uint8], NDAr
     named = f"{cifar.title} file {str(path)!r}"
     if not (isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.ndim == 2):
         description = (
-            f"{rows.dtype} array of shape {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
+            f"an array of dtype {rows.dtype} and shape {rows.shape}"
+            if isinstance(rows, np.ndarray)
+            else f"a {type(rows).__name__}"
         )
-        raise CifarError(f"{named}: 'data' must be a uint8 array N×{CIFAR_ROW_VALUES}, got a {description}")
+        raise CifarError(f"{named}: 'data' must be a uint8 array N×{CIFAR_ROW_VALUES}, got {description}")
     if rows.shape[1] != CIFAR_ROW_VALUES:
         raise CifarError(
             f"{named}: 'data' must have {CIFAR_ROW_VALUES:,} values per row (3×32×32), got {rows.shape[1]:,}"

@@ -112,8 +112,14 @@ def _rewrite_batch(tmp_path, **changes) -> None:  # type: ignore[no-untyped-def]
     ("changes", "refusal"),
     [
         ({"data": np.zeros((3, 3071), dtype=np.uint8)}, "'data' must have 3,072 values per row"),
-        ({"data": np.zeros((3, 32, 32, 3), dtype=np.uint8)}, r"'data' must be a uint8 array N×3072, got a uint8 array"),
-        ({"data": np.zeros((3, 3072), dtype=np.int16)}, "'data' must be a uint8 array N×3072, got a int16 array"),
+        (
+            {"data": np.zeros((3, 32, 32, 3), dtype=np.uint8)},
+            r"'data' must be a uint8 array N×3072, got an array of dtype uint8 and shape \(3, 32, 32, 3\)",
+        ),
+        (
+            {"data": np.zeros((3, 3072), dtype=np.int16)},
+            r"'data' must be a uint8 array N×3072, got an array of dtype int16 and shape \(3, 3072\)",
+        ),
         ({"data": [1, 2]}, "'data' must be a uint8 array N×3072, got a list"),
         ({"data": None}, r"has no 'data' entry \(its keys: b'batch_label', b'filenames', b'labels'\)"),
         ({"labels": [1, 2]}, r"2 'labels' for 3 images"),
