@@ -268,7 +268,12 @@ def _read_batch(cifar: CifarFormat, path: Path) -> tuple[NDArray[np.uint8], NDAr
     outside = [label for label in labels if not 0 <= label < cifar.class_count]
     if outside:
         raise CifarError(
-            f"{named}: {cifar.labels_key!r} must be in [0, {cifar.class_count}), got {outside[0]} "
+            f"{named}: {cifar.labels_key!r} must be in [0, {cifar.class_count}), got {_shown(outside[0])} "
             f"({len(outside):,} outside)"
         )
     return rows, np.asarray(labels, dtype=np.int64)
+
+
+def _shown(number: int) -> str:
+    """``number`` as messages show it: its digits, or its size when it is too long to print."""
+    return str(number) if abs(number) < 10**18 else f"an integer of {number.bit_length():,} bits"

@@ -178,8 +178,8 @@ def _finish_array(state: object) -> np.ndarray:
     if not isinstance(dtype, np.dtype):
         raise _Refused(f"a numpy array's dtype is {_describe(dtype)}, not a plain numeric dtype")
     valid_shape = isinstance(shape, tuple) and len(shape) <= MAX_ARRAY_DIMENSIONS
-    if not (valid_shape and all(type(size) is int and size >= 0 for size in shape)):
-        raise _Refused(f"a numpy array's shape is not a tuple of at most {MAX_ARRAY_DIMENSIONS} sizes >= 0")
+    if not (valid_shape and all(type(size) is int and 0 <= size < 2**63 for size in shape)):
+        raise _Refused(f"a numpy array's shape is not a tuple of at most {MAX_ARRAY_DIMENSIONS} sizes in [0, 2**63)")
     if not isinstance(raw, bytes) or not isinstance(fortran_order, bool):
         raise _Refused("a numpy array's state does not hold its raw bytes and a fortran_order flag")
     expected = math.prod(shape) * dtype.itemsize

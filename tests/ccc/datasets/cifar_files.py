@@ -44,8 +44,12 @@ class _Python2Pickler:
             self.out += b"K" + bytes([value])
         elif 0 <= value < 65536:
             self.out += b"M" + struct.pack("<H", value)
-        else:
+        elif -(2**31) <= value < 2**31:
             self.out += b"J" + struct.pack("<i", value)
+        else:
+            encoded = value.to_bytes(value.bit_length() // 8 + 1, "little", signed=True)
+            size = bytes([len(encoded)]) if len(encoded) < 256 else struct.pack("<I", len(encoded))
+            self.out += (b"\x8a" if len(encoded) < 256 else b"\x8b") + size + encoded
 
     def value(self, value: object) -> None:
         if isinstance(value, bytes):

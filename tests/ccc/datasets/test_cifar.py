@@ -125,6 +125,7 @@ def _rewrite_batch(tmp_path, **changes) -> None:  # type: ignore[no-untyped-def]
         ({"labels": [1, 2]}, r"2 'labels' for 3 images"),
         ({"labels": [1, 2, 10]}, r"'labels' must be in \[0, 10\), got 10 \(1 outside\)"),
         ({"labels": [1, 2, b"3"]}, "'labels' must be a list of class indices"),
+        ({"labels": [1, 2, 10**5000]}, r"'labels' must be in \[0, 10\), got an integer of 16,610 bits"),
     ],
 )
 def test_a_batch_of_the_wrong_structure_is_refused_naming_the_file(tmp_path, changes, refusal) -> None:

@@ -54,7 +54,13 @@ def test_plain_values_and_arrays_written_by_python_3_are_read_back_exactly(proto
 def test_a_pickle_as_python_2_wrote_it_reads_as_with_encoding_bytes() -> None:
     # Python 2's str are bytes, its numpy names numpy.core.multiarray, its dtype arguments ints.
     rows = np.random.default_rng(0).integers(0, 256, (2, 3072), dtype=np.uint8)
-    value = {b"data": rows, b"labels": list(range(1500)), b"filenames": [b"a.png", b"b" * 300], b"count": 70_000}
+    value = {
+        b"data": rows,
+        b"labels": list(range(1500)),
+        b"filenames": [b"a.png", b"b" * 300],
+        b"count": 70_000,
+        b"long": -(2**70),
+    }
     data = python2_pickle(value)
     assert b"cnumpy.core.multiarray\n_reconstruct\n" in data and b"T\x00\x18\x00\x00" in data  # BINSTRING of 6,144
     read = read_plain_pickle(data, "test file")
@@ -63,9 +69,12 @@ def test_a_pickle_as_python_2_wrote_it_reads_as_with_encoding_bytes() -> None:
     assert read[b"data"].dtype == np.uint8 and read[b"data"].shape == (2, 3072)
     np.testing.assert_array_equal(read[b"data"], reference[b"data"])
     np.testing.assert_array_equal(read[b"data"], rows)
-    assert [read[key] for key in (b"labels", b"filenames", b"count")] == [
-        reference[key] for key in (b"labels", b"filenames", b"count")
-    ]
+    plain_keys = (b"labels", b"filenames", b"count", b"long")
+    assert (
+        [read[key] for key in plain_keys]
+        == [reference[key] for key in plain_keys]
+        == [value[key] for key in plain_keys]
+    )
 
 
 class SystemCall:
@@ -145,7 +154,8 @@ def _array_pickle(shape_bytes: bytes, raw: bytes) -> bytes:
     [
         (b"K\x02K\x04\x86", b"\x00" * 6, r"shape \(2, 4\) and dtype uint8 needs 8 bytes, its state holds 6"),
         (b"K\x02K\x03\x86", b"\x00" * 7, r"shape \(2, 3\) and dtype uint8 needs 6 bytes, its state holds 7"),
-        (b"J\xff\xff\xff\xffK\x03\x86", b"\x00" * 6, "shape is not a tuple of at most 32 sizes >= 0"),
+        (b"J\xff\xff\xff\xffK\x03\x86", b"\x00" * 6, r"shape is not a tuple of at most 32 sizes in \[0, 2\*\*63\)"),
+        (b"\x8a\x09" + b"\x00" * 8 + b"\x01K\x03\x86", b"\x00" * 6, r"shape is not a tuple of at most 32 sizes"),
         (b"J\xff\xff\xff\x7fJ\xff\xff\xff\x7f\x86", b"\x00" * 6, "needs 4,611,686,014,132,420,609 bytes"),
     ],
 )
