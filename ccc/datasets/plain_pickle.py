@@ -345,7 +345,7 @@ def read_plain_pickle(data: bytes, what: str) -> object:
 
     Returns:
         None, bool, int, float, str, bytes, or tuples, lists and dicts of them, and numpy arrays of
-        bool, integer or float dtype (read-only views of ``data``'s copy of the raw bytes).
+        bool, integer or float dtype (read-only arrays over the raw bytes the pickle holds).
 
     Raises:
         PlainPickleError: one line, "WHAT cannot be read: REASON", for any other content, a truncated
@@ -379,12 +379,15 @@ def read_plain_pickle_file(path: str | os.PathLike[str], what: str) -> object:
     try:
         if not path.is_file():
             raise PlainPickleError(f"{named} does not exist or is not a regular file")
-        size = path.stat().st_size
-        if size > MAX_PICKLE_FILE_BYTES:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            # Reading stops one byte past the bound, so a file growing meanwhile is refused too.
+            data = handle.read(MAX_PICKLE_FILE_BYTES + 1) if size <= MAX_PICKLE_FILE_BYTES else b""
+        if size > MAX_PICKLE_FILE_BYTES or len(data) > MAX_PICKLE_FILE_BYTES:
             raise PlainPickleError(
-                f"{named} holds {size:,} bytes, more than the {MAX_PICKLE_FILE_BYTES:,} read from a pickle"
+                f"{named} holds {max(size, len(data)):,} bytes or more, more than the {MAX_PICKLE_FILE_BYTES:,} "
+                "read from a pickle"
             )
-        data = path.read_bytes()
     except OSError as error:
         raise PlainPickleError(f"{named} cannot be read: {error.strerror or error}") from None
     return read_plain_pickle(data, named)
