@@ -14,11 +14,15 @@ never imported or called:
   ``numpy.frombuffer`` from the raw bytes, after their length is checked against shape and dtype.
 
 Python 2 strings (``STRING``, ``BINSTRING``, ``SHORT_BINSTRING``) are read as ``bytes``, as
-``pickle.load(..., encoding="bytes")`` does. Any other global, call, opcode (objects, sets,
-persistent ids, out-of-band buffers) or structure is refused with :class:`PlainPickleError` before
-anything else is read. The work is bounded: at most :data:`ccc.pickles.MAX_PICKLE_OPCODES` opcodes
-(each builds at most one value) and a file of at most :data:`MAX_PICKLE_FILE_BYTES`; string arguments
-are read from the file's bytes in memory, so a declared length can never exceed what the file holds.
+``pickle.load(..., encoding="bytes")`` does. Protocols 0 to 4 as Python 3 writes them are read, and
+Python 2's protocols 1 and 2 (the published CIFAR files: 2); of Python 2's text protocol 0, only
+strings of ASCII characters (``pickletools`` decodes ``STRING`` as ASCII), so not its arrays.
+
+Any other global, call, opcode (objects, sets, persistent ids, protocol 5's out-of-band buffers) or
+structure is refused with :class:`PlainPickleError` before anything else is read. The work is bounded:
+at most :data:`ccc.pickles.MAX_PICKLE_OPCODES` opcodes (each builds at most one value) and a file of at
+most :data:`MAX_PICKLE_FILE_BYTES`; string arguments are read from the file's bytes in memory, so a
+declared length can never exceed what the file holds.
 """
 
 from __future__ import annotations
@@ -85,6 +89,10 @@ _VALUE_OPCODES = {
 }
 
 _ARGUMENT_OPCODES = {
+    "INT",
+    "LONG",
+    "FLOAT",
+    "UNICODE",
     "BININT",
     "BININT1",
     "BININT2",
@@ -98,7 +106,8 @@ _ARGUMENT_OPCODES = {
     "SHORT_BINUNICODE",
     "BINUNICODE8",
 }
-"""Opcodes pushing their argument as it is (``pickletools`` decodes it to the value)."""
+"""Opcodes pushing their argument as it is (``pickletools`` decodes it to the value; ``INT`` is also
+how protocols 0 and 1 write a bool)."""
 
 _PYTHON2_STRING_OPCODES = {"STRING", "BINSTRING", "SHORT_BINSTRING"}
 """Python 2 ``str``: bytes (``pickletools`` hands them over decoded as latin-1)."""
@@ -337,7 +346,7 @@ def _as(target: object, kind: type, opcode: str) -> Any:
 
 
 def read_plain_pickle(data: bytes, what: str) -> object:
-    """The value of the pickle ``data`` (protocols 2 to 4; see the module docstring for what it may hold).
+    """The value of the pickle ``data`` (see the module docstring for the protocols and what it may hold).
 
     Args:
         data: the whole file's bytes.

@@ -21,8 +21,9 @@ from ccc.datasets.cifar import CIFAR_FORMATS
 class _Python2Pickler:
     """Opcodes of a protocol-2 pickle as Python 2's cPickle emitted them, for the values CIFAR files hold."""
 
-    def __init__(self) -> None:
-        self.out = bytearray(b"\x80\x02")
+    def __init__(self, protocol: int) -> None:
+        self.protocol = protocol
+        self.out = bytearray(b"\x80\x02" if protocol == 2 else b"")
         self.memo_size = 0
 
     def memoise(self) -> None:
@@ -38,6 +39,12 @@ class _Python2Pickler:
         else:
             self.out += b"T" + struct.pack("<I", len(value)) + value
         self.memoise()
+
+    def boolean(self, value: bool) -> None:
+        if self.protocol == 2:
+            self.out += b"\x88" if value else b"\x89"
+        else:
+            self.out += b"I01\n" if value else b"I00\n"
 
     def integer(self, value: int) -> None:
         if 0 <= value < 256:
@@ -55,7 +62,7 @@ class _Python2Pickler:
         if isinstance(value, bytes):
             self.string(value)
         elif isinstance(value, bool):
-            self.out += b"\x88" if value else b"\x89"
+            self.boolean(value)
         elif isinstance(value, int):
             self.integer(value)
         elif value is None:
@@ -106,14 +113,15 @@ class _Python2Pickler:
         self.out += b"(K\x03"
         self.string(array.dtype.str[0].encode())
         self.out += b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
-        self.out += b"\x89"
+        self.boolean(False)
         self.string(array.tobytes())
         self.out += b"tb"
 
 
-def python2_pickle(value: dict[bytes, object]) -> bytes:
-    """``value`` (bytes keys; bytes, ints, lists, dicts and C-order numpy arrays) pickled as Python 2 did."""
-    pickler = _Python2Pickler()
+def python2_pickle(value: dict[bytes, object], protocol: int = 2) -> bytes:
+    """``value`` (bytes keys; bytes, ints, bools, lists, dicts and C-order numpy arrays) pickled as Python 2
+    did at ``protocol`` 2 (the published files) or 1 (no PROTO opcode, bools as ``INT``)."""
+    pickler = _Python2Pickler(protocol)
     pickler.value(value)
     return bytes(pickler.out + b".")
 

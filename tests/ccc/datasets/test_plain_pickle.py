@@ -40,7 +40,7 @@ ARRAYS = {
 }
 
 
-@pytest.mark.parametrize("protocol", [2, 3, 4])
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4])
 def test_plain_values_and_arrays_written_by_python_3_are_read_back_exactly(protocol) -> None:
     value = {**PLAIN, "arrays": ARRAYS}
     read = read_plain_pickle(pickle.dumps(value, protocol=protocol), "test file")
@@ -51,7 +51,8 @@ def test_plain_values_and_arrays_written_by_python_3_are_read_back_exactly(proto
         np.testing.assert_array_equal(read["arrays"][name], array, err_msg=name)
 
 
-def test_a_pickle_as_python_2_wrote_it_reads_as_with_encoding_bytes() -> None:
+@pytest.mark.parametrize("protocol", [2, 1])
+def test_a_pickle_as_python_2_wrote_it_reads_as_with_encoding_bytes(protocol) -> None:
     # Python 2's str are bytes, its numpy names numpy.core.multiarray, its dtype arguments ints.
     rows = np.random.default_rng(0).integers(0, 256, (2, 3072), dtype=np.uint8)
     value = {
@@ -60,8 +61,9 @@ def test_a_pickle_as_python_2_wrote_it_reads_as_with_encoding_bytes() -> None:
         b"filenames": [b"a.png", b"b" * 300],
         b"count": 70_000,
         b"long": -(2**70),
+        b"flags": [True, False],
     }
-    data = python2_pickle(value)
+    data = python2_pickle(value, protocol)
     assert b"cnumpy.core.multiarray\n_reconstruct\n" in data and b"T\x00\x18\x00\x00" in data  # BINSTRING of 6,144
     read = read_plain_pickle(data, "test file")
     reference = pickle.loads(data, encoding="bytes")  # our own file: safe to unpickle for comparison
@@ -69,7 +71,7 @@ def test_a_pickle_as_python_2_wrote_it_reads_as_with_encoding_bytes() -> None:
     assert read[b"data"].dtype == np.uint8 and read[b"data"].shape == (2, 3072)
     np.testing.assert_array_equal(read[b"data"], reference[b"data"])
     np.testing.assert_array_equal(read[b"data"], rows)
-    plain_keys = (b"labels", b"filenames", b"count", b"long")
+    plain_keys = (b"labels", b"filenames", b"count", b"long", b"flags")
     assert (
         [read[key] for key in plain_keys]
         == [reference[key] for key in plain_keys]
@@ -188,7 +190,7 @@ def test_a_truncated_pickle_is_refused_in_one_line(cut) -> None:
         (b"\x80\x02]K\x01b.", "setting the state of list"),
         (b"\x80\x02c_codecs\nencode\nX\x02\x00\x00\x00\xc4\x80X\x06\x00\x00\x00latin1\x86R.", "beyond latin-1"),
         (b"\x80\x02(K\x01d.", "DICT with a key but no value"),
-        (b"\x80\x02I1\n.", "opcode INT at byte 2"),
+        (b"\x80\x02(K\x01o.", "opcode OBJ at byte 5"),
     ],
 )
 def test_damaged_or_unexpected_opcodes_are_refused_in_one_line(data, refusal) -> None:
