@@ -162,9 +162,11 @@ def _image_files(folder: Path) -> list[str]:
         raise TinyImageNetError(
             f"{folder} does not exist or is not a folder; is this the {TINY_IMAGENET_FOLDER} layout?"
         )
-    return sorted(
-        name for name in os.listdir(folder) if name.lower().endswith(IMAGE_EXTENSIONS) and (folder / name).is_file()
-    )
+    # scandir: the entry types come with the listing (no stat per file; 100,000 in train).
+    with os.scandir(folder) as entries:
+        return sorted(
+            entry.name for entry in entries if entry.name.lower().endswith(IMAGE_EXTENSIONS) and entry.is_file()
+        )
 
 
 def _train_images(folder: Path, wnids: tuple[str, ...]) -> list[tuple[str, str]]:
