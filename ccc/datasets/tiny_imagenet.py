@@ -14,7 +14,7 @@ Class ``k`` is the ``k``-th WordNet id of ``wnids.txt`` in sorted order (the fil
 sorted): the index torchvision's ``ImageFolder`` gives over ``train/``, and the convention of
 :func:`ccc.stream.sources.class_list` for folders that are not ImageNet. Images are ordered by
 (class, relative path), as in :class:`~ccc.stream.sources.ImageIndex`, whose checksum covers the
-ordered relative paths. The layout is checked, not repaired: a missing file or folder, a class
+ordered relative paths and each image's class. The layout is checked, not repaired: a missing file or folder, a class
 without images, a folder or annotation naming an unknown WordNet id, a val image without annotation
 or an annotation without image is a :class:`TinyImageNetError` naming it.
 """
@@ -120,7 +120,7 @@ def index_tiny_imagenet(root: str | os.PathLike[str], split: str = "val") -> Ima
         the sorted WordNet ids (position = class index), ``images`` one
         :class:`~ccc.stream.sources.SourceImage` per image (relative path ``train/<wnid>/images/<file>``
         or ``val/images/<file>``, WordNet id, class index in [0, len(classes))) ordered by (class,
-        relative path); ``checksum()`` is the sha256 of that ordered list. Images are listed, not
+        relative path); ``checksum()`` is the sha256 of that ordered list (paths and classes). Images are listed, not
         decoded (64×64 JPEGs in the published folder).
 
     Raises:

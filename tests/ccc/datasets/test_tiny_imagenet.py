@@ -90,9 +90,22 @@ def test_the_checksum_is_fixed_by_the_ordered_list(tmp_path) -> None:
     checksums = {index_tiny_imagenet(tmp_path / copy, split).checksum() for copy in ("a", "b") for split in ("val",)}
     assert len(checksums) == 1
     assert index_tiny_imagenet(tmp_path / "a", "train").checksum() != checksums.pop()
-    annotations = tmp_path / "b" / "tiny-imagenet-200" / "val" / "val_annotations.txt"
-    annotations.write_text(annotations.read_text().replace("val_2.JPEG\tn09999999", "val_2.JPEG\tn01443537"))
-    assert index_tiny_imagenet(tmp_path / "b").checksum() != index_tiny_imagenet(tmp_path / "a").checksum()
+
+
+def test_the_checksum_covers_val_labels_that_leave_the_order_unchanged(tmp_path) -> None:
+    folder = make_tiny_imagenet(tmp_path)
+    _jpeg(folder / "val" / "images" / "val_3.JPEG", 50)
+    labels = {**VAL_LABELS, "val_3.JPEG": "n09999999"}
+    _break_annotations(folder, "".join(f"{name}\t{wnid}\n" for name, wnid in labels.items()))
+    before = index_tiny_imagenet(tmp_path)
+    # val_2 moves from the last class to the middle one: the same image order, the same classes present.
+    _break_annotations(
+        folder, "".join(f"{name}\t{wnid}\n" for name, wnid in {**labels, "val_2.JPEG": "n02124075"}.items())
+    )
+    after = index_tiny_imagenet(tmp_path)
+    assert [image.relative_path for image in after] == [image.relative_path for image in before]
+    assert [image.class_index for image in after] != [image.class_index for image in before]
+    assert after.checksum() != before.checksum()
 
 
 def test_class_names_come_from_words_txt_in_class_order(tmp_path) -> None:
