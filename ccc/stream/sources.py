@@ -12,8 +12,9 @@ order is part of the benchmark's definition:
   without images) are skipped with a logged note, hidden folders ignored;
 - images are sorted by (class folder, file name); only files with an image extension count;
 - :meth:`ImageIndex.checksum` is the sha256 of the sorted ``wnid/file`` list (plus the excluded
-  files, and the class list when it is not the sorted class folders), so a plan or table can record
-  exactly which image set and labels it was made from.
+  files, the class list when it is not the sorted class folders, and the class of every image whose
+  path does not start with its class folder), so a plan or table can record exactly which image set
+  and labels it was made from.
 
 The plan's view of an index is :class:`SourceImages` (:func:`load_source_images`: paths, labels and
 the pixel size of every image, read from the file headers).
@@ -165,10 +166,15 @@ class ImageIndex:
 
     def checksum(self) -> str:
         """sha256 (hex) of the ordered ``wnid/file`` list, of the excluded files, and of the class list
-        when it is not the sorted class folders (an explicit list: the labels differ)."""
+        when it is not the sorted class folders (an explicit list: the labels differ). An image whose path
+        does not start with its class folder (Tiny-ImageNet's ``val/images/…``, labelled by a file) adds
+        its class to its line, so that its label is covered too; folders of class sub-folders keep their
+        checksum."""
         digest = hashlib.sha256()
         for image in self.images:
-            digest.update(image.relative_path.encode() + b"\n")
+            labelled_by_path = image.relative_path.startswith(image.wnid + "/")
+            label = b"" if labelled_by_path else b" class " + image.wnid.encode()
+            digest.update(image.relative_path.encode() + label + b"\n")
         for name in self.excluded:
             digest.update(b"excluded " + name.encode() + b"\n")
         if self.classes != tuple(sorted({image.wnid for image in self.images})):

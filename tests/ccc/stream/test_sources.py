@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from ccc.stream.sources import (
@@ -24,6 +26,13 @@ def test_order_classes_and_checksum(image_folder):
     assert index.checksum() == index_image_folder(image_folder, check_images=False).checksum()
     (image_folder / "n00000001" / "ILSVRC2012_val_00000006.JPEG").unlink()
     assert index.checksum() != index_image_folder(image_folder, progress=False).checksum()
+
+
+def test_a_folder_of_class_sub_folders_keeps_the_checksum_of_its_path_list(image_folder):
+    # The checksum of every index recorded so far: the sha256 of the ordered "wnid/file" lines.
+    index = index_image_folder(image_folder, progress=False)
+    lines = "".join(f"{image.relative_path}\n" for image in index)
+    assert index.checksum() == hashlib.sha256(lines.encode()).hexdigest()
 
 
 def test_the_same_folder_elsewhere_has_the_same_checksum(tmp_path):
