@@ -4,6 +4,8 @@ checkpoints, so that a user's weights file of RobustBench loads unchanged.
 - :class:`WideResNet`: WideResNet-28-10 is RobustBench's CIFAR-10 ``Standard`` model (the model of
   CIFAR-10-C in Tent, CoTTA, EATA, RDumb, ROID and mariodoebler/test-time-adaptation); it takes
   images in [0, 1] with no input normalisation.
+- :class:`WideResNet` again: WideResNet-40-2 is RobustBench's ``Hendrycks2020AugMix_WRN`` (CIFAR-10 and
+  CIFAR-100), trained by AugMix on images normalised with mean 0.5 and std 0.5 per channel.
 - :class:`CifarResNeXt`: ResNeXt-29 is RobustBench's ``Hendrycks2020AugMix_ResNeXt`` (CIFAR-10 and
   CIFAR-100; the model of CIFAR-100-C in the same works), trained by AugMix on images normalised
   with mean 0.5 and std 0.5 per channel. Its blocks have 4 groups of 32 channels (AugMix's
@@ -248,6 +250,13 @@ CIFAR_ARCHITECTURES = {
             None,
             None,
             "RobustBench's CIFAR-10 Standard.pt",
+        ),
+        CifarArchitecture(
+            "wrn40_2",
+            lambda num_classes: WideResNet(40, 2, num_classes),
+            AUGMIX_MEAN,
+            AUGMIX_STD,
+            "RobustBench's Hendrycks2020AugMix_WRN.pt",
         ),
         CifarArchitecture(
             "resnext29",

@@ -74,7 +74,7 @@ class ModelSpec:
     normalization: "imagenet" (ImageNet mean/std inside the wrapper), "none", or "auto" (imagenet
         for torchvision models, the mean/std of the model's own ``pretrained_cfg`` for timm models,
         the published weights' normalisation for CIFAR models (none for wrn28_10, mean and std 0.5
-        for resnext29), none for factories).
+        for AugMix's wrn40_2 and resnext29), none for factories).
     """
 
     name: str = DEFAULT_MODEL

@@ -83,6 +83,8 @@ def parameter_count(model: torch.nn.Module) -> int:
     [
         ("cifar10:wrn28_10", robustbench_wide_resnet_keys(28, 10, 10), 36.5),
         ("cifar100:wrn28_10", robustbench_wide_resnet_keys(28, 10, 100), 36.5),
+        ("cifar10:wrn40_2", robustbench_wide_resnet_keys(40, 2, 10), 2.2),
+        ("cifar100:wrn40_2", robustbench_wide_resnet_keys(40, 2, 100), 2.3),
         ("cifar10:resnext29", robustbench_resnext_keys(29, 4, 32, 10), 6.8),
         ("cifar100:resnext29", robustbench_resnext_keys(29, 4, 32, 100), 6.9),
     ],
@@ -139,7 +141,14 @@ def test_bad_architecture_arguments_are_named(arguments, message):
 
 
 def test_the_names_and_their_kind():
-    assert cifar_model_names() == ["cifar10:resnext29", "cifar10:wrn28_10", "cifar100:resnext29", "cifar100:wrn28_10"]
+    assert cifar_model_names() == [
+        "cifar10:resnext29",
+        "cifar10:wrn28_10",
+        "cifar10:wrn40_2",
+        "cifar100:resnext29",
+        "cifar100:wrn28_10",
+        "cifar100:wrn40_2",
+    ]
     spec = ModelSpec("cifar100:resnext29", weights="none")
     assert spec.is_cifar and not spec.is_factory and not spec.is_timm and spec.kind == "cifar"
     assert ModelSpec("cifar10_models:build").kind == "factory"  # a module whose name starts like a dataset
@@ -147,13 +156,15 @@ def test_the_names_and_their_kind():
 
 
 def test_normalisation_is_the_published_weights_one():
-    # Standard (WRN-28-10) takes [0, 1] images as they are; AugMix's ResNeXt normalises with 0.5 and 0.5.
+    # Standard (WRN-28-10) takes [0, 1] images as they are; AugMix's ResNeXt and WRN normalise with 0.5 and 0.5.
     assert isinstance(load_model(ModelSpec("cifar10:wrn28_10", weights="none")), WideResNet)
     augmix = load_model(ModelSpec("cifar10:resnext29", weights="none"))
     assert isinstance(augmix, NormalizedClassifier) and isinstance(augmix.classifier, CifarResNeXt)
     images = torch.rand(2, 3, 32, 32)
     assert torch.equal(augmix(images), augmix.classifier((images - 0.5) / 0.5))
     assert augmix.mean.flatten().tolist() == augmix.std.flatten().tolist() == [0.5, 0.5, 0.5]
+    augmix_wrn = load_model(ModelSpec("cifar100:wrn40_2", weights="none"))
+    assert isinstance(augmix_wrn.classifier, WideResNet) and augmix_wrn.std.flatten().tolist() == [0.5, 0.5, 0.5]
     unnormalized = load_model(ModelSpec("cifar10:resnext29", weights="none", normalization="none"))
     assert isinstance(unnormalized, CifarResNeXt)
     imagenet = load_model(ModelSpec("cifar10:wrn28_10", weights="none", normalization="imagenet"))
@@ -248,7 +259,7 @@ def test_mismatching_weights_are_named_in_one_line(augmix_network, augmix_file, 
         (
             ModelSpec("cifar10:wrn-28-10", weights="none"),
             r"^unknown CIFAR model 'cifar10:wrn-28-10'; available: cifar10:resnext29, cifar10:wrn28_10, "
-            r"cifar100:resnext29, cifar100:wrn28_10$",
+            r"cifar10:wrn40_2, cifar100:resnext29, cifar100:wrn28_10, cifar100:wrn40_2$",
         ),
         (ModelSpec("cifar10:wrn28_10", weights="missing/Standard.pt"), r"^weights file 'missing/Standard.pt' does not"),
     ],
