@@ -267,3 +267,24 @@ def test_mismatching_weights_are_named_in_one_line(augmix_network, augmix_file, 
 def test_cifar_model_mistakes_are_named_in_one_line(spec, message):
     with pytest.raises(ValueError, match=message):
         load_model(spec)
+
+
+def small_wide_resnet() -> WideResNet:
+    """A WRN-10-1 for 10 classes: a ``module:function`` factory for the loading tests of any model."""
+    return WideResNet(depth=10, widen_factor=1, num_classes=10)
+
+
+def test_any_model_loads_a_data_parallel_checkpoint_and_names_a_value_that_is_no_tensor(tmp_path):
+    factory = "tests.ccc.test_models_cifar:small_wide_resnet"
+    source = small_wide_resnet().eval()
+    path = tmp_path / "wrn.pt"
+    torch.save({"model_state_dict": {f"module.{key}": value for key, value in source.state_dict().items()}}, path)
+    images = torch.rand(2, 3, 32, 32)
+    assert torch.equal(load_model(ModelSpec(factory, weights=str(path)))(images), source(images))
+    torch.save({**source.state_dict(), "fc.bias": 3}, path)
+    with pytest.raises(ValueError, match=r"^weights file '.*wrn.pt': 'fc.bias' must be a tensor, got int$"):
+        load_model(ModelSpec(factory, weights=str(path)))
+    # A prefix on some keys only is not DataParallel's: the keys are named as they are.
+    torch.save({"module.conv1.weight": source.conv1.weight, **source.state_dict()}, path)
+    with pytest.raises(ValueError, match=r"missing keys \[\], unexpected keys \['module.conv1.weight'\]$"):
+        load_model(ModelSpec(factory, weights=str(path)))
