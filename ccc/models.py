@@ -1,5 +1,7 @@
 """Classifier loading: torchvision models by name, timm models by name (``timm:NAME``, optional extra),
-local weight files, ``module:function`` factories.
+the CIFAR backbones of continual test-time adaptation (``cifar10:wrn28_10``, ``cifar100:resnext29``:
+``ccc.cifar_models``) for users' RobustBench weights files, local weight files, ``module:function``
+factories.
 
 Every loaded model takes float images in [0, 1] (N×3×H×W); input normalisation, when needed, is the
 first step inside the model (``NormalizedClassifier``), so test-time adaptation methods and their
@@ -17,6 +19,7 @@ import torch
 import torchvision
 from torch import nn
 
+from ccc.cifar_models import CIFAR_ARCHITECTURES, CIFAR_CLASS_COUNTS, CifarArchitecture
 from ccc.pickles import load_torch_file
 from ccc.validation import check_choice
 
@@ -29,6 +32,12 @@ DEFAULT_RESNET50_WEIGHTS = "IMAGENET1K_V1"
 NORMALIZATIONS = ("auto", "imagenet", "none")
 WEIGHT_FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 TIMM_PREFIX = "timm:"
+STATE_DICT_ENTRIES = ("state_dict", "model_state_dict", "model")
+"""Keys under which a checkpoint dict may hold the state_dict (tried in this order)."""
+DATA_PARALLEL_PREFIX = "module."
+"""The prefix ``torch.nn.DataParallel`` gives every key of the state_dict it saves."""
+ROBUSTBENCH_NORMALIZATION_KEYS = ("mu", "sigma")
+"""RobustBench's input-normalisation buffers (mean, std), in the state_dict of its models that have them."""
 
 
 class NormalizedClassifier(nn.Module):
@@ -50,16 +59,22 @@ class ModelSpec:
     """Which classifier to evaluate.
 
     name: a torchvision classification model name (e.g. "resnet50"), a timm model name after
-        "timm:" (e.g. "timm:vit_base_patch16_224"; needs the optional ``timm`` package) or a factory
-        "module:function" called without arguments that returns an ``nn.Module``.
+        "timm:" (e.g. "timm:vit_base_patch16_224"; needs the optional ``timm`` package), a CIFAR
+        architecture of ``ccc.cifar_models`` after its dataset, which sets the number of classes
+        ("cifar10:wrn28_10", "cifar10:resnext29", "cifar100:resnext29", ...; see
+        :func:`cifar_model_names`), or a factory "module:function" called without arguments that
+        returns an ``nn.Module``.
     weights: for torchvision models, a weights enum member name ("IMAGENET1K_V1", "DEFAULT") or
-        "none" for random initialisation; for timm models "none"; for any model, a path to a local
-        file holding a state_dict (optionally under a "state_dict" or "model" key). None means the
-        default: IMAGENET1K_V1 for resnet50, DEFAULT for other torchvision models, timm's pretrained
-        weights (downloaded by timm), the factory's own weights.
+        "none" for random initialisation; for timm and CIFAR models "none"; for any model, a path to
+        a local file holding a state_dict (optionally under a "state_dict", "model_state_dict" or
+        "model" key; keys may carry DataParallel's "module." prefix). None means the default:
+        IMAGENET1K_V1 for resnet50, DEFAULT for other torchvision models, timm's pretrained weights
+        (downloaded by timm), the factory's own weights; CIFAR models have no default (their weights
+        are the user's files).
     normalization: "imagenet" (ImageNet mean/std inside the wrapper), "none", or "auto" (imagenet
         for torchvision models, the mean/std of the model's own ``pretrained_cfg`` for timm models,
-        none for factories).
+        the published weights' normalisation for CIFAR models (none for wrn28_10, mean and std 0.5
+        for AugMix's wrn40_2 and resnext29), none for factories).
     """
 
     name: str = DEFAULT_MODEL
@@ -77,14 +92,22 @@ class ModelSpec:
         return self.name.startswith(TIMM_PREFIX)
 
     @property
+    def is_cifar(self) -> bool:
+        """True for a CIFAR model ``DATASET:ARCHITECTURE`` (dataset "cifar10" or "cifar100")."""
+        dataset, separator, _ = self.name.partition(":")
+        return bool(separator) and dataset in CIFAR_CLASS_COUNTS
+
+    @property
     def is_factory(self) -> bool:
         """True for a ``module:function`` factory."""
-        return ":" in self.name and not self.is_timm
+        return ":" in self.name and not self.is_timm and not self.is_cifar
 
     @property
     def kind(self) -> str:
-        """ "timm", "factory" or "torchvision"."""
-        return "timm" if self.is_timm else "factory" if self.is_factory else "torchvision"
+        """ "timm", "cifar", "factory" or "torchvision"."""
+        if self.is_timm:
+            return "timm"
+        return "cifar" if self.is_cifar else "factory" if self.is_factory else "torchvision"
 
 
 ModelSource = ModelSpec | nn.Module
@@ -94,6 +117,22 @@ ModelSource = ModelSpec | nn.Module
 def torchvision_classification_models() -> list[str]:
     """Names of torchvision's image classification models (``torchvision.models`` namespace)."""
     return torchvision.models.list_models(module=torchvision.models)
+
+
+def cifar_model_names() -> list[str]:
+    """The CIFAR model names, ``DATASET:ARCHITECTURE`` for every dataset of ``CIFAR_CLASS_COUNTS`` and
+    architecture of ``CIFAR_ARCHITECTURES``: by dataset (CIFAR-10 first), then by architecture."""
+    return [
+        f"{dataset}:{architecture}" for dataset in CIFAR_CLASS_COUNTS for architecture in sorted(CIFAR_ARCHITECTURES)
+    ]
+
+
+def _cifar_architecture(name: str) -> tuple[CifarArchitecture, int]:
+    """The architecture entry and the number of classes of the CIFAR model ``DATASET:ARCHITECTURE``."""
+    dataset, _, architecture_name = name.partition(":")
+    if architecture_name not in CIFAR_ARCHITECTURES:
+        raise ValueError(f"unknown CIFAR model {name!r}; available: {', '.join(cifar_model_names())}")
+    return CIFAR_ARCHITECTURES[architecture_name], CIFAR_CLASS_COUNTS[dataset]
 
 
 def _build_from_factory(name: str) -> nn.Module:
@@ -150,22 +189,64 @@ def _torchvision_weights(name: str, weights: str) -> object | None:
     return members[weights]
 
 
-def _load_state_dict_file(model: nn.Module, path: Path) -> None:
+def _read_state_dict_file(path: Path) -> dict[str, object]:
+    """The state_dict of a weights file: the file's dict itself or its entry of ``STATE_DICT_ENTRIES``
+    (checkpoints of training scripts), without DataParallel's "module." prefix when every key has it."""
     # Bounded and code-free (ccc.pickles): a weights file may come from anywhere.
     loaded = load_torch_file(path, "weights file")
     if isinstance(loaded, dict):
-        for key in ("state_dict", "model"):
+        for key in STATE_DICT_ENTRIES:
             if key in loaded and isinstance(loaded[key], dict):
                 loaded = loaded[key]
                 break
     if not isinstance(loaded, dict):
         raise ValueError(f"weights file {str(path)!r} must hold a state_dict, got {type(loaded).__name__}")
-    result = model.load_state_dict(loaded, strict=False)
-    if result.missing_keys or result.unexpected_keys:
+    if loaded and all(isinstance(key, str) and key.startswith(DATA_PARALLEL_PREFIX) for key in loaded):
+        loaded = {key[len(DATA_PARALLEL_PREFIX) :]: value for key, value in loaded.items()}
+    return loaded
+
+
+def _drop_robustbench_normalization(
+    state_dict: dict[str, object], mean: tuple[float, ...] | None, std: tuple[float, ...] | None, path: Path
+) -> dict[str, object]:
+    """``state_dict`` without RobustBench's ``mu`` and ``sigma`` buffers (the state_dict of a RobustBench
+    model object), which must equal the input ``mean`` and ``std`` the model normalises with (None: none)."""
+    if not any(key in state_dict for key in ROBUSTBENCH_NORMALIZATION_KEYS):
+        return state_dict
+    expected = (mean or (0.0, 0.0, 0.0), std or (1.0, 1.0, 1.0))
+    for key, values in zip(ROBUSTBENCH_NORMALIZATION_KEYS, expected):
+        found = state_dict.get(key)
+        if not isinstance(found, torch.Tensor) or found.numel() != len(values):
+            raise ValueError(f"weights file {str(path)!r}: {key!r} must be a tensor of {len(values)} values")
+        if not torch.allclose(found.double().flatten(), torch.tensor(values, dtype=torch.float64)):
+            raise ValueError(
+                f"weights file {str(path)!r} normalises inputs with {key} {found.flatten().tolist()}, but the model "
+                f"with {list(values)}; choose --normalization to match the weights"
+            )
+    return {key: value for key, value in state_dict.items() if key not in ROBUSTBENCH_NORMALIZATION_KEYS}
+
+
+def _load_state_dict(model: nn.Module, state_dict: dict[str, object], path: Path) -> None:
+    """Load ``state_dict`` (read from ``path``) into ``model``; ValueError of one line when its keys or
+    tensor shapes differ from the model's."""
+    expected = model.state_dict()
+    missing = [key for key in expected if key not in state_dict]
+    unexpected = [key for key in state_dict if key not in expected]
+    if missing or unexpected:
         raise ValueError(
-            f"weights file {str(path)!r} does not match the model: missing keys {list(result.missing_keys)[:5]}, "
-            f"unexpected keys {list(result.unexpected_keys)[:5]}"
+            f"weights file {str(path)!r} does not match the model: missing keys {missing[:5]}"
+            f"{f' (of {len(missing)})' if len(missing) > 5 else ''}, unexpected keys {unexpected[:5]}"
+            f"{f' (of {len(unexpected)})' if len(unexpected) > 5 else ''}"
         )
+    for key, value in state_dict.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"weights file {str(path)!r}: {key!r} must be a tensor, got {type(value).__name__}")
+        if value.shape != expected[key].shape:
+            raise ValueError(
+                f"weights file {str(path)!r} does not match the model: {key!r} has shape {tuple(value.shape)} "
+                f"in the file and {tuple(expected[key].shape)} in the model"
+            )
+    model.load_state_dict(state_dict)
 
 
 def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module:
@@ -192,6 +273,19 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
         normalization = "imagenet" if spec.normalization == "auto" else spec.normalization
         if spec.normalization == "auto":
             mean, std = model_mean, model_std
+    elif spec.is_cifar:
+        architecture, num_classes = _cifar_architecture(spec.name)
+        if weights_path is None and (weights is None or weights.lower() != "none"):
+            raise ValueError(
+                f"CIFAR model {spec.name!r} needs --weights FILE (a local state_dict, e.g. {architecture.weights}) "
+                f"or --weights none (random weights), got {weights!r}"
+            )
+        model = architecture.build(num_classes)
+        normalization = spec.normalization
+        if normalization == "auto" and (architecture.mean is None or architecture.std is None):
+            normalization = "none"
+        elif normalization == "auto":  # the published weights' mean and std, given to the wrapper as timm's are
+            normalization, mean, std = "imagenet", architecture.mean, architecture.std
     elif spec.is_factory:
         model = _build_from_factory(spec.name)
         normalization = "none" if spec.normalization == "auto" else spec.normalization
@@ -219,7 +313,13 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
                     "without internet, pass --weights FILE (a local state_dict) or --weights none"
                 ) from None
     if weights_path is not None:
-        _load_state_dict_file(model, weights_path)
+        state_dict = _read_state_dict_file(weights_path)
+        if spec.is_cifar:
+            normalized = normalization == "imagenet"
+            state_dict = _drop_robustbench_normalization(
+                state_dict, mean if normalized else None, std if normalized else None, weights_path
+            )
+        _load_state_dict(model, state_dict, weights_path)
     if normalization == "imagenet":
         model = NormalizedClassifier(model, mean, std)
     return model.to(device).eval()

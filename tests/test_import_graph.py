@@ -131,6 +131,12 @@ RULES = (
     ),
     Rule("ccc.models", (*LIBRARY_OF_CCC, "ccc.calibration", "ccc.demo", "ccc.execution"), "model loading stands alone"),
     Rule(
+        "ccc.cifar_models",
+        ("ccc",),
+        "the CIFAR architectures are plain torch modules; ccc.models names and loads them",
+        allowed=("ccc.cifar_models",),
+    ),
+    Rule(
         "ccc.calibration",
         ("ccc.demo", "ccc.generate", "ccc.load", "ccc.shards"),
         "the demo world builds on calibration, never the reverse",

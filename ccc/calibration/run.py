@@ -150,8 +150,8 @@ def model_identity(spec: ModelSpec) -> tuple[str, str | None]:
         return f"{spec.kind} {spec.name} weights {weights_path.name}", digest.hexdigest()
     if spec.is_factory:
         return f"factory {spec.name}", None
-    if spec.is_timm:
-        return f"timm {spec.name} {spec.weights or 'pretrained'}", None
+    if spec.is_timm or spec.is_cifar:
+        return f"{spec.kind} {spec.name} {spec.weights or 'pretrained'}", None
     weights = spec.weights or (DEFAULT_RESNET50_WEIGHTS if spec.name == DEFAULT_MODEL else "DEFAULT")
     return f"torchvision {spec.name} {weights}", None
 

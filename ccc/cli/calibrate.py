@@ -123,7 +123,8 @@ def _add_compute_model(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--model",
         default=None,
-        help="torchvision model name, timm:NAME (needs pip install timm) or module:function factory "
+        help="torchvision model name, timm:NAME (needs pip install timm), a CIFAR model (cifar10:wrn28_10, "
+        "cifar100:resnext29, ...; with --weights FILE) or module:function factory "
         "(default: resnet50)",
     )
     group.add_argument(

@@ -108,7 +108,8 @@ def _add_accuracy_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         default=None,
-        help="torchvision model name, timm:NAME or module:function factory "
+        help="torchvision model name, timm:NAME, a CIFAR model (cifar10:wrn28_10, cifar100:resnext29, ...) "
+        "or module:function factory "
         "(default: the demo model on demo streams, else resnet50)",
     )
     group.add_argument(

@@ -121,7 +121,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         default=None,
-        help="torchvision model name, timm:NAME (needs pip install timm) or 'module:function' factory "
+        help="torchvision model name, timm:NAME (needs pip install timm), a CIFAR model (cifar10:wrn28_10, "
+        "cifar100:resnext29, ...; with --weights FILE, e.g. RobustBench's) or 'module:function' factory "
         "(default: the stream's world's model: the demo model for demo-world streams, resnet50 otherwise)",
     )
     group.add_argument(
@@ -134,7 +135,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("auto", "imagenet", "none"),
         default="auto",
         help="input normalisation inside the model (auto: ImageNet's for torchvision models, the model's "
-        "pretrained_cfg mean/std for timm models)",
+        "pretrained_cfg mean/std for timm models, the published weights' for CIFAR models)",
     )
     group.add_argument(
         "--demo",
