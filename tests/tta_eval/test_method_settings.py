@@ -12,6 +12,7 @@ from tta_eval.method_settings import (
     CIFAR_BATCH_SIZE,
     DEMO,
     LINKED_OPTIONS,
+    format_options,
     get_method_settings,
     list_method_settings,
 )
@@ -165,3 +166,21 @@ def test_a_cli_run_with_the_cifar10_settings_uses_and_records_them(capsys, tmp_p
     assert "redundancy_margin" not in config["method_settings"]["options"]["eta:redundancy_margin=0.2"]
     records = (tmp_path / "cifar10" / "records" / "tent.csv").read_text().splitlines()
     assert len(records) == 1 + 2  # a header and one row per batch of 200
+
+
+def test_docs_list_every_cifar_value_and_every_method_that_keeps_its_defaults():
+    from tests.builders import REPOSITORY
+
+    section = (REPOSITORY / "docs" / "methods.md").read_text().split("## CIFAR settings", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`"): line for line in section.splitlines() if line.startswith("| `")}
+    cifar10, cifar100 = get_method_settings("cifar10"), get_method_settings("cifar100")
+    for method, options in cifar10.options.items():
+        assert format_options({option: setting.value for option, setting in options.items()}) in rows[method]
+        differing = {
+            option: setting.value
+            for option, setting in cifar100.options[method].items()
+            if setting.value != options[option].value
+        }
+        assert (format_options(differing) if differing else "| |") in rows[method], method
+    for method in cifar10.omitted:
+        assert f"`{method}`" in section, method
