@@ -31,8 +31,10 @@ ENTRIES = [
 ]
 
 
-def test_cifar_settings_are_registered():
+def test_cifar_settings_are_registered_and_the_demo_settings_have_no_batch_size():
     assert {"cifar10", "cifar100", DEMO} <= set(list_method_settings())
+    # resolve_experiment reads the stream before it knows whether the stream is the demo world's
+    assert get_method_settings(DEMO).batch_size is None
 
 
 @pytest.mark.parametrize(("settings", "method", "option"), ENTRIES)
