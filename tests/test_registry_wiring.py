@@ -44,6 +44,7 @@ def test_the_registries_are_the_known_ones() -> None:
         "ccc/calibration/compute/backends/registry.py",
         "ccc/corruptions/registry.py",
         "ccc/render_torch/registry.py",
+        "tta_eval/method_settings/registry.py",
         "tta_eval/methods/registry.py",
         "tta_eval/protocols/registry.py",
         "tta_eval/streams/registry.py",

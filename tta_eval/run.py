@@ -246,6 +246,7 @@ class Run:
         self.timing.check_methods([method.label for method in self.methods])
         self.folder = self.settings.output_root / self.settings.resolved_run_name()
         self.config = resolved_config(self.settings, self.methods, self.stream_description)
+        self.config["method_settings"] = resolved.method_settings
         self.config["choices"] = [*choices, *resolved.notes]
         self.modules: dict[str, torch.nn.Module] = {}
         self.latency: BaselineLatency | None = None

@@ -17,13 +17,21 @@ from ccc.models import ModelSpec
 from ccc.options import parse_options
 from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int
 from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY
+from tta_eval.method_settings import DEMO, MethodSettings, format_options, get_method_settings
 from tta_eval.methods import resolve_config
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import PRECISIONS, CostModel, EpisodeSettings, OfflineProtocol, Timing
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS
 from tta_eval.reports import SOURCE_METHOD
 from tta_eval.run_folder import safe_file_name
-from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamDescription, StreamOptions, describe_stream_source
+from tta_eval.streams import (
+    DEFAULT_BATCH_SIZE,
+    DEMO_WORLD,
+    WORLD_MODELS,
+    StreamDescription,
+    StreamOptions,
+    describe_stream_source,
+)
 
 DEMO_MODEL = WORLD_MODELS[DEMO_WORLD]
 
@@ -57,8 +65,10 @@ class ExperimentSettings:
     requested) or a fixed accuracy in [0, 1], or None; collapse_span: samples; window and
     collapse_span None: fitted to the stream's length (``fitted_window``); run_name: folder name
     under output_root (default: the stream's name); overwrite: allow replacing an existing run
-    folder. world_defaults: on a demo-world stream, give each method the demo's options
-    (``ccc.demo.DEMO_METHOD_OPTIONS``) where ``methods`` does not set them.
+    folder. method_settings: the name of method settings (``tta_eval.method_settings``: cifar10,
+    cifar100, demo) that give each method their options where ``methods`` does not set them, and the
+    run their batch size where ``stream_options`` gives none; None: none, except on a demo-world
+    stream with world_defaults, which gets the demo's (``ccc.demo.DEMO_METHOD_OPTIONS``).
 
     protocol: any protocol's settings (``tta_eval.protocols``). cost_model: deterministic timing
     with these costs (None: measured wall time). baseline_latency: λ in seconds for measured
@@ -89,6 +99,7 @@ class ExperimentSettings:
     overwrite: bool = False
     progress: bool = True
     world_defaults: bool = True
+    method_settings: str | None = None
     checkpoint_every: int | None = None
     precision: str = "fp32"
     channels_last: bool = False
@@ -118,6 +129,8 @@ class ExperimentSettings:
                     f"(got {self.cost_model.baseline_latency!r} and {self.baseline_latency!r})"
                 )
         check_choice("precision", self.precision, PRECISIONS)
+        if self.method_settings is not None:
+            get_method_settings(self.method_settings)
         check_positive_int("calibration_calls", self.calibration_calls)
         if self.checkpoint_every is not None:
             check_integer("checkpoint_every", self.checkpoint_every, 0, MAX_SAMPLES)
@@ -189,38 +202,77 @@ def fitted_window(samples: int | None, batch_size: int = 1) -> int:
 @dataclass(frozen=True)
 class ResolvedExperiment:
     """Settings with every stream-dependent default filled in, what is known of the stream, and one
-    line per choice made for the user (to print before the run)."""
+    line per choice made for the user (to print before the run). method_settings: what the run uses
+    of its method settings (config.json's ``method_settings``): their ``name``, their ``batch_size``
+    when the run reads batches of it (else None) and per method label the ``options`` that hold the
+    settings' values (option → value); None when the run has none."""
 
     settings: ExperimentSettings
     stream: StreamDescription
     notes: tuple[str, ...]
+    method_settings: dict[str, Any] | None = None
 
 
-def _with_world_methods(settings: ExperimentSettings, notes: list[str]) -> tuple[MethodSpec, ...]:
-    """The demo world's methods and options where ``settings`` leaves them open."""
-    from ccc.demo import DEMO_METHOD_OPTIONS, DEMO_METHODS
+def _world_methods(settings: ExperimentSettings, notes: list[str]) -> tuple[MethodSpec, ...]:
+    """``settings.methods``, or the demo world's methods when it names none."""
+    from ccc.demo import DEMO_METHODS
 
-    methods = settings.methods or tuple(MethodSpec(name, name) for name in DEMO_METHODS)
-    if not settings.methods:
-        notes.append(f"demo world: methods {', '.join(DEMO_METHODS)} (pass --method to choose)")
-    if not settings.world_defaults:
+    if settings.methods:
+        return settings.methods
+    notes.append(f"demo world: methods {', '.join(DEMO_METHODS)} (pass --method to choose)")
+    return tuple(MethodSpec(name, name) for name in DEMO_METHODS)
+
+
+def _with_method_settings(
+    methods: tuple[MethodSpec, ...], chosen: MethodSettings | None, notes: list[str]
+) -> tuple[MethodSpec, ...]:
+    """``methods`` with the options ``chosen`` gives them where their own options leave them open
+    (``MethodSettings.open_options``); one note naming what was added."""
+    if chosen is None:
         return methods
-    applied = []
+    added_by_label = {}
     updated = []
     for method in methods:
         given = dict(method.options)
-        reset_given = bool({"reset", "reset_every"} & given.keys())  # one option, two spellings
-        added = {
-            option: value
-            for option, value in DEMO_METHOD_OPTIONS.get(method.name, {}).items()
-            if option not in given and not (reset_given and option in ("reset", "reset_every"))
-        }
+        added = chosen.open_options(method.name, given)
         if added:
-            applied.append(f"{method.label}: {', '.join(f'{option}={value:g}' for option, value in added.items())}")
+            added_by_label[method.label] = added
         updated.append(dataclasses.replace(method, options=tuple({**added, **given}.items())))
-    if applied:
-        notes.append(f"demo world settings (docs/demo.md; the demo's, not the paper's): {'; '.join(applied)}")
+    if added_by_label:
+        listed = "; ".join(f"{label}: {format_options(options)}" for label, options in added_by_label.items())
+        notes.append(f"{chosen.heading}: {listed}")
     return tuple(updated)
+
+
+def _method_settings_record(
+    chosen: MethodSettings | None, methods: tuple[MethodSpec, ...], batch_size: int
+) -> dict[str, Any] | None:
+    """What of ``chosen`` the run uses (config.json's ``method_settings``): its name, its batch size
+    when the run reads batches of ``batch_size`` samples of that size (else None), and per method
+    label the options whose values are the settings' values. Resolving resolved settings again gives
+    the same record."""
+    if chosen is None:
+        return None
+    options = {}
+    for method in methods:
+        held = dict(method.options)
+        same = {
+            option: setting.value
+            for option, setting in chosen.options.get(method.name, {}).items()
+            if option in held and held[option] == setting.value
+        }
+        if same:
+            options[method.label] = same
+    own = chosen.batch_size.value if chosen.batch_size is not None else None
+    return {"name": chosen.name, "batch_size": own if own == batch_size else None, "options": options}
+
+
+def _settings_batch_size(chosen: MethodSettings | None, given: int | None, stream: StreamDescription) -> int | None:
+    """The batch size ``chosen`` gives the run: its own when the user gave none (``given`` None) and
+    the stream fixes none of its own; else None."""
+    if chosen is None or chosen.batch_size is None or given is not None:
+        return None
+    return chosen.batch_size.value if stream.batch_size in (None, chosen.batch_size.value) else None
 
 
 def _check_world_model(model: ModelSpec, stream: StreamDescription, stream_text: str) -> None:
@@ -293,27 +345,39 @@ def _fitted_window_and_span(
 
 def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     """Fill in what ``settings`` leaves to the stream: model and methods of its world, window and
-    collapse span fitted to its length (``fitted_window``; explicit values always win); one note
-    per choice and per method whose reset interval exceeds the stream.
+    collapse span fitted to its length (``fitted_window``; explicit values always win); the method
+    settings' options and batch size where the user's leave them open; one note per choice and per
+    method whose reset interval exceeds the stream.
 
     Reads only what is known of the stream (``describe_stream_source``: a manifest, a folder's file
     names), not its samples. Raises ValueError for a stream that names nothing, no methods outside
     the demo world, or the demo model on a stream of another world.
     """
-    stream = describe_stream_source(settings.stream, settings.stream_options)
+    named = get_method_settings(settings.method_settings) if settings.method_settings is not None else None
+    named_batch_size = named.batch_size if named is not None else None
+    stream_options = settings.stream_options.resolved(
+        DEFAULT_BATCH_SIZE if named_batch_size is None else named_batch_size.value
+    )
+    stream = describe_stream_source(settings.stream, stream_options)
     notes: list[str] = []
     demo = stream.world == DEMO_WORLD
-    methods = _with_world_methods(settings, notes) if demo else settings.methods
+    methods = _world_methods(settings, notes) if demo else settings.methods
     if not methods:
         raise ValueError("pass at least one method (--method NAME, repeatable; see 'tta-eval methods')")
+    # Named settings replace the demo world's; the demo's have no batch size of their own.
+    chosen = named or (get_method_settings(DEMO) if demo and settings.world_defaults else None)
+    settings_batch_size = _settings_batch_size(chosen, settings.stream_options.batch_size, stream)
+    if chosen is not None and settings_batch_size is not None:
+        notes.append(f"{chosen.heading}: batch size {settings_batch_size} (--batch-size to change)")
+    methods = _with_method_settings(methods, chosen, notes)
     model = _world_model(settings, stream, notes)
     samples = (
         stream.samples
         if settings.max_samples is None
         else min(settings.max_samples, stream.samples or settings.max_samples)
     )
-    batch_size = stream.batch_size or settings.stream_options.batch_size
-    window, span = _fitted_window_and_span(settings, samples, batch_size, notes)
+    samples_per_batch = stream.batch_size or stream_options.batch_size
+    window, span = _fitted_window_and_span(settings, samples, samples_per_batch, notes)
     if settings.checkpoint_every is None and (samples is None or samples > DEFAULT_CHECKPOINT_EVERY):
         notes.append(
             f"checkpoint every {DEFAULT_CHECKPOINT_EVERY:,} samples, to resume the run if it is interrupted "
@@ -321,7 +385,14 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
         )
     run_name = settings.run_name or default_run_name(stream)
     resolved = dataclasses.replace(
-        settings, methods=methods, model=model, window=window, collapse_span=span, run_name=run_name
+        settings,
+        methods=methods,
+        model=model,
+        stream_options=stream_options,
+        window=window,
+        collapse_span=span,
+        run_name=run_name,
     )
-    notes += _reset_notes(resolved.resolved_methods(), batch_size, samples)
-    return ResolvedExperiment(resolved, stream, tuple(notes))
+    notes += _reset_notes(resolved.resolved_methods(), samples_per_batch, samples)
+    record = _method_settings_record(chosen, methods, samples_per_batch)
+    return ResolvedExperiment(resolved, stream, tuple(notes), record)

@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING
 
 from ccc.cli.common import HelpFormatter, integer_at_least
 from ccc.validation import LOADER_WORKERS_PER_CPU, MIN_LOADER_WORKERS_LIMIT, max_loader_workers
+from tta_eval.method_settings import list_method_settings
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import PRECISIONS, CostModel, EpisodeSettings, MethodCost, seconds_from_ms
 from tta_eval.protocols.timing import DEFAULT_CALIBRATION_CALLS, DEFAULT_WARMUP_CALLS, PLAIN_MODEL_COST
-from tta_eval.streams import DEMO_WORLD, WORLD_MODELS, StreamOptions, stream_schemes, stream_sources
+from tta_eval.streams import (
+    DEFAULT_BATCH_SIZE,
+    DEMO_WORLD,
+    WORLD_MODELS,
+    StreamOptions,
+    stream_schemes,
+    stream_sources,
+)
 
 # The experiment and the models (torch) are imported by the functions that use them, so that --help
 # answers at once.
@@ -83,8 +91,9 @@ def _add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--batch-size",
         type=int,
-        default=64,
-        help="samples per batch (each method predicts, then adapts, once per batch)",
+        default=None,
+        help=f"samples per batch (each method predicts, then adapts, once per batch; default: {DEFAULT_BATCH_SIZE}, "
+        "or the batch size of --settings)",
     )
     group.add_argument(
         "--num-workers",
@@ -155,6 +164,14 @@ def _add_method_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[:OPTION=VALUE,...]",
         help="method to run (repeatable), e.g. rdumb, eata, tent:learning_rate=0.001; see 'tta-eval methods' "
         "(demo-world streams: source, bn, tent, eta, rdumb when none is given)",
+    )
+    group.add_argument(
+        "--settings",
+        default=None,
+        metavar="NAME",
+        help="named method settings that give each method their options where --method does not set them, and "
+        f"the run their batch size where --batch-size is not given: {', '.join(list_method_settings())} "
+        "(docs/methods.md, 'CIFAR settings'; demo-world streams get demo unless another is named)",
     )
     episodic = group.add_mutually_exclusive_group()
     episodic.add_argument("--episodic-domain", metavar="KEY", help="episodic: reset methods when KEY changes")
@@ -440,4 +457,5 @@ def experiment_settings(arguments: argparse.Namespace, protocol: EpisodeSettings
         checkpoint_every=arguments.checkpoint_every,
         precision=arguments.precision,
         channels_last=arguments.channels_last,
+        method_settings=arguments.settings,
     )

@@ -19,12 +19,12 @@ import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
-from ccc.validation import check_in_range, check_non_negative, check_positive
+from ccc.validation import check_choice, check_in_range, check_non_negative, check_positive
 
 BATCHNORM_TYPES: tuple[type[nn.Module], ...] = (
     nn.BatchNorm1d,
@@ -386,20 +386,28 @@ class AdaptationMethod(nn.Module):
         return StepInfo(samples_adapted=samples_adapted, loss=loss_value, updated=updated)
 
 
-def make_sgd(
-    parameters: list[nn.Parameter],
-    learning_rate: float,
-    momentum: float,
-    nesterov: bool = False,
-    weight_decay: float = 0.0,
-) -> torch.optim.SGD:
-    """SGD with dampening 0 (the setting of Tent, EATA, CoTTA and the CCC code); multi-tensor updates."""
+ADAM_BETA2 = 0.999
+"""Adam's second-moment decay for ``optimizer="adam"`` (torch's default, and the public CIFAR code's)."""
+
+
+def make_optimizer(parameters: list[nn.Parameter], config: SGDConfig) -> torch.optim.Optimizer:
+    """The optimiser ``config`` describes over ``parameters``: SGD with dampening 0 (the setting of
+    Tent, EATA, CoTTA and the CCC code), or Adam with betas (``config.momentum``, ``ADAM_BETA2``) as
+    the public CIFAR code of Tent, CoTTA and test-time-adaptation sets it; multi-tensor updates."""
+    if config.optimizer == "adam":
+        return torch.optim.Adam(
+            parameters,
+            lr=config.learning_rate,
+            betas=(config.momentum, ADAM_BETA2),
+            weight_decay=config.weight_decay,
+            foreach=True,
+        )
     return torch.optim.SGD(
         parameters,
-        lr=learning_rate,
-        momentum=momentum,
-        nesterov=nesterov,
-        weight_decay=weight_decay,
+        lr=config.learning_rate,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
         foreach=True,
     )
 
@@ -410,21 +418,32 @@ def require_trainable(parameters: list[nn.Parameter], method_name: str) -> None:
         raise ValueError(f"method '{method_name}' found no parameters to adapt")
 
 
+OPTIMIZERS = ("sgd", "adam")
+"""Values of ``SGDConfig.optimizer``."""
+
+
 @dataclass(frozen=True)
 class SGDConfig:
-    """Optimiser fields shared by the SGD-based methods.
+    """Optimiser fields shared by the SGD-based methods (``make_optimizer``).
 
-    learning_rate: > 0; momentum: in [0, 1); nesterov: Nesterov momentum; weight_decay: >= 0.
+    learning_rate: > 0; momentum: in [0, 1), SGD's momentum, or Adam's β1 with ``optimizer="adam"``;
+    nesterov: Nesterov momentum (SGD only); weight_decay: >= 0 (L2 added to the gradient); optimizer:
+    "sgd" (the published ImageNet setting of every such method) or "adam" (the public CIFAR settings,
+    ``tta_eval.presets``).
     """
 
     learning_rate: float = 2.5e-4
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 0.0
+    optimizer: Literal["sgd", "adam"] = "sgd"
 
     def __post_init__(self) -> None:
         check_positive("learning_rate", self.learning_rate)
         check_in_range("momentum", self.momentum, 0.0, 1.0, include_high=False)
         check_non_negative("weight_decay", self.weight_decay)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
         if self.nesterov and self.momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0, got momentum=0")
+        if self.nesterov and self.optimizer != "sgd":
+            raise ValueError(f"nesterov=True needs optimizer='sgd', got optimizer={self.optimizer!r}")

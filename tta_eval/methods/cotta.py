@@ -15,7 +15,7 @@ from tta_eval.methods.base import (
     AdaptationMethod,
     SGDConfig,
     StepInfo,
-    make_sgd,
+    make_optimizer,
     require_trainable,
     set_batchnorm_batch_statistics,
 )
@@ -95,13 +95,7 @@ class CoTTA(AdaptationMethod):
         else:
             named = weight_and_bias_parameters(model)
             require_trainable([parameter for _, parameter in named], self.method_name)
-        self.optimizer = make_sgd(
-            self._adapt_only(named),
-            config.learning_rate,
-            config.momentum,
-            config.nesterov,
-            config.weight_decay,
-        )
+        self.optimizer = make_optimizer(self._adapt_only(named), config)
         self.teacher = copy.deepcopy(model).requires_grad_(False)
         self.anchor = copy.deepcopy(model).requires_grad_(False)
         self.source_values = {name: parameter.detach().clone() for name, parameter in named}

@@ -21,7 +21,7 @@ from tta_eval.methods.base import (
     BATCHNORM_TYPES,
     AdaptationMethod,
     batchnorm_layers,
-    make_sgd,
+    make_optimizer,
     set_batchnorm_batch_statistics,
 )
 
@@ -309,9 +309,8 @@ class NormalizationGradientMethod(AdaptationMethod):
         self.optimizer = self._make_optimizer(self.adapted_parameters)
 
     def _make_optimizer(self, parameters: list[nn.Parameter]) -> torch.optim.Optimizer:
-        """SGD with the options of ``config`` (an ``SGDConfig``)."""
-        config = self.config
-        return make_sgd(parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay)
+        """SGD or Adam with the options of ``config`` (an ``SGDConfig``, ``make_optimizer``)."""
+        return make_optimizer(parameters, self.config)
 
     def _apply_layer_modes(self) -> None:
         set_batchnorm_batch_statistics(self.model)

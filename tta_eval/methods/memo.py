@@ -22,7 +22,7 @@ from torch import nn
 
 from ccc.validation import check_non_negative, check_non_negative_int, check_positive_int
 from tta_eval.methods.augmentation import uniform
-from tta_eval.methods.base import AdaptationMethod, SGDConfig, StepInfo, make_sgd
+from tta_eval.methods.base import AdaptationMethod, SGDConfig, StepInfo, make_optimizer
 from tta_eval.methods.layers import BatchNormPriorNetwork, attach_prediction_network, batchnorm_prior
 from tta_eval.methods.registry import MethodEntry, register_method
 
@@ -221,9 +221,7 @@ class MEMO(AdaptationMethod):
         if not parameters:
             raise ValueError("method 'memo' found no parameter to adapt")
         model.requires_grad_(True)
-        self.optimizer = make_sgd(
-            parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
-        )
+        self.optimizer = make_optimizer(parameters, config)
         self._seeded_generator(config.seed)
         attach_prediction_network(self, BatchNormPriorNetwork(model, self.prior))
         self._remember_initial_state()

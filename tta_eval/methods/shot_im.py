@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ccc.validation import check_non_negative
-from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_sgd, set_batchnorm_batch_statistics
+from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_optimizer, set_batchnorm_batch_statistics
 from tta_eval.methods.layers import find_classifier_head, forward_with_features, parameters_outside_head
 from tta_eval.methods.losses import softmax_entropy
 from tta_eval.methods.registry import MethodEntry, register_method
@@ -47,9 +47,7 @@ class SHOTIM(AdaptationMethod):
         super().__init__(model, config)
         self.head_name = find_classifier_head(model, self.method_name)
         parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
-        self.optimizer = make_sgd(
-            parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
-        )
+        self.optimizer = make_optimizer(parameters, config)
         self._remember_initial_state()
 
     def _apply_layer_modes(self) -> None:

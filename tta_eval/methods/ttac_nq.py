@@ -23,7 +23,7 @@ from torch import nn
 
 from ccc.pickles import load_torch_file
 from ccc.validation import check_in_range, check_non_negative, check_positive, check_positive_int
-from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_sgd, set_batchnorm_batch_statistics
+from tta_eval.methods.base import AdaptationMethod, SGDConfig, make_optimizer, set_batchnorm_batch_statistics
 from tta_eval.methods.layers import (
     EvaluationModeNetwork,
     attach_prediction_network,
@@ -299,9 +299,7 @@ class TTACNQ(AdaptationMethod):
         )
         head = model.get_submodule(self.head_name)
         parameters = self._adapt_only(parameters_outside_head(model, self.head_name, self.method_name))
-        self.optimizer = make_sgd(
-            parameters, config.learning_rate, config.momentum, config.nesterov, config.weight_decay
-        )
+        self.optimizer = make_optimizer(parameters, config)
         self._register_statistics(source_statistics, head.weight.device)
         attach_prediction_network(self, EvaluationModeNetwork(model))
         self._remember_initial_state()

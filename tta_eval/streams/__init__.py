@@ -29,7 +29,7 @@ from tta_eval.streams.batch import (
     skip_samples,
     stream_length,
 )
-from tta_eval.streams.options import StreamOptions
+from tta_eval.streams.options import DEFAULT_BATCH_SIZE, StreamOptions
 from tta_eval.streams.registry import (
     DEMO_WORLD,
     REGISTRY,
@@ -51,6 +51,7 @@ from tta_eval.streams.ccc_shards import DOMAIN_KEY, PAIR_KEY  # noqa: E402
 from tta_eval.streams.image_folder import open_image_folder  # noqa: E402
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "Batch",
     "DEMO_WORLD",
     "DOMAIN_KEY",

@@ -12,12 +12,18 @@ if TYPE_CHECKING:
     from ccc.shards.remote import RemoteOptions
 
 
+DEFAULT_BATCH_SIZE = 64
+"""Samples per batch when neither the user nor a run's method settings give a batch size."""
+
+
 @dataclass(frozen=True)
 class StreamOptions:
     """Options given to stream openers.
 
-    batch_size in [1, 65536]; num_workers: DataLoader worker processes of every stream that has a loader,
-    in [0, ``ccc.validation.max_loader_workers()``] (4 per CPU of this machine, or 16 where that is more);
+    batch_size in [1, 65536], None: ``DEFAULT_BATCH_SIZE`` (64), or the batch size of a run's method
+    settings (``tta_eval.method_settings``; ``resolved`` fills it in); num_workers: DataLoader worker
+    processes of every stream that has a loader, in [0, ``ccc.validation.max_loader_workers()``] (4 per
+    CPU of this machine, or 16 where that is more);
     image_size: side in pixels of the centre crop for image folders (images are resized so the short side is 256/224
     of it), at most 16384; shuffle_seed: seed of the fixed permutation applied to image folders
     (their files are sorted by class otherwise), None keeps the sorted order; skip_bad_images:
@@ -35,7 +41,7 @@ class StreamOptions:
     300 s and 10,000 B/s).
     """
 
-    batch_size: int = 64
+    batch_size: int | None = None
     num_workers: int = 0
     image_size: int = 224
     shuffle_seed: int | None = 0
@@ -46,13 +52,18 @@ class StreamOptions:
     remote_min_rate: float | None = None
 
     def __post_init__(self) -> None:
-        check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
+        if self.batch_size is not None:
+            check_positive_int("batch_size", self.batch_size, MAX_BATCH_SIZE)
         check_positive_int("image_size", self.image_size, MAX_IMAGE_SIZE)
         check_loader_workers("num_workers", self.num_workers)
         try:
             self.remote_options()
         except ValueError as error:  # its messages start with the field's name: deadline, min_rate
             raise ValueError(f"remote_{error}") from None
+
+    def resolved(self, batch_size: int = DEFAULT_BATCH_SIZE) -> StreamOptions:
+        """These options, with ``batch_size`` (in [1, 65536]) where they give none."""
+        return self if self.batch_size is not None else dataclasses.replace(self, batch_size=batch_size)
 
     def remote_options(self) -> RemoteOptions:
         """The remote reader's options of ``ccc:`` streams: the defaults, with ``remote_deadline`` and

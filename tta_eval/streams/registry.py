@@ -167,7 +167,7 @@ def describe_stream_source(text: str, options: StreamOptions) -> StreamDescripti
     source, location = _source_of(text)
     if source.describe is None:
         return StreamDescription(name=last_component(location or source.name))
-    return source.describe(location, options)
+    return source.describe(location, options.resolved())
 
 
 def last_component(text: str) -> str:
@@ -179,9 +179,11 @@ def open_stream_source(text: str, options: StreamOptions, start: int = 0) -> Ite
     """The stream named by ``text``: "<scheme>:<location>" for a registered scheme, "synthetic", or a folder.
 
     start: samples to leave out (a resumed run; a multiple of the batch size): a seekable source
-    starts there, any other is read and its first batches dropped (``skip_samples``)."""
+    starts there, any other is read and its first batches dropped (``skip_samples``). options without
+    a batch size read batches of ``DEFAULT_BATCH_SIZE``."""
     check_non_negative_int("start", start)
     source, location = _source_of(text)
+    options = options.resolved()
     if source.seekable and start:
         return source.opener(location, options, start=start)
     return skip_samples(source.opener(location, options), start)

@@ -109,6 +109,33 @@ def test_choice_options_list_their_choices(tiny_cnn):
         create("cotta", tiny_cnn, adapted_parameters="everything")
 
 
+@pytest.mark.parametrize("name", ["tent", "cotta", "memo", "shot_im", "sar"])
+def test_the_optimizer_option_builds_adam_with_momentum_as_beta1(name, tiny_cnn):
+    options = {"optimizer": "adam", "learning_rate": 1e-3, "momentum": 0.8, "weight_decay": 0.01, "nesterov": False}
+    method = create(name, tiny_cnn, **options)
+    assert isinstance(method.optimizer, torch.optim.Adam)
+    group = method.optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["weight_decay"]) == (1e-3, (0.8, 0.999), 0.01)
+    assert isinstance(create(name, tiny_cnn).optimizer, torch.optim.SGD)
+
+
+def test_adam_steps_and_resets_exactly(tiny_cnn):
+    method = create("tent", tiny_cnn, optimizer="adam", learning_rate=1e-2)
+    before = [parameter.detach().clone() for parameter in method.optimizer.param_groups[0]["params"]]
+    method(make_batches(1)[0][0])
+    after = method.optimizer.param_groups[0]["params"]
+    assert method.optimizer.state and any(not torch.equal(old, new) for old, new in zip(before, after))
+    method.reset()
+    assert not method.optimizer.state and all(torch.equal(old, new) for old, new in zip(before, after))
+
+
+def test_nesterov_needs_sgd(tiny_cnn):
+    with pytest.raises(ValueError, match=r"^nesterov=True needs optimizer='sgd', got optimizer='adam'$"):
+        create("roid", tiny_cnn, optimizer="adam")
+    with pytest.raises(ValueError, match=r"optimizer must be one of adam, sgd; got 'rmsprop'"):
+        create("tent", tiny_cnn, optimizer="rmsprop")
+
+
 def test_source_accepts_a_model_without_batchnorm():
     model = nn.Sequential(nn.Flatten(), nn.Linear(192, 10))
     assert create("source", model)(torch.rand(2, 3, 8, 8)).shape == (2, 10)
