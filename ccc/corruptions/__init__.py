@@ -11,8 +11,9 @@ Public API::
 - ``image``: numpy uint8 array HxWx3 (RGB). 224×224 is the reference size (exact there); other sizes
   from 32×32 work with the parameters kept in pixels as published (see ``docs/fidelity.md``).
 - ``corruption_set``: whose parameters, a name of :func:`list_corruption_sets` — ``"imagenet"`` (the
-  default: ImageNet-C at 224×224, the above) or ``"cifar"`` (CIFAR-10-C's tables and constants, for
-  32×32 images only); ``get_corruption_set(name).image_size`` is a set's size (:mod:`.sets`).
+  default: ImageNet-C at 224×224, the above), ``"cifar"`` (CIFAR-10-C's tables and constants, for
+  32×32 images only), ``"tinyimagenet"`` or ``"imagenet64"`` (64×64 only);
+  ``get_corruption_set(name).image_size`` is a set's size (:mod:`.sets`).
 - ``severity``: float in [0, 5]; parameters are linearly interpolated between the published integer
   severities; 0 is the identity (a copy of the input, bit for bit).
 - ``rng``: a ``numpy.random.Generator``, an int seed or None (fresh entropy) — the only source of

@@ -65,14 +65,15 @@ def corrupt(
 
     Args:
         image: uint8 array HxWx3 (RGB), H and W >= 32; not modified. The ``imagenet`` set accepts any
-            such size (exact at 224×224); the other sets only their own size (32×32 for ``cifar``).
+            such size (exact at 224×224); the other sets only their own size (32×32 for ``cifar``, 64×64
+            for ``tinyimagenet`` and ``imagenet64``).
         name: a name of :data:`CORRUPTIONS` or :data:`HOLDOUT_CORRUPTIONS`, or an alias
             (``elastic_transform``, ``jpeg_compression``).
         severity: float in [0, 5]; 0 returns a copy of ``image``.
         rng: ``numpy.random.Generator``, int seed, ``None`` (fresh entropy) or a
             ``numpy.random.RandomState`` (legacy reference draw order).
         corruption_set: the parameters to use, a name of :func:`list_corruption_sets` (``imagenet``,
-            ``cifar``, ...).
+            ``cifar``, ``tinyimagenet``, ``imagenet64``).
 
     Returns:
         A new uint8 array of the same shape.

@@ -2,7 +2,7 @@
 
 >>> from ccc.corruptions.sets import get_corruption_set, list_corruption_sets
 >>> list_corruption_sets()
-['imagenet', 'cifar']
+['imagenet', 'cifar', 'tinyimagenet', 'imagenet64']
 >>> get_corruption_set("cifar").image_size
 32
 """

@@ -32,10 +32,10 @@ def _image(corruption_set: str, seed: int = 0) -> np.ndarray:
 
 
 def test_the_sets_and_their_sizes():
-    assert SETS[:2] == ["imagenet", "cifar"]
-    assert [get_corruption_set(name).image_size for name in SETS[:2]] == [224, 32]
-    assert get_corruption_set("imagenet").any_size and not get_corruption_set("cifar").any_size
-    assert list_corruption_sets("c*") == ["cifar"]
+    assert SETS == ["imagenet", "cifar", "tinyimagenet", "imagenet64"]
+    assert [get_corruption_set(name).image_size for name in SETS] == [224, 32, 64, 64]
+    assert [get_corruption_set(name).any_size for name in SETS] == [True, False, False, False]
+    assert list_corruption_sets("imagenet*") == ["imagenet", "imagenet64"]
     assert all(isinstance(entry, CorruptionSet) for entry in SET_REGISTRY)
 
 
@@ -130,14 +130,18 @@ def test_sets_change_the_output():
         ), name
 
 
-def test_cifar_structural_constants():
+def test_structural_constants():
     cifar = get_corruption_set("cifar")
     assert cifar.function_settings(get_corruption("fog")) == {"map_size": 32}
     assert cifar.function_settings(get_corruption("frost")) == {"texture_scale": 0.2}
     assert cifar.function_settings(get_corruption("snow")) == {}
-    for texture, small in zip(frost_textures(), frost_textures(0.2)):
-        np.testing.assert_array_equal(small, cv2.resize(texture, (0, 0), fx=0.2, fy=0.2))
-        assert not small.flags.writeable
+    for scale in (0.2, 0.3):
+        for texture, small in zip(frost_textures(), frost_textures(scale)):
+            np.testing.assert_array_equal(small, cv2.resize(texture, (0, 0), fx=scale, fy=scale))
+            assert not small.flags.writeable
+    for name in ("tinyimagenet", "imagenet64"):
+        settings = get_corruption_set(name).settings
+        assert (settings["fog"], settings["frost"]) == ({"map_size": 64}, {"texture_scale": 0.3})
 
 
 def test_unknown_set_is_one_line_listing_the_valid_ones():
