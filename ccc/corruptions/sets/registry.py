@@ -43,7 +43,7 @@ class CorruptionSet:
             generator's ``interp1d`` gives for ImageNet). The numbers are the same; under numpy 2
             (NEP 50) a numpy float64 times a float32 array is float64, a Python float times it
             float32, which moves some values by one level after truncation (snow's blend). Under
-            numpy 1, for which both generators were written, the two behaved alike.
+            numpy 1, for which the generators were written, the two behaved alike.
     """
 
     name: str
