@@ -8,11 +8,11 @@ All follow the reference draw for draw (same distributions, shapes and order). D
   reference re-reads the file every call).
 - fog: for images larger than the map (256 pixels for ImageNet) the plasma map grows to the next
   power of two (the reference is defined for 224×224 only and always uses 256).
+- spatter: severity 0 is anchored at intensity 0 (no liquid), and its water/mud switch is not
+  interpolated: it is taken from the upper bracketing integer severity (``ceil(severity)``).
 
 Fog's map size and frost's texture scale are the keyword settings a corruption set changes
 (:mod:`ccc.corruptions.sets`).
-- spatter: severity 0 is anchored at intensity 0 (no liquid), and its water/mud switch is not
-  interpolated: it is taken from the upper bracketing integer severity (``ceil(severity)``).
 """
 
 from __future__ import annotations
