@@ -43,6 +43,7 @@ def test_the_registries_are_the_known_ones() -> None:
     assert [str(path.relative_to(REPOSITORY)) for path in registry_modules()] == [
         "ccc/calibration/compute/backends/registry.py",
         "ccc/corruptions/registry.py",
+        "ccc/corruptions/sets/registry.py",
         "ccc/render_torch/registry.py",
         "tta_eval/method_settings/registry.py",
         "tta_eval/methods/registry.py",

@@ -35,8 +35,21 @@ class MissingAssetError(RuntimeError):
 
 
 @lru_cache(maxsize=None)
-def frost_textures() -> tuple[NDArray[np.uint8], ...]:
-    """The six frost textures as read-only BGR uint8 arrays (as ``cv2.imread`` gives them)."""
+def frost_textures(scale: float = 1.0) -> tuple[NDArray[np.uint8], ...]:
+    """The six frost textures as read-only BGR uint8 arrays (as ``cv2.imread`` gives them).
+
+    Args:
+        scale: resize factor, > 0; at 1 the textures as stored (ImageNet), otherwise resized by
+            ``cv2.resize(texture, (0, 0), fx=scale, fy=scale)`` (bilinear) as the public CIFAR (0.2)
+            and 64×64 (0.3) generators do.
+    """
+    if scale != 1.0:
+        resized = []
+        for texture in frost_textures():
+            small = cv2.resize(texture, (0, 0), fx=scale, fy=scale)
+            small.setflags(write=False)
+            resized.append(small)
+        return tuple(resized)
     folder = importlib.resources.files("corrupt_tta") / "assets" / "frost"
     textures = []
     for name, expected in FROST_TEXTURE_SHA256.items():

@@ -97,19 +97,26 @@ def reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDAr
 
 _DIRECT_FILTER_MAX_RADIUS = 48
 
+_SCIPY_SKIPPED_SIGMA = 1e-15
+"""``scipy.ndimage.gaussian_filter`` leaves an axis whose sigma is at most this unfiltered."""
+
 
 def gaussian_smooth_reflect(field: NDArray[np.floating], sigma: float, truncate: float = 3.0) -> NDArray[np.float64]:
     """Gaussian smoothing of a 2-D field with scipy's ``mode="reflect"`` (half-sample symmetric).
 
     Args:
         field: HxW float array.
-        sigma: standard deviation in pixels, > 0; any size (kernels wider than the image included).
+        sigma: standard deviation in pixels, >= 0; any size (kernels wider than the image included).
+            Up to 1e-15 the field is returned unchanged (as a float64 copy), as scipy skips such axes
+            (CIFAR's elastic has sigma 0 at severity 1).
         truncate: kernel radius in units of sigma, as in scipy.
 
     Returns:
         float64 HxW array equal (to rounding) to ``scipy.ndimage.gaussian_filter(field, sigma,
         mode="reflect", truncate=truncate)``.
     """
+    if sigma <= _SCIPY_SKIPPED_SIGMA:
+        return np.array(field, dtype=np.float64)
     height, width = field.shape
     radius = int(truncate * float(sigma) + 0.5)
     if radius <= _DIRECT_FILTER_MAX_RADIUS and radius < min(height, width):

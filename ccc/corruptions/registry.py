@@ -16,11 +16,11 @@ from numpy.typing import NDArray
 
 from ccc.registry import Registry
 
-from ._random import RandomSource
 from ._severity import interpolate_scalar, interpolate_tuple
 
 ParameterTable = Sequence[Union[float, Sequence[float]]]
-CorruptionFunction = Callable[[NDArray[np.uint8], Any, RandomSource], NDArray[Any]]
+CorruptionFunction = Callable[..., NDArray[Any]]
+"""``function(image, parameters, rng, **settings)``: settings are a corruption set's structural constants."""
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,12 @@ class Corruption:
     Attributes:
         name: canonical name (CCC's short names ``elastic`` and ``jpeg``).
         family: ``"noise"``, ``"blur"``, ``"weather"`` or ``"digital"``.
-        function: ``function(image uint8 HxWx3, parameters, rng) -> float or uint8 HxWx3`` with values
-            in [0, 255]; the caller truncates floats to uint8 as the reference does.
-        parameter_table: parameters at severities 0..5 (scalars or tuples), interpolated linearly.
+        function: ``function(image uint8 HxWx3, parameters, rng, **settings) -> float or uint8 HxWx3``
+            with values in [0, 255]; the caller truncates floats to uint8 as the reference does. The
+            keyword ``settings`` are the structural constants a corruption set changes (fog's
+            ``map_size``, frost's ``texture_scale``); their defaults are the ImageNet generator's.
+        parameter_table: the ImageNet (224×224) parameters at severities 0..5 (scalars or tuples),
+            interpolated linearly; other resolutions' tables are in :mod:`ccc.corruptions.sets`.
         random: whether the corruption draws from its generator.
         order: its index in ImageNet-C's order (0 gaussian_noise .. 14 jpeg, then the hold-out
             ones 15 speckle_noise .. 18 saturate); the registry, :data:`ccc.corruptions.CORRUPTIONS`
@@ -50,18 +53,21 @@ class Corruption:
     holdout: bool = False
     aliases: tuple[str, ...] = ()
 
-    def parameters(self, severity: float) -> Any:
+    def parameters(self, severity: float, parameter_table: ParameterTable | None = None) -> Any:
         """Interpolated parameters at ``severity`` in (0, 5] (a float64 or a tuple of float64).
 
-        Spatter's last component (water 0 / mud 1) is a switch: it is taken from the upper
-        bracketing integer severity instead of being interpolated.
+        ``parameter_table``: the table to interpolate (a corruption set's, of the same layout);
+        ``None`` for this corruption's own (ImageNet) table. Spatter's last component (water 0 /
+        mud 1) is a switch: it is taken from the upper bracketing integer severity instead of being
+        interpolated.
         """
-        if isinstance(self.parameter_table[0], (int, float)):
-            return interpolate_scalar(self.parameter_table, severity)  # type: ignore[arg-type]
-        values = interpolate_tuple(self.parameter_table, severity)  # type: ignore[arg-type]
+        table = self.parameter_table if parameter_table is None else parameter_table
+        if isinstance(table[0], (int, float)):
+            return interpolate_scalar(table, severity)  # type: ignore[arg-type]
+        values = interpolate_tuple(table, severity)  # type: ignore[arg-type]
         if self.name == "spatter":
             upper = int(np.ceil(severity))
-            values = values[:-1] + (np.float64(self.parameter_table[upper][-1]),)  # type: ignore[index]
+            values = values[:-1] + (np.float64(table[upper][-1]),)  # type: ignore[index]
         return values
 
 

@@ -14,14 +14,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._random import RngLike
-from .apply import corrupt
+from .apply import DEFAULT_CORRUPTION_SET, corrupt
 
 STATISTICS = ("residual_mean", "residual_std", "psnr", "frac_changed")
 """Per-image statistics: residual mean and std (grey levels), PSNR (dB, peak 255), fraction of changed values."""
 
 
 def per_image_statistics(
-    name: str, severity: float, images: NDArray[np.uint8], generators: Iterable[Callable[[], RngLike]]
+    name: str,
+    severity: float,
+    images: NDArray[np.uint8],
+    generators: Iterable[Callable[[], RngLike]],
+    corruption_set: str = DEFAULT_CORRUPTION_SET,
 ) -> dict[str, NDArray[np.float64]]:
     """One value per (generator, image) of each of :data:`STATISTICS`.
 
@@ -30,11 +34,13 @@ def per_image_statistics(
         images: uint8 array NxHxWx3 of clean images.
         generators: callables returning a fresh ``rng`` for each corrupted image (called once per
             image, generators outermost).
+        corruption_set: whose parameters (:func:`ccc.corruptions.corrupt`'s argument).
     """
     rows = []
     for make_rng in generators:
         for image in images:
-            residual = corrupt(image, name, severity, rng=make_rng()).astype(np.float64) - image
+            corrupted = corrupt(image, name, severity, rng=make_rng(), corruption_set=corruption_set)
+            residual = corrupted.astype(np.float64) - image
             mean_square = float(np.mean(residual**2))
             psnr = math.inf if mean_square == 0 else 10 * math.log10(255.0**2 / mean_square)
             rows.append((residual.mean(), residual.std(), psnr, np.mean(residual != 0)))

@@ -4,11 +4,15 @@ All follow the reference draw for draw (same distributions, shapes and order). D
 
 - snow: the snow layer is zoomed by the compiled bilinear zoom and motion-blurred by the project's
   ImageMagick re-implementation instead of a PNG round trip through ImageMagick.
-- frost: textures are decoded once per process (the reference re-reads the file every call).
-- fog: for images larger than 256 pixels the plasma map grows to the next power of two (the
-  reference is defined for 224×224 only and always uses 256).
+- frost: textures are decoded (and, for the 32×32 and 64×64 sets, resized) once per process (the
+  reference re-reads the file every call).
+- fog: for images larger than the map (256 pixels for ImageNet) the plasma map grows to the next
+  power of two (the reference is defined for 224×224 only and always uses 256).
 - spatter: severity 0 is anchored at intensity 0 (no liquid), and its water/mud switch is not
   interpolated: it is taken from the upper bracketing integer severity (``ceil(severity)``).
+
+Fog's map size and frost's texture scale are the keyword settings a corruption set changes
+(:mod:`ccc.corruptions.sets`).
 """
 
 from __future__ import annotations
@@ -73,11 +77,16 @@ def snow(image: NDArray[np.uint8], parameters: tuple[float, ...], rng: RandomSou
     return np.clip(whitened + flakes + np.rot90(flakes, k=2), 0, 1) * 255
 
 
-def frost(image: NDArray[np.uint8], parameters: tuple[float, float], rng: RandomSource) -> NDArray[np.float64]:
-    """``clip(a * x + b * frost_window, 0, 255)`` with a random window of a random frost texture."""
+def frost(
+    image: NDArray[np.uint8], parameters: tuple[float, float], rng: RandomSource, texture_scale: float = 1.0
+) -> NDArray[np.float64]:
+    """``clip(a * x + b * frost_window, 0, 255)`` with a random window of a random frost texture.
+
+    ``texture_scale`` (> 0) resizes the textures first (:func:`ccc.corruptions.assets.frost_textures`).
+    """
     image_weight, frost_weight = parameters
     height, width = image.shape[:2]
-    candidates = frost_textures()[:FROST_CHOICES]
+    candidates = frost_textures(texture_scale)[:FROST_CHOICES]
     max_height = min(texture.shape[0] for texture in candidates) - 1
     max_width = min(texture.shape[1] for texture in candidates) - 1
     if height > max_height or width > max_width:
@@ -127,11 +136,18 @@ def plasma_fractal(size: int, wibble_decay: float, rng: RandomSource) -> NDArray
     return height_map / height_map.max()
 
 
-def fog(image: NDArray[np.uint8], parameters: tuple[float, float], rng: RandomSource) -> NDArray[np.float64]:
-    """Add ``strength`` times a plasma fractal, then rescale by ``max / (max + strength)``."""
+def fog(
+    image: NDArray[np.uint8], parameters: tuple[float, float], rng: RandomSource, map_size: int = 256
+) -> NDArray[np.float64]:
+    """Add ``strength`` times a plasma fractal, then rescale by ``max / (max + strength)``.
+
+    ``map_size``: side of the plasma map in pixels, a power of two (the generators' 256 for ImageNet,
+    32 for CIFAR, 64 for 64×64 images); an image larger than that gets the next power of two above
+    its larger side. The map's top-left corner covers the image.
+    """
     strength, wibble_decay = parameters
     height, width = image.shape[:2]
-    map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
+    map_size = max(map_size, 1 << math.ceil(math.log2(max(height, width))))
     unit = image / 255.0
     maximum = unit.max()
     unit = unit + strength * plasma_fractal(map_size, wibble_decay, rng)[:height, :width][..., np.newaxis]
