@@ -4,13 +4,14 @@ Pixels only, no file access and no calibration table: the caller reads the sourc
 pipeline is the public generator's, with every random choice taken from the spec:
 
 1. :func:`decode_source`: decode with PIL and convert to RGB (as the public ``pil_loader``);
-2. crop ``spec.crop_box`` and resize to 224×224 with PIL's bilinear filter (exactly what torchvision's
+2. crop ``spec.crop_box`` and resize to 224×224 (the size of ``spec.corruption_set``: 32×32 for ``cifar``,
+   64×64 for ``tinyimagenet`` and ``imagenet64``) with PIL's bilinear filter (exactly what torchvision's
    ``RandomResizedCrop`` does to a PIL image), then mirror if ``spec.flip``; with ``spec.resize``
    (the ``center`` crop) the whole image is first resized to that size with the same filter, and the
    224×224 box is then cut from it unresized (exactly torchvision's ``Resize(256)`` then
    ``CenterCrop(224)`` on a PIL image, ImageNet-C's preprocessing);
-3. :func:`ccc.corruptions.corrupt_pair` with ``n1, s1, n2, s2`` and
-   ``numpy.random.default_rng(spec.seed)``;
+3. :func:`ccc.corruptions.corrupt_pair` with ``n1, s1, n2, s2``, ``numpy.random.default_rng(spec.seed)``
+   and the sample's corruption set;
 4. encode JPEG quality 85 with ``optimize=True`` (Pillow, as the public code), or, for a stream whose
    ``image_encoding`` is ``png``, a lossless PNG (:func:`encode_png`).
 
@@ -27,8 +28,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from ccc.corruptions import corrupt_pair
-from ccc.stream.spec import DEFAULT_IMAGE_ENCODING, IMAGE_ENCODINGS, SampleSpec
+from ccc.corruptions import corrupt_pair, get_corruption_set
+from ccc.stream.spec import DEFAULT_CORRUPTION_SET, DEFAULT_IMAGE_ENCODING, IMAGE_ENCODINGS, SampleSpec
 
 __all__ = [
     "DEFAULT_IMAGE_ENCODING",
@@ -151,7 +152,8 @@ def check_source_size(spec: SampleSpec, size: tuple[int, int]) -> None:
 
 
 def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
-    """The corrupted 224×224×3 uint8 image of ``spec`` before JPEG encoding (steps 1–3 of :func:`render_sample`).
+    """The corrupted uint8 image of ``spec`` before encoding (steps 1–3 of :func:`render_sample`): 224×224×3, or
+    the size of ``spec.corruption_set`` (32×32×3 for ``cifar``), corrupted with that set's parameters.
 
     Raises:
         SourceImageMismatchError: if the image's size is not ``spec.source_size``.
@@ -160,8 +162,11 @@ def render_pixels(spec: SampleSpec, source: bytes) -> NDArray[np.uint8]:
     image = decode_source(spec, source)
     if spec.resize is not None:
         image = image.resize(tuple(spec.resize), Image.Resampling.BILINEAR)
-    cropped = crop_resize_flip(image, spec.crop_box, spec.flip)
-    return corrupt_pair(cropped, spec.n1, spec.s1, spec.n2, spec.s2, rng=np.random.default_rng(spec.seed))
+    corruption_set = spec.corruption_set or DEFAULT_CORRUPTION_SET
+    size = get_corruption_set(corruption_set).image_size
+    cropped = crop_resize_flip(image, spec.crop_box, spec.flip, size)
+    rng = np.random.default_rng(spec.seed)
+    return corrupt_pair(cropped, spec.n1, spec.s1, spec.n2, spec.s2, rng=rng, corruption_set=corruption_set)
 
 
 def encode_jpeg(image: NDArray[np.uint8]) -> bytes:

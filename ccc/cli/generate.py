@@ -34,6 +34,7 @@ from ccc.cli.common import (
     run_command,
 )
 from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
+from ccc.corruptions import list_corruption_sets
 from ccc.demo import count_source_images, world_run_name
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
@@ -57,8 +58,8 @@ from ccc.stream.schedule import SCHEDULES, ScheduleError, StreamSchedule, build_
 from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE, ImageFolderError, read_class_list
 from ccc.stream.spec import (
     CCC_KIND,
+    DEFAULT_CORRUPTION_SET,
     DEFAULT_GRADUAL_IMAGES,
-    DEFAULT_IMAGE_ENCODING,
     DEFAULT_SEED,
     DEFAULT_SEVERITY,
     DEFAULT_SHARD_SIZE,
@@ -163,8 +164,17 @@ def _add_kind_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--crop",
         choices=CROPS,
-        help="--kind cin-c or gradual: random (the CCC stream's random-resized crop and flip; default) or center "
-        "(ImageNet-C's Resize(256) + CenterCrop(224), no flip)",
+        help="random (the CCC stream's random-resized crop and flip), whole (the whole image at the corruption "
+        "set's size, no flip: CIFAR-10-C's and Tiny-ImageNet-C's), or for --kind cin-c and gradual center "
+        "(ImageNet-C's Resize(256) + CenterCrop(224), no flip); default: the set's (random for imagenet, whole "
+        "for the others)",
+    )
+    group.add_argument(
+        "--corruption-set",
+        choices=list_corruption_sets(),
+        default=DEFAULT_CORRUPTION_SET,
+        help="whose corruption parameters and image size: imagenet (ImageNet-C at 224x224; default), cifar "
+        "(CIFAR-10-C's, 32x32), tinyimagenet or imagenet64 (64x64); docs/fidelity.md",
     )
 
 
@@ -246,16 +256,17 @@ def _add_output_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--name",
         metavar="NAME",
-        help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>, then _images_<N> for a length "
-        "other than the default, _png for --image-encoding png, and _torch for --render-device, _torch_float32 "
-        "with --render-precision float32)",
+        help="run folder name (default: baseline_<b>_transition+speed_<k>_seed_<s>, prefixed <set>_ for a "
+        "--corruption-set other than imagenet, then _images_<N> for a length other than the default, _<encoding> "
+        "for an --image-encoding other than the set's, and _torch for --render-device, _torch_float32 with "
+        "--render-precision float32)",
     )
     group.add_argument(
         "--image-encoding",
         choices=IMAGE_ENCODINGS,
-        default=DEFAULT_IMAGE_ENCODING,
-        help="how the shards store the images: jpeg (quality 85, the public CCC data; default) or png "
-        "(lossless: the rendered pixels exactly, about 150 KB per 224x224 image against about 20 KB)",
+        help="how the shards store the images: jpeg (quality 85, the public CCC data) or png (lossless: the "
+        "rendered pixels exactly, about 150 KB per 224x224 image against about 20 KB); default: the corruption "
+        "set's (png for cifar, jpeg for the others)",
     )
     group.add_argument(
         "--shard-size", type=integer_at_least(1), default=DEFAULT_SHARD_SIZE, metavar="N", help="samples per shard"
@@ -420,7 +431,7 @@ def _run_domains(arguments: argparse.Namespace, definition: StreamDefinition, re
         plan = _plan(definition, None, progress)
         spec = plan.spec
     name = ("demo_" if definition.demo else "") + domain_run_name(
-        spec.kind, spec.severity, spec.speed, spec.crop, spec.seed, spec.image_encoding
+        spec.kind, spec.severity, spec.speed, spec.crop, spec.seed, spec.image_encoding, spec.corruption_set
     )
     run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:
@@ -515,7 +526,13 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, render
     )
     schedule = build_schedule(table, target, names, definition.seed, definition.schedule, definition.path_objective)
     name = world_run_name(
-        target, definition.speed, definition.seed, definition.num_images, definition.demo, definition.image_encoding
+        target,
+        definition.speed,
+        definition.seed,
+        definition.num_images,
+        definition.demo,
+        definition.image_encoding,
+        definition.corruption_set,
     )
     run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:
@@ -536,6 +553,13 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, render
 
 def _run(arguments: argparse.Namespace) -> int:
     rendering = _rendering(arguments)  # first: a bad --render-device ends the command before anything is read
+    if rendering is not None:
+        from ccc.render_torch import check_torch_corruption_set
+
+        try:
+            check_torch_corruption_set(arguments.corruption_set)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     definition = definition_from_arguments(arguments, note=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr))
     if definition.kind == CCC_KIND:
         return _run_ccc(arguments, definition, rendering)

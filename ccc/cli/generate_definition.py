@@ -19,7 +19,7 @@ from typing import Any
 
 from ccc.cli.common import UsageError
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
-from ccc.stream.spec import CCC_KIND, DEFAULT_IMAGE_ENCODING, KINDS, PAPER_NUM_IMAGES
+from ccc.stream.spec import CCC_KIND, DEFAULT_CORRUPTION_SET, KINDS, PAPER_NUM_IMAGES
 
 __all__ = ["StreamDefinition", "definition_from_arguments"]
 
@@ -55,9 +55,11 @@ class StreamDefinition:
         severity: ``cin-c`` only: the severity of every corruption, 1..5; None for the default (5).
         images_per_domain: ``cin-c`` and ``gradual`` only: images per corruption (``cin-c``) or per
             severity level (``gradual``), >= 1; None for the kind's default.
-        crop: ``cin-c`` and ``gradual`` only: ``random`` or ``center``; None for ``random``.
+        crop: ``random``, ``whole`` or (``cin-c`` and ``gradual`` only) ``center``; None for the corruption
+            set's default (:data:`ccc.stream.spec.SET_DEFAULTS`).
         image_encoding: how the images are stored, one of :data:`ccc.stream.spec.IMAGE_ENCODINGS`
-            (``jpeg``, the public data's, or the lossless ``png``).
+            (``jpeg``, the public ImageNet data's, or the lossless ``png``); None for the set's default.
+        corruption_set: whose corruption parameters and image size (:func:`ccc.corruptions.list_corruption_sets`).
     """
 
     kind: str
@@ -79,7 +81,8 @@ class StreamDefinition:
     severity: int | None = None
     images_per_domain: int | None = None
     crop: str | None = None
-    image_encoding: str = DEFAULT_IMAGE_ENCODING
+    image_encoding: str | None = None
+    corruption_set: str = DEFAULT_CORRUPTION_SET
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -90,14 +93,17 @@ class StreamDefinition:
             self._check_domain_fields()
 
     def _check_ccc_fields(self) -> None:
-        given = _given(
-            ("--severity", self.severity), ("--images-per-domain", self.images_per_domain), ("--crop", self.crop)
-        )
+        given = _given(("--severity", self.severity), ("--images-per-domain", self.images_per_domain))
         if given:
             raise UsageError(
                 f"{', '.join(given)} {_do(given)} not apply to --kind ccc (the default): its severities come "
-                "from the calibration table and its crops are random (images per step: --speed K); --severity is "
-                "for --kind cin-c, --images-per-domain and --crop for cin-c and gradual"
+                "from the calibration table (images per step: --speed K); --severity is for --kind cin-c, "
+                "--images-per-domain for cin-c and gradual"
+            )
+        if self.crop == "center":
+            raise UsageError(
+                "--crop center (ImageNet-C's centre crop) is for --kind cin-c and gradual; "
+                "a ccc stream crops at random (the default) or takes --crop whole"
             )
         if self.speed is None:
             raise UsageError(
@@ -145,6 +151,7 @@ class StreamDefinition:
             "path_objective": self.path_objective,
             "shard_size": self.shard_size,
             "image_encoding": self.image_encoding,
+            "corruption_set": self.corruption_set,
         }
 
 
@@ -214,6 +221,7 @@ def _argument_values(arguments: argparse.Namespace) -> dict[str, Any]:
         "images_per_domain": arguments.images_per_domain,
         "crop": arguments.crop,
         "image_encoding": arguments.image_encoding,
+        "corruption_set": arguments.corruption_set,
     }
 
 

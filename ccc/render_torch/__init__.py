@@ -53,7 +53,7 @@ from ccc.registry import import_submodules
 from .geometry import crop_resize_flip
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
-from .pipeline import apply_corruption_stage, render_batch, working_dtype
+from .pipeline import apply_corruption_stage, check_torch_corruption_set, render_batch, working_dtype
 from .random import SampleRandom
 from .registry import torch_corruption, torch_corruptions
 
@@ -65,6 +65,7 @@ __all__ = [
     "crop_resize_flip",
     "jpeg_round_trip",
     "per_sample_parameters",
+    "check_torch_corruption_set",
     "render_batch",
     "torch_corruption",
     "torch_corruptions",

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ccc.corruptions import get_corruption
 from ccc.render import check_render_precision
-from ccc.stream.spec import SampleSpec
+from ccc.stream.spec import DEFAULT_CORRUPTION_SET, SampleSpec
 
 from .geometry import SourceImage, crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
@@ -37,7 +37,7 @@ from .numerics import truncate_to_levels
 from .random import SampleRandom
 from .registry import torch_corruption
 
-__all__ = ["apply_corruption_stage", "render_batch", "working_dtype"]
+__all__ = ["apply_corruption_stage", "check_torch_corruption_set", "render_batch", "working_dtype"]
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -95,6 +95,17 @@ def apply_corruption_stage(
     return output
 
 
+def check_torch_corruption_set(*corruption_sets: str | None) -> None:
+    """ValueError (one line) unless every name is ``imagenet`` or None: the torch corruptions implement
+    ImageNet-C's parameters at 224×224 only; streams of the other sets render on the CPU path."""
+    others = sorted({name for name in corruption_sets if name not in (None, DEFAULT_CORRUPTION_SET)})
+    if others:
+        raise ValueError(
+            f"the torch renderer implements corruption_set {DEFAULT_CORRUPTION_SET!r} only, got {', '.join(others)}: "
+            "render this stream with the CPU path (no --render-device, no device=)"
+        )
+
+
 def render_batch(
     specs: Sequence[SampleSpec],
     images: Sequence[SourceImage],
@@ -118,9 +129,11 @@ def render_batch(
     Raises:
         NotImplementedError: a corruption of the specs has no torch implementation.
         ValueError: mismatched inputs (see :func:`~ccc.render_torch.geometry.crop_resize_flip`), an
-            unknown ``precision``.
+            unknown ``precision``, a sample of another corruption set than ``imagenet`` (the torch
+            corruptions implement ImageNet-C's parameters at 224×224 only).
     """
     working_dtype(precision)
+    check_torch_corruption_set(*(spec.corruption_set for spec in specs))
     for spec in specs:
         for name, severity in ((spec.n1, spec.s1), (spec.n2, spec.s2)):
             if severity > 0:

@@ -37,9 +37,12 @@ __all__ = [
 DOMAIN_KINDS: tuple[str, ...] = ("cin-c", "gradual")
 """Stream kinds made of a fixed sequence of (corruption, severity) domains."""
 
-CROPS: tuple[str, ...] = ("random", "center")
-"""How a domain stream crops its source images: ``random`` — the CCC stream's random-resized crop and
-horizontal flip; ``center`` — ImageNet-C's ``Resize(256)`` + ``CenterCrop(224)`` (:func:`center_crop`), no flip."""
+CROPS: tuple[str, ...] = ("random", "center", "whole")
+"""How a stream crops its source images: ``random`` — the CCC stream's random-resized crop and horizontal
+flip; ``center`` — ImageNet-C's ``Resize(256)`` + ``CenterCrop(224)`` (:func:`center_crop`), no flip (domain
+kinds of the ``imagenet`` corruption set only); ``whole`` — the whole source image resized to the corruption
+set's size (a copy when it has that size already), no flip: what the public CIFAR-10-C, Tiny-ImageNet-C and
+ImageNet-64-C generators do."""
 
 GRADUAL_SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5, 4, 3, 2, 1)
 """Severities of one corruption in the ``gradual`` kind (mariodoebler/test-time-adaptation)."""

@@ -19,7 +19,8 @@ Randomness comes only from ``numpy.random.SeedSequence(spec.seed, spawn_key=(pur
   (``random() < 0.5``) and the 63-bit seed that rendering gives to ``numpy.random.default_rng``
   for the corruptions; with ``crop="center"`` (``cin-c``, ``gradual``) the sample is ImageNet-C's
   ``Resize(256)`` + ``CenterCrop(224)`` (``SampleSpec.resize`` and a box in the resized image), there
-  is no flip, and the render seed is the generator's first draw.
+  is no flip, and the render seed is the generator's first draw; with ``crop="whole"`` the box is the
+  whole image, there is no flip, and the render seed is the first draw too.
 
 A step is a severity-path cell of a ``ccc`` stream (:mod:`ccc.stream.schedule`) or one
 ``(corruption, severity)`` domain of a ``cin-c`` or ``gradual`` stream (:mod:`ccc.stream.domains`).
@@ -45,7 +46,14 @@ import numpy as np
 from ccc.stream.domains import DomainSchedule, center_crop
 from ccc.stream.schedule import StreamSchedule, build_schedule
 from ccc.stream.sources import SourceImages, index_image_folder, load_source_images, resolve_imagenet_folder
-from ccc.stream.spec import CCC_KIND, PlanError, SampleSpec, StreamSpec, resolve_stream_spec
+from ccc.stream.spec import (
+    CCC_KIND,
+    DEFAULT_CORRUPTION_SET,
+    PlanError,
+    SampleSpec,
+    StreamSpec,
+    resolve_stream_spec,
+)
 from ccc.validation import check_integer
 
 __all__ = [
@@ -300,6 +308,8 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
     resize = None
     if spec.crop == "center":
         (resize, crop_box), flip = center_crop(width, height), False
+    elif spec.crop == "whole":
+        crop_box, flip = (0, 0, width, height), False
     else:
         crop_box = sample_resized_crop(generator, width, height)
         flip = bool(generator.random() < FLIP_PROBABILITY)
@@ -324,6 +334,7 @@ def plan_sample(plan: StreamPlan, index: int) -> SampleSpec:
         seed=render_seed,
         domain=None if spec.kind == CCC_KIND else step.n1,
         resize=resize,
+        corruption_set=None if spec.corruption_set == DEFAULT_CORRUPTION_SET else spec.corruption_set,
     )
 
 

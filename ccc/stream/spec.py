@@ -21,6 +21,7 @@ from ccc.validation import check_integer
 
 __all__ = [
     "CCC_KIND",
+    "DEFAULT_CORRUPTION_SET",
     "DEFAULT_GRADUAL_IMAGES",
     "DEFAULT_IMAGE_ENCODING",
     "DEFAULT_SEED",
@@ -30,16 +31,18 @@ __all__ = [
     "IMAGE_ENCODINGS",
     "KINDS",
     "PAPER_NUM_IMAGES",
+    "SET_DEFAULTS",
     "UNBOUNDED_IMAGES",
     "PlanError",
     "SampleSpec",
     "StreamSpec",
+    "check_corruption_set",
     "check_sha256",
     "domain_run_name",
-    "encoding_suffix",
     "resolve_difficulty",
     "resolve_stream_spec",
     "run_name",
+    "set_run_name",
 ]
 
 DEFAULT_SHARD_SIZE = 25_000
@@ -80,7 +83,25 @@ IMAGE_ENCODINGS = (DEFAULT_IMAGE_ENCODING, "png")
 85, as the public CCC data) or ``png`` (lossless: the rendered pixels exactly, as CIFAR-10-C's arrays hold
 them; see :func:`ccc.render.encode_png`)."""
 
-_OPTIONAL_SAMPLE_FIELDS = ("domain", "resize")
+DEFAULT_CORRUPTION_SET = "imagenet"
+"""The corruption set of a stream whose definition names none (``ccc.corruptions``' default: ImageNet-C's
+parameters at 224×224); named here too so that this module stays free of the corruptions' imports (a test
+holds the two equal)."""
+
+SET_DEFAULTS: dict[str, tuple[str, str]] = {
+    "imagenet": ("random", "jpeg"),
+    "cifar": ("whole", "png"),
+    "tinyimagenet": ("whole", "jpeg"),
+    "imagenet64": ("whole", "jpeg"),
+}
+"""Corruption set → the ``(crop, image_encoding)`` a stream of it gets unless its definition says otherwise:
+what the public data of that resolution does. CCC crops ImageNet images at random (its RandomResizedCrop and
+flip) and stores JPEG quality 85; ``make_cifar_c.py`` corrupts the CIFAR test images whole and saves uint8
+arrays (lossless: ``png``); ``make_tinyimagenet_c.py`` and ``make_imagenet_64_c.py`` resize each image whole
+to 64×64 and save JPEG quality 85 (``save(path, quality=85, optimize=True)``). Every registered set has an
+entry (tested)."""
+
+_OPTIONAL_SAMPLE_FIELDS = ("domain", "resize", "corruption_set")
 """Sample fields left out of the JSON when None (so a ``ccc`` sample's JSON and plan hash stay what they were)."""
 
 _KIND_FIELDS = ("kind", "severity", "crop")
@@ -100,6 +121,7 @@ DEFINITION_KEYS = (
     "path_objective",
     "shard_size",
     "image_encoding",
+    "corruption_set",
 )
 """Keys a stream definition mapping may hold (see :func:`resolve_stream_spec`)."""
 
@@ -108,6 +130,18 @@ _SHA256_HEX_DIGITS = 64
 
 class PlanError(ValueError):
     """A stream definition or plan request is invalid; the message names the parameter."""
+
+
+def check_corruption_set(name: object) -> str:
+    """``name`` if it is a registered corruption set (:func:`ccc.corruptions.list_corruption_sets`), else
+    PlanError listing them; the default needs no import of the corruptions."""
+    if name == DEFAULT_CORRUPTION_SET:
+        return name
+    from ccc.corruptions import list_corruption_sets
+
+    if not isinstance(name, str) or name not in list_corruption_sets():
+        raise PlanError(f"corruption_set must be one of {', '.join(list_corruption_sets())}, got {name!r}")
+    return name
 
 
 def check_sha256(name: str, value: object) -> str:
@@ -140,14 +174,19 @@ class StreamSpec:
             None, ``speed`` is the number of images per domain (per corruption for ``cin-c``, per
             severity level for ``gradual``) and ``corruptions`` needs only one name.
         severity: the ``cin-c`` severity, an integer in 1..5; None for the other kinds.
-        crop: ``random`` (the CCC stream's random-resized crop and flip) or, for ``cin-c`` and
-            ``gradual``, ``center`` (ImageNet-C's centre crop, no flip); see :data:`ccc.stream.domains.CROPS`.
+        crop: ``random`` (the CCC stream's random-resized crop and flip), ``whole`` (the whole image at the
+            corruption set's size, no flip) or, for ``cin-c`` and ``gradual`` of the ``imagenet`` set,
+            ``center`` (ImageNet-C's centre crop, no flip); see :data:`ccc.stream.domains.CROPS`.
         image_encoding: how the rendered images are stored, one of :data:`IMAGE_ENCODINGS` (``jpeg``, the
             default, or the lossless ``png``).
+        corruption_set: whose corruption parameters and image size, a name of
+            :func:`ccc.corruptions.list_corruption_sets` (``imagenet``, the default: 224×224; ``cifar``:
+            32×32; ``tinyimagenet``, ``imagenet64``: 64×64).
 
-    A ``ccc`` spec leaves ``kind``, ``severity`` and ``crop`` out of :meth:`to_json_dict`, and every spec
-    leaves out a ``jpeg`` ``image_encoding``, so the manifest and plan hash of a stream are those of streams
-    written before the other kinds and encodings existed.
+    A ``ccc`` spec leaves ``kind`` and ``severity`` out of :meth:`to_json_dict`, and ``crop`` when it is
+    ``random``; every spec leaves out a ``jpeg`` ``image_encoding`` and the ``imagenet`` corruption set, so
+    the manifest and plan hash of a stream are those of streams written before the other kinds, crops,
+    encodings and sets existed.
     """
 
     target_accuracy: float | None
@@ -165,6 +204,7 @@ class StreamSpec:
     severity: int | None = None
     crop: str = "random"
     image_encoding: str = DEFAULT_IMAGE_ENCODING
+    corruption_set: str = DEFAULT_CORRUPTION_SET
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -201,6 +241,11 @@ class StreamSpec:
             raise PlanError(f"corruptions must be registered names ({', '.join(registered)}), got {', '.join(unknown)}")
         if self.crop not in CROPS:
             raise PlanError(f"crop must be one of {', '.join(CROPS)}, got {self.crop!r}")
+        if self.crop == "center" and self.corruption_set != DEFAULT_CORRUPTION_SET:
+            raise PlanError(
+                f"crop 'center' is ImageNet-C's Resize(256) + CenterCrop(224), for corruption_set "
+                f"{DEFAULT_CORRUPTION_SET!r} only; corruption_set {self.corruption_set!r} takes 'whole' or 'random'"
+            )
         if kind == "cin-c":
             object.__setattr__(self, "severity", check_integer("severity", self.severity, 1, 5, error=PlanError))
         elif self.severity is not None:
@@ -220,10 +265,16 @@ class StreamSpec:
         check_sha256("calibration_checksum", self.calibration_checksum)
         if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
             raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
-        if self.severity is not None or self.crop != "random":
+        if self.corruption_set != DEFAULT_CORRUPTION_SET:
             raise PlanError(
-                "a ccc stream has calibrated severities and random crops: "
-                f"severity must be None and crop 'random', got {self.severity!r} and {self.crop!r}"
+                f"a ccc stream needs a calibration table measured on its corruption_set, and tables are measured "
+                f"on {DEFAULT_CORRUPTION_SET!r} so far: for corruption_set {self.corruption_set!r} use the cin-c or "
+                "gradual kind"
+            )
+        if self.severity is not None or self.crop not in ("random", "whole"):
+            raise PlanError(
+                "a ccc stream has calibrated severities and random or whole-image crops: "
+                f"severity must be None and crop 'random' or 'whole', got {self.severity!r} and {self.crop!r}"
             )
 
     @property
@@ -238,15 +289,19 @@ class StreamSpec:
         return range(start, min(start + self.shard_size, self.num_images))
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The spec as a JSON-serialisable dict (corruptions as a list; a ``ccc`` spec without
-        ``kind``, ``severity`` and ``crop``; no ``image_encoding`` when it is ``jpeg``)."""
+        """The spec as a JSON-serialisable dict (corruptions as a list; a ``ccc`` spec without ``kind`` and
+        ``severity``, and without ``crop`` when it is ``random``; no ``image_encoding`` when it is ``jpeg``,
+        no ``corruption_set`` when it is ``imagenet``)."""
         document = asdict(self)
         document["corruptions"] = list(self.corruptions)
         if self.kind == CCC_KIND:
             for name in _KIND_FIELDS:
-                del document[name]
+                if name != "crop" or self.crop == "random":
+                    del document[name]
         if self.image_encoding == DEFAULT_IMAGE_ENCODING:
             del document["image_encoding"]
+        if self.corruption_set == DEFAULT_CORRUPTION_SET:
+            del document["corruption_set"]
         return document
 
     @property
@@ -257,7 +312,8 @@ class StreamSpec:
     @classmethod
     def from_json_dict(cls, document: object) -> StreamSpec:
         """Rebuild a spec from :meth:`to_json_dict`'s output; every field must be present (``kind``,
-        ``severity`` and ``crop`` may be missing: a ``ccc`` stream; ``image_encoding`` may be missing: ``jpeg``).
+        ``severity`` and ``crop`` may be missing: a ``ccc`` stream; ``image_encoding`` may be missing: ``jpeg``;
+        ``corruption_set`` may be missing: ``imagenet``).
 
         Raises:
             PlanError: for a missing, unexpected or invalid field.
@@ -265,7 +321,8 @@ class StreamSpec:
         if not isinstance(document, dict):
             raise PlanError(f"a stream spec must be a JSON object, got {type(document).__name__}")
         names = [field.name for field in fields(cls)]
-        missing = [name for name in names if name not in document and name not in (*_KIND_FIELDS, "image_encoding")]
+        optional = (*_KIND_FIELDS, "image_encoding", "corruption_set")
+        missing = [name for name in names if name not in document and name not in optional]
         unexpected = sorted(set(document) - set(names))
         if missing or unexpected:
             raise PlanError(f"stream spec fields: missing {missing or 'none'}, unexpected {unexpected or 'none'}")
@@ -280,23 +337,28 @@ def run_name(
     seed: int,
     num_images: int | None = None,
     default_images: int = PAPER_NUM_IMAGES,
-    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+    image_encoding: str | None = None,
+    corruption_set: str = DEFAULT_CORRUPTION_SET,
 ) -> str:
     """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``:
     20, 40, 12.5), followed by ``_images_<N>`` for a stream of another length than its world's default:
     ``num_images`` (>= 1; None or :data:`UNBOUNDED_IMAGES`: the default) differs from ``default_images``
     (:data:`PAPER_NUM_IMAGES`; the demo world's: ``ccc.demo.DEMO_NUM_IMAGES``), so that a shorter stream of
-    the same definition never shares the full one's run folder or results; then :func:`encoding_suffix`."""
+    the same definition never shares the full one's run folder or results; wrapped by :func:`set_run_name`."""
     name = f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
     if num_images is not None and num_images not in (default_images, UNBOUNDED_IMAGES):
         name = f"{name}_images_{num_images}"
-    return name + encoding_suffix(image_encoding)
+    return set_run_name(name, corruption_set, image_encoding)
 
 
-def encoding_suffix(image_encoding: str) -> str:
-    """The run name's ending for a stream's ``image_encoding``: none for ``jpeg``, ``_png`` for ``png``, so that
-    the two encodings of one stream never share a run folder or results."""
-    return "" if image_encoding == DEFAULT_IMAGE_ENCODING else f"_{image_encoding}"
+def set_run_name(name: str, corruption_set: str = DEFAULT_CORRUPTION_SET, image_encoding: str | None = None) -> str:
+    """``name`` prefixed ``<set>_`` for a corruption set other than ``imagenet`` and suffixed ``_<encoding>``
+    for an image encoding other than the set's default (:data:`SET_DEFAULTS`; None: the default), so that
+    streams of different sets or encodings never share a run folder or results."""
+    prefix = "" if corruption_set == DEFAULT_CORRUPTION_SET else f"{corruption_set}_"
+    default_encoding = SET_DEFAULTS[corruption_set][1]
+    suffix = "" if image_encoding in (None, default_encoding) else f"_{image_encoding}"
+    return f"{prefix}{name}{suffix}"
 
 
 def domain_run_name(
@@ -305,13 +367,15 @@ def domain_run_name(
     images_per_domain: int,
     crop: str,
     seed: int,
-    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+    image_encoding: str | None = None,
+    corruption_set: str = DEFAULT_CORRUPTION_SET,
 ) -> str:
     """Run name of a ``cin-c`` or ``gradual`` stream: ``cin-c_severity_5_images_50000_crop_random_seed_43``,
     ``gradual_images_5000_crop_center_seed_43`` (``images_per_domain``: images per corruption or level, >= 1),
-    then :func:`encoding_suffix`."""
+    wrapped by :func:`set_run_name`."""
     level = f"_severity_{severity}" if severity is not None else ""
-    return f"{kind}{level}_images_{images_per_domain}_crop_{crop}_seed_{seed}" + encoding_suffix(image_encoding)
+    name = f"{kind}{level}_images_{images_per_domain}_crop_{crop}_seed_{seed}"
+    return set_run_name(name, corruption_set, image_encoding)
 
 
 @dataclass(frozen=True)
@@ -341,6 +405,9 @@ class SampleSpec:
             bilinear) before ``crop_box`` is cut from it: ImageNet-C's ``Resize(256)`` of the
             ``center`` crop (:func:`ccc.stream.domains.center_crop`); None (the random crops): the
             box is cut from the source image itself, and the JSON has no ``resize`` key.
+        corruption_set: the stream's corruption set when it is not ``imagenet`` (its parameters, and its
+            image size, to which the box is resized); None for ``imagenet`` (224×224), and the JSON then
+            has no ``corruption_set`` key.
     """
 
     index: int
@@ -362,6 +429,7 @@ class SampleSpec:
     seed: int
     domain: str | None = None
     resize: tuple[int, int] | None = None
+    corruption_set: str | None = None
 
     @property
     def wnid(self) -> str:
@@ -374,7 +442,8 @@ class SampleSpec:
         return self.source_path.rsplit("/", 1)[-1]
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The spec as a JSON-serialisable dict (tuples as lists; no ``domain`` or ``resize`` key when it is None)."""
+        """The spec as a JSON-serialisable dict (tuples as lists; no ``domain``, ``resize`` or ``corruption_set``
+        key when it is None)."""
         return {
             field.name: list(value) if isinstance(value, tuple) else value
             for field in fields(self)
@@ -453,12 +522,13 @@ def resolve_stream_spec(
             ``gradual``: ``speed`` (images per domain; default ``cin-c``: ``source_count``, every
             source image once per corruption, ``gradual``: :data:`DEFAULT_GRADUAL_IMAGES`),
             ``corruptions`` (default the 15 ImageNet-C corruptions in their order),
-            ``severity`` (``cin-c`` only, 1..5, default :data:`DEFAULT_SEVERITY`), ``crop``
-            (``random`` or ``center``, default ``random``); for every kind ``seed`` (default
+            ``severity`` (``cin-c`` only, 1..5, default :data:`DEFAULT_SEVERITY`); for every kind ``crop``
+            (``random``, ``whole``, or for the domain kinds ``center``; default the set's, see
+            :data:`SET_DEFAULTS`), ``corruption_set`` (default :data:`DEFAULT_CORRUPTION_SET`), ``seed`` (default
             :data:`DEFAULT_SEED`), ``num_images`` (default: ``ccc`` unbounded,
             :data:`UNBOUNDED_IMAGES`; the others one pass of their domains), ``shard_size``
-            (default :data:`DEFAULT_SHARD_SIZE`), ``image_encoding`` (default
-            :data:`DEFAULT_IMAGE_ENCODING`, see :data:`IMAGE_ENCODINGS`).
+            (default :data:`DEFAULT_SHARD_SIZE`), ``image_encoding`` (default the set's, see
+            :data:`IMAGE_ENCODINGS` and :data:`SET_DEFAULTS`).
         table: the calibration table (:class:`ccc.calibration.CalibrationTable`); None for the
             kinds without calibration.
         source_index_checksum: :meth:`ccc.stream.sources.ImageIndex.checksum` of the image folder.
@@ -483,12 +553,8 @@ def resolve_stream_spec(
         raise PlanError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind != CCC_KIND:
         return _resolve_domain_spec(kind, definition, source_index_checksum, source_count)
-    unused = [key for key in ("severity", "crop") if definition.get(key) is not None]
-    if unused:
-        raise PlanError(
-            f"{' and '.join(unused)}: only for the cin-c and gradual kinds, "
-            "not a ccc stream (its severities are calibrated, its crops random)"
-        )
+    if definition.get("severity") is not None:
+        raise PlanError("severity: only for the cin-c kind, not a ccc stream (its severities are calibrated)")
     if definition.get("speed") is None:
         raise PlanError("a stream definition needs speed (images per severity step)")
     if table is None:
@@ -508,8 +574,20 @@ def resolve_stream_spec(
         schedule=definition.get("schedule", "reference"),
         path_objective=definition.get("path_objective", "reference"),
         shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
-        image_encoding=definition.get("image_encoding") or DEFAULT_IMAGE_ENCODING,
+        **_set_defaults(definition),
     )
+
+
+def _set_defaults(definition: Mapping[str, Any]) -> dict[str, str]:
+    """``corruption_set``, ``crop`` and ``image_encoding`` of a definition, the last two defaulting to the
+    set's (:data:`SET_DEFAULTS`)."""
+    corruption_set = check_corruption_set(definition.get("corruption_set") or DEFAULT_CORRUPTION_SET)
+    crop, image_encoding = SET_DEFAULTS[corruption_set]
+    return {
+        "corruption_set": corruption_set,
+        "crop": definition.get("crop") or crop,
+        "image_encoding": definition.get("image_encoding") or image_encoding,
+    }
 
 
 def _resolve_domain_spec(
@@ -563,6 +641,5 @@ def _resolve_domain_spec(
         shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
         kind=kind,
         severity=severity,
-        crop=definition.get("crop") or "random",
-        image_encoding=definition.get("image_encoding") or DEFAULT_IMAGE_ENCODING,
+        **_set_defaults(definition),
     )

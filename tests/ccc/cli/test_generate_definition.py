@@ -104,7 +104,7 @@ def test_the_demo_gives_a_gradual_stream_its_images_per_level() -> None:
     [
         (["--difficulty", "easy"], "--speed K is required: images per severity step"),
         (["--speed", "3", "--severity", "2"], "--severity does not apply to --kind ccc (the default)"),
-        (["--speed", "3", "--images-per-domain", "2", "--crop", "center"], "--images-per-domain, --crop do not apply"),
+        (["--speed", "3", "--images-per-domain", "2", "--crop", "center"], "--images-per-domain does not apply"),
         (["--kind", "cin-c", "--speed", "3"], "--speed does not apply to --kind cin-c: it needs no calibration"),
         (["--kind", "gradual", "--difficulty", "easy", "--plot", "p.png"], "--difficulty, --plot do not apply"),
         (["--kind", "gradual", "--severity", "2"], "its severities are 1 2 3 4 5 4 3 2 1 per corruption"),

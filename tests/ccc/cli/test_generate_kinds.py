@@ -56,8 +56,12 @@ def shard_digests(folder: Path) -> dict[str, str]:
             "--severity does not apply to --kind ccc (the default)",
         ),
         (
-            ["--kind", "ccc", "--crop", "center", "--images-per-domain", "4"],
-            "--images-per-domain, --crop do not apply to --kind ccc",
+            ["--kind", "ccc", "--crop", "random", "--images-per-domain", "4"],
+            "--images-per-domain does not apply to --kind ccc",
+        ),
+        (
+            ["--kind", "ccc", "--crop", "center", "--speed", "4"],
+            "--crop center (ImageNet-C's centre crop) is for --kind cin-c and gradual",
         ),
         (["--kind", "cin-c", "--speed", "4"], "--speed does not apply to --kind cin-c: it needs no calibration table"),
         (

@@ -220,12 +220,12 @@ def test_domain_specs_round_trip_and_their_hash_depends_on_the_definition(images
     [
         (
             {"kind": "ccc", "difficulty": "medium", "speed": 4, "severity": 5},
-            "severity: only for the cin-c and gradual kinds",
+            "severity: only for the cin-c kind, not a ccc stream",
         ),
         ({"kind": "cin-c", "difficulty": "medium"}, "difficulty: not for a cin-c stream"),
         ({"kind": "gradual", "severity": 3}, "severity: not for a gradual stream"),
         ({"kind": "cin-c", "severity": 6}, "severity must be an integer in [1, 5], got 6"),
-        ({"kind": "cin-c", "crop": "middle"}, "crop must be one of random, center, got 'middle'"),
+        ({"kind": "cin-c", "crop": "middle"}, "crop must be one of random, center, whole, got 'middle'"),
         ({"kind": "cin-c", "corruptions": "fog,haze"}, "unknown corruption 'haze'"),
         ({"kind": "cin-c", "corruptions": "fog,fog"}, "each once"),
         ({"kind": "cin-c", "speed": 0}, "speed must be an integer >= 1"),
@@ -268,6 +268,6 @@ def test_a_domain_spec_built_directly_checks_its_fields() -> None:
         StreamSpec(**{**base, "corruptions": ("jpeg_compression",)})
     with pytest.raises(PlanError, match="a gradual stream has no calibration: target_accuracy must be None, got 30"):
         StreamSpec(**{**base, "target_accuracy": 30})
-    with pytest.raises(PlanError, match="a ccc stream has calibrated severities and random crops"):
+    with pytest.raises(PlanError, match="a ccc stream has calibrated severities and random or whole-image crops"):
         StreamSpec(**{**base, "kind": "ccc", "target_accuracy": 30.0, "corruptions": ("fog", "snow"),
                       "calibration_checksum": CHECKSUM, "crop": "center"})  # fmt: skip
