@@ -54,7 +54,7 @@ RENDER_EXAMPLE = (
 def parse_render_location(location: str) -> RenderRequest:
     """Parse ``[demo|RUN_FOLDER,]key=value,…``: stream definition keys (``kind``, ``difficulty``,
     ``speed``, ``seed``, ``baseline_accuracy``, ``corruptions`` joined by '+', ``num_images``,
-    ``schedule``, ``path_objective``, ``severity``, ``crop``, ``image_encoding``;
+    ``schedule``, ``path_objective``, ``severity``, ``crop``, ``image_encoding``, ``corruption_set``;
     ``ccc.stream.spec.resolve_stream_spec``)
     or a run folder, plus ``imagenet=PATH``, ``calibration=PATH`` (required outside the demo world
     for the ``ccc`` kind; the ``cin-c`` and ``gradual`` kinds use none), ``start=INDEX`` and
@@ -242,7 +242,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         demo = _renders_demo_images(request)
         severity = spec.severity if spec.kind == "cin-c" else None
         name = ("demo_" if demo else "") + domain_run_name(
-            spec.kind, severity, spec.speed, spec.crop, spec.seed, spec.image_encoding
+            spec.kind, severity, spec.speed, spec.crop, spec.seed, spec.image_encoding, spec.corruption_set
         )
         samples = spec.num_images
     else:
@@ -256,7 +256,9 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
         except (CalibrationError, PlanError, OSError) as error:
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         demo = _renders_demo_images(request)
-        name = world_run_name(spec.target_accuracy, spec.speed, spec.seed, spec.num_images, demo, spec.image_encoding)
+        name = world_run_name(
+            spec.target_accuracy, spec.speed, spec.seed, spec.num_images, demo, spec.image_encoding, spec.corruption_set
+        )
         samples = None if spec.num_images >= UNBOUNDED_IMAGES else spec.num_images
     if samples is not None:
         samples = max(samples - request.start, 0)
