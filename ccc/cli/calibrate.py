@@ -45,6 +45,7 @@ from ccc.cli.common import (
     count,
     examples,
     float_list,
+    image_source_arguments,
     integer_at_least,
     name_list,
     run_command,
@@ -274,8 +275,8 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         raise CalibrationError("--targets only applies with --adaptive")
     if arguments.adaptive_setting and not arguments.adaptive:
         raise CalibrationError("--adaptive-setting only applies with --adaptive")
-    imagenet, model, corruptions, targets, presets = (
-        arguments.imagenet,
+    (imagenet, classes), model, corruptions, targets, presets = (
+        image_source_arguments(arguments),
         arguments.model,
         arguments.corruptions,
         arguments.targets,
@@ -286,7 +287,9 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         from ccc.demo.calibration import DEMO_CALIBRATION_CORRUPTIONS
 
         if imagenet is not None:
-            raise CalibrationError("--demo uses the demo world's own images: do not combine it with --imagenet")
+            raise CalibrationError(
+                "--demo uses the demo world's own images: do not combine it with --imagenet or --dataset"
+            )
         if model is not None or arguments.weights is not None:
             raise CalibrationError(
                 "--demo uses the demo model (ccc.demo:demo_model): do not combine it with --model or --weights"
@@ -315,7 +318,7 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         batch_size=arguments.batch_size,
         amp=arguments.amp,
         skip_bad_images=arguments.skip_bad_images,
-        classes=None if arguments.classes is None else tuple(read_class_list(arguments.classes)),
+        classes=None if classes is None else tuple(read_class_list(classes)),
         block_size=arguments.block_size,
         preprocessing=_preprocessing(arguments),
         work_folder=arguments.work_folder,

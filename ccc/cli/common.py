@@ -24,6 +24,7 @@ __all__ = [
     "OneLineErrorParser",
     "UsageError",
     "add_image_folder_arguments",
+    "image_source_arguments",
     "count",
     "examples",
     "float_list",
@@ -60,10 +61,18 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def add_image_folder_arguments(group: argparse._ArgumentGroup) -> None:
-    """``--imagenet PATH``, ``--classes FILE`` and ``--skip-bad-images``: the source image folder of
-    ccc-generate and ccc-calibrate, with the same meaning in both."""
+    """``--imagenet PATH`` (or ``--dataset NAME[/SPLIT]:PATH``, see :func:`image_source_arguments`), ``--classes
+    FILE`` and ``--skip-bad-images``: the source image folder of ccc-generate and ccc-calibrate, with the same
+    meaning in both."""
     group.add_argument(
         "--imagenet", metavar="PATH", help="ImageNet validation folder PATH/<wnid>/*.JPEG (default: $CCC_IMAGENET)"
+    )
+    group.add_argument(
+        "--dataset",
+        metavar="NAME[/SPLIT]:PATH",
+        help="a small-resolution dataset as published instead of --imagenet: cifar10 or cifar100 (torchvision's "
+        "pickle batches; split test by default) or tinyimagenet (the tiny-imagenet-200 folder; split val), "
+        "written once into the cache as class folders (docs/datasets.md); e.g. cifar10:~/data",
     )
     group.add_argument(
         "--classes",
@@ -76,6 +85,35 @@ def add_image_folder_arguments(group: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="exclude unreadable images (deterministically) instead of stopping",
     )
+
+
+def image_source_arguments(
+    arguments: argparse.Namespace, note: Callable[[str], None] | None = None
+) -> tuple[str | None, str | None]:
+    """The source image folder and class list file the arguments name: ``--imagenet`` and ``--classes``, or
+    the class folders of ``--dataset`` (written into the cache on first use,
+    :func:`ccc.datasets.folders.dataset_image_folder`; told to ``note`` first) and their own class list; None
+    where not given.
+
+    Raises:
+        UsageError: ``--dataset`` with ``--imagenet`` or ``--classes``, or a ``--dataset`` that is malformed
+            or not in its published format (one line).
+    """
+    if arguments.dataset is None:
+        return arguments.imagenet, arguments.classes
+    if arguments.imagenet is not None or arguments.classes is not None:
+        raise UsageError(
+            "--dataset names the source images and their classes: do not combine it with --imagenet or --classes"
+        )
+    from ccc.datasets.folders import CLASS_LIST_NAME, dataset_image_folder
+
+    if note is not None:
+        note(f"--dataset {arguments.dataset}: its images as class folders in the cache (written once) …")
+    try:
+        folder = dataset_image_folder(arguments.dataset)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return str(folder), str(folder / CLASS_LIST_NAME)
 
 
 def format_default(value: object) -> str:

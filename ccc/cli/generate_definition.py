@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ccc.cli.common import UsageError
+from ccc.cli.common import UsageError, image_source_arguments
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED
 from ccc.stream.spec import CCC_KIND, DEFAULT_CORRUPTION_SET, KINDS, PAPER_NUM_IMAGES
 
@@ -178,9 +178,12 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
     demo_defaults = _demo_defaults(arguments) if arguments.demo else {}
     definition = StreamDefinition(**{**values, **demo_defaults})
     if not arguments.demo:
-        return definition
-    if arguments.imagenet is not None:
-        raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet")
+        if arguments.dataset is None:
+            return definition
+        image_folder, classes = image_source_arguments(arguments, note)
+        return dataclasses.replace(definition, image_folder=image_folder, classes=classes)
+    if arguments.imagenet is not None or arguments.dataset is not None:
+        raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet or --dataset")
     if definition.kind == CCC_KIND and definition.calibration is None:
         from ccc.demo import demo_calibration_path
 
