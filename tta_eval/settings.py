@@ -275,6 +275,14 @@ def _settings_batch_size(chosen: MethodSettings | None, given: int | None, strea
     return chosen.batch_size.value if stream.batch_size in (None, chosen.batch_size.value) else None
 
 
+SMALL_WORLD_MODELS = {
+    "cifar": "--model cifar10:wrn28_10 --weights FILE (or cifar100:resnext29)",
+    "tinyimagenet": "--model module:function --weights FILE (a 64x64 classifier of yours)",
+    "imagenet64": "--model module:function --weights FILE (a 64x64 classifier of yours)",
+}
+"""Worlds of the corruption sets other than ImageNet's → the model option a run on them needs (no default)."""
+
+
 def _check_world_model(model: ModelSpec, stream: StreamDescription, stream_text: str) -> None:
     if model.name == DEMO_MODEL and stream.world is not None and stream.world != DEMO_WORLD:
         raise ValueError(
@@ -305,6 +313,11 @@ def _world_model(settings: ExperimentSettings, stream: StreamDescription, notes:
     """``settings.model``, or the model of the stream's world (the demo model for demo-world streams,
     with a note; ResNet-50 otherwise); ValueError for the demo model on a stream of another world."""
     model = settings.model
+    if model is None and stream.world in SMALL_WORLD_MODELS:
+        raise ValueError(
+            f"stream {settings.stream!r} holds {stream.world} images (corruption_set {stream.world}): choose a model "
+            f"for them, e.g. {SMALL_WORLD_MODELS[stream.world]} (docs/tta_eval.md), and --settings for its methods"
+        )
     if model is None:
         demo = stream.world == DEMO_WORLD
         model = ModelSpec(DEMO_MODEL) if demo else ModelSpec()

@@ -265,7 +265,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     return StreamDescription(
         name=name,
         samples=samples,
-        world=DEMO_WORLD if demo else "imagenet",
+        world=DEMO_WORLD if demo else spec.corruption_set,
         num_classes=len(DEMO_CLASSES) if demo else None,
         run_name=name + _rendered_run_suffix(request),
     )

@@ -90,7 +90,7 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     return StreamDescription(
         name=folder.resolve().name,
         samples=spec.num_images,
-        world=DEMO_WORLD if demo else "imagenet",
+        world=DEMO_WORLD if demo else spec.corruption_set,
         num_classes=len(DEMO_CLASSES) if demo else None,
         verification=_ccc_verification(location, options),
     )

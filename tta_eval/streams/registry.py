@@ -37,7 +37,9 @@ class StreamDescription:
 
     name: a short name of the stream (e.g. the run folder of CCC shards; not yet folder-safe);
     samples: its length in samples (None: unknown); world: "demo" for a stream of the demo world
-    (``ccc.demo``), "imagenet" for one rendered from an ImageNet-layout folder, None when unknown;
+    (``ccc.demo``), "imagenet" for one rendered from an ImageNet-layout folder with ImageNet-C's parameters,
+    the corruption set (``cifar``, ``tinyimagenet``, ``imagenet64``) for one rendered with another set's,
+    None when unknown;
     num_classes: how many classes its labels come from (None: unknown); run_name: the default name
     of a run folder evaluating it when that is not ``name`` (a rendered stream's ``<name>_rendered``,
     so that it never takes the run folder of its stored shards; ``tta-eval compare`` keys on
