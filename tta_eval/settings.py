@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ccc.cli.common import SET_MODEL_OPTIONS
 from ccc.models import ModelSpec
 from ccc.options import parse_options
 from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int
@@ -275,14 +276,6 @@ def _settings_batch_size(chosen: MethodSettings | None, given: int | None, strea
     return chosen.batch_size.value if stream.batch_size in (None, chosen.batch_size.value) else None
 
 
-SMALL_WORLD_MODELS = {
-    "cifar": "--model cifar10:wrn28_10 --weights FILE (or cifar100:resnext29)",
-    "tinyimagenet": "--model module:function --weights FILE (a 64x64 classifier of yours)",
-    "imagenet64": "--model module:function --weights FILE (a 64x64 classifier of yours)",
-}
-"""Worlds of the corruption sets other than ImageNet's → the model option a run on them needs (no default)."""
-
-
 def _check_world_model(model: ModelSpec, stream: StreamDescription, stream_text: str) -> None:
     if model.name == DEMO_MODEL and stream.world is not None and stream.world != DEMO_WORLD:
         raise ValueError(
@@ -313,10 +306,10 @@ def _world_model(settings: ExperimentSettings, stream: StreamDescription, notes:
     """``settings.model``, or the model of the stream's world (the demo model for demo-world streams,
     with a note; ResNet-50 otherwise); ValueError for the demo model on a stream of another world."""
     model = settings.model
-    if model is None and stream.world in SMALL_WORLD_MODELS:
+    if model is None and stream.world in SET_MODEL_OPTIONS:
         raise ValueError(
             f"stream {settings.stream!r} holds {stream.world} images (corruption_set {stream.world}): choose a model "
-            f"for them, e.g. {SMALL_WORLD_MODELS[stream.world]} (docs/tta_eval.md), and --settings for its methods"
+            f"for them, e.g. {SET_MODEL_OPTIONS[stream.world]} (docs/tta_eval.md)"
         )
     if model is None:
         demo = stream.world == DEMO_WORLD

@@ -24,6 +24,7 @@ from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.calibration.table_io import STREAM_PREPROCESSING
 from ccc.cli.common import (
+    SET_MODEL_OPTIONS,
     HelpFormatter,
     OneLineErrorParser,
     UsageError,
@@ -507,6 +508,8 @@ def _render(
         f"{count(skipped, 'shard')} {'was' if skipped == 1 else 'were'} already finished; output {run_dir}"
     )
     methods = "" if definition.demo else " --method source --method bn --method eata --method rdumb"
+    if definition.corruption_set in SET_MODEL_OPTIONS:
+        methods += " " + SET_MODEL_OPTIONS[definition.corruption_set].split(" (")[0]
     print(
         f"next: ccc-verify {run_dir}\n      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"
     )

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from ccc.cli.common import SET_MODEL_OPTIONS
 from ccc.corruptions import list_corruption_sets
 from ccc.execution import SerialExecutor
 from ccc.generate import generate_stream
 from ccc.stream.plan import plan_stream
 from tests.builders import make_image_folder
 from tests.tta_eval.tta_helpers import run_cli
-from tta_eval.settings import SMALL_WORLD_MODELS
 from tta_eval.streams.options import StreamOptions
 from tta_eval.streams.registry import describe_stream_source
 
@@ -29,7 +29,7 @@ def cifar_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_other_set_names_the_model_its_images_need() -> None:
-    assert set(SMALL_WORLD_MODELS) == set(list_corruption_sets()) - {"imagenet"}
+    assert set(SET_MODEL_OPTIONS) == set(list_corruption_sets()) - {"imagenet"}
 
 
 def test_the_streams_world_is_its_set(cifar_run: Path) -> None:
