@@ -93,6 +93,7 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     from ccc.demo import demo_image_folder, is_demo_stream
     from ccc.demo.calibration import DEMO_CALIBRATION_PATH
     from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE
+    from ccc.stream.spec import DEFAULT_CORRUPTION_SET
 
     spec = manifest.stream
     candidates = [
@@ -115,8 +116,9 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     if calibration is None and spec.kind == CCC_KIND:
         missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")
     if imagenet is None:
+        dataset = " or --dataset NAME:PATH" if spec.corruption_set != DEFAULT_CORRUPTION_SET else ""
         missing.append(
-            f"--imagenet PATH (or {IMAGENET_ENVIRONMENT_VARIABLE}; "
+            f"--imagenet PATH{dataset} (or {IMAGENET_ENVIRONMENT_VARIABLE}; "
             f"images with index checksum {spec.source_index_checksum[:16]}…)"
         )
     hint = f"to check the plan hash, pass {' and '.join(missing)}" if missing else ""

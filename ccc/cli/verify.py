@@ -24,7 +24,16 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ccc.calibration import CalibrationError
-from ccc.cli.common import HelpFormatter, OneLineErrorParser, UsageError, count, examples, integer_at_least, run_command
+from ccc.cli.common import (
+    HelpFormatter,
+    OneLineErrorParser,
+    UsageError,
+    count,
+    examples,
+    image_source_arguments,
+    integer_at_least,
+    run_command,
+)
 from ccc.realised_accuracy import DEFAULT_WINDOW, describe_realised, score_stream, summarise_realised
 from ccc.shards.manifest import ManifestError, describe_renderer, load_manifest
 from ccc.shards.mirror import MIRROR_NAME, MirrorError, check_mirror
@@ -79,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="source image folder of the stream "
         "(with --calibration, or alone for cin-c and gradual streams: check the plan hash)",
+    )
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME[/SPLIT]:PATH",
+        help="instead of --imagenet, the dataset a --dataset stream was made from (cifar10:~/data; docs/datasets.md)",
     )
     parser.add_argument(
         "--classes",
@@ -147,10 +161,13 @@ def _run(arguments: argparse.Namespace) -> int:
 
     folder = Path(arguments.folder)
     _check_accuracy_arguments(arguments)
-    if arguments.demo and (arguments.calibration is not None or arguments.imagenet is not None):
+    if arguments.demo and (
+        arguments.calibration is not None or arguments.imagenet is not None or arguments.dataset is not None
+    ):
         raise UsageError(
-            "--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet"
+            "--demo uses the demo world's table and images: do not combine it with --calibration/--imagenet/--dataset"
         )
+    arguments.imagenet, arguments.classes = image_source_arguments(arguments)
     if arguments.calibration is not None and arguments.imagenet is None:
         raise UsageError("pass both --calibration and --imagenet to check the plan hash, or neither")
     if not folder.is_dir():

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from ccc.cli.generate import main as generate_main
+from ccc.cli.verify import main as verify_main
 from ccc.datasets.folders import CLASS_LIST_NAME, DatasetLocationError, dataset_image_folder, parse_dataset
 from ccc.load import open_stream
 from ccc.stream.sources import index_image_folder
@@ -97,5 +98,7 @@ def test_ccc_generate_renders_a_cifar_stream_from_the_pickles(tmp_path: Path, mo
     assert len(samples) == 12 and all(sample.image.size == (32, 32) for sample in samples)
     assert all(sample.label == labels[int(Path(sample.metadata["source_path"]).stem)] for sample in samples)
     assert "its images as class folders in the cache" in capsys.readouterr().err
+    assert verify_main([str(run_dir), "--dataset", f"cifar10:{tmp_path / 'data'}", "--no-progress"]) == 0
+    assert "plan hash matches" in capsys.readouterr().out
     both = [*argv, "--imagenet", str(tmp_path)]
     assert "do not combine it with --imagenet or --classes" in cli_user_error(generate_main, capsys, both)
