@@ -113,12 +113,18 @@ def comparable_config(config: Mapping[str, Any], latency_given: bool) -> dict[st
     return kept
 
 
+ADDED_CONFIG_ENTRIES = {"method_settings": None, "optimizer": "sgd"}
+"""config.json entries added after runs may have started, with the value that means what a config without
+them meant (no named method settings; SGD): a run started before they existed still resumes."""
+
+
 def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Dotted names of the entries where two configs differ (nested mappings compared entry by entry)."""
+    """Dotted names of the entries where two configs differ (nested mappings compared entry by entry; an entry
+    of :data:`ADDED_CONFIG_ENTRIES` missing from ``saved`` counts as its value there)."""
     differences = []
     for key in sorted(set(saved) | set(current), key=str):
         name = f"{prefix}{key}"
-        before, after = saved.get(key), current.get(key)
+        before, after = saved.get(key, ADDED_CONFIG_ENTRIES.get(key)), current.get(key)
         if isinstance(before, Mapping) and isinstance(after, Mapping):
             differences += config_differences(before, after, f"{name}.")
         elif before != after:

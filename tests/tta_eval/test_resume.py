@@ -282,6 +282,15 @@ def test_config_differences_name_nested_entries() -> None:
     assert config_differences(saved, {"methods": {}, "window": 11, "choices": ["a"]}) == ["methods.tent", "window"]
 
 
+def test_a_config_written_before_entries_were_added_still_matches() -> None:
+    saved = {"methods": {"tent": {"config": {"lr": 1}}}, "window": 10}
+    current = {"methods": {"tent": {"config": {"lr": 1, "optimizer": "sgd"}}}, "window": 10, "method_settings": None}
+    assert config_differences(saved, current) == []
+    adam = {**current, "methods": {"tent": {"config": {"lr": 1, "optimizer": "adam"}}}}
+    assert config_differences(saved, adam) == ["methods.tent.config.optimizer"]
+    assert config_differences(saved, {**current, "method_settings": {"name": "cifar10"}}) == ["method_settings"]
+
+
 def test_a_ccc_stream_resumes_without_reading_the_shards_before_its_position(tmp_path) -> None:
     import torch
 
