@@ -170,16 +170,18 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
     With ``--demo`` the demo world's settings fill what the user left out (told to ``note``): its
     table and, for a ``ccc`` stream, its speed and length, for a ``gradual`` stream its images per
     level; outside a dry run the demo's images are prepared here (on first use, told to ``note`` then) and
-    become the image folder. Raises :class:`ccc.cli.common.UsageError` (one line) for options that do not go
-    together: options another kind uses, ``--demo`` with ``--imagenet``, a ``ccc`` stream without
-    ``--speed``.
+    become the image folder. ``--dataset`` becomes the image folder and class list here too (written into the
+    cache on first use), in a dry run only when it counts a ``cin-c`` stream's images. Raises
+    :class:`ccc.cli.common.UsageError` (one line) for options that do not go together: options another kind
+    uses, ``--demo`` with ``--imagenet``, a ``ccc`` stream without ``--speed``.
     """
     values = _argument_values(arguments)
     demo_defaults = _demo_defaults(arguments) if arguments.demo else {}
     definition = StreamDefinition(**{**values, **demo_defaults})
     if not arguments.demo:
-        if arguments.dataset is None:
-            return definition
+        counts_images = definition.kind == "cin-c" and definition.images_per_domain is None
+        if arguments.dataset is None or (arguments.dry_run and not counts_images):
+            return definition  # a dry run reads no image, unless it counts a cin-c stream's images
         image_folder, classes = image_source_arguments(arguments, note)
         return dataclasses.replace(definition, image_folder=image_folder, classes=classes)
     if arguments.imagenet is not None or arguments.dataset is not None:
