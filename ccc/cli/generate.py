@@ -536,6 +536,7 @@ def _run_ccc(arguments: argparse.Namespace, definition: StreamDefinition, render
         definition.demo,
         definition.image_encoding,
         definition.corruption_set,
+        definition.crop,
     )
     run_dir = _run_folder(arguments, name, rendering)
     if arguments.dry_run:

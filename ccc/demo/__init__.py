@@ -122,14 +122,15 @@ def world_run_name(
     demo: bool,
     image_encoding: str | None = None,
     corruption_set: str | None = None,
+    crop: str | None = None,
 ) -> str:
     """The default run folder name of a ``ccc`` stream in its world (``ccc-generate``'s, and a
     ``ccc-render:`` stream's name): :func:`ccc.stream.spec.run_name`, prefixed ``demo_`` for the demo
     world, whose default length (:data:`DEMO_NUM_IMAGES`) is then not named; ``num_images`` >= 1;
-    ``image_encoding`` and ``corruption_set`` as :func:`ccc.stream.spec.set_run_name` (None: the defaults)."""
+    ``image_encoding``, ``corruption_set`` and ``crop`` as :func:`ccc.stream.spec.run_name` (None: the defaults)."""
     from ccc.stream.spec import DEFAULT_CORRUPTION_SET, PAPER_NUM_IMAGES, run_name
 
     default_images = DEMO_NUM_IMAGES if demo else PAPER_NUM_IMAGES
     corruption_set = corruption_set or DEFAULT_CORRUPTION_SET
-    name = run_name(target_accuracy, speed, seed, num_images, default_images, image_encoding, corruption_set)
+    name = run_name(target_accuracy, speed, seed, num_images, default_images, image_encoding, corruption_set, crop)
     return ("demo_" if demo else "") + name

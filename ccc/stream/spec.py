@@ -339,15 +339,19 @@ def run_name(
     default_images: int = PAPER_NUM_IMAGES,
     image_encoding: str | None = None,
     corruption_set: str = DEFAULT_CORRUPTION_SET,
+    crop: str | None = None,
 ) -> str:
     """The public data's run name ``baseline_<b>_transition+speed_<k>_seed_<s>`` (b written with ``%g``:
     20, 40, 12.5), followed by ``_images_<N>`` for a stream of another length than its world's default:
     ``num_images`` (>= 1; None or :data:`UNBOUNDED_IMAGES`: the default) differs from ``default_images``
     (:data:`PAPER_NUM_IMAGES`; the demo world's: ``ccc.demo.DEMO_NUM_IMAGES``), so that a shorter stream of
-    the same definition never shares the full one's run folder or results; wrapped by :func:`set_run_name`."""
+    the same definition never shares the full one's run folder or results, then ``_crop_<crop>`` for a crop
+    other than the set's default (None: the default); wrapped by :func:`set_run_name`."""
     name = f"baseline_{target_accuracy:g}_transition+speed_{speed}_seed_{seed}"
     if num_images is not None and num_images not in (default_images, UNBOUNDED_IMAGES):
         name = f"{name}_images_{num_images}"
+    if crop not in (None, SET_DEFAULTS[corruption_set][0]):
+        name = f"{name}_crop_{crop}"
     return set_run_name(name, corruption_set, image_encoding)
 
 

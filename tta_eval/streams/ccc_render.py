@@ -257,7 +257,14 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
             raise ValueError(f"stream 'ccc-render:{location}': {error}") from None
         demo = _renders_demo_images(request)
         name = world_run_name(
-            spec.target_accuracy, spec.speed, spec.seed, spec.num_images, demo, spec.image_encoding, spec.corruption_set
+            spec.target_accuracy,
+            spec.speed,
+            spec.seed,
+            spec.num_images,
+            demo,
+            spec.image_encoding,
+            spec.corruption_set,
+            spec.crop,
         )
         samples = None if spec.num_images >= UNBOUNDED_IMAGES else spec.num_images
     if samples is not None:

@@ -137,6 +137,8 @@ def test_run_names_name_the_set_and_an_encoding_other_than_its_default() -> None
     assert run_name(30, 100, 43, corruption_set="cifar") == "cifar_baseline_30_transition+speed_100_seed_43"
     assert run_name(30, 100, 43, image_encoding="png", corruption_set="cifar").endswith("seed_43")
     assert run_name(30, 100, 43, image_encoding="jpeg", corruption_set="cifar").endswith("seed_43_jpeg")
+    assert run_name(30, 100, 43, crop="whole") == "baseline_30_transition+speed_100_seed_43_crop_whole"
+    assert run_name(30, 100, 43, crop="random") == run_name(30, 100, 43)
     name = domain_run_name("cin-c", 5, 10, "whole", 43, "png", "cifar")
     assert name == "cifar_cin-c_severity_5_images_10_crop_whole_seed_43"
 
