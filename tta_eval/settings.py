@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccc.cli.common import SET_MODEL_OPTIONS
 from ccc.models import ModelSpec
 from ccc.options import parse_options
+from ccc.stream.spec import SET_MODEL_OPTIONS
 from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int
 from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY
 from tta_eval.method_settings import DEMO, MethodSettings, format_options, get_method_settings

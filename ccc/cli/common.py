@@ -23,7 +23,6 @@ __all__ = [
     "HelpFormatter",
     "OneLineErrorParser",
     "UsageError",
-    "SET_MODEL_OPTIONS",
     "add_image_folder_arguments",
     "image_source_arguments",
     "count",
@@ -44,15 +43,6 @@ INTERRUPTED_EXIT_CODE = 130
 
 STOPPED_EXIT_CODE = 1
 """Exit code of a run that stopped as the user asked (e.g. ``tta-eval --nonfinite-loss stop``)."""
-
-
-SET_MODEL_OPTIONS = {
-    "cifar": "--model cifar10:wrn28_10 --weights FILE --settings cifar10 (or cifar100:resnext29, --settings cifar100)",
-    "tinyimagenet": "--model module:function --weights FILE (a 64x64 classifier of yours)",
-    "imagenet64": "--model module:function --weights FILE (a 64x64 classifier of yours)",
-}
-"""Corruption sets other than ImageNet's → the ``tta-eval run`` options a stream of their images needs: such a
-stream has no default model (ResNet-50 is ImageNet's)."""
 
 
 class UsageError(ValueError):

@@ -24,7 +24,6 @@ from ccc.cache import is_url
 from ccc.calibration import PUBLISHED_MATRIX_URL, CalibrationError, CalibrationTable, load_calibration
 from ccc.calibration.table_io import STREAM_PREPROCESSING
 from ccc.cli.common import (
-    SET_MODEL_OPTIONS,
     HelpFormatter,
     OneLineErrorParser,
     UsageError,
@@ -67,6 +66,7 @@ from ccc.stream.spec import (
     IMAGE_ENCODINGS,
     KINDS,
     PAPER_NUM_IMAGES,
+    SET_MODEL_OPTIONS,
     PlanError,
     domain_run_name,
     resolve_difficulty,

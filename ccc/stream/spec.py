@@ -32,6 +32,7 @@ __all__ = [
     "KINDS",
     "PAPER_NUM_IMAGES",
     "SET_DEFAULTS",
+    "SET_MODEL_OPTIONS",
     "UNBOUNDED_IMAGES",
     "PlanError",
     "SampleSpec",
@@ -100,6 +101,15 @@ flip) and stores JPEG quality 85; ``make_cifar_c.py`` corrupts the CIFAR test im
 arrays (lossless: ``png``); ``make_tinyimagenet_c.py`` and ``make_imagenet_64_c.py`` resize each image whole
 to 64×64 and save JPEG quality 85 (``save(path, quality=85, optimize=True)``). Every registered set has an
 entry (tested)."""
+
+SET_MODEL_OPTIONS = {
+    "cifar": "--model cifar10:wrn28_10 --weights FILE --settings cifar10 (or cifar100:resnext29, --settings cifar100)",
+    "tinyimagenet": "--model module:function --weights FILE (a 64x64 classifier of yours)",
+    "imagenet64": "--model module:function --weights FILE (a 64x64 classifier of yours)",
+}
+"""Corruption sets other than ImageNet's → the ``tta-eval run`` options a stream of their images needs (shown by
+``ccc-generate``'s next step and ``tta-eval``'s error): such a stream has no default model (ResNet-50 is
+ImageNet's)."""
 
 _OPTIONAL_SAMPLE_FIELDS = ("domain", "resize", "corruption_set")
 """Sample fields left out of the JSON when None (so a ``ccc`` sample's JSON and plan hash stay what they were)."""

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ccc.cli.common import SET_MODEL_OPTIONS
 from ccc.corruptions import list_corruption_sets
 from ccc.execution import SerialExecutor
 from ccc.generate import generate_stream
 from ccc.stream.plan import plan_stream
+from ccc.stream.spec import SET_MODEL_OPTIONS
 from tests.builders import make_image_folder
 from tests.tta_eval.tta_helpers import run_cli
 from tta_eval.streams.options import StreamOptions
