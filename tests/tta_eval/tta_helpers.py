@@ -43,13 +43,20 @@ def make_tiny_cnn(num_classes: int = 10, seed: int = 0) -> nn.Module:
             nn.Flatten(),
             nn.Linear(8, num_classes),
         )
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.5, 0.5)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.data.uniform_(0.5, 1.5)
-                module.bias.data.uniform_(-0.2, 0.2)
+        randomise_batchnorm(model, mean=0.5, variance=(0.5, 2.0), bias=0.2)
     return model.eval()
+
+
+def randomise_batchnorm(model: nn.Module, mean: float, variance: tuple[float, float], bias: float) -> None:
+    """Give every BatchNorm2d of ``model`` uniform random statistics and affine parameters (as if trained):
+    running mean in [-mean, mean], running variance in ``variance``, weight in [0.5, 1.5], bias in [-bias, bias],
+    drawn in that order from torch's global generator."""
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-mean, mean)
+            module.running_var.uniform_(*variance)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.uniform_(-bias, bias)
 
 
 def make_tiny_vit(num_classes: int = 10, seed: int = 0) -> nn.Module:

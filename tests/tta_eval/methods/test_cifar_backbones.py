@@ -17,6 +17,7 @@ from torch import nn
 from ccc.cifar_models import CifarResNeXt, WideResNet
 from ccc.models import ModelSpec, NormalizedClassifier, load_model
 from tests.tta_eval.method_helpers import build
+from tests.tta_eval.tta_helpers import randomise_batchnorm
 from tta_eval.methods import compute_source_statistics, get_method, list_methods
 from tta_eval.methods.layers import (
     find_classifier_head,
@@ -50,12 +51,7 @@ def make_backbone(kind: str) -> nn.Module:
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = BACKBONES[kind][0]()
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.1, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-                module.weight.data.uniform_(0.5, 1.5)
-                module.bias.data.uniform_(-0.1, 0.1)
+        randomise_batchnorm(model, mean=0.1, variance=(0.5, 1.5), bias=0.1)
     return model.eval()
 
 
