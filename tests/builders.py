@@ -47,6 +47,7 @@ def make_calibration_table(
     presets: dict | None = None,
     seed: int = 0,
     preprocessing_kind: str = "centre",
+    corruption_set: str = "imagenet",
 ):
     """A synthetic :class:`ccc.calibration.CalibrationTable` holding every ordered pair of ``corruptions``.
 
@@ -55,7 +56,7 @@ def make_calibration_table(
     20–40 are 5–30 cells long. ``presets`` defaults to ``{"medium": (30.0, corruptions)}``. Only IEEE
     multiplications and additions, in a fixed order: the same bits on every CPU (numpy's ``exp`` is not:
     its AVX-512 and AVX2 kernels differ in last bits, and the streams pinned on this table would too).
-    ``preprocessing_kind`` is the metadata's (``"centre"`` or ``"stream"``).
+    ``preprocessing_kind`` and ``corruption_set`` are the metadata's.
     """
     from ccc.calibration import CalibrationMetadata, CalibrationTable
 
@@ -75,6 +76,7 @@ def make_calibration_table(
         image_count=100,
         created="2024-01-01T00:00:00+00:00",
         preprocessing_kind=preprocessing_kind,
+        corruption_set=corruption_set,
     )
     return CalibrationTable.from_grids(
         corruptions,

@@ -44,6 +44,7 @@ from ccc.calibration.table_io import (
     write_table_file,
 )
 from ccc.corruptions import CORRUPTION_ALIASES as _REGISTRY_ALIASES
+from ccc.corruptions import DEFAULT_CORRUPTION_SET, list_corruption_sets
 from ccc.validation import check_positive_int
 from ccc.version import __version__ as _LIBRARY_VERSION
 
@@ -93,6 +94,10 @@ class CalibrationMetadata:
         preprocessing_kind: ``"centre"`` (centre crops, as ImageNet-C and the published matrices) or
             ``"stream"`` (drawn as a CCC stream draws its samples: random-resized crop, flip, JPEG
             quality 85); a kind other than centre enters :meth:`CalibrationTable.checksum`.
+        corruption_set: whose corruption parameters and image size the cells were measured with, a name of
+            :func:`ccc.corruptions.list_corruption_sets` (default ``"imagenet"``); another set enters
+            :meth:`CalibrationTable.checksum` and the file's metadata (an ``imagenet`` table's file omits it,
+            as files written before sets existed do).
         image_set_description: how the calibration images were chosen (free text).
         image_count: number of calibration images, ≥ 1; no cell evaluates more images than this.
         model_weights_sha256: sha256 of the weights file (64 lowercase hex digits), None if unknown.
@@ -119,9 +124,15 @@ class CalibrationMetadata:
     source_sha256: str | None = None
     notes: str = ""
     preprocessing_kind: str = CENTRE_PREPROCESSING
+    corruption_set: str = DEFAULT_CORRUPTION_SET
 
     def __post_init__(self) -> None:
         _check_text("model_name", self.model_name, allow_empty=False)
+        if self.corruption_set not in list_corruption_sets():
+            raise CalibrationError(
+                f"metadata corruption_set must be one of {', '.join(list_corruption_sets())}, "
+                f"got {self.corruption_set!r}"
+            )
         if self.preprocessing_kind not in PREPROCESSING_KINDS:
             raise CalibrationError(
                 f"metadata preprocessing_kind must be one of {', '.join(PREPROCESSING_KINDS)}, "
@@ -150,15 +161,18 @@ class CalibrationMetadata:
         """Return the metadata as a JSON-serialisable dict (the ``metadata`` object of the file)."""
         fields = dataclasses.asdict(self)
         fields["corruptions"] = list(self.corruptions)
+        if self.corruption_set == DEFAULT_CORRUPTION_SET:
+            del fields["corruption_set"]
         return fields
 
     @classmethod
     def from_json_dict(cls, fields: object) -> CalibrationMetadata:
         """Build metadata from the dict :meth:`to_json_dict` returns; every field must be present but
-        ``preprocessing_kind``, which files written before it existed lack (they are centre-crop tables)."""
+        ``preprocessing_kind``, which files written before it existed lack (they are centre-crop tables), and
+        ``corruption_set``, which ``imagenet`` tables lack."""
         if not isinstance(fields, dict):
             raise CalibrationError(f"metadata must be a JSON object, got {type(fields).__name__}")
-        fields = {"preprocessing_kind": CENTRE_PREPROCESSING, **fields}
+        fields = {"preprocessing_kind": CENTRE_PREPROCESSING, "corruption_set": DEFAULT_CORRUPTION_SET, **fields}
         names = [field.name for field in dataclasses.fields(cls)]
         missing = [name for name in names if name not in fields]
         if missing:
@@ -435,6 +449,12 @@ class CalibrationTable:
     def metadata(self) -> CalibrationMetadata:
         """Descriptive metadata (model, preprocessing, image set, provenance)."""
         return self._metadata
+
+    @property
+    def corruption_set(self) -> str:
+        """Whose corruption parameters the cells were measured with (``metadata.corruption_set``): a stream made
+        from this table renders with that set."""
+        return self._metadata.corruption_set
 
     @property
     def difficulty_presets(self) -> Mapping[str, DifficultyPreset]:

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ccc.corruptions import DEFAULT_CORRUPTION_SET
+
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -112,8 +114,9 @@ _ZIP_FILE_MODE = 0o100644 << 16
 def table_checksum(content: TableContent) -> str:
     """sha256 (hex) of the numbers and names stream generation reads; stable across save/load.
 
-    Covers the corruption names, pairs, accuracy, image counts, difficulty presets and a preprocessing
-    kind other than ``"centre"``, but not the descriptive metadata (so importing the same data twice,
+    Covers the corruption names, pairs, accuracy, image counts, difficulty presets, a preprocessing
+    kind other than ``"centre"`` and a corruption set other than ``"imagenet"`` (which only such tables'
+    files name), but not the descriptive metadata (so importing the same data twice,
     on another day or with another ccc version, gives the same checksum, and every centre-crop table
     keeps the checksum it had before the kind was recorded). ``docs/calibration_format.md`` shows how
     to recompute it without this package.
@@ -128,6 +131,9 @@ def table_checksum(content: TableContent) -> str:
     kind = content.metadata.get("preprocessing_kind", CENTRE_PREPROCESSING)
     if kind != CENTRE_PREPROCESSING:
         summary["preprocessing_kind"] = kind
+    corruption_set = content.metadata.get("corruption_set", DEFAULT_CORRUPTION_SET)
+    if corruption_set != DEFAULT_CORRUPTION_SET:
+        summary["corruption_set"] = corruption_set
     digest = hashlib.sha256()
     digest.update(json.dumps(summary, sort_keys=True, separators=(",", ":")).encode("utf-8"))
     digest.update(b"\n")

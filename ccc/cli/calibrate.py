@@ -36,7 +36,7 @@ from ccc.calibration.compute.workfolder import default_work_folder
 from ccc.calibration.presets import CCC_CORRUPTIONS
 from ccc.calibration.published import PUBLISHED_MATRIX_URL, import_ccc_pickle
 from ccc.calibration.table import SEVERITIES, CalibrationError, CalibrationTable
-from ccc.calibration.table_io import CENTRE_PREPROCESSING, PREPROCESSING_KINDS
+from ccc.calibration.table_io import CENTRE_PREPROCESSING, PREPROCESSING_KINDS, STREAM_PREPROCESSING
 from ccc.cli.common import (
     INTERRUPTED_EXIT_CODE,
     HelpFormatter,
@@ -50,6 +50,7 @@ from ccc.cli.common import (
     name_list,
     run_command,
 )
+from ccc.corruptions import DEFAULT_CORRUPTION_SET, get_corruption_set, list_corruption_sets
 from ccc.execution import RayUnavailableError
 from ccc.render import RENDER_PRECISIONS
 from ccc.stream.sources import ImageFolderError, read_class_list
@@ -140,18 +141,30 @@ def _add_compute_model(group: argparse._ArgumentGroup) -> None:
         help="input normalisation inside the model (default: auto)",
     )
     group.add_argument(
+        "--corruption-set",
+        choices=list_corruption_sets(),
+        default=DEFAULT_CORRUPTION_SET,
+        help="whose corruption parameters and image size: imagenet (224x224, default), cifar (32x32), "
+        "tinyimagenet or imagenet64 (64x64); a table measures one set and makes streams of that set only",
+    )
+    group.add_argument(
         "--preprocessing",
         choices=PREPROCESSING_KINDS,
-        default=CENTRE_PREPROCESSING,
+        default=None,
         help="centre: resize and centre crop, as ImageNet-C and the published CCC matrices; stream: each image "
         "drawn as a CCC stream draws its samples (random-resized crop, flip, JPEG quality 85 after the "
-        "corruptions), so that streams realise their target (docs/calibration.md) (default: centre)",
+        "corruptions; for the other corruption sets the whole image at the set's size, JPEG only where the "
+        "set's streams store it), so that streams realise their target (docs/calibration.md) (default: centre "
+        "for imagenet, stream for the other sets, which have no centre crop)",
     )
     group.add_argument(
         "--resize", type=_positive, default=None, help="centre preprocessing: shorter side (default: 256)"
     )
     group.add_argument(
-        "--crop", type=_positive, default=224, help="preprocessing: side of the square model input (default: 224)"
+        "--crop",
+        type=_positive,
+        default=None,
+        help="preprocessing: side of the square model input (default: 224; the other corruption sets: their size)",
     )
 
 
@@ -330,14 +343,19 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
 
 
 def _preprocessing(arguments: argparse.Namespace) -> Preprocessing:
-    """``--preprocessing``, ``--resize`` and ``--crop``; ``--resize`` belongs to the centre kind only."""
-    if arguments.preprocessing != CENTRE_PREPROCESSING and arguments.resize is not None:
+    """``--corruption-set``, ``--preprocessing``, ``--resize`` and ``--crop``; ``--resize`` belongs to the centre
+    kind only; the defaults follow the set (centre at 224 for imagenet, stream at the set's size otherwise)."""
+    corruption_set = arguments.corruption_set
+    imagenet = corruption_set == DEFAULT_CORRUPTION_SET
+    kind = arguments.preprocessing or (CENTRE_PREPROCESSING if imagenet else STREAM_PREPROCESSING)
+    if kind != CENTRE_PREPROCESSING and arguments.resize is not None:
         raise ValueError(
-            f"--resize applies to --preprocessing {CENTRE_PREPROCESSING}: the {arguments.preprocessing} "
-            "preprocessing crops at random and resizes the crop to --crop"
+            f"--resize applies to --preprocessing {CENTRE_PREPROCESSING}: the {kind} preprocessing "
+            "resizes the crop or the whole image to --crop"
         )
+    crop = arguments.crop or (224 if imagenet else get_corruption_set(corruption_set).image_size)
     resize = 256 if arguments.resize is None else arguments.resize
-    return Preprocessing(resize, arguments.crop, arguments.preprocessing)
+    return Preprocessing(resize, crop, kind, corruption_set)
 
 
 def _backend_options(arguments: argparse.Namespace) -> dict[str, str]:
@@ -543,6 +561,7 @@ def describe_table(table: CalibrationTable) -> str:
         f"model:         {metadata.model_name}",
         f"weights:       sha256 {metadata.model_weights_sha256 or 'unknown'}",
         f"preprocessing: {metadata.preprocessing_kind} ({metadata.preprocessing})",
+        f"corruptions of: corruption set {metadata.corruption_set}",
         f"image set:     {metadata.image_set_description}",
         f"               {metadata.image_count} images, file list sha256 {metadata.image_set_sha256 or 'unknown'}",
         f"source:        {metadata.source or '(computed)'}"

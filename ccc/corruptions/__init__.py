@@ -30,7 +30,7 @@ from typing import Mapping
 from ccc.registry import import_submodules
 
 from ._severity import validate_severity
-from .apply import MIN_IMAGE_SIDE, corrupt, corrupt_batch, corrupt_pair
+from .apply import DEFAULT_CORRUPTION_SET, MIN_IMAGE_SIDE, corrupt, corrupt_batch, corrupt_pair
 from .registry import REGISTRY, Corruption, aliases, canonical_name, get_corruption, list_corruptions
 from .sets import CorruptionSet, get_corruption_set, list_corruption_sets
 
@@ -39,6 +39,7 @@ import_submodules(__name__, __path__)  # each family module registers its corrup
 __all__ = [
     "CORRUPTION_ALIASES",
     "CORRUPTIONS",
+    "DEFAULT_CORRUPTION_SET",
     "HOLDOUT_CORRUPTIONS",
     "MIN_IMAGE_SIDE",
     "Corruption",

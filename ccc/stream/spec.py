@@ -275,12 +275,6 @@ class StreamSpec:
         check_sha256("calibration_checksum", self.calibration_checksum)
         if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
             raise PlanError(f"difficulty must be None or a preset name, got {self.difficulty!r}")
-        if self.corruption_set != DEFAULT_CORRUPTION_SET:
-            raise PlanError(
-                f"a ccc stream needs a calibration table measured on its corruption_set, and tables are measured "
-                f"on {DEFAULT_CORRUPTION_SET!r} so far: for corruption_set {self.corruption_set!r} use the cin-c or "
-                "gradual kind"
-            )
         if self.severity is not None or self.crop not in ("random", "whole"):
             raise PlanError(
                 "a ccc stream has calibrated severities and random or whole-image crops: "
@@ -476,6 +470,9 @@ class _Presets(Protocol):
 
     def checksum(self) -> str: ...
 
+    @property
+    def corruption_set(self) -> str: ...
+
 
 def resolve_difficulty(
     table: _Presets, difficulty: str | None, baseline_accuracy: float | None = None, corruptions: Any = None
@@ -573,6 +570,14 @@ def resolve_stream_spec(
         raise PlanError("a stream definition needs speed (images per severity step)")
     if table is None:
         raise PlanError("a ccc stream needs a calibration table (its severity paths come from it)")
+    set_defaults = _set_defaults(definition)
+    if table.corruption_set != set_defaults["corruption_set"]:
+        raise PlanError(
+            f"the calibration table was measured on corruption set {table.corruption_set!r}, the stream asks for "
+            f"{set_defaults['corruption_set']!r}: a ccc stream renders with its table's set (pass corruption_set "
+            f"{table.corruption_set!r}, ccc-generate --corruption-set {table.corruption_set}, or a table made with "
+            f"ccc-calibrate compute --corruption-set {set_defaults['corruption_set']})"
+        )
     target, corruptions, difficulty = resolve_difficulty(
         table, definition.get("difficulty"), definition.get("baseline_accuracy"), definition.get("corruptions")
     )
@@ -588,7 +593,7 @@ def resolve_stream_spec(
         schedule=definition.get("schedule", "reference"),
         path_objective=definition.get("path_objective", "reference"),
         shard_size=definition.get("shard_size", DEFAULT_SHARD_SIZE),
-        **_set_defaults(definition),
+        **set_defaults,
     )
 
 

@@ -241,7 +241,8 @@ def render_base(context: RenderContext, corruption: int, severity: int, block: i
         return images
     name = context.corruptions[corruption]
     generators = image_generators(context.seed, positions, seed_key(context, corruption, severity), name)
-    return corrupt_batch(images, name, float(SEVERITIES[severity]), generators)
+    corruption_set = context.image_set.preprocessing.corruption_set
+    return corrupt_batch(images, name, float(SEVERITIES[severity]), generators, corruption_set)
 
 
 def finish_base(context: RenderContext, base_images: NDArray[np.uint8]) -> NDArray[np.uint8]:
@@ -266,11 +267,12 @@ def render_targets(
     if corruption == NO_CORRUPTION and targets:
         raise ValueError("targets need a corrupted base: corruption must be >= 0, got -1 (clean)")
     positions = context.block_positions(block)
+    corruption_set = context.image_set.preprocessing.corruption_set
     outputs = []
     for n2, s2 in targets:
         name = context.corruptions[n2]
         generators = image_generators(context.seed, positions, seed_key(context, corruption, severity, (n2, s2)), name)
-        outputs.append(corrupt_batch(base_images, name, float(SEVERITIES[s2]), generators))
+        outputs.append(corrupt_batch(base_images, name, float(SEVERITIES[s2]), generators, corruption_set))
     if not outputs:
         return base_images[:0].copy()
     return context.image_set.preprocessing.finish(np.concatenate(outputs))

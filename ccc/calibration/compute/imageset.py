@@ -10,7 +10,8 @@ the set everywhere (per-image seeds, result blocks).
 Images are preprocessed before corrupting either as ImageNet-C does (resize the shorter side to 256,
 PIL bilinear, and take the centre 224×224 crop: torchvision ``Resize(256)`` + ``CenterCrop(224)`` on
 PIL images) or as a CCC stream draws its samples (random-resized crop, flip, and a JPEG quality-85
-round trip after the corruptions). Smaller sizes are allowed for tests and quick runs
+round trip after the corruptions; for the other corruption sets, the whole image at the set's size
+and the set's image encoding). Smaller sizes are allowed for tests and quick runs
 (:class:`Preprocessing`).
 """
 
@@ -27,11 +28,12 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from ccc.calibration.table_io import CENTRE_PREPROCESSING, PREPROCESSING_KINDS, STREAM_PREPROCESSING
-from ccc.corruptions import MIN_IMAGE_SIDE
+from ccc.corruptions import DEFAULT_CORRUPTION_SET, MIN_IMAGE_SIDE, get_corruption_set
 from ccc.render import crop_resize_flip, jpeg_round_trip
 from ccc.stream.domains import center_crop
 from ccc.stream.plan import FLIP_PROBABILITY, sample_resized_crop
 from ccc.stream.sources import ImageFolderError, ImageIndex
+from ccc.stream.spec import SET_DEFAULTS
 from ccc.validation import check_non_negative_int
 
 DEFAULT_IMAGE_COUNT = 5000
@@ -58,23 +60,31 @@ class Preprocessing:
 
     - ``"centre"``: resize the shorter side to ``resize`` (PIL bilinear) and take the centre
       ``crop × crop`` (torchvision ``Resize`` + ``CenterCrop`` on PIL, ImageNet-C's); the corrupted
-      image goes to the model as it is;
-    - ``"stream"``: what a CCC stream does to each sample: a random-resized crop of the source image
-      resized to ``crop × crop`` and a horizontal flip with probability 0.5
+      image goes to the model as it is (``imagenet`` set only);
+    - ``"stream"``: what a CCC stream of ``corruption_set`` does to each sample with the set's default crop
+      and image encoding (:data:`ccc.stream.spec.SET_DEFAULTS`). For ``imagenet``: a random-resized crop of
+      the source image resized to ``crop × crop`` and a horizontal flip with probability 0.5
       (:func:`ccc.stream.plan.sample_resized_crop`, :func:`ccc.render.crop_resize_flip`), drawn once per
       image from the run's seed, and after the corruptions the stream's JPEG quality-85 round trip
-      (:func:`ccc.render.jpeg_round_trip`). ``resize`` is not used.
+      (:func:`ccc.render.jpeg_round_trip`). For the other sets: the whole image resized to ``crop × crop``
+      (unchanged when it already has that size, as CIFAR images), no flip, and the JPEG round trip only
+      where the set's streams store JPEG (``tinyimagenet``, ``imagenet64``; ``cifar`` stores lossless PNG).
+      ``resize`` is not used.
 
     Attributes:
         resize: centre kind: target length in pixels of the shorter side, in [``crop``,
             ``MAX_PREPROCESSING_SIDE``]; ImageNet-C: 256.
-        crop: side in pixels of the square input, ≥ 32 (the corruptions' minimum); ImageNet-C and CCC: 224.
+        crop: side in pixels of the square input, ≥ 32 (the corruptions' minimum); ImageNet-C and CCC: 224;
+            for a set defined at one size only (``cifar``: 32, the 64-pixel sets: 64), that size.
         kind: ``"centre"`` or ``"stream"``.
+        corruption_set: whose corruption parameters (:func:`ccc.corruptions.list_corruption_sets`); default
+            ``"imagenet"``.
     """
 
     resize: int = 256
     crop: int = 224
     kind: str = CENTRE_PREPROCESSING
+    corruption_set: str = DEFAULT_CORRUPTION_SET
 
     def __post_init__(self) -> None:
         if self.kind not in PREPROCESSING_KINDS:
@@ -91,9 +101,38 @@ class Preprocessing:
             raise ValueError(f"preprocessing crop must be >= {MIN_IMAGE_SIDE} pixels, got {self.crop}")
         if self.kind == CENTRE_PREPROCESSING and self.resize < self.crop:
             raise ValueError(f"preprocessing resize must be >= crop ({self.crop}) pixels, got {self.resize}")
+        self._check_corruption_set()
+
+    def _check_corruption_set(self) -> None:
+        """ValueError for a set that is not registered, a centre kind outside ``imagenet``, or a crop
+        other than the size a single-size set is defined for."""
+        corruption_set = get_corruption_set(self.corruption_set)
+        if self.corruption_set == DEFAULT_CORRUPTION_SET:
+            return
+        if self.kind == CENTRE_PREPROCESSING:
+            raise ValueError(
+                f"centre preprocessing is ImageNet-C's resize and centre crop, for corruption set "
+                f"{DEFAULT_CORRUPTION_SET!r} only; corruption set {self.corruption_set!r} is measured as its streams "
+                f"draw their samples: preprocessing {STREAM_PREPROCESSING!r}"
+            )
+        corruption_set.check_image_size(self.crop, self.crop, "preprocessing crop")
+
+    @property
+    def whole_image(self) -> bool:
+        """Whether the stream kind uses the whole source image (no random crop, no flip): the set's default crop."""
+        return SET_DEFAULTS[self.corruption_set][0] == "whole"
 
     def describe(self) -> str:
         """One line for the table metadata, e.g. ``"RGB, resize shorter side to 256 (PIL bilinear) …"``."""
+        if self.kind == STREAM_PREPROCESSING and self.whole_image:
+            finish = (
+                "a JPEG quality-85 round trip (Pillow)" if self.jpeg_after_corruptions else "no JPEG step (lossless)"
+            )
+            return (
+                f"RGB, the whole image resized to {self.crop}x{self.crop} (PIL bilinear; unchanged at that size), "
+                f"no flip; corruption set {self.corruption_set!r}; after the corruptions {finish}, as the set's CCC "
+                "streams' samples; uint8 image / 255 given to the model (normalisation inside the model)"
+            )
         if self.kind == STREAM_PREPROCESSING:
             return (
                 f"RGB, random-resized crop to {self.crop}x{self.crop} (torchvision RandomResizedCrop parameters, "
@@ -109,17 +148,24 @@ class Preprocessing:
 
     def to_record(self) -> dict[str, object]:
         """JSON-able identity: ``{"resize", "crop"}`` for the centre kind (as before kinds existed),
-        ``{"kind": "stream", "crop"}`` for the stream kind."""
+        ``{"kind": "stream", "crop"}`` for the stream kind, with ``"corruption_set"`` for a set other than
+        ``imagenet``."""
         if self.kind == STREAM_PREPROCESSING:
-            return {"kind": self.kind, "crop": self.crop}
+            record: dict[str, object] = {"kind": self.kind, "crop": self.crop}
+            if self.corruption_set != DEFAULT_CORRUPTION_SET:
+                record["corruption_set"] = self.corruption_set
+            return record
         return {"resize": self.resize, "crop": self.crop}
 
     def apply(self, image: Image.Image, generator: np.random.Generator | None = None) -> NDArray[np.uint8]:
         """Preprocess one PIL image; returns uint8 ``crop × crop × 3`` (RGB).
 
-        ``generator`` draws the stream kind's crop box and flip (required there; unused by the centre kind).
+        ``generator`` draws the stream kind's random crop box and flip (required there; unused by the
+        centre kind and by whole-image sets).
         """
         rgb = image.convert("RGB")
+        if self.kind == STREAM_PREPROCESSING and self.whole_image:
+            return crop_resize_flip(rgb, (0, 0, *rgb.size), False, self.crop)
         if self.kind == STREAM_PREPROCESSING:
             if generator is None:
                 raise ValueError("stream preprocessing draws its crop and flip: give it a generator")
@@ -131,12 +177,13 @@ class Preprocessing:
 
     @property
     def jpeg_after_corruptions(self) -> bool:
-        """Whether :meth:`finish` changes images (the stream kind's JPEG round trip)."""
-        return self.kind == STREAM_PREPROCESSING
+        """Whether :meth:`finish` changes images: the stream kind's JPEG round trip, for sets whose streams
+        store JPEG."""
+        return self.kind == STREAM_PREPROCESSING and SET_DEFAULTS[self.corruption_set][1] == "jpeg"
 
     def finish(self, images: NDArray[np.uint8]) -> NDArray[np.uint8]:
-        """What follows the corruptions before the model, on uint8 ``N × H × W × 3``: the stream kind's
-        JPEG quality-85 round trip of each image (a new array); the centre kind returns ``images``."""
+        """What follows the corruptions before the model, on uint8 ``N × H × W × 3``: the JPEG quality-85
+        round trip of each image (a new array) when :attr:`jpeg_after_corruptions`, else ``images``."""
         if not self.jpeg_after_corruptions:
             return images
         finished = np.empty_like(images)
@@ -222,7 +269,7 @@ class CalibrationImageSet:
         The centre kind does not use it.
         """
         crop = self.preprocessing.crop
-        stream = self.preprocessing.kind == STREAM_PREPROCESSING
+        stream = self.preprocessing.kind == STREAM_PREPROCESSING and not self.preprocessing.whole_image
         images = np.empty((len(positions), crop, crop, 3), dtype=np.uint8)
         for slot, position in enumerate(positions):
             generator = crop_generator(seed, position) if stream else None

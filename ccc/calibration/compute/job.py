@@ -445,6 +445,7 @@ def _build_table(
         model_name=job.model_name,
         preprocessing=job.image_set.preprocessing.describe(),
         preprocessing_kind=job.image_set.preprocessing.kind,
+        corruption_set=job.image_set.preprocessing.corruption_set,
         image_set_description=job.image_set.describe(),
         image_count=len(job.image_set),
         model_weights_sha256=job.weights_file_sha256 or job.model_digest,

@@ -198,9 +198,9 @@ def test_brute_force_corrupts_each_base_once_and_each_cell_once(texture_folder: 
     calls: list[tuple[str, float, int]] = []
     original = engine.corrupt_batch
 
-    def counting(images, name, severity, rngs=None):
+    def counting(images, name, severity, rngs=None, corruption_set="imagenet"):
         calls.append((name, severity, len(images)))
-        return original(images, name, severity, rngs)
+        return original(images, name, severity, rngs, corruption_set)
 
     monkeypatch.setattr(engine, "corrupt_batch", counting)
     corruptions = ("gaussian_noise", "contrast", "pixelate")

@@ -1,6 +1,6 @@
 """Streams of a corruption set (``StreamSpec.corruption_set``): its defaults (whole images; PNG for CIFAR,
 JPEG for the 64-pixel sets), the samples it plans and renders, its run names, and what is refused (a ccc
-stream without a table of the set, the centre crop, the torch renderer); ``imagenet`` streams keep their
+stream with a table of another set, the centre crop, the torch renderer); ``imagenet`` streams keep their
 manifests, samples and names."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_a_ccc_stream_may_take_whole_images_and_records_it(cifar_folder: Path) -
         ({"corruption_set": "cifar", "crop": "center"}, "crop 'center' is ImageNet-C's"),
         (
             {"kind": "ccc", "corruption_set": "cifar", "difficulty": "medium", "corruptions": None},
-            "tables are measured on 'imagenet'",
+            "the calibration table was measured on corruption set 'imagenet', the stream asks for 'cifar'",
         ),
     ],
 )

@@ -60,6 +60,7 @@ from ccc.calibration.compute.engine import (
 )
 from ccc.calibration.compute.evaluator import ModelEvaluator, images_to_device, to_model_input
 from ccc.calibration.table import SEVERITIES
+from ccc.corruptions import DEFAULT_CORRUPTION_SET
 from ccc.models import resolve_device
 from ccc.render import DEFAULT_RENDER_PRECISION, check_render_precision
 from ccc.render_torch import apply_corruption_stage, jpeg_round_trip
@@ -94,6 +95,12 @@ class TorchRenderBackend:
         precision: str = DEFAULT_RENDER_PRECISION,
     ) -> None:
         check_positive_int("images_per_batch", images_per_batch)
+        corruption_set = context.image_set.preprocessing.corruption_set
+        if corruption_set != DEFAULT_CORRUPTION_SET:
+            raise ValueError(
+                f"calibration backend 'torch' implements corruption set {DEFAULT_CORRUPTION_SET!r} only, got "
+                f"{corruption_set!r}: measure it with the model backend (--backend model)"
+            )
         self.precision = check_render_precision(precision)
         self.context = context
         self.evaluator = evaluator
