@@ -561,7 +561,7 @@ def describe_table(table: CalibrationTable) -> str:
         f"model:         {metadata.model_name}",
         f"weights:       sha256 {metadata.model_weights_sha256 or 'unknown'}",
         f"preprocessing: {metadata.preprocessing_kind} ({metadata.preprocessing})",
-        f"corruptions of: corruption set {metadata.corruption_set}",
+        f"set:           corruption set {metadata.corruption_set}",
         f"image set:     {metadata.image_set_description}",
         f"               {metadata.image_count} images, file list sha256 {metadata.image_set_sha256 or 'unknown'}",
         f"source:        {metadata.source or '(computed)'}"
