@@ -29,7 +29,7 @@ from ccc.demo.folder import (
     render_demo_jpeg,
     write_demo_folder,
 )
-from ccc.demo.images import IMAGE_SIZES, PATTERNS, draw_parameters, periodic_profile, render_demo_image
+from ccc.demo.images import IMAGENET_GEOMETRY, PATTERNS, draw_parameters, periodic_profile, render_demo_image
 from ccc.demo.model import (
     DEMO_WEIGHTS_PATH,
     DEMO_WEIGHTS_SHA256,
@@ -52,7 +52,7 @@ def test_render_is_a_pure_function_of_the_generator_state(class_index: int) -> N
     first = render_demo_image(class_index, np.random.default_rng(class_index))
     second = render_demo_image(class_index, np.random.default_rng(class_index))
     assert first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3
-    assert (first.shape[1], first.shape[0]) in IMAGE_SIZES
+    assert (first.shape[1], first.shape[0]) in IMAGENET_GEOMETRY.sizes
     np.testing.assert_array_equal(first, second)
     assert first.std() > 10  # not a flat image
 
@@ -129,7 +129,7 @@ def test_full_build_matches_the_reference_checksums(demo_folder: Path, tmp_path:
     assert len(index) == DEMO_IMAGES_PER_CLASS * len(CLASS_NAMES) >= 2000
     assert index.checksum() == EXPECTED_INDEX_SHA256
     assert read_record(demo_folder)["content_sha256"] == content_checksum(demo_folder) == EXPECTED_CONTENT_SHA256
-    assert _image_sizes(index) <= set(IMAGE_SIZES)
+    assert _image_sizes(index) <= set(IMAGENET_GEOMETRY.sizes)
     # A second call reuses the folder (no rebuild): same path, same record.
     assert demo_image_folder(demo_folder.parents[1]) == demo_folder
 
