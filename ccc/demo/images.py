@@ -79,6 +79,9 @@ class DemoGeometry:
         distractor_distance: (smallest, largest) distance of the distractor's centre from the main
             object's, fraction of the shorter side.
         edge_pixels: width in pixels (> 0) of an object's anti-aliased edge (linear ramp).
+        saturation_range, value_range: (smallest, largest) HSV saturation and value of an object's
+            colour, in [0, 1], drawn uniformly.
+        contrast_range: (smallest, largest) amplitude of the pattern in value, in [0, 1], drawn uniformly.
         noise_bits: the pixel noise is the sum of two uniform ``noise_bits``-bit integers minus
             ``2**noise_bits - 1``: triangular, standard deviation 3.2 grey levels for 3 bits; in [1, 4].
     """
@@ -94,6 +97,9 @@ class DemoGeometry:
     distractor_half_axes: tuple[float, float]
     distractor_distance: tuple[float, float]
     edge_pixels: float
+    saturation_range: tuple[float, float]
+    value_range: tuple[float, float]
+    contrast_range: tuple[float, float]
     noise_bits: int
 
 
@@ -109,6 +115,9 @@ IMAGENET_GEOMETRY = DemoGeometry(
     distractor_half_axes=(0.13, 0.2),
     distractor_distance=(0.3, 0.45),
     edge_pixels=3.0,
+    saturation_range=(0.4, 0.85),
+    value_range=(0.45, 0.7),
+    contrast_range=(0.18, 0.3),
     noise_bits=3,
 )
 """The original demo world: 320×240 or 240×320 images, ImageNet-like framing (its bytes are pinned)."""
@@ -117,7 +126,7 @@ CIFAR_GEOMETRY = DemoGeometry(
     sizes=((32, 32), (32, 32)),
     landscape_probability=0.75,
     supersample=4,
-    period_range=(3.0, 7.0),
+    period_range=(2.5, 6.0),
     tilt_degrees=10.0,
     centre_jitter=0.08,
     main_half_axes=(0.3, 0.42),
@@ -125,6 +134,9 @@ CIFAR_GEOMETRY = DemoGeometry(
     distractor_half_axes=(0.15, 0.22),
     distractor_distance=(0.45, 0.6),
     edge_pixels=0.75,
+    saturation_range=(0.2, 0.6),
+    value_range=(0.45, 0.7),
+    contrast_range=(0.06, 0.22),
     noise_bits=3,
 )
 """The 32×32 world: CIFAR-like framing (the main object fills most of the frame), periods of 3–7
@@ -212,9 +224,9 @@ def _draw_object(
         phase_u=generator.uniform(),
         phase_v=generator.uniform(),
         hue=(COLOURS[colour] + generator.normal(0.0, HUE_JITTER)) % 1.0,
-        saturation=generator.uniform(0.4, 0.85),
-        value=generator.uniform(0.45, 0.7),
-        contrast=generator.uniform(0.18, 0.3),
+        saturation=generator.uniform(*geometry.saturation_range),
+        value=generator.uniform(*geometry.value_range),
+        contrast=generator.uniform(*geometry.contrast_range),
         centre=centre,
         semi_axes=semi_axes,
         exponent=2 if generator.uniform() < 0.5 else 4,
