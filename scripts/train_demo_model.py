@@ -1,9 +1,12 @@
-"""Train the demo model (``ccc.demo.model.DemoNet``) on the demo world's training images; CPU, deterministic.
+"""Train a demo model on its demo world's training images; CPU, deterministic.
 
-The training images are the demo generator's ``train`` split (never written to the demo folder,
-which is the ``val`` split the benchmark calibrates and streams on). Every step sees the stream's
-augmentation: a torchvision-style random-resized crop to 224×224 (PIL bilinear, as ``ccc.render``)
-and a horizontal flip with probability 0.5. SGD with Nesterov momentum, linear warm-up then cosine
+``--world imagenet`` (default) trains ``ccc.demo.model.DemoNet``, ``--world cifar`` the 32×32 world's
+``ccc.demo.model.DemoNetCifar``. The training images are the world's ``train`` split, rendered in
+memory (never written to the demo folder, which is the ``val`` split the benchmark calibrates and
+streams on). Every step sees an augmentation: for ``imagenet`` the stream's, a torchvision-style
+random-resized crop to 224×224 (PIL bilinear, as ``ccc.render``) and a horizontal flip with
+probability 0.5; for ``cifar`` CIFAR's, a random 32×32 crop of the image zero-padded by 4 pixels and
+a horizontal flip with probability 0.5. SGD with Nesterov momentum, linear warm-up then cosine
 decay, cross-entropy.
 
 Determinism: every random draw comes from ``numpy.random.SeedSequence(seed, …)`` or
@@ -12,10 +15,13 @@ the same command with the same library versions and thread count writes the same
 
     python scripts/train_demo_model.py                        # train, write ccc/demo/demo_model.pt, report
     python scripts/train_demo_model.py --evaluate-only        # measure the committed weights only
+    python scripts/train_demo_model.py --world cifar --threads 1   # train ccc/demo/demo_model_cifar.pt
 
-After training, it prints the sha256 to paste into ``ccc/demo/model.py`` (``DEMO_WEIGHTS_SHA256``)
-and measures the model on the demo folder: clean accuracy with centre and random crops and the
-accuracy under each of the 15 corruptions at severity 3, written as Markdown (``--report``) and JSON.
+After training, it prints the sha256 to paste into ``ccc/demo/model.py`` (``DEMO_WEIGHTS_SHA256``,
+``DEMO_CIFAR_WEIGHTS_SHA256``) and measures the model on the demo folder, written as Markdown
+(``--report``) and JSON: for ``imagenet`` clean accuracy with centre and random crops and the accuracy
+under each of the 15 corruptions at ``--severity``; for ``cifar`` clean accuracy on the whole 32×32
+images and under every corruption of the ``cifar`` set at severities 1–5.
 """
 
 from __future__ import annotations
@@ -34,29 +40,62 @@ import torch
 from PIL import Image
 from torch import nn
 
-from ccc.corruptions import CORRUPTIONS
+from ccc.corruptions import CORRUPTIONS, get_corruption_set
 from ccc.demo.evaluate import measure_accuracies
-from ccc.demo.folder import DEMO_IMAGE_SEED, DemoImageSpec, ensure_demo_folder, render_demo_jpegs
+from ccc.demo.folder import DEMO_IMAGE_SEED, DEMO_WORLDS, DemoImageSpec, ensure_demo_folder, render_demo_files
 from ccc.demo.images import CLASS_NAMES
-from ccc.demo.model import DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256, DemoNet, file_sha256, load_demo_weights
+from ccc.demo.model import (
+    DEMO_CIFAR_WEIGHTS_PATH,
+    DEMO_CIFAR_WEIGHTS_SHA256,
+    DEMO_WEIGHTS_PATH,
+    DEMO_WEIGHTS_SHA256,
+    DemoNet,
+    DemoNetCifar,
+    file_sha256,
+    load_demo_weights,
+)
 from ccc.render import crop_resize_flip
 from ccc.stream.plan import sample_resized_crop
 from ccc.stream.sources import ImageIndex, index_image_folder
 
 logger = logging.getLogger("train_demo_model")
 
+WORLD_SETTINGS = {
+    "imagenet": {
+        "model": DemoNet,
+        "weights": DEMO_WEIGHTS_PATH,
+        "sha256": DEMO_WEIGHTS_SHA256,
+        "crop": "centre",
+        "defaults": {"train_images_per_class": 150, "epochs": 8, "batch_size": 64, "learning_rate": 0.1},
+    },
+    "cifar": {
+        "model": DemoNetCifar,
+        "weights": DEMO_CIFAR_WEIGHTS_PATH,
+        "sha256": DEMO_CIFAR_WEIGHTS_SHA256,
+        "crop": "whole",
+        "defaults": {"train_images_per_class": 500, "epochs": 15, "batch_size": 128, "learning_rate": 0.1},
+    },
+}
+"""Per world: the model class, its shipped weights and checksum, the evaluation crop, the training defaults."""
+
+CIFAR_PADDING = 4
+"""Zero padding (pixels) around a 32×32 training image before its random 32×32 crop (CIFAR's augmentation)."""
+
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--out", type=Path, default=DEMO_WEIGHTS_PATH, help="weights file to write (default: the package's)"
+        "--world", choices=DEMO_WORLDS, default="imagenet", help="demo world whose model to train (default: imagenet)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="weights file to write (default: the package's)")
+    parser.add_argument(
+        "--train-images-per-class", type=int, default=None, help="training images per class (default: 150; cifar 500)"
     )
     parser.add_argument(
-        "--train-images-per-class", type=int, default=150, help="training images per class (default: 150)"
+        "--epochs", type=int, default=None, help="passes over the training images (default: 8; cifar 15)"
     )
-    parser.add_argument("--epochs", type=int, default=8, help="passes over the training images (default: 8)")
-    parser.add_argument("--batch-size", type=int, default=64, help="images per step (default: 64)")
-    parser.add_argument("--learning-rate", type=float, default=0.1, help="peak SGD learning rate (default: 0.1)")
+    parser.add_argument("--batch-size", type=int, default=None, help="images per step (default: 64; cifar 128)")
+    parser.add_argument("--learning-rate", type=float, default=None, help="peak SGD learning rate (default: 0.1)")
     parser.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay (default: 5e-4)")
     parser.add_argument("--warmup-epochs", type=float, default=1.0, help="linear warm-up length in epochs (default: 1)")
     parser.add_argument(
@@ -79,33 +118,50 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         default=50,
         help="demo images per class for the final accuracy table (default: 50; 0: no table)",
     )
-    parser.add_argument("--severity", type=float, default=3.0, help="severity of the corruption table (default: 3)")
+    parser.add_argument(
+        "--severity", type=float, default=3.0, help="severity of the imagenet corruption table (default: 3)"
+    )
     parser.add_argument(
         "--report", type=Path, default=None, help="also write the accuracy table (Markdown) and a .json next to it"
     )
-    return parser.parse_args(argv)
+    arguments = parser.parse_args(argv)
+    settings = WORLD_SETTINGS[arguments.world]
+    for name, value in settings["defaults"].items():
+        if getattr(arguments, name) is None:
+            setattr(arguments, name, value)
+    if arguments.out is None:
+        arguments.out = settings["weights"]
+    return arguments
 
 
-def load_training_images(images_per_class: int, workers: int) -> tuple[list[Image.Image], np.ndarray]:
-    """Render and decode the ``train`` split: PIL RGB images and their labels (0–15)."""
-    spec = DemoImageSpec(images_per_class=images_per_class, seed=DEMO_IMAGE_SEED, split="train")
+def load_training_images(images_per_class: int, workers: int, world: str) -> tuple[list[Image.Image], np.ndarray]:
+    """Render and decode the ``train`` split of ``world``: PIL RGB images and their labels (0–15)."""
+    spec = DemoImageSpec(images_per_class=images_per_class, seed=DEMO_IMAGE_SEED, split="train", world=world)
     images, labels = [], []
-    for class_index, _, data in render_demo_jpegs(spec, workers):
+    for class_index, _, data in render_demo_files(spec, workers):
         with Image.open(io.BytesIO(data)) as decoded:
             images.append(decoded.convert("RGB"))
         labels.append(class_index)
     return images, np.array(labels, dtype=np.int64)
 
 
-def augmented_batch(images: list[Image.Image], positions: np.ndarray, seed: int, epoch: int) -> torch.Tensor:
-    """Random-resized crop + flip of each image (draws from SeedSequence(seed, (epoch, position))),
-    float N×3×224×224 in [0, 1]."""
+def augmented_batch(
+    images: list[Image.Image], positions: np.ndarray, seed: int, epoch: int, world: str
+) -> torch.Tensor:
+    """Augmented images (draws from SeedSequence(seed, (1, epoch, position))), float N×3×H×W in [0, 1]:
+    imagenet: random-resized crop to 224×224 + flip; cifar: random 32×32 crop of the zero-padded image + flip."""
     crops = []
     for position in positions:
         generator = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch, int(position))))
         image = images[int(position)]
-        box = sample_resized_crop(generator, *image.size)
-        crops.append(crop_resize_flip(image, box, bool(generator.random() < 0.5)))
+        if world == "cifar":
+            padded = np.pad(np.asarray(image), ((CIFAR_PADDING, CIFAR_PADDING), (CIFAR_PADDING, CIFAR_PADDING), (0, 0)))
+            top, left = generator.integers(0, 2 * CIFAR_PADDING + 1, size=2)
+            crop = padded[top : top + image.height, left : left + image.width]
+            crops.append(crop[:, ::-1] if generator.random() < 0.5 else crop)
+        else:
+            box = sample_resized_crop(generator, *image.size)
+            crops.append(crop_resize_flip(image, box, bool(generator.random() < 0.5)))
     return torch.from_numpy(np.stack(crops)).permute(0, 3, 1, 2).float().div_(255.0)
 
 
@@ -121,10 +177,11 @@ def train(
     arguments: argparse.Namespace, validation_index: ImageIndex | None, validation_positions: list[int]
 ) -> DemoNet:
     start = time.perf_counter()
-    images, labels = load_training_images(arguments.train_images_per_class, arguments.workers)
+    images, labels = load_training_images(arguments.train_images_per_class, arguments.workers, arguments.world)
     logger.info("rendered %d training images in %.1f s", len(images), time.perf_counter() - start)
     torch.manual_seed(arguments.seed)
-    model = DemoNet(len(CLASS_NAMES))
+    settings = WORLD_SETTINGS[arguments.world]
+    model = settings["model"](len(CLASS_NAMES))
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         (no_decay if parameter.ndim == 1 else decay).append(parameter)
@@ -146,7 +203,7 @@ def train(
         running_loss, running_correct, seen = 0.0, 0, 0
         for batch_number in range(steps_per_epoch):
             positions = order[batch_number * arguments.batch_size : (batch_number + 1) * arguments.batch_size]
-            inputs = augmented_batch(images, positions, arguments.seed, epoch)
+            inputs = augmented_batch(images, positions, arguments.seed, epoch, arguments.world)
             targets = torch.from_numpy(labels[positions])
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, total_steps, warmup_steps, arguments.learning_rate)
@@ -161,10 +218,11 @@ def train(
             seen += len(positions)
         monitored = ""
         if validation_index is not None:
-            accuracy = measure_accuracies(model, validation_index, corruptions=(), positions=validation_positions)[
-                "clean"
-            ]
-            monitored = f", demo-folder accuracy {accuracy:.1f} % (centre crops)"
+            crop = settings["crop"]
+            accuracy = measure_accuracies(
+                model, validation_index, corruptions=(), positions=validation_positions, crop=crop
+            )["clean"]
+            monitored = f", demo-folder accuracy {accuracy:.1f} % ({crop} images)"
         logger.info(
             "epoch %d/%d: loss %.3f, train accuracy %.1f %% (random crops)%s, %.0f s",
             epoch + 1,
@@ -176,6 +234,45 @@ def train(
         )
     logger.info("trained in %.0f s", time.perf_counter() - start)
     return model.eval()
+
+
+def cifar_accuracy_table(model: nn.Module, index, positions: list[int]) -> dict[str, dict[str, float]]:
+    """{"severity <s>": {"clean" | corruption: accuracy in percent}} on the whole 32×32 images, for
+    every corruption of the ``cifar`` set at severities 1–5 (each severity's corruption draws from
+    the same per-image seeds)."""
+    names = tuple(get_corruption_set("cifar").parameter_tables)
+    return {
+        f"severity {severity}": dict(
+            measure_accuracies(
+                model,
+                index,
+                corruptions=names,
+                severity=float(severity),
+                crop="whole",
+                positions=positions,
+                corruption_set="cifar",
+            )
+        )
+        for severity in range(1, 6)
+    }
+
+
+def cifar_markdown(table: dict[str, dict[str, float]], image_count: int) -> str:
+    columns = list(table)
+    lines = [
+        f"| corruption ({image_count} images) | " + " | ".join(f"{c.split()[1]}" for c in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        "| clean | " + " | ".join(f"{table[c]['clean']:.1f}" for c in columns) + " |",
+    ]
+    corrupted = [name for name in table[columns[0]] if name != "clean"]
+    for name in corrupted:
+        lines.append(f"| {name} | " + " | ".join(f"{table[c][name]:.1f}" for c in columns) + " |")
+    lines.append(
+        f"| mean over the {len(corrupted)} corruptions | "
+        + " | ".join(f"{np.mean([table[c][n] for n in corrupted]):.1f}" for c in columns)
+        + " |"
+    )
+    return "\n".join(lines)
 
 
 def accuracy_table(model: nn.Module, index, positions: list[int], severity: float) -> dict[str, dict[str, float]]:
@@ -223,10 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     needs_folder = (
         arguments.evaluate_only or arguments.eval_images_per_class > 0 or arguments.monitor_images_per_class > 0
     )
-    index = index_image_folder(ensure_demo_folder(), progress=False) if needs_folder else None
+    settings = WORLD_SETTINGS[arguments.world]
+    folder = ensure_demo_folder(world=arguments.world) if needs_folder else None
+    index = index_image_folder(folder, progress=False) if folder is not None else None
     if arguments.evaluate_only:
-        committed = arguments.out.resolve() == DEMO_WEIGHTS_PATH.resolve()
-        model = load_demo_weights(DemoNet(), arguments.out, DEMO_WEIGHTS_SHA256 if committed else None).eval()
+        committed = arguments.out.resolve() == settings["weights"].resolve()
+        expected = settings["sha256"] if committed else None
+        model = load_demo_weights(settings["model"](), arguments.out, expected).eval()
     else:
         monitor = _first_per_class(index, arguments.monitor_images_per_class) if index is not None else []
         model = train(arguments, index if monitor else None, monitor)
@@ -239,15 +339,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     subset = _first_per_class(index, arguments.eval_images_per_class)
     start = time.perf_counter()
-    table = accuracy_table(model, index, subset, arguments.severity)
-    text = markdown(table, arguments.severity, len(subset))
+    if arguments.world == "cifar":
+        table = cifar_accuracy_table(model, index, subset)
+        text = cifar_markdown(table, len(subset))
+        summary: dict[str, object] = {"world": "cifar", "images": len(subset), **table}
+    else:
+        table = accuracy_table(model, index, subset, arguments.severity)
+        text = markdown(table, arguments.severity, len(subset))
+        summary = {"severity": arguments.severity, "images": len(subset), **table}
     logger.info("measured in %.0f s", time.perf_counter() - start)
     print(text)
     if arguments.report is not None:
         arguments.report.write_text(text + "\n")
-        arguments.report.with_suffix(".json").write_text(
-            json.dumps({"severity": arguments.severity, "images": len(subset), **table}, indent=1) + "\n"
-        )
+        arguments.report.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 

@@ -4,16 +4,18 @@ It lets the whole pipeline (calibrate → generate → load → evaluate test-ti
 fresh machine without ImageNet, pretrained weights or a GPU:
 
 - :func:`demo_image_folder`: 2,400 procedural images (16 classes = 4 patterns × 4 colours,
-  320×240 or 240×320 JPEGs) in the ImageNet folder layout, built on first use into the cache
-  folder in well under a minute, byte-reproducible (:mod:`ccc.demo.images`, :mod:`ccc.demo.folder`);
-- :func:`demo_model`: a small BatchNorm CNN trained on other images of the same world by
-  ``scripts/train_demo_model.py``, weights shipped in this package with their sha256 checked
-  (:mod:`ccc.demo.model`); usable as the model factory ``"ccc.demo:demo_model"``;
+  320×240 or 240×320 JPEGs; or, in the ``cifar`` world, 32×32 PNGs) in the ImageNet folder layout,
+  built on first use into the cache folder in well under a minute, byte-reproducible
+  (:mod:`ccc.demo.images`, :mod:`ccc.demo.folder`);
+- :func:`demo_model`, :func:`demo_model_cifar`: small BatchNorm CNNs trained on other images of the
+  same world by ``scripts/train_demo_model.py``, weights shipped in this package with their sha256
+  checked (:mod:`ccc.demo.model`); usable as the model factories ``"ccc.demo:demo_model"`` and
+  ``"ccc.demo:demo_model_cifar"``;
 - :func:`demo_calibration_path`: its calibration table ``calibration/demo.npz``, with difficulty
   presets chosen for this world (:mod:`ccc.demo.calibration`).
 
 ``docs/demo.md`` describes the classes, the model's accuracies and how the table was made.
-Importing this package does not import torch; :func:`demo_model` does.
+Importing this package does not import torch; :func:`demo_model` and :func:`demo_model_cifar` do.
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ from ccc.demo.demonstration import (
     DEMO_SHARD_BYTES_PER_IMAGE,
     DEMO_SPEED,
 )
-from ccc.demo.folder import DEMO_IMAGES_PER_CLASS, DEMO_SOURCE_IMAGES, EXPECTED_INDEX_SHA256, ensure_demo_folder
+from ccc.demo.folder import (
+    DEMO_IMAGES_PER_CLASS,
+    DEMO_SOURCE_IMAGES,
+    DEMO_WORLDS,
+    EXPECTED_CIFAR_INDEX_SHA256,
+    EXPECTED_INDEX_SHA256,
+    ensure_demo_folder,
+)
 from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 
 if TYPE_CHECKING:
@@ -42,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASS_NAMES",
+    "DEMO_CIFAR_MODEL_NAME",
     "DEMO_MODEL_NAME",
     "DEMO_CLASSES",
     "DEMO_DIFFICULTY_PRESETS",
@@ -53,10 +63,14 @@ __all__ = [
     "DEMO_SHARD_BYTES_PER_IMAGE",
     "DEMO_SOURCE_IMAGES",
     "DEMO_SPEED",
+    "DEMO_WORLDS",
+    "EXPECTED_CIFAR_INDEX_SHA256",
+    "EXPECTED_INDEX_SHA256",
     "count_source_images",
     "demo_calibration_path",
     "demo_image_folder",
     "demo_model",
+    "demo_model_cifar",
     "is_demo_stream",
     "world_run_name",
 ]
@@ -65,19 +79,25 @@ DEMO_MODEL_NAME = "ccc.demo:demo_model"
 """The demo model as a model name (a ``module:function`` factory of ``ccc.models.ModelSpec``): what
 every command evaluates by default on a demo-world stream."""
 
+DEMO_CIFAR_MODEL_NAME = "ccc.demo:demo_model_cifar"
+"""The 32×32 demo model as a model name (a ``module:function`` factory of ``ccc.models.ModelSpec``)."""
 
-def demo_image_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Path of the demo image folder (``<folder>/<class>/*.JPEG``), building it on first use.
+
+def demo_image_folder(cache_dir: str | os.PathLike[str] | None = None, corruption_set: str = "imagenet") -> Path:
+    """Path of the demo image folder of a world, building it on first use.
 
     Args:
         cache_dir: cache folder; None for :func:`ccc.cache.default_cache_dir` (``$CCC_CACHE_DIR``,
-            else ``$XDG_CACHE_HOME/ccc``, else ``~/.cache/ccc``). The images go to
-            ``<cache_dir>/demo/images-v1``.
+            else ``$XDG_CACHE_HOME/ccc``, else ``~/.cache/ccc``).
+        corruption_set: the world, one of :data:`DEMO_WORLDS`: ``"imagenet"``
+            (``<cache_dir>/demo/images-v1/<class>/*.JPEG``, 320×240 or 240×320) or ``"cifar"``
+            (``<cache_dir>/demo/images-cifar-v1/<class>/*.png``, 32×32).
 
-    The first call renders 2,400 images (about 35 s of CPU, spread over up to 4 processes); later
-    calls only check the folder's completion record.
+    The first call renders 2,400 images (imagenet: about 35 s of CPU, spread over up to 4 processes;
+    cifar: about 6 s); later calls only check the folder's completion record. Raises
+    ``ccc.demo.folder.DemoImagesError`` naming the worlds for another ``corruption_set``.
     """
-    return ensure_demo_folder(cache_dir)
+    return ensure_demo_folder(cache_dir, world=corruption_set)
 
 
 def count_source_images(
@@ -104,6 +124,19 @@ def demo_model() -> nn.Module:
     weights file was altered.
     """
     from ccc.demo.model import demo_model as build
+
+    return build()
+
+
+def demo_model_cifar() -> nn.Module:
+    """The trained 32×32 demo classifier, in evaluation mode on the CPU, its weights' sha256 checked.
+
+    Input: float images N×3×32×32 in [0, 1] (normalisation is inside). Output: N×16 logits in
+    :data:`CLASS_NAMES` order. The factory behind :data:`DEMO_CIFAR_MODEL_NAME`
+    (``"ccc.demo:demo_model_cifar"``). Raises :class:`ccc.demo.model.WeightsChecksumError` if the
+    shipped weights file was altered.
+    """
+    from ccc.demo.model import demo_model_cifar as build
 
     return build()
 

@@ -1,13 +1,18 @@
-"""The demo model: a small BatchNorm CNN for the 16 demo classes, and its checked weights.
+"""The demo models: small BatchNorm CNNs for the 16 demo classes, and their checked weights.
 
-Input: float images N×3×H×W in [0, 1] (224×224 in the benchmark); the ImageNet mean/std
-normalisation is the model's first step, as for every model ``ccc.models`` builds. Output:
-N×16 logits in :data:`ccc.demo.images.CLASS_NAMES` order. Four convolutions with BatchNorm and
-ReLU (an 8×8 stride-4 stem, then 3×3 convolutions: stride 2, stride 2, stride 1; 24-48-96-96
-channels), global average pooling, a linear head: about 47 million multiply-adds per 224×224
-image, about 2 ms per image on one CPU core.
+Input: float images N×3×H×W in [0, 1]; the ImageNet mean/std normalisation is the model's first
+step, as for every model ``ccc.models`` builds. Output: N×16 logits in
+:data:`ccc.demo.images.CLASS_NAMES` order. Four convolutions with BatchNorm and ReLU, global
+average pooling, a linear head:
 
-The weights file ships in this package (``demo_model.pt``); its sha256 is checked before loading.
+- :class:`DemoNet` (the ``imagenet`` world, 224×224 inputs): an 8×8 stride-4 stem, then 3×3
+  convolutions: stride 2, stride 2, stride 1; 24-48-96-96 channels; about 47 million multiply-adds
+  per image, about 2 ms per image on one CPU core;
+- :class:`DemoNetCifar` (the ``cifar`` world, 32×32 inputs): 3×3 convolutions, stride 1, 2, 2, 1;
+  16-32-64-64 channels; about 5.2 million multiply-adds per image.
+
+The weights files ship in this package (``demo_model.pt``, ``demo_model_cifar.pt``); their sha256
+is checked before loading.
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ DEMO_WEIGHTS_PATH = Path(__file__).with_name("demo_model.pt")
 
 DEMO_WEIGHTS_SHA256 = "28d577aa7a35a14fd25c095ef213febe200f0ebbaea41e9ac10752b998681944"
 """sha256 of :data:`DEMO_WEIGHTS_PATH`; a file with another checksum is refused."""
+
+DEMO_CIFAR_WEIGHTS_PATH = Path(__file__).with_name("demo_model_cifar.pt")
+"""The 32×32 world's trained weights (a :class:`DemoNetCifar` state_dict), written by
+``scripts/train_demo_model.py --world cifar``."""
+
+DEMO_CIFAR_WEIGHTS_SHA256 = "95142d2234dd1ec8ea5f8f62719951c70719b98a7b6b12b0be334c738f799f70"
+"""sha256 of :data:`DEMO_CIFAR_WEIGHTS_PATH`; a file with another checksum is refused."""
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -52,24 +64,42 @@ class DemoNet(nn.Module):
         num_classes: output logits, ≥ 2 (16 for the demo world).
     """
 
+    LAYERS: tuple[tuple[int, int, int, int, int], ...] = (
+        (3, 24, 8, 4, 2),
+        (24, 48, 3, 2, 1),
+        (48, 96, 3, 2, 1),
+        (96, 96, 3, 1, 1),
+    )
+    """(in channels, out channels, kernel, stride, padding) of each convolution."""
+
     def __init__(self, num_classes: int = len(CLASS_NAMES)) -> None:
         super().__init__()
         check_integer("num_classes", num_classes, 2)
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
-        self.features = nn.Sequential(
-            *_convolution(3, 24, 8, 4, 2),
-            *_convolution(24, 48, 3, 2, 1),
-            *_convolution(48, 96, 3, 2, 1),
-            *_convolution(96, 96, 3, 1, 1),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
-        self.head = nn.Linear(96, num_classes)
+        layers = [module for layer in self.LAYERS for module in _convolution(*layer)]
+        self.features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(self.LAYERS[-1][1], num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits N×classes for float images N×3×H×W in [0, 1] (H, W ≥ 32)."""
+        """Logits N×classes for float images N×3×H×W in [0, 1] (H, W ≥ 32 for DemoNet, ≥ 8 for DemoNetCifar)."""
         return self.head(self.features((images - self.mean) / self.std))
+
+
+class DemoNetCifar(DemoNet):
+    """The 32×32 world's CNN: :class:`DemoNet`'s structure with 3×3 convolutions of stride 1, 2, 2, 1
+    and 16-32-64-64 channels (about 5.2 million multiply-adds per 32×32 image, 62 k parameters).
+
+    Args:
+        num_classes: output logits, ≥ 2 (16 for the demo world).
+    """
+
+    LAYERS = (
+        (3, 16, 3, 1, 1),
+        (16, 32, 3, 2, 1),
+        (32, 64, 3, 2, 1),
+        (64, 64, 3, 1, 1),
+    )
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -89,8 +119,8 @@ def load_demo_weights(
     """Load a state_dict file into ``model`` after checking the file's sha256; returns ``model``.
 
     Args:
-        model: a :class:`DemoNet`.
-        path: the weights file.
+        model: a :class:`DemoNet` or :class:`DemoNetCifar`, matching the file.
+        path: the weights file (:data:`DEMO_WEIGHTS_PATH`, :data:`DEMO_CIFAR_WEIGHTS_PATH`).
         expected_sha256: 64 hex digits the file must hash to; None skips the check (for a freshly
             trained file).
 
@@ -127,3 +157,12 @@ def demo_model() -> nn.Module:
     Input: float N×3×H×W in [0, 1]; output: N×16 logits.
     """
     return load_demo_weights(DemoNet()).eval()
+
+
+def demo_model_cifar() -> nn.Module:
+    """The trained 32×32 demo model (:class:`DemoNetCifar`) in evaluation mode, on the CPU, weights checked.
+
+    Usable as the model factory ``"ccc.demo:demo_model_cifar"``. Input: float N×3×32×32 in [0, 1];
+    output: N×16 logits.
+    """
+    return load_demo_weights(DemoNetCifar(), DEMO_CIFAR_WEIGHTS_PATH, DEMO_CIFAR_WEIGHTS_SHA256).eval()

@@ -26,14 +26,17 @@ from ccc.demo.folder import (
     content_checksum,
     ensure_demo_folder,
     read_record,
-    render_demo_jpeg,
+    render_demo_file,
     write_demo_folder,
 )
-from ccc.demo.images import IMAGE_SIZES, PATTERNS, draw_parameters, periodic_profile, render_demo_image
+from ccc.demo.images import IMAGENET_GEOMETRY, PATTERNS, draw_parameters, periodic_profile, render_demo_image
 from ccc.demo.model import (
+    DEMO_CIFAR_WEIGHTS_PATH,
+    DEMO_CIFAR_WEIGHTS_SHA256,
     DEMO_WEIGHTS_PATH,
     DEMO_WEIGHTS_SHA256,
     DemoNet,
+    DemoNetCifar,
     WeightsChecksumError,
     file_sha256,
     load_demo_weights,
@@ -52,7 +55,7 @@ def test_render_is_a_pure_function_of_the_generator_state(class_index: int) -> N
     first = render_demo_image(class_index, np.random.default_rng(class_index))
     second = render_demo_image(class_index, np.random.default_rng(class_index))
     assert first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3
-    assert (first.shape[1], first.shape[0]) in IMAGE_SIZES
+    assert (first.shape[1], first.shape[0]) in IMAGENET_GEOMETRY.sizes
     np.testing.assert_array_equal(first, second)
     assert first.std() > 10  # not a flat image
 
@@ -85,10 +88,10 @@ def test_folder_is_byte_reproducible_and_in_imagenet_layout(tmp_path: Path) -> N
 
 
 def test_splits_and_seeds_give_different_images() -> None:
-    reference = render_demo_jpeg(SMALL, 3, 0)
-    assert render_demo_jpeg(DemoImageSpec(2, split="train"), 3, 0) != reference
-    assert render_demo_jpeg(DemoImageSpec(2, seed=SMALL.seed + 1), 3, 0) != reference
-    assert render_demo_jpeg(SMALL, 3, 1) != reference
+    reference = render_demo_file(SMALL, 3, 0)
+    assert render_demo_file(DemoImageSpec(2, split="train"), 3, 0) != reference
+    assert render_demo_file(DemoImageSpec(2, seed=SMALL.seed + 1), 3, 0) != reference
+    assert render_demo_file(SMALL, 3, 1) != reference
 
 
 @pytest.mark.parametrize(
@@ -129,7 +132,7 @@ def test_full_build_matches_the_reference_checksums(demo_folder: Path, tmp_path:
     assert len(index) == DEMO_IMAGES_PER_CLASS * len(CLASS_NAMES) >= 2000
     assert index.checksum() == EXPECTED_INDEX_SHA256
     assert read_record(demo_folder)["content_sha256"] == content_checksum(demo_folder) == EXPECTED_CONTENT_SHA256
-    assert _image_sizes(index) <= set(IMAGE_SIZES)
+    assert _image_sizes(index) <= set(IMAGENET_GEOMETRY.sizes)
     # A second call reuses the folder (no rebuild): same path, same record.
     assert demo_image_folder(demo_folder.parents[1]) == demo_folder
 
@@ -144,9 +147,21 @@ def _image_sizes(index: ImageIndex) -> set[tuple[int, int]]:
 
 
 # ----------------------------------------------------------------------------- model
-def test_weights_file_is_small_and_matches_its_pinned_checksum() -> None:
-    assert DEMO_WEIGHTS_PATH.stat().st_size < 5 * 2**20
-    assert file_sha256(DEMO_WEIGHTS_PATH) == DEMO_WEIGHTS_SHA256
+SHIPPED_WEIGHTS = pytest.mark.parametrize(
+    ("model_class", "path", "sha256"),
+    [
+        (DemoNet, DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256),
+        (DemoNetCifar, DEMO_CIFAR_WEIGHTS_PATH, DEMO_CIFAR_WEIGHTS_SHA256),
+    ],
+    ids=["imagenet", "cifar"],
+)
+
+
+@SHIPPED_WEIGHTS
+def test_weights_file_is_small_and_matches_its_pinned_checksum(model_class: type, path: Path, sha256: str) -> None:
+    assert path.stat().st_size < 5 * 2**20
+    assert file_sha256(path) == sha256
+    assert set(torch.load(path, weights_only=True)) == set(model_class().state_dict())
 
 
 def test_model_runs_on_a_batch() -> None:
@@ -167,15 +182,21 @@ def test_model_loads_through_the_factory_name() -> None:
         torch.testing.assert_close(model(images), reference(images))
 
 
-def test_wrong_weights_checksum_is_refused(tmp_path: Path) -> None:
+@SHIPPED_WEIGHTS
+def test_wrong_weights_checksum_is_refused(tmp_path: Path, model_class: type, path: Path, sha256: str) -> None:
     copy = tmp_path / "weights.pt"
-    shutil.copyfile(DEMO_WEIGHTS_PATH, copy)
-    with pytest.raises(WeightsChecksumError, match="must have sha256 " + "1" * 64 + ", got " + DEMO_WEIGHTS_SHA256):
-        load_demo_weights(DemoNet(), copy, expected_sha256="1" * 64)
+    shutil.copyfile(path, copy)
+    with pytest.raises(WeightsChecksumError, match="must have sha256 " + "1" * 64 + ", got " + sha256):
+        load_demo_weights(model_class(), copy, expected_sha256="1" * 64)
     with copy.open("ab") as handle:
         handle.write(b"\0")
     with pytest.raises(WeightsChecksumError, match="damaged or was replaced"):
-        load_demo_weights(DemoNet(), copy)
+        load_demo_weights(model_class(), copy, expected_sha256=sha256)
+
+
+def test_weights_of_the_other_world_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="do not match the model"):
+        load_demo_weights(DemoNetCifar(), DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256)
 
 
 def test_missing_weights_file_is_reported(tmp_path: Path) -> None:
@@ -183,9 +204,10 @@ def test_missing_weights_file_is_reported(tmp_path: Path) -> None:
         load_demo_weights(DemoNet(), tmp_path / "absent.pt")
 
 
-def test_bad_class_count_is_refused() -> None:
+@pytest.mark.parametrize("model_class", [DemoNet, DemoNetCifar])
+def test_bad_class_count_is_refused(model_class: type) -> None:
     with pytest.raises(ValueError, match="num_classes must be an integer >= 2, got 1"):
-        DemoNet(1)
+        model_class(1)
 
 
 # ----------------------------------------------------------------------------- evaluation helpers
@@ -196,7 +218,8 @@ def test_prepare_image_gives_model_sized_inputs() -> None:
     again = prepare_image(image, "random", np.random.default_rng(5))
     assert centre.shape == first.shape == (224, 224, 3)
     np.testing.assert_array_equal(first, again)
-    with pytest.raises(ValueError, match="crop must be one of centre, random, got 'middle'"):
+    np.testing.assert_array_equal(prepare_image(image, "whole", np.random.default_rng(0)), np.asarray(image))
+    with pytest.raises(ValueError, match="crop must be one of centre, random, whole, got 'middle'"):
         prepare_image(image, "middle", np.random.default_rng(0))
 
 
@@ -271,9 +294,12 @@ def _training_script():
     return module
 
 
-def test_training_is_deterministic(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("world", "model_class"), [("imagenet", DemoNet), ("cifar", DemoNetCifar)])
+def test_training_is_deterministic(tmp_path: Path, world: str, model_class: type) -> None:
     script = _training_script()
     arguments = [
+        "--world",
+        world,
         "--train-images-per-class",
         "4",
         "--epochs",
@@ -297,4 +323,4 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
         torch.use_deterministic_algorithms(False)
     assert file_sha256(tmp_path / "first" / "weights.pt") == file_sha256(tmp_path / "second" / "weights.pt")
     state = torch.load(tmp_path / "first" / "weights.pt", weights_only=True)
-    assert set(state) == set(DemoNet().state_dict())
+    assert set(state) == set(model_class().state_dict())
