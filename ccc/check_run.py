@@ -83,21 +83,21 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
     """Find the table and the images a stream was made from, to recompute its plan hash (the
     ``cin-c`` and ``gradual`` kinds need no table: ``calibration`` stays None).
 
-    Tables: the demo table, ``tables`` and the converted published tables in the cache, matched by
-    checksum to the manifest's. Images: the demo folder for a demo-world stream (built on first
+    Tables: the demo worlds' tables, ``tables`` and the converted published tables in the cache, matched by
+    checksum to the manifest's. Images: the demo world's folder for a demo-world stream (built on first
     use), else ``$CCC_IMAGENET``. Reads tables' checksums only; never indexes a large folder.
     """
     from ccc.cache import default_cache_dir
     from ccc.calibration import CalibrationError, CalibrationTable
     from ccc.calibration.published import CONVERTED_TABLES_FOLDER
-    from ccc.demo import demo_image_folder, is_demo_stream
-    from ccc.demo.calibration import DEMO_CALIBRATION_PATH
+    from ccc.demo import demo_image_folder, demo_world_of
+    from ccc.demo.calibration import DEMO_TABLES
     from ccc.stream.sources import IMAGENET_ENVIRONMENT_VARIABLE
     from ccc.stream.spec import DEFAULT_CORRUPTION_SET
 
     spec = manifest.stream
     candidates = [
-        DEMO_CALIBRATION_PATH,
+        *(table.path for table in DEMO_TABLES.values()),
         *tables,
         *sorted((default_cache_dir() / CONVERTED_TABLES_FOLDER).glob("*.npz")),
     ]
@@ -109,9 +109,12 @@ def locate_plan_inputs(manifest: Manifest, tables: tuple[Path, ...] = DEFAULT_TA
                 break
         except CalibrationError:
             continue
-    demo = is_demo_stream(spec)
+    world = demo_world_of(spec)
     environment = os.environ.get(IMAGENET_ENVIRONMENT_VARIABLE)
-    imagenet = demo_image_folder() if demo else (Path(environment) if environment else None)
+    if world is not None:
+        imagenet = demo_image_folder(corruption_set=world)
+    else:
+        imagenet = Path(environment) if environment else None
     missing = []
     if calibration is None and spec.kind == CCC_KIND:
         missing.append(f"--calibration FILE (the table with checksum {spec.calibration_checksum[:16]}…)")

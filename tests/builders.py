@@ -223,3 +223,18 @@ def run_quick_bench(script: str, output: Path, timeout: int = 300) -> tuple[dict
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(output.read_text()), result.stdout
+
+
+def pretend_demo_world(monkeypatch, run_folder: Path, world: str = "imagenet") -> None:
+    """Make ``ccc.demo.demo_world_of`` (and so every command's world detection) take the stream of
+    ``run_folder`` (a ccc-generate run folder) for a stream of the demo world ``world``: the world is
+    recognised by the stream's source index checksum, and the fixtures' folders are not the demo's."""
+    import json
+
+    import ccc.demo
+
+    checksum = json.loads((Path(run_folder) / "manifest.json").read_text())["stream"]["source_index_checksum"]
+    original = ccc.demo.demo_world_of
+    monkeypatch.setattr(
+        ccc.demo, "demo_world_of", lambda spec: world if spec.source_index_checksum == checksum else original(spec)
+    )

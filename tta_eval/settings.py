@@ -278,9 +278,14 @@ def _settings_batch_size(chosen: MethodSettings | None, given: int | None, strea
 
 def _check_world_model(model: ModelSpec, stream: StreamDescription, stream_text: str) -> None:
     if model.name == DEMO_MODEL and stream.world is not None and stream.world != DEMO_WORLD:
+        of_demo = stream.world in WORLD_MODELS
         raise ValueError(
             f"the demo model (--demo) fits only streams of the demo world, but stream {stream_text!r} was rendered "
-            "from an ImageNet-layout folder: drop --demo (and choose --model)"
+            + (
+                f"from its {stream.world} world: drop --demo (its own model, {WORLD_MODELS[stream.world]}, is chosen)"
+                if of_demo
+                else "from an ImageNet-layout folder: drop --demo (and choose --model)"
+            )
         )
 
 
@@ -312,10 +317,10 @@ def _world_model(settings: ExperimentSettings, stream: StreamDescription, notes:
             f"for them, e.g. {SET_MODEL_OPTIONS[stream.world]} (docs/tta_eval.md)"
         )
     if model is None:
-        demo = stream.world == DEMO_WORLD
-        model = ModelSpec(DEMO_MODEL) if demo else ModelSpec()
-        if demo:
-            notes.append(f"demo world stream: evaluating the demo model ({DEMO_MODEL}, docs/demo.md)")
+        demo_model = WORLD_MODELS.get(stream.world or "")
+        model = ModelSpec() if demo_model is None else ModelSpec(demo_model)
+        if demo_model is not None:
+            notes.append(f"demo world stream: evaluating the demo model ({demo_model}, docs/demo.md)")
     _check_world_model(model, stream, settings.stream)
     return model
 
@@ -366,7 +371,7 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     )
     stream = describe_stream_source(settings.stream, stream_options)
     notes: list[str] = []
-    demo = stream.world == DEMO_WORLD
+    demo = stream.world in WORLD_MODELS
     methods = _world_methods(settings, notes) if demo else settings.methods
     if not methods:
         raise ValueError("pass at least one method (--method NAME, repeatable; see 'tta-eval methods')")

@@ -115,8 +115,9 @@ def _add_compute_inputs(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--demo",
         action="store_true",
-        help="the embedded demo world: its images, its model (ccc.demo:demo_model), its corruptions; the table "
-        "gets the demo difficulty presets (docs/demo.md)",
+        help="the embedded demo world: its images, its model (ccc.demo:demo_model; with --corruption-set cifar the "
+        "32x32 world's, ccc.demo:demo_model_cifar), its corruptions; the table gets the demo difficulty presets "
+        "(docs/demo.md)",
     )
 
 
@@ -296,22 +297,24 @@ def _config(arguments: argparse.Namespace) -> CalibrationConfig:
         None,
     )
     if arguments.demo:
-        from ccc.demo import DEMO_DIFFICULTY_PRESETS, DEMO_MODEL_NAME, demo_image_folder
-        from ccc.demo.calibration import DEMO_CALIBRATION_CORRUPTIONS
+        from ccc.demo import demo_image_folder, demo_model_name, demo_table
 
+        world = demo_table(arguments.corruption_set)
         if imagenet is not None:
             raise CalibrationError(
                 "--demo uses the demo world's own images: do not combine it with --imagenet or --dataset"
             )
         if model is not None or arguments.weights is not None:
             raise CalibrationError(
-                "--demo uses the demo model (ccc.demo:demo_model): do not combine it with --model or --weights"
+                f"--demo uses the demo model ({demo_model_name(arguments.corruption_set)}): do not combine it with "
+                "--model or --weights"
             )
-        imagenet, model = str(demo_image_folder()), DEMO_MODEL_NAME
-        corruptions = corruptions or list(DEMO_CALIBRATION_CORRUPTIONS)
+        imagenet = str(demo_image_folder(corruption_set=arguments.corruption_set))
+        model = demo_model_name(arguments.corruption_set)
+        corruptions = corruptions or list(world.corruptions)
         if arguments.adaptive and targets is None:
-            targets = sorted({preset.target_accuracy for preset in DEMO_DIFFICULTY_PRESETS.values()}, reverse=True)
-        presets = DEMO_DIFFICULTY_PRESETS
+            targets = sorted({preset.target_accuracy for preset in world.presets.values()}, reverse=True)
+        presets = world.presets
     return CalibrationConfig(
         out=arguments.out,
         imagenet=imagenet,

@@ -247,7 +247,8 @@ def _add_input_options(group: argparse._ArgumentGroup) -> None:
         "--demo",
         action="store_true",
         help="the embedded demo world instead of ImageNet: procedural images, a small CNN's calibration table "
-        "(docs/demo.md); runs are named demo_baseline_…",
+        "(docs/demo.md); runs are named demo_baseline_…; with --corruption-set cifar its 32x32 world "
+        "(demo_cifar_baseline_…)",
     )
 
 
@@ -508,7 +509,7 @@ def _render(
         f"{count(skipped, 'shard')} {'was' if skipped == 1 else 'were'} already finished; output {run_dir}"
     )
     methods = "" if definition.demo else " --method source --method bn --method eata --method rdumb"
-    if definition.corruption_set in SET_MODEL_OPTIONS:
+    if definition.corruption_set in SET_MODEL_OPTIONS and not definition.demo:
         methods += " " + SET_MODEL_OPTIONS[definition.corruption_set].split(" (")[0]
     print(
         f"next: ccc-verify {run_dir}\n      tta-eval run --stream ccc:{run_dir}{methods}      # results/{run_dir.name}/"

@@ -186,20 +186,24 @@ def definition_from_arguments(arguments: argparse.Namespace, note: Callable[[str
         return dataclasses.replace(definition, image_folder=image_folder, classes=classes)
     if arguments.imagenet is not None or arguments.dataset is not None:
         raise UsageError("--demo uses the demo world's own images: do not combine it with --imagenet or --dataset")
-    if definition.kind == CCC_KIND and definition.calibration is None:
-        from ccc.demo import demo_calibration_path
+    from ccc.demo import demo_calibration_path, demo_image_folder, demo_table
+    from ccc.demo.folder import default_demo_folder
 
-        definition = dataclasses.replace(definition, calibration=str(demo_calibration_path()))
+    world = definition.corruption_set
+    try:
+        demo_table(world)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if definition.kind == CCC_KIND and definition.calibration is None:
+        definition = dataclasses.replace(definition, calibration=str(demo_calibration_path(world)))
     if demo_defaults:
         note(_demo_note(definition.kind, demo_defaults))
     if arguments.dry_run:
         return definition
-    from ccc.demo import demo_image_folder
-    from ccc.demo.folder import default_demo_folder
-
-    if not default_demo_folder().is_dir():
-        note(f"demo world (not ImageNet): preparing its images in {default_demo_folder()} (once, about 30 s) …")
-    return dataclasses.replace(definition, image_folder=str(demo_image_folder()))
+    folder = default_demo_folder(world=world)
+    if not folder.is_dir():
+        note(f"demo world (not ImageNet): preparing its images in {folder} (once, about 30 s) …")
+    return dataclasses.replace(definition, image_folder=str(demo_image_folder(corruption_set=world)))
 
 
 def _argument_values(arguments: argparse.Namespace) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def _run(arguments: argparse.Namespace) -> int:
     """Check the run folder; returns 0 when every shard is intact, 1 when problems were found."""
     # imported here: the checks import the image and corruption libraries, which --help does not need
     from ccc.check_run import locate_plan_inputs, verify_run
-    from ccc.demo import is_demo_stream
+    from ccc.demo import demo_world_of, is_demo_stream
 
     folder = Path(arguments.folder)
     _check_accuracy_arguments(arguments)
@@ -223,8 +223,8 @@ def _run(arguments: argparse.Namespace) -> int:
     )
     document = report.to_json_dict()
     if arguments.accuracy and _can_score(report.ok):
-        demo = is_demo_stream(manifest.stream)
-        document["realised_accuracy"] = _report_accuracy(folder, manifest.stream.target_accuracy, demo, arguments)
+        world = demo_world_of(manifest.stream)
+        document["realised_accuracy"] = _report_accuracy(folder, manifest.stream.target_accuracy, world, arguments)
     _write_json(arguments.json, document)
     return 0 if report.ok else PROBLEMS_EXIT_CODE
 
@@ -273,18 +273,19 @@ def _check_accuracy_arguments(arguments: argparse.Namespace) -> None:
 
 
 def _report_accuracy(
-    folder: Path, target: float | None, demo: bool, arguments: argparse.Namespace
+    folder: Path, target: float | None, world: str | None, arguments: argparse.Namespace
 ) -> dict[str, object]:
-    """Score the model of ``--model`` (default: the demo model on a demo stream, else resnet50) on the
+    """Score the model of ``--model`` (default: the demo world's model on a stream of demo world ``world``, else
+    resnet50) on the
     stream in ``folder``, print its realised accuracy against the target (``--target``, else
     ``target``: the manifest's) and return the JSON form (``ccc.realised_accuracy``)."""
     from ccc.calibration.compute.evaluator import ModelEvaluator
-    from ccc.demo import DEMO_MODEL_NAME
+    from ccc.demo import demo_model_name
     from ccc.load import StreamError, open_stream, stream_loader
     from ccc.models import ModelSpec, load_model, resolve_device
 
     target = arguments.target if arguments.target is not None else target
-    name = arguments.model or (DEMO_MODEL_NAME if demo else ModelSpec().name)
+    name = arguments.model or (ModelSpec().name if world is None else demo_model_name(world))
     device = resolve_device(arguments.device)
     try:
         model = load_model(ModelSpec(name, arguments.weights), device)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path
+from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path, demo_table
 from ccc.demo.demonstration import (
     DEMO_DOMAIN_IMAGES,
     DEMO_METHOD_OPTIONS,
@@ -41,6 +41,7 @@ from ccc.demo.folder import (
     EXPECTED_CIFAR_INDEX_SHA256,
     EXPECTED_INDEX_SHA256,
     ensure_demo_folder,
+    get_demo_world,
 )
 from ccc.demo.images import CLASS_NAMES, DEMO_CLASSES
 
@@ -53,6 +54,7 @@ __all__ = [
     "CLASS_NAMES",
     "DEMO_CIFAR_MODEL_NAME",
     "DEMO_MODEL_NAME",
+    "DEMO_MODEL_NAMES",
     "DEMO_CLASSES",
     "DEMO_DIFFICULTY_PRESETS",
     "DEMO_DOMAIN_IMAGES",
@@ -71,6 +73,9 @@ __all__ = [
     "demo_image_folder",
     "demo_model",
     "demo_model_cifar",
+    "demo_model_name",
+    "demo_table",
+    "demo_world_of",
     "is_demo_stream",
     "world_run_name",
 ]
@@ -81,6 +86,9 @@ every command evaluates by default on a demo-world stream."""
 
 DEMO_CIFAR_MODEL_NAME = "ccc.demo:demo_model_cifar"
 """The 32×32 demo model as a model name (a ``module:function`` factory of ``ccc.models.ModelSpec``)."""
+
+DEMO_MODEL_NAMES = {"imagenet": DEMO_MODEL_NAME, "cifar": DEMO_CIFAR_MODEL_NAME}
+"""Each demo world's model name, by the world's corruption set (:data:`DEMO_WORLDS`)."""
 
 
 def demo_image_folder(cache_dir: str | os.PathLike[str] | None = None, corruption_set: str = "imagenet") -> Path:
@@ -141,10 +149,26 @@ def demo_model_cifar() -> nn.Module:
     return build()
 
 
+def demo_model_name(corruption_set: str = "imagenet") -> str:
+    """The model name of the demo world of ``corruption_set`` (:data:`DEMO_WORLDS`): :data:`DEMO_MODEL_NAME`
+    or :data:`DEMO_CIFAR_MODEL_NAME`; ValueError naming the worlds for another set."""
+    demo_table(corruption_set)
+    return DEMO_MODEL_NAMES[corruption_set]
+
+
+def demo_world_of(spec: StreamSpec) -> str | None:
+    """The corruption set of the demo world whose images the stream ``spec`` was rendered from (its source
+    index checksum is that world's folder's), or None for a stream of other images."""
+    for world in DEMO_WORLDS:
+        if spec.source_index_checksum == get_demo_world(world).expected_index_sha256:
+            return world
+    return None
+
+
 def is_demo_stream(spec: StreamSpec) -> bool:
-    """True if the stream ``spec`` was rendered from the demo world's images (its source index checksum
-    is the demo folder's), i.e. its labels are the 16 demo classes and the demo model fits it."""
-    return spec.source_index_checksum == EXPECTED_INDEX_SHA256
+    """True if the stream ``spec`` was rendered from a demo world's images (:func:`demo_world_of`), i.e. its
+    labels are the 16 demo classes and that world's demo model fits it."""
+    return demo_world_of(spec) is not None
 
 
 def world_run_name(

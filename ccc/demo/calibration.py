@@ -1,14 +1,17 @@
-"""The demo world's calibration table and its difficulty presets.
+"""The demo worlds' calibration tables and their difficulty presets.
 
 The table ``calibration/demo.npz`` was computed with ``ccc-calibrate compute --model
 ccc.demo:demo_model --adaptive --preprocessing stream`` on the demo images (``docs/demo.md`` gives the command, the
 corruptions and the cost) and then given :data:`DEMO_DIFFICULTY_PRESETS` with
-:func:`with_demo_presets`.
+:func:`with_demo_presets`; ``calibration/demo_cifar.npz``, the 32×32 world's, with ``ccc-calibrate compute
+--demo --corruption-set cifar --adaptive`` (:data:`DEMO_CIFAR_DIFFICULTY_PRESETS`). :data:`DEMO_TABLES`
+names each world's table, corruptions and presets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -45,28 +48,84 @@ along every path that pairs a noise with a noise or with contrast (CCC-Hard's ch
 pairs cannot make a hard stream here (``docs/demo.md``).
 """
 
-DEMO_CALIBRATION_PATH = Path(__file__).resolve().parents[2] / "calibration" / "demo.npz"
-"""The committed table in a source checkout (``<repository>/calibration/demo.npz``)."""
+DEMO_CIFAR_CALIBRATION_CORRUPTIONS: tuple[str, ...] = (
+    "gaussian_noise",
+    "impulse_noise",
+    "defocus_blur",
+    "frost",
+    "contrast",
+)
+"""The corruptions calibrated for the 32×32 demo world (``cifar`` set): again one or two of every ImageNet-C
+family, those under which its model falls most gradually: the noises (36.6 and 28.5 % at severity 5),
+defocus blur (50.8 %), frost (58.1 %) and contrast (24.1 %) (``docs/demo.md``, "The 32×32 world")."""
+
+DEMO_CIFAR_DIFFICULTY_PRESETS: Mapping[str, DifficultyPreset] = MappingProxyType(
+    {
+        "easy": DifficultyPreset(50.0, DEMO_CIFAR_CALIBRATION_CORRUPTIONS),
+        "medium": DifficultyPreset(30.0, DEMO_CIFAR_CALIBRATION_CORRUPTIONS),
+        "hard": DifficultyPreset(12.0, DEMO_CIFAR_CALIBRATION_CORRUPTIONS),
+    }
+)
+"""Difficulties of the 32×32 demo world, chosen as :data:`DEMO_DIFFICULTY_PRESETS` (its model's clean accuracy
+is 99.3 %, chance 6.25 %)."""
+
+_CALIBRATION_FOLDER = Path(__file__).resolve().parents[2] / "calibration"
 
 
-def demo_calibration_path() -> Path:
-    """Path of the demo calibration table; FileNotFoundError saying where it was expected if absent."""
-    if not DEMO_CALIBRATION_PATH.is_file():
-        raise FileNotFoundError(
-            f"the demo calibration table {DEMO_CALIBRATION_PATH} is missing "
-            "(it ships with the source repository under calibration/)"
+@dataclass(frozen=True)
+class DemoTable:
+    """A demo world's calibration table: its file under ``<repository>/calibration/``, the corruptions it
+    measures and the difficulty presets it carries."""
+
+    path: Path
+    corruptions: tuple[str, ...]
+    presets: Mapping[str, DifficultyPreset]
+
+
+DEMO_TABLES: Mapping[str, DemoTable] = MappingProxyType(
+    {
+        "imagenet": DemoTable(_CALIBRATION_FOLDER / "demo.npz", DEMO_CALIBRATION_CORRUPTIONS, DEMO_DIFFICULTY_PRESETS),
+        "cifar": DemoTable(
+            _CALIBRATION_FOLDER / "demo_cifar.npz", DEMO_CIFAR_CALIBRATION_CORRUPTIONS, DEMO_CIFAR_DIFFICULTY_PRESETS
+        ),
+    }
+)
+"""Each demo world's table, by the world's corruption set (``ccc.demo.DEMO_WORLDS``)."""
+
+DEMO_CALIBRATION_PATH = DEMO_TABLES["imagenet"].path
+"""The committed table of the 320×240 world in a source checkout (``<repository>/calibration/demo.npz``)."""
+
+
+def demo_table(corruption_set: str = "imagenet") -> DemoTable:
+    """The :class:`DemoTable` of the demo world of ``corruption_set``; ValueError naming the worlds otherwise."""
+    if corruption_set not in DEMO_TABLES:
+        raise ValueError(
+            f"the demo world exists for corruption sets {', '.join(DEMO_TABLES)}, not {corruption_set!r}: "
+            "drop --demo and pass your images (--imagenet or --dataset) with a calibration table of that set"
         )
-    return DEMO_CALIBRATION_PATH
+    return DEMO_TABLES[corruption_set]
 
 
-def with_demo_presets(table: CalibrationTable) -> CalibrationTable:
-    """``table`` with :data:`DEMO_DIFFICULTY_PRESETS` as its difficulty presets (numbers and metadata unchanged).
+def demo_calibration_path(corruption_set: str = "imagenet") -> Path:
+    """Path of the calibration table of the demo world of ``corruption_set`` (``"imagenet"``:
+    ``calibration/demo.npz``, ``"cifar"``: ``calibration/demo_cifar.npz``); FileNotFoundError saying where it
+    was expected if absent, ValueError for a set without a demo world."""
+    path = demo_table(corruption_set).path
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"the demo calibration table {path} is missing (it ships with the source repository under calibration/)"
+        )
+    return path
+
+
+def with_demo_presets(table: CalibrationTable, corruption_set: str = "imagenet") -> CalibrationTable:
+    """``table`` with the difficulty presets of the demo world of ``corruption_set`` (numbers and metadata
+    unchanged).
 
     Raises CalibrationError if a preset names a corruption the table lacks.
     """
-    missing = sorted({name for _, names in DEMO_DIFFICULTY_PRESETS.values() for name in names} - set(table.corruptions))
+    presets = demo_table(corruption_set).presets
+    missing = sorted({name for _, names in presets.values() for name in names} - set(table.corruptions))
     if missing:
         raise CalibrationError(f"the table must hold the demo presets' corruptions; missing: {', '.join(missing)}")
-    return CalibrationTable(
-        table.accuracy_array, table.image_counts_array, table.pair_indices, table.metadata, DEMO_DIFFICULTY_PRESETS
-    )
+    return CalibrationTable(table.accuracy_array, table.image_counts_array, table.pair_indices, table.metadata, presets)

@@ -13,7 +13,7 @@ import torchvision
 
 import ccc.demo
 import ccc.demo.demonstration
-from tests.builders import make_ccc_run
+from tests.builders import make_ccc_run, pretend_demo_world
 from tests.tta_eval.tta_helpers import SMALL_STREAM, TINY_FACTORY, run_cli
 from tta_eval.settings import ExperimentSettings, MethodSpec, fitted_window, resolve_experiment
 
@@ -184,8 +184,7 @@ def test_the_demo_model_is_refused_on_a_stream_of_another_world(ccc_run, tmp_pat
 
 def test_a_demo_world_stream_chooses_the_demo_model_methods_and_options(ccc_run, tmp_path, capsys, monkeypatch):
     # The world is recognised by the stream's source images; pretend the fixture's folder is the demo's.
-    spec = json.loads((ccc_run / "manifest.json").read_text())["stream"]
-    monkeypatch.setattr(ccc.demo, "EXPECTED_INDEX_SHA256", spec["source_index_checksum"])
+    pretend_demo_world(monkeypatch, ccc_run)
     code, out, err = run_cli(capsys, "run", "--stream", f"ccc:{ccc_run}", "--out", str(tmp_path), "--no-progress",
                              "--method", "source", "--method", "tent", "--method", "rdumb:reset_every=1")  # fmt: skip
     assert code == 0, err

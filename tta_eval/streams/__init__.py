@@ -31,7 +31,9 @@ from tta_eval.streams.batch import (
 )
 from tta_eval.streams.options import DEFAULT_BATCH_SIZE, StreamOptions
 from tta_eval.streams.registry import (
+    DEMO_CIFAR_WORLD,
     DEMO_WORLD,
+    DEMO_WORLD_NAMES,
     REGISTRY,
     WORLD_MODELS,
     StreamDescription,
@@ -53,7 +55,9 @@ from tta_eval.streams.image_folder import open_image_folder  # noqa: E402
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "Batch",
+    "DEMO_CIFAR_WORLD",
     "DEMO_WORLD",
+    "DEMO_WORLD_NAMES",
     "DOMAIN_KEY",
     "PAIR_KEY",
     "REGISTRY",

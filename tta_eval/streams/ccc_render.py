@@ -13,7 +13,7 @@ from ccc.validation import check_non_negative_int
 from tta_eval.streams.batch import SizedStream
 from tta_eval.streams.ccc_shards import DOMAIN_KEY, PAIR_KEY, run_folder_kind, run_folder_stream, with_pairs
 from tta_eval.streams.options import StreamOptions
-from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource
+from tta_eval.streams.registry import DEMO_WORLD_NAMES, REGISTRY, StreamDescription, StreamSource
 
 RENDER_OPTIONS = ("imagenet", "calibration", "start", "device", "source_decoder", "precision")
 """Keys of ``ccc-render:`` that are not part of the stream definition (see ``RenderRequest``)."""
@@ -43,6 +43,7 @@ class RenderRequest:
     device: str | None = None
     source_decoder: str = "pillow"
     precision: str | None = None
+    demo_world: str = "imagenet"
 
 
 RENDER_EXAMPLE = (
@@ -61,7 +62,7 @@ def parse_render_location(location: str) -> RenderRequest:
     ``device=cpu|cuda[:index]`` (render with the torch backend there) and, with it,
     ``source_decoder=pillow|device`` (who decodes the source JPEGs) and ``precision=float64|float32``
     (its working float precision). Raises ValueError naming what is wrong."""
-    from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, is_demo_stream
+    from ccc.demo import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SPEED, demo_calibration_path, demo_world_of
     from ccc.stream.spec import CCC_KIND, DEFINITION_KEYS
 
     owner = "stream 'ccc-render:'"
@@ -106,9 +107,11 @@ def parse_render_location(location: str) -> RenderRequest:
         precision = check_render_precision(str(precision))
     imagenet = values.pop("imagenet", None)
     calibration = values.pop("calibration", None)
+    folder_stream = run_folder_stream(folders[0]) if folders else None
+    folder_world = None if folder_stream is None else demo_world_of(folder_stream)
     if folders and not demo and imagenet is None and calibration is None:
-        folder_stream = run_folder_stream(folders[0])
-        demo = folder_stream is not None and is_demo_stream(folder_stream)
+        demo = folder_world is not None
+    demo_world = folder_world or str(values.get("corruption_set") or "imagenet")
     calibrated = (run_folder_kind(folders[0]) if folders else values.get("kind", CCC_KIND)) == CCC_KIND
     if demo:
         if imagenet is not None or calibration is not None:
@@ -116,7 +119,7 @@ def parse_render_location(location: str) -> RenderRequest:
                 "stream 'ccc-render:demo' renders the demo world's images with its table: "
                 "do not give imagenet= or calibration="
             )
-        calibration = str(demo_calibration_path()) if calibrated else None
+        calibration = str(demo_calibration_path(demo_world)) if calibrated else None
     elif calibration is None and calibrated:
         raise ValueError(
             "stream 'ccc-render:' needs calibration=PATH (a calibration table, .npz) outside the demo world, "
@@ -143,6 +146,7 @@ def parse_render_location(location: str) -> RenderRequest:
         device,
         source_decoder,
         precision,
+        demo_world if demo else "imagenet",
     )
 
 
@@ -162,7 +166,7 @@ def _open_ccc_render(location: str, options: StreamOptions, start: int = 0) -> S
     from ccc.stream.spec import UNBOUNDED_IMAGES
 
     request = parse_render_location(location)
-    imagenet = str(demo_image_folder()) if request.demo else request.imagenet
+    imagenet = str(demo_image_folder(corruption_set=request.demo_world)) if request.demo else request.imagenet
     stream = render_stream(
         request.definition,
         imagenet=imagenet,
@@ -272,7 +276,7 @@ def _describe_ccc_render(location: str, options: StreamOptions) -> StreamDescrip
     return StreamDescription(
         name=name,
         samples=samples,
-        world=DEMO_WORLD if demo else spec.corruption_set,
+        world=DEMO_WORLD_NAMES[request.demo_world] if demo else spec.corruption_set,
         num_classes=len(DEMO_CLASSES) if demo else None,
         run_name=name + _rendered_run_suffix(request),
     )
@@ -282,7 +286,8 @@ def _renders_demo_images(request: RenderRequest) -> bool:
     from ccc.demo.folder import default_demo_folder
 
     return request.demo or (
-        request.imagenet is not None and Path(request.imagenet).resolve() == default_demo_folder().resolve()
+        request.imagenet is not None
+        and Path(request.imagenet).resolve() == default_demo_folder(world=request.demo_world).resolve()
     )
 
 

@@ -11,7 +11,7 @@ from ccc.shards.published import PUBLISHED_PREFIX, get_published
 from tta_eval.cli_options import CliOption
 from tta_eval.streams.batch import SizedStream
 from tta_eval.streams.options import StreamOptions
-from tta_eval.streams.registry import DEMO_WORLD, REGISTRY, StreamDescription, StreamSource, last_component
+from tta_eval.streams.registry import REGISTRY, StreamDescription, StreamSource, ccc_stream_world, last_component
 
 if TYPE_CHECKING:
     from ccc.stream.spec import StreamSpec
@@ -90,7 +90,7 @@ def _describe_ccc(location: str, options: StreamOptions) -> StreamDescription:
     return StreamDescription(
         name=folder.resolve().name,
         samples=spec.num_images,
-        world=DEMO_WORLD if demo else spec.corruption_set,
+        world=ccc_stream_world(spec),
         num_classes=len(DEMO_CLASSES) if demo else None,
         verification=_ccc_verification(location, options),
     )

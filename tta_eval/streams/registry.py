@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccc.demo import DEMO_MODEL_NAME
+from ccc.demo import DEMO_MODEL_NAMES
 from ccc.registry import Registry
 from ccc.validation import check_non_negative_int
 from tta_eval.cli_options import CliOption
@@ -24,8 +24,24 @@ from tta_eval.streams.options import StreamOptions
 DEMO_WORLD = "demo"
 """The world of streams rendered from the demo images (``ccc.demo``)."""
 
-WORLD_MODELS = {DEMO_WORLD: DEMO_MODEL_NAME}
+DEMO_CIFAR_WORLD = "demo_cifar"
+"""The world of streams rendered from the 32×32 demo images with the ``cifar`` corruption set (``ccc.demo``)."""
+
+DEMO_WORLD_NAMES = {"imagenet": DEMO_WORLD, "cifar": DEMO_CIFAR_WORLD}
+"""The world name of each demo world, by its corruption set (``ccc.demo.DEMO_WORLDS``)."""
+
+WORLD_MODELS = {name: DEMO_MODEL_NAMES[corruption_set] for corruption_set, name in DEMO_WORLD_NAMES.items()}
 """The model factory evaluated by default on a stream of each world other than ImageNet's."""
+
+
+def ccc_stream_world(spec: Any) -> str:
+    """The world of a CCC stream of ``spec`` (a ``ccc.stream.spec.StreamSpec``): its demo world's name
+    (:data:`DEMO_WORLD_NAMES`) when it was rendered from a demo world's images, else its corruption set."""
+    from ccc.demo import demo_world_of
+
+    world = demo_world_of(spec)
+    return spec.corruption_set if world is None else DEMO_WORLD_NAMES[world]
+
 
 FOLDER_SCHEME = "folder"
 """The scheme of image folders, the source that also reads a stream given as a plain folder path."""
@@ -37,9 +53,9 @@ class StreamDescription:
 
     name: a short name of the stream (e.g. the run folder of CCC shards; not yet folder-safe);
     samples: its length in samples (None: unknown); world: "demo" for a stream of the demo world
-    (``ccc.demo``), "imagenet" for one rendered from an ImageNet-layout folder with ImageNet-C's parameters,
-    the corruption set (``cifar``, ``tinyimagenet``, ``imagenet64``) for one rendered with another set's,
-    None when unknown;
+    (``ccc.demo``), "demo_cifar" for one of its 32×32 world, "imagenet" for one rendered from an
+    ImageNet-layout folder with ImageNet-C's parameters, the corruption set (``cifar``,
+    ``tinyimagenet``, ``imagenet64``) for one rendered with another set's, None when unknown;
     num_classes: how many classes its labels come from (None: unknown); run_name: the default name
     of a run folder evaluating it when that is not ``name`` (a rendered stream's ``<name>_rendered``,
     so that it never takes the run folder of its stored shards; ``tta-eval compare`` keys on

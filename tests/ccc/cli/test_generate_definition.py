@@ -135,7 +135,7 @@ def test_the_demo_says_it_prepares_its_images_only_when_it_does(monkeypatch, tmp
     import ccc.demo
 
     monkeypatch.setenv("CCC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(ccc.demo, "demo_image_folder", lambda: tmp_path / "demo" / "images-v1")
+    monkeypatch.setattr(ccc.demo, "demo_image_folder", lambda corruption_set: tmp_path / "demo" / "images-v1")
     preparing = "demo world (not ImageNet): preparing its images"
     _, notes, _ = build("--demo", "--difficulty", "easy")
     assert any(note.startswith(preparing) for note in notes), notes

@@ -467,15 +467,11 @@ def test_a_bad_policy_on_the_command_line_is_one_line(tmp_path, capsys):
 def test_a_policy_given_on_a_demo_world_stream_replaces_the_worlds_reset_every(tmp_path, monkeypatch):
     """The demo world gives rdumb reset_every=50 unless the user sets the reset, in either spelling."""
     import ccc.demo
-    from tests.builders import make_ccc_run
+    from tests.builders import make_ccc_run, pretend_demo_world
     from tta_eval.settings import ExperimentSettings, resolve_experiment
 
     run = make_ccc_run(tmp_path / "shards", num_images=64, speed=8, shard_size=64)
-    monkeypatch.setattr(
-        ccc.demo,
-        "EXPECTED_INDEX_SHA256",
-        json.loads((run / "manifest.json").read_text())["stream"]["source_index_checksum"],
-    )
+    pretend_demo_world(monkeypatch, run)
     methods = tuple(MethodSpec.parse(text) for text in ("rdumb", "rdumb:reset=asr", "rdumb:reset_every=3"))
     resolved = resolve_experiment(ExperimentSettings(stream=f"ccc:{run}", methods=methods)).settings.methods
     options = {method.label: dict(method.options) for method in resolved}
