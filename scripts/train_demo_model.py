@@ -34,6 +34,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -60,23 +61,30 @@ from ccc.stream.sources import ImageIndex, index_image_folder
 
 logger = logging.getLogger("train_demo_model")
 
-WORLD_SETTINGS = {
-    "imagenet": {
-        "model": DemoNet,
-        "weights": DEMO_WEIGHTS_PATH,
-        "sha256": DEMO_WEIGHTS_SHA256,
-        "crop": "centre",
-        "defaults": {"train_images_per_class": 150, "epochs": 8, "batch_size": 64, "learning_rate": 0.1},
-    },
-    "cifar": {
-        "model": DemoNetCifar,
-        "weights": DEMO_CIFAR_WEIGHTS_PATH,
-        "sha256": DEMO_CIFAR_WEIGHTS_SHA256,
-        "crop": "whole",
-        "defaults": {"train_images_per_class": 500, "epochs": 15, "batch_size": 128, "learning_rate": 0.1},
-    },
+
+class WorldTraining(NamedTuple):
+    """One world's model class, shipped weights and checksum, evaluation crop (``ccc.demo.evaluate.CROPS``)
+    and training defaults (images per class, epochs, batch size, peak learning rate)."""
+
+    model: type[DemoNet]
+    weights: Path
+    sha256: str
+    crop: str
+    train_images_per_class: int
+    epochs: int
+    batch_size: int
+    learning_rate: float
+
+
+WORLD_TRAINING = {
+    "imagenet": WorldTraining(DemoNet, DEMO_WEIGHTS_PATH, DEMO_WEIGHTS_SHA256, "centre", 150, 8, 64, 0.1),
+    "cifar": WorldTraining(
+        DemoNetCifar, DEMO_CIFAR_WEIGHTS_PATH, DEMO_CIFAR_WEIGHTS_SHA256, "whole", 500, 15, 128, 0.1
+    ),
 }
-"""Per world: the model class, its shipped weights and checksum, the evaluation crop, the training defaults."""
+"""Per demo world (``ccc.demo.folder.DEMO_WORLDS``): what this script trains and its defaults."""
+
+_DEFAULTED = ("train_images_per_class", "epochs", "batch_size", "learning_rate")
 
 CIFAR_PADDING = 4
 """Zero padding (pixels) around a 32×32 training image before its random 32×32 crop (CIFAR's augmentation)."""
@@ -125,12 +133,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--report", type=Path, default=None, help="also write the accuracy table (Markdown) and a .json next to it"
     )
     arguments = parser.parse_args(argv)
-    settings = WORLD_SETTINGS[arguments.world]
-    for name, value in settings["defaults"].items():
+    training = WORLD_TRAINING[arguments.world]
+    for name in _DEFAULTED:
         if getattr(arguments, name) is None:
-            setattr(arguments, name, value)
+            setattr(arguments, name, getattr(training, name))
     if arguments.out is None:
-        arguments.out = settings["weights"]
+        arguments.out = training.weights
     return arguments
 
 
@@ -180,8 +188,8 @@ def train(
     images, labels = load_training_images(arguments.train_images_per_class, arguments.workers, arguments.world)
     logger.info("rendered %d training images in %.1f s", len(images), time.perf_counter() - start)
     torch.manual_seed(arguments.seed)
-    settings = WORLD_SETTINGS[arguments.world]
-    model = settings["model"](len(CLASS_NAMES))
+    training = WORLD_TRAINING[arguments.world]
+    model = training.model(len(CLASS_NAMES))
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         (no_decay if parameter.ndim == 1 else decay).append(parameter)
@@ -218,7 +226,7 @@ def train(
             seen += len(positions)
         monitored = ""
         if validation_index is not None:
-            crop = settings["crop"]
+            crop = training.crop
             accuracy = measure_accuracies(
                 model, validation_index, corruptions=(), positions=validation_positions, crop=crop
             )["clean"]
@@ -320,13 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     needs_folder = (
         arguments.evaluate_only or arguments.eval_images_per_class > 0 or arguments.monitor_images_per_class > 0
     )
-    settings = WORLD_SETTINGS[arguments.world]
+    training = WORLD_TRAINING[arguments.world]
     folder = ensure_demo_folder(world=arguments.world) if needs_folder else None
     index = index_image_folder(folder, progress=False) if folder is not None else None
     if arguments.evaluate_only:
-        committed = arguments.out.resolve() == settings["weights"].resolve()
-        expected = settings["sha256"] if committed else None
-        model = load_demo_weights(settings["model"](), arguments.out, expected).eval()
+        committed = arguments.out.resolve() == training.weights.resolve()
+        expected = training.sha256 if committed else None
+        model = load_demo_weights(training.model(), arguments.out, expected).eval()
     else:
         monitor = _first_per_class(index, arguments.monitor_images_per_class) if index is not None else []
         model = train(arguments, index if monitor else None, monitor)
