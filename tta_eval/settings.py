@@ -18,7 +18,7 @@ from ccc.options import parse_options
 from ccc.stream.spec import SET_MODEL_OPTIONS
 from ccc.validation import MAX_SAMPLES, check_choice, check_integer, check_positive, check_positive_int
 from tta_eval.checkpoint import DEFAULT_CHECKPOINT_EVERY
-from tta_eval.method_settings import DEMO, MethodSettings, format_options, get_method_settings
+from tta_eval.method_settings import MethodSettings, format_options, get_method_settings
 from tta_eval.methods import resolve_config
 from tta_eval.metrics import DEFAULT_COLLAPSE_SPAN, DEFAULT_WINDOW
 from tta_eval.protocols import PRECISIONS, CostModel, EpisodeSettings, OfflineProtocol, Timing
@@ -376,7 +376,7 @@ def resolve_experiment(settings: ExperimentSettings) -> ResolvedExperiment:
     if not methods:
         raise ValueError("pass at least one method (--method NAME, repeatable; see 'tta-eval methods')")
     # Named settings replace the demo world's; the demo's have no batch size of their own.
-    chosen = named or (get_method_settings(DEMO) if demo and settings.world_defaults else None)
+    chosen = named or (get_method_settings(stream.world) if demo and settings.world_defaults else None)
     settings_batch_size = _settings_batch_size(chosen, settings.stream_options.batch_size, stream)
     if chosen is not None and settings_batch_size is not None:
         notes.append(f"{chosen.heading}: batch size {settings_batch_size} (--batch-size to change)")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ccc.demo.calibration import DEMO_DIFFICULTY_PRESETS, demo_calibration_path, demo_table
 from ccc.demo.demonstration import (
+    DEMO_CIFAR_METHOD_OPTIONS,
     DEMO_DOMAIN_IMAGES,
     DEMO_METHOD_OPTIONS,
     DEMO_METHODS,
@@ -60,6 +61,7 @@ __all__ = [
     "DEMO_DOMAIN_IMAGES",
     "DEMO_IMAGES_PER_CLASS",
     "DEMO_METHODS",
+    "DEMO_CIFAR_METHOD_OPTIONS",
     "DEMO_METHOD_OPTIONS",
     "DEMO_NUM_IMAGES",
     "DEMO_SHARD_BYTES_PER_IMAGE",

@@ -27,11 +27,12 @@ from tta_eval.method_settings.registry import (
 import_submodules(__name__, __path__)
 
 from tta_eval.method_settings.cifar import CIFAR_BATCH_SIZE  # noqa: E402
-from tta_eval.method_settings.demo import DEMO  # noqa: E402
+from tta_eval.method_settings.demo import DEMO, DEMO_CIFAR  # noqa: E402
 
 __all__ = [
     "CIFAR_BATCH_SIZE",
     "DEMO",
+    "DEMO_CIFAR",
     "LINKED_OPTIONS",
     "REGISTRY",
     "MethodSettings",

@@ -150,7 +150,7 @@ def test_a_users_cifar_files_give_a_table_and_a_stream(
 
     stream = ["--corruption-set", "cifar", "--dataset", f"cifar10:{data}", "--calibration", str(out)]
     stream += ["--baseline-accuracy", "10", "--corruptions", "gaussian_noise,contrast", "--speed", "2"]
-    assert generate_main([*stream, "--num-images", "4", "--no-progress", "--workers", "0"]) == 0
+    assert generate_main([*stream, "--num-images", "4", "--no-progress", "--workers", "1"]) == 0
     run_dirs = list((tmp_path / "shards").iterdir())
     assert [path.name.split("_")[0] for path in run_dirs] == ["cifar"]
     manifest = json.loads((run_dirs[0] / "manifest.json").read_text())
