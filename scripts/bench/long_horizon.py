@@ -155,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(own)
     options.work.mkdir(parents=True, exist_ok=True)
     run_dir = options.work / "shards" / "long_horizon"
-    generate = ["ccc-generate", *generate_extra, "--num-images", str(options.images), "--out", str(run_dir)]
+    generate = ["ccc-generate", *generate_extra, "--num-images", str(options.images)]
+    generate += ["--out", str(run_dir.parent), "--name", run_dir.name]
     methods = [argument for method in (options.method or ["source", "bn"]) for argument in ("--method", method)]
     evaluate = ["tta-eval", "run", "--stream", f"ccc:{run_dir}", *methods, *options.tta_arg]
     report: dict[str, Any] = {"images": options.images, "generate": generate, "evaluate": evaluate}
