@@ -139,7 +139,7 @@ CIFAR_GEOMETRY = DemoGeometry(
     contrast_range=(0.06, 0.22),
     noise_bits=3,
 )
-"""The 32×32 world: CIFAR-like framing (the main object fills most of the frame), periods of 3–7
+"""The 32×32 world: CIFAR-like framing (the main object fills most of the frame), periods of 2.5–6
 pixels, painted at 128×128 and box-averaged to 32×32."""
 
 
