@@ -11,6 +11,7 @@ from tests.tta_eval.tta_helpers import TINY_FACTORY, run_cli
 from tta_eval.method_settings import (
     CIFAR_BATCH_SIZE,
     DEMO,
+    DEMO_CIFAR,
     LINKED_OPTIONS,
     format_options,
     get_method_settings,
@@ -32,9 +33,18 @@ ENTRIES = [
 
 
 def test_cifar_settings_are_registered_and_the_demo_settings_have_no_batch_size():
-    assert {"cifar10", "cifar100", DEMO} <= set(list_method_settings())
+    assert {"cifar10", "cifar100", DEMO, DEMO_CIFAR} <= set(list_method_settings())
     # resolve_experiment reads the stream before it knows whether the stream is the demo world's
-    assert get_method_settings(DEMO).batch_size is None
+    assert get_method_settings(DEMO).batch_size is None and get_method_settings(DEMO_CIFAR).batch_size is None
+
+
+def test_every_demo_world_has_settings_of_its_name():
+    from tta_eval.streams import DEMO_WORLD_NAMES
+
+    for world in DEMO_WORLD_NAMES.values():  # a demo-world stream gets the settings named after its world
+        assert get_method_settings(world).name == world
+    assert get_method_settings(DEMO_CIFAR).options["tent"]["learning_rate"].value == 1.0
+    assert get_method_settings(DEMO).options["tent"]["learning_rate"].value == 0.05
 
 
 @pytest.mark.parametrize(("settings", "method", "option"), ENTRIES)
@@ -50,7 +60,7 @@ def test_every_value_is_accepted_by_its_method_and_has_a_source(settings, method
         assert getattr(config, option) == setting.value
 
 
-@pytest.mark.parametrize("settings", [name for name in list_method_settings() if name != DEMO])
+@pytest.mark.parametrize("settings", [name for name in list_method_settings() if name not in (DEMO, DEMO_CIFAR)])
 def test_the_cifar_settings_say_something_of_every_registered_method(settings):
     """A new method needs a decision: its public CIFAR values, or why it keeps its defaults."""
     chosen = get_method_settings(settings)
@@ -140,7 +150,9 @@ def test_a_given_batch_size_wins_and_no_settings_change_nothing():
 
 
 def test_an_unknown_name_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"^unknown method settings 'cifar1'; available: cifar10, cifar100, demo$"):
+    with pytest.raises(
+        ValueError, match=r"^unknown method settings 'cifar1'; available: cifar10, cifar100, demo, demo_cifar$"
+    ):
         ExperimentSettings(stream=STREAM, method_settings="cifar1")
 
 
