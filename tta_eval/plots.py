@@ -55,6 +55,10 @@ def _pair_label(domain: str, two_lines: bool = True) -> str:
 LABELLED_SEGMENTS = 24
 """Up to this many segments are named above the axes (more only shaded: the names would not fit)."""
 
+SHADED_SEGMENTS = 120
+"""Up to this many segments are shaded and their boundaries marked; beyond (a million-image CCC stream crosses
+about 260 pairs) the stripes would be thinner than a pixel and grey out the axes, so none are drawn."""
+
 LEGEND_LABEL_WIDTH = 28
 """Legend labels longer than this many characters are wrapped (long stream tags of a comparison would
 otherwise take half the figure's width)."""
@@ -65,7 +69,10 @@ alternate between two rows (up to 8 segments) or are rotated (more)."""
 
 
 def _shade_segments(axes: Axes, segments: Sequence[DomainSegment], x_end: float, named: bool = True) -> None:
-    """Alternately shade the segments, mark their boundaries and (``named``) name them on top axes."""
+    """Alternately shade the segments, mark their boundaries and (``named``) name them on top axes; nothing
+    for more than :data:`SHADED_SEGMENTS` segments."""
+    if len(segments) > SHADED_SEGMENTS:
+        return
     for index, segment in enumerate(segments):
         axes.axvspan(
             segment.first_sample,

@@ -151,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kill-eval-at", type=float, default=None, help="seconds into tta-eval run (default: none)")
     parser.add_argument("--sample-every", type=float, default=5.0, help="memory sampling period, seconds")
     parser.add_argument("--flat-tolerance", type=float, default=0.05, help="flat memory: relative tolerance")
+    parser.add_argument(
+        "--evaluate-only", action="store_true", help="evaluate the stream an earlier run rendered under --work"
+    )
     parser.add_argument("--json", type=Path, help="write every number here")
     options = parser.parse_args(own)
     options.work.mkdir(parents=True, exist_ok=True)
@@ -160,10 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     methods = [argument for method in (options.method or ["source", "bn"]) for argument in ("--method", method)]
     evaluate = ["tta-eval", "run", "--stream", f"ccc:{run_dir}", *methods, *options.tta_arg]
     report: dict[str, Any] = {"images": options.images, "generate": generate, "evaluate": evaluate}
-    for name, command, kill_at in (
-        ("render", generate, options.kill_render_at),
-        ("evaluate", evaluate, options.kill_eval_at),
-    ):
+    steps = [("render", generate, options.kill_render_at), ("evaluate", evaluate, options.kill_eval_at)]
+    for name, command, kill_at in steps[1:] if options.evaluate_only else steps:
         print(f"{name}: {' '.join(command)}", file=sys.stderr, flush=True)
         if kill_at is None:
             result = run_command(command, options.work, f"{name}.log", options.sample_every, None)

@@ -117,7 +117,12 @@ def test_names_of_narrow_pairs_alternate_between_two_rows_or_turn() -> None:
     names = pair_names(accuracy_figure({"bn": curve(0.7)}, segments=many))
     assert names == [[f"c{index} → c{index + 1}" for index in range(12)]]
     hundreds = [DomainSegment(f"c{index}→c{index + 1}", 100 * index, 100 * (index + 1)) for index in range(90)]
-    assert pair_names(accuracy_figure({"bn": curve(0.7)}, segments=hundreds)) == [], "too many to name: only shaded"
+    figure = accuracy_figure({"bn": curve(0.7)}, segments=hundreds)
+    assert pair_names(figure) == [], "too many to name: only shaded"
+    assert len(figure.axes[0].patches) == 90
+    long_horizon = [DomainSegment(f"c{index}→c{index + 1}", 10 * index, 10 * (index + 1)) for index in range(300)]
+    figure = accuracy_figure({"bn": curve(0.7)}, segments=long_horizon)
+    assert not figure.axes[0].patches and len(figure.axes[0].get_lines()) == 1, "stripes thinner than a pixel"
 
 
 def test_compare_labels_runs_by_method_and_a_short_stream_tag(tmp_path: Path) -> None:
