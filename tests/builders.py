@@ -238,3 +238,19 @@ def pretend_demo_world(monkeypatch, run_folder: Path, world: str = "imagenet") -
     monkeypatch.setattr(
         ccc.demo, "demo_world_of", lambda spec: world if spec.source_index_checksum == checksum else original(spec)
     )
+
+
+def load_script(relative_path: str, monkeypatch=None):  # noqa: ANN201
+    """The script at ``relative_path`` of the repository (e.g. ``"scripts/bench/long_horizon.py"``) imported as
+    a module named after its file; with pytest's ``monkeypatch`` also registered in ``sys.modules`` for the test
+    (a script whose dataclasses look their module up needs it)."""
+    import importlib.util
+    import sys
+
+    path = REPOSITORY / relative_path
+    specification = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(specification)
+    if monkeypatch is not None:
+        monkeypatch.setitem(sys.modules, path.stem, module)
+    specification.loader.exec_module(module)
+    return module

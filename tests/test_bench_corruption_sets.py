@@ -3,23 +3,17 @@ functions beside ours when a reference module is given; no timing is asserted.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 
 from ccc.corruptions import list_corruptions
-from tests.builders import REPOSITORY
-
-SCRIPT = REPOSITORY / "scripts" / "bench" / "corruption_sets.py"
+from tests.builders import load_script
 
 
 def _bench():  # noqa: ANN202
-    specification = importlib.util.spec_from_file_location("corruption_sets_bench", SCRIPT)
-    module = importlib.util.module_from_spec(specification)
-    specification.loader.exec_module(module)
-    return module
+    return load_script("scripts/bench/corruption_sets.py")
 
 
 def test_every_corruption_is_timed_with_and_without_a_reference(tmp_path: Path, monkeypatch) -> None:

@@ -4,7 +4,6 @@ is asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -12,16 +11,11 @@ from pathlib import Path
 import pytest
 
 from ccc.shards.manifest import load_manifest
-from tests.builders import REPOSITORY
-
-SCRIPT = REPOSITORY / "scripts" / "bench" / "long_horizon.py"
+from tests.builders import load_script
 
 
 def _bench():  # noqa: ANN202
-    specification = importlib.util.spec_from_file_location("long_horizon_bench", SCRIPT)
-    module = importlib.util.module_from_spec(specification)
-    specification.loader.exec_module(module)
-    return module
+    return load_script("scripts/bench/long_horizon.py")
 
 
 def test_the_process_tree_and_its_memory_are_read_from_proc() -> None:

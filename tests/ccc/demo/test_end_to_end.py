@@ -6,10 +6,8 @@ two Ray workers) so that CI runs it; marked slow.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from ccc.cli.calibrate import main as calibrate_main
 from ccc.cli.generate import main as generate_main
 from ccc.cli.verify import main as verify_main
 from ccc.load import open_stream, stream_loader
-from tests.builders import REPOSITORY
+from tests.builders import load_script
 from tta_eval.cli import main as tta_main
 
 CORRUPTIONS = ("contrast", "gaussian_noise")
@@ -34,10 +32,7 @@ CROP_ALLOWANCE = 10.0
 def test_the_report_refuses_a_difficulty_given_twice(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    specification = importlib.util.spec_from_file_location("demo_report", REPOSITORY / "scripts" / "demo_report.py")
-    demo_report = importlib.util.module_from_spec(specification)
-    monkeypatch.setitem(sys.modules, "demo_report", demo_report)
-    specification.loader.exec_module(demo_report)
+    demo_report = load_script("scripts/demo_report.py", monkeypatch)  # its dataclasses look their module up
     with pytest.raises(SystemExit) as exit_info:
         demo_report.main(["--stream", "easy=a", "--stream", "easy=b", "--results", "easy=r"])
     assert exit_info.value.code == 2
@@ -112,10 +107,7 @@ def test_demo_world_end_to_end(
     assert len(source_records) == 1 + STREAM_IMAGES // 50
 
     # The report docs/demo.md is made with, on this run: the same realised and calibrated numbers.
-    specification = importlib.util.spec_from_file_location("demo_report", REPOSITORY / "scripts" / "demo_report.py")
-    demo_report = importlib.util.module_from_spec(specification)
-    monkeypatch.setitem(sys.modules, "demo_report", demo_report)  # its dataclasses look their module up
-    specification.loader.exec_module(demo_report)
+    demo_report = load_script("scripts/demo_report.py", monkeypatch)  # its dataclasses look their module up
     report_folder = tmp_path / "report"
     assert demo_report.main([
         "--stream", f"medium={run}", "--results", f"medium={folder}", "--calibration", str(table_path),

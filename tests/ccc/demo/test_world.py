@@ -44,7 +44,7 @@ from ccc.demo.model import (
 from ccc.models import ModelSpec, load_model
 from ccc.stream.paths import find_path
 from ccc.stream.sources import ImageIndex, index_image_folder
-from tests.builders import REPOSITORY, make_calibration_table
+from tests.builders import make_calibration_table
 
 SMALL = DemoImageSpec(images_per_class=2)
 
@@ -285,13 +285,9 @@ def test_presets_need_their_corruptions_in_the_table(demo_table: CalibrationTabl
 
 # ----------------------------------------------------------------------------- training script
 def _training_script():
-    import importlib.util
+    from tests.builders import load_script
 
-    path = REPOSITORY / "scripts" / "train_demo_model.py"
-    spec = importlib.util.spec_from_file_location("train_demo_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("scripts/train_demo_model.py")
 
 
 @pytest.mark.parametrize(("world", "model_class"), [("imagenet", DemoNet), ("cifar", DemoNetCifar)])
