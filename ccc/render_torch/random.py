@@ -19,7 +19,7 @@ the 64-bit words are bit-identical on every device. The conversions to floats:
   exact on every device; the bias is at most ``(high - low) / 2**32`` per value);
 - ``poisson``: exact inversion of the Poisson CDF up to rate 1000, the normal approximation with continuity
   correction above, at rates looked up in a per-sample host table (40-bit integer CDF tables of its
-  distinct rates built on the host; see :meth:`SampleRandom.poisson`).
+  rates, laid out on the host and evaluated on the device; see :meth:`SampleRandom.poisson`).
 
 The words stay 64-bit: splitmix64 needs 64-bit multiplications modulo 2**64, which int32 tensors
 could only emulate with four half-width products and carries per multiplication (more device work
@@ -72,30 +72,41 @@ EXACT_POISSON_MAX_RATE = 1000.0
 photons at the brightest value), never at CCC's severities (multiples of 0.25)."""
 
 
-def _poisson_tables(rates: Tensor) -> tuple[Tensor, list[int]]:
-    """Host tables for inverting the Poisson CDF of every rate of ``rates``, packed into one int64 tensor.
+def _poisson_layout(rates: Tensor) -> tuple[Tensor, int]:
+    """Host layout of the Poisson CDF tables of every rate of ``rates``, one table per rate.
 
     Args:
-        rates: float64 (B, R) on the host, values >= 0 and finite; rates above
-            :data:`EXACT_POISSON_MAX_RATE` get the table of rate 0 (the normal approximation replaces them).
+        rates: float64 (N,) on the host, values >= 0 and finite.
 
     Returns:
-        int64 ``[rates' bits (B·R), row of each rate (B·R), starts (D), lengths (D), keys (N)]`` and the
-        five parts' sizes, for the D distinct exact rates: the CDF of each is evaluated up to
-        ``rate + 12 sqrt(rate) + 12`` with ``gammaincc(k + 1, rate)`` (each entry on its own, so a value
-        never depends on the other rates), quantised to 40 bits, and the rows are laid end to end as
-        sorted integer keys ``row · 2**40 + cdf``.
+        int64 (N,) table lengths, ``ceil(rate + 12 sqrt(rate) + 12)`` (the tail beyond, of probability
+        below 1e-20, is cut off; rates above :data:`EXACT_POISSON_MAX_RATE` get the table of rate 0, the
+        normal approximation replaces them), and their sum: the layout is a function of the host rates
+        alone, so the device evaluates the tables at fixed, host-known shapes.
     """
-    flat = rates.reshape(-1)
-    distinct, row_of_rate = torch.unique(torch.where(flat > EXACT_POISSON_MAX_RATE, 0.0, flat), return_inverse=True)
-    lengths = torch.ceil(distinct + 12.0 * torch.sqrt(distinct) + 12.0).to(torch.int64)
+    table_rates = torch.where(rates > EXACT_POISSON_MAX_RATE, 0.0, rates)
+    lengths = torch.ceil(table_rates + 12.0 * torch.sqrt(table_rates) + 12.0).to(torch.int64)
+    return lengths, int(lengths.sum())
+
+
+def _poisson_keys(rates: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, Tensor]:
+    """The CDF tables of ``rates`` on their device, laid end to end as sorted integer keys.
+
+    Args:
+        rates: float64 (N,) on the render device; lengths: int64 (N,) there, from :func:`_poisson_layout`,
+            whose sum is ``total``.
+
+    Returns:
+        int64 ``keys`` (total,), entry ``k`` of table ``n`` being ``n · 2**40 + floor(2**40 · P(X <= k))``
+        with ``P(X <= k) = gammaincc(k + 1, rate)`` evaluated per entry (a value never depends on the other
+        rates), made non-decreasing; and int64 ``starts`` (N,), each table's first position.
+    """
     starts = torch.cumsum(lengths, 0) - lengths
-    rows = torch.repeat_interleave(torch.arange(len(distinct)), lengths)
-    counts = (torch.arange(len(rows)) - starts[rows]).to(torch.float64)
-    cumulative = torch.floor(torch.special.gammaincc(counts + 1.0, distinct[rows]) * _POISSON_SCALE)
-    keys = torch.cummax((rows << _POISSON_BITS) + cumulative.to(torch.int64), 0).values
-    parts = [flat.view(torch.int64), row_of_rate, starts, lengths, keys]
-    return torch.cat(parts), [len(part) for part in parts]
+    rows = torch.repeat_interleave(torch.arange(len(rates), device=rates.device), lengths, output_size=total)
+    counts = (torch.arange(total, device=rates.device) - starts[rows]).to(torch.float64)
+    table_rates = torch.where(rates > EXACT_POISSON_MAX_RATE, 0.0, rates)
+    cumulative = torch.floor(torch.special.gammaincc(counts + 1.0, table_rates[rows]) * _POISSON_SCALE)
+    return torch.cummax((rows << _POISSON_BITS) + cumulative.to(torch.int64), 0).values, starts
 
 
 def _keys(seeds: Tensor, stage: int) -> Tensor:
@@ -194,10 +205,14 @@ class SampleRandom:
 
         One draw: a 40-bit uniform ``u`` per value. Rates up to :data:`EXACT_POISSON_MAX_RATE` are
         sampled exactly by inversion, ``min{k : P(X <= k) >= u}``, against 40-bit integer CDF tables of
-        the table's distinct rates (up to ``rate + 12 sqrt(rate) + 12``; the tail beyond, of probability
+        every rate of the table (up to ``rate + 12 sqrt(rate) + 12``; the tail beyond, of probability
         below 1e-20, is cut off); larger rates by inverting the normal approximation with continuity
-        correction, ``max(0, floor(rate + sqrt(rate) * Phi^-1(u) + 0.5))``. The tables are built on the
-        host from ``rates`` alone and uploaded once; the device only gathers and searches (fixed shapes).
+        correction, ``max(0, floor(rate + sqrt(rate) * Phi^-1(u) + 0.5))``. The host lays the tables
+        out from ``rates`` alone (their lengths) and uploads rates and lengths in one copy; the device
+        evaluates the CDFs (``gammaincc``, float64), gathers and searches, at host-known shapes. The
+        CDFs are evaluated where the draws are, so a CUDA device's ``gammaincc`` (which may differ from
+        the CPU's in the last bits) changes a value only where ``u`` falls within that difference of a
+        40-bit table entry.
         """
         if rates.ndim != 2 or rates.shape[0] != len(self) or rates.device.type != "cpu":
             raise ValueError(
@@ -206,16 +221,18 @@ class SampleRandom:
         if index.shape[:1] != self.seeds.shape:
             raise ValueError(f"index must have the batch size {len(self)} first, got shape {tuple(index.shape)}")
         uniform = _shift_right(self._words(tuple(index.shape[1:])), 64 - _POISSON_BITS)
-        packed, sizes = _poisson_tables(rates.to(torch.float64))
-        bits, row_of_rate, starts, lengths, keys = torch.split(packed.to(self.device, non_blocking=True), sizes)
-        flat = (torch.arange(len(self), device=self.device) * rates.shape[1]).view(-1, *[1] * (index.ndim - 1)) + index
-        row = row_of_rate[flat]
+        host_rates = rates.to(torch.float64).reshape(-1)
+        host_lengths, total = _poisson_layout(host_rates)
+        packed = torch.cat([host_rates.view(torch.int64), host_lengths]).to(self.device, non_blocking=True)
+        bits, lengths = packed.split(len(host_rates))
+        keys, starts = _poisson_keys(bits.view(torch.float64), lengths, total)
+        row = (torch.arange(len(self), device=self.device) * rates.shape[1]).view(-1, *[1] * (index.ndim - 1)) + index
         found = torch.searchsorted(keys, ((row << _POISSON_BITS) + uniform).contiguous())
         # counts below 2**24 are exact in float32
         exact = torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float32)
         if not bool((rates > EXACT_POISSON_MAX_RATE).any()):  # a host table: decided without a device read
             return exact
-        rate = bits.view(torch.float64).to(self.dtype)[flat]
+        rate = bits.view(torch.float64).to(self.dtype)[row]
         standard = torch.special.ndtri((uniform.to(self.dtype) + 0.5) / _POISSON_SCALE)
         approximate = torch.floor(rate + torch.sqrt(rate) * standard + 0.5).clamp(min=0.0)
         return torch.where(rate > EXACT_POISSON_MAX_RATE, approximate.to(torch.float32), exact)
