@@ -32,6 +32,7 @@ from ._kernels import accumulate_zooms
 __all__ = [
     "gaussian_blur_nearest",
     "gaussian_smooth_reflect",
+    "reflect_folded_kernel",
     "reflect_smoothing_matrix",
     "scipy_gaussian_kernel",
     "zoom_axis_table",
@@ -65,6 +66,19 @@ def gaussian_blur_nearest(image: NDArray[np.floating], sigma: float) -> NDArray[
     return cv2.sepFilter2D(source, cv2.CV_64F, kernel, kernel, borderType=cv2.BORDER_REPLICATE)
 
 
+def reflect_folded_kernel(length: int, sigma: float, truncate: float) -> NDArray[np.float64]:
+    """The truncated Gaussian kernel of :func:`reflect_smoothing_matrix` folded onto one period of a
+    reflect-extended line of ``length`` pixels: float64 (2 · length,), tap ``d`` at position ``d mod 2·length``.
+
+    Row ``i``, column ``j`` of the smoothing matrix is the sum of the two folded taps that reach ``j``
+    from ``i``: ``folded[(j - i) mod 2L] + folded[(2L - 1 - j - i) mod 2L]`` (two distinct positions).
+    """
+    kernel = scipy_gaussian_kernel(sigma, truncate)
+    radius = (len(kernel) - 1) // 2
+    period = 2 * length
+    return np.bincount((np.arange(-radius, radius + 1) % period), weights=kernel, minlength=period)
+
+
 @lru_cache(maxsize=64)
 def reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDArray[np.float64]:
     """Gaussian smoothing along an axis of ``length`` pixels with scipy's ``mode="reflect"``, as a matrix.
@@ -81,10 +95,8 @@ def reflect_smoothing_matrix(length: int, sigma: float, truncate: float) -> NDAr
         float64 (length, length) ``S``, read-only and cached: ``S @ line`` is
         ``scipy.ndimage.gaussian_filter1d(line, sigma, mode="reflect", truncate=truncate)`` (to rounding).
     """
-    kernel = scipy_gaussian_kernel(sigma, truncate)
-    radius = (len(kernel) - 1) // 2
+    folded = reflect_folded_kernel(length, sigma, truncate)
     period = 2 * length
-    folded = np.bincount((np.arange(-radius, radius + 1) % period), weights=kernel, minlength=period)
     rows = np.repeat(np.arange(length), period)
     positions = (rows + np.tile(np.arange(period), length)) % period
     columns = np.where(positions < length, positions, period - 1 - positions)

@@ -26,8 +26,9 @@ side too) mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-
    reflect-101 neighbours;
 2. displacement fields: ``uniform(-1, 1)`` noise smoothed by a Gaussian with scipy's ``reflect``
    borders, as one folded smoothing matrix per sample and axis (the CPU path's
-   :func:`~ccc.corruptions.filters.reflect_smoothing_matrix`, built on the host; exact for any kernel
-   width, and batched although sigma differs per sample), scaled by ``alpha``;
+   :func:`~ccc.corruptions.filters.reflect_smoothing_matrix`, bit for bit: the host folds each sample's
+   kernel onto one period, the device assembles the matrices; exact for any kernel width, and batched
+   although sigma differs per sample), scaled by ``alpha``;
 3. sampling like ``scipy.ndimage.map_coordinates(order=1, mode="reflect")``: coordinates folded
    about the pixel edges, float64 bilinear sums stored as float32.
 
@@ -44,9 +45,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ccc.corruptions.filters import reflect_smoothing_matrix
+from ccc.corruptions.filters import reflect_folded_kernel
 
 from ._resample import resample_batch
+from ._upload import upload_tables
 from .jpeg import jpeg_round_trip
 from .numerics import byte_levels, unit_float32, unit_values
 from .parameters import per_sample_parameters
@@ -249,12 +251,18 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype 
     return _fused_multiply_add(beta, bottom - top, top, dtype)
 
 
-def _smoothing_matrices(length: int, sigmas: list[float]) -> Tensor:
-    """float64 (B, length, length) on the host: the CPU path's folded reflect smoothing matrix of each sample's
-    sigma (in pixels)."""
-    return torch.from_numpy(
-        np.stack([reflect_smoothing_matrix(length, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas])
-    )
+def _smoothing_matrices(length: int, folded: Tensor) -> Tensor:
+    """Each sample's folded reflect smoothing matrix, assembled on ``folded``'s device: (B, length, length).
+
+    ``folded``: (B, 2 · length) per-sample folded kernels (:func:`~ccc.corruptions.filters.reflect_folded_kernel`).
+    Entry ``(i, j)`` adds the two folded taps that reach ``j`` from ``i``: the CPU path's matrix
+    (:func:`~ccc.corruptions.filters.reflect_smoothing_matrix`) bit for bit in float64, since its
+    accumulation adds the same two values to zero.
+    """
+    period = 2 * length
+    rows = torch.arange(length, device=folded.device)[:, None]
+    columns = torch.arange(length, device=folded.device)[None, :]
+    return folded[:, (columns - rows) % period] + folded[:, (period - 1 - columns - rows) % period]
 
 
 def _reflect_coordinates(coordinates: Tensor, length: int) -> Tensor:
@@ -316,12 +324,18 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom, dtype: tor
     source = torch.stack([centre + square, centre + corner, centre - square])
     offsets = (-jitter + (jitter - -jitter) * random.on_host().uniform(3, 2).double()).float()
     inverse = _affine_matrices(source, source + offsets)
-    # one copy per call for the per-sample numbers (alpha, the affine maps), one per smoothing axis
-    table = torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(device, dtype, non_blocking=True)
+    # one copy per call: the per-sample numbers (alpha, the affine maps) and folded kernels of both axes
+    table, row_folded, column_folded = upload_tables(
+        device,
+        torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(torch.float64).numpy(),
+        np.stack([reflect_folded_kernel(height, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas]),
+        np.stack([reflect_folded_kernel(width, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas]),
+        float_dtype=dtype,
+    )
     alpha, inverse = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
     warped = warp_affine_reflect_101(images, inverse, dtype)
-    row_smoothing = _smoothing_matrices(height, sigmas).to(device, dtype, non_blocking=True)
-    column_smoothing = _smoothing_matrices(width, sigmas).to(device, dtype, non_blocking=True)
+    row_smoothing = _smoothing_matrices(height, row_folded)
+    column_smoothing = _smoothing_matrices(width, column_folded)
     shifts = []
     for _ in range(2):
         noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).to(dtype)

@@ -57,3 +57,14 @@ def test_resize_levels_equals_pillow_on_random_sizes():
         for kind, resample in (("box", Image.Resampling.BOX), ("bilinear", Image.Resampling.BILINEAR)):
             expected = np.asarray(Image.fromarray(image).resize((int(width), int(height)), resample))
             np.testing.assert_array_equal(_resize(image, int(height), int(width), kind), expected)
+
+
+@pytest.mark.parametrize("length", [224, 37, 5])
+def test_elastic_smoothing_matrices_assembled_on_the_device_are_the_cpu_paths_bit_for_bit(length: int) -> None:
+    from ccc.corruptions.filters import reflect_folded_kernel, reflect_smoothing_matrix
+    from ccc.render_torch.digital import _smoothing_matrices
+
+    sigmas = [2.44, 15.7, 0.3, 60.0, 7.123]  # 60 px: the kernel wraps the period several times at length 5
+    folded = torch.from_numpy(np.stack([reflect_folded_kernel(length, sigma, 3.0) for sigma in sigmas]))
+    expected = np.stack([reflect_smoothing_matrix(length, sigma, 3.0) for sigma in sigmas])
+    assert np.array_equal(_smoothing_matrices(length, folded).numpy(), expected)
