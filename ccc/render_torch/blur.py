@@ -43,6 +43,7 @@ from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 from ._upload import upload_tables
 from .numerics import (
     byte_levels,
+    divide,
     gaussian_blur_nearest,
     gaussian_kernels,
     imagemagick_motion_blur,
@@ -203,7 +204,7 @@ def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype:
     angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
     levels = byte_levels(images, dtype)
     blurred = imagemagick_motion_blur(levels, [row[0] for row in rows], [row[1] for row in rows], angles)
-    return (blurred / 255.0).to(torch.float32)
+    return divide(blurred, 255.0).to(torch.float32)
 
 
 def _glass_jumps(height: int, width: int, margin: int) -> int:
@@ -293,7 +294,7 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: 
     for iteration in range(_MAX_GLASS_ITERATIONS):
         sources = _glass_sources(offsets[:, iteration], margins, active_t[iteration], jumps)
         flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
-    shuffled = flat.reshape(batch, channels, height, width).to(dtype) / 255.0
+    shuffled = divide(flat.reshape(batch, channels, height, width).to(dtype), 255.0)
     return unit_float32(separable_opencv(shuffled, kernels) * 255.0)
 
 

@@ -50,7 +50,7 @@ from ccc.corruptions.filters import reflect_folded_kernel
 from ._resample import resample_batch
 from ._upload import upload_tables
 from .jpeg import jpeg_round_trip
-from .numerics import byte_levels, unit_float32, unit_values
+from .numerics import byte_levels, divide, unit_float32, unit_values
 from .parameters import per_sample_parameters
 from .registry import register_torch_corruption
 
@@ -93,7 +93,7 @@ def adjust_hsv(unit: Tensor, value_shift: Tensor, saturation_scale: Tensor, satu
         4.0 + (red - green) / safe_delta,
         torch.where(green == value, 2.0 + (blue - red) / safe_delta, (green - blue) / safe_delta),
     )
-    hue = torch.where(grey, 0.0, torch.remainder(sector / 6.0, 1.0))
+    hue = torch.where(grey, 0.0, torch.remainder(divide(sector, 6.0), 1.0))
     value = torch.clamp(value + value_shift, 0.0, 1.0)
     saturation = torch.clamp(saturation * saturation_scale + saturation_shift, 0.0, 1.0)
     hue_sector = torch.floor(hue * 6.0)
@@ -157,7 +157,7 @@ def pixelate(images: Tensor, severities: Tensor, random: SampleRandom, dtype: to
     reduced_boxes = np.concatenate([np.zeros_like(reduced), reduced[:, ::-1]], axis=1)
     full = np.tile(np.array([height, width], dtype=np.int64), (batch, 1))
     output = resample_batch(small, reduced_boxes, full, (height, width), "box")
-    return output.permute(0, 3, 1, 2).to(torch.float32) / 255
+    return divide(output.permute(0, 3, 1, 2).to(torch.float32), 255.0)
 
 
 def jpeg(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -165,7 +165,7 @@ def jpeg(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.
     ``round``), all samples in one :func:`ccc.render_torch.jpeg.jpeg_round_trip` call."""
     qualities = torch.round(per_sample_parameters("jpeg", severities)).to(images.device, torch.int32, non_blocking=True)
     levels = byte_levels(images, torch.float32).to(torch.uint8)
-    return jpeg_round_trip(levels, qualities).to(torch.float32) / 255
+    return divide(jpeg_round_trip(levels, qualities).to(torch.float32), 255.0)
 
 
 _SMOOTHING_TRUNCATE = 3.0

@@ -19,6 +19,7 @@ from ccc.render import check_source_size
 from ccc.stream.spec import SampleSpec
 
 from ._resample import resample_batch
+from .numerics import divide
 
 __all__ = ["OUTPUT_SIZE", "SourceImage", "crop_resize_flip"]
 
@@ -132,4 +133,4 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
         levels = torch.empty((len(specs), OUTPUT_SIZE, OUTPUT_SIZE, 3), dtype=torch.uint8, device=device)
         for members, group in zip(groups, crops):
             levels[torch.tensor(members, device=device)] = group
-    return levels.permute(0, 3, 1, 2).to(torch.float32) / 255
+    return divide(levels.permute(0, 3, 1, 2).to(torch.float32), 255.0)

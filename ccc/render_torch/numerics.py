@@ -39,6 +39,7 @@ from ._upload import upload_tables
 
 __all__ = [
     "byte_levels",
+    "divide",
     "gaussian_blur_nearest",
     "gaussian_kernels",
     "imagemagick_motion_blur",
@@ -54,6 +55,16 @@ __all__ = [
 ]
 
 
+def divide(values: Tensor, divisor: float) -> Tensor:
+    """``values / divisor``, correctly rounded on every device (float tensor, any shape; ``divisor`` a number).
+
+    CUDA divides a tensor by a Python number (a CPU scalar) as a multiplication by the number's
+    reciprocal, which may differ from the division in the last bit (ATen's ``div_true_kernel_cuda``);
+    dividing by a 0-dim tensor on the values' device keeps the IEEE division, the CPU's.
+    """
+    return values / torch.full((), divisor, dtype=values.dtype, device=values.device)
+
+
 def byte_levels(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
     """The byte levels 0..255 of ``images`` (float32, any shape, values ``k / 255``) as integers of ``dtype``.
 
@@ -67,7 +78,7 @@ def unit_values(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
     """``images`` (float32, any shape, values ``k / 255``) as the CPU path's ``uint8 / 255.0`` in ``dtype``
     (values in [0, 1]): in float64 bit-equal to numpy's ``k / 255.0``; in float32 the correctly rounded
     ``k / 255``, bit-equal to ``float32(k / 255.0)`` (one IEEE division either way)."""
-    return byte_levels(images, dtype) / 255.0
+    return divide(byte_levels(images, dtype), 255.0)
 
 
 def unit_float32(levels: Tensor) -> Tensor:
@@ -83,14 +94,14 @@ def unit_float32(levels: Tensor) -> Tensor:
     """
     clamped = levels.clamp(0.0, 255.0)
     target = clamped.floor()
-    unit = (clamped / 255.0).to(torch.float32)
-    middle = ((target + 0.5) / 255.0).to(torch.float32)
+    unit = divide(clamped, 255.0).to(torch.float32)
+    middle = divide(target + 0.5, 255.0).to(torch.float32)
     return torch.where((unit * 255.0).floor() == target.to(torch.float32), unit, middle)
 
 
 def truncate_to_levels(images: Tensor) -> Tensor:
     """``floor(clip(x · 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W)."""
-    return torch.floor(torch.clamp(images * 255, 0, 255)) / 255
+    return divide(torch.floor(torch.clamp(images * 255, 0, 255)), 255.0)
 
 
 _GAUSSIAN_TRUNCATE = 4.0

@@ -32,6 +32,7 @@ from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equali
 from ._upload import upload_tables
 from .numerics import (
     byte_levels,
+    divide,
     gaussian_blur_nearest,
     motion_blur_tables,
     motion_blur_with_tables,
@@ -86,8 +87,8 @@ def snow(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.
     layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
     layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
     blurred = motion_blur_with_tables(layer_levels, *tables[4:], padding)
-    flakes = blurred / 255.0
-    unit = torch.round(images * 255.0) / 255.0
+    flakes = divide(blurred, 255.0)
+    unit = divide(torch.round(images * 255.0), 255.0)
     brightened = torch.maximum(unit, opencv_gray(unit, dtype) * 1.5 + 0.5).to(dtype)
     whitened = blend * unit.to(dtype) + (1.0 - blend) * brightened
     return unit_float32((whitened + flakes + flakes.flip(2, 3)) * 255.0)
