@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -105,6 +106,33 @@ def test_tensor_sources_give_the_same_crops():
     arrays = crop_resize_flip(specs, SOURCES[:2], "cpu")
     tensors = crop_resize_flip(specs, [torch.from_numpy(s).permute(2, 0, 1) for s in SOURCES[:2]], "cpu")
     assert torch.equal(arrays, tensors) and arrays.shape == (2, 3, 224, 224) and arrays.dtype == torch.float32
+
+
+def test_packing_threads_give_the_same_crops(monkeypatch: pytest.MonkeyPatch):
+    """A batch packed by several threads (76 samples without resize: two threads of 38; array and tensor
+    sources mixed) equals the same batch packed by one."""
+    from ccc.render_torch import geometry
+
+    specs = [_spec(k, "contrast", 0.0, "brightness", 0.0, center=k % 20 == 0) for k in range(80)]
+    sources = [SOURCES[k % len(SOURCES)] for k in range(80)]
+    sources = [torch.from_numpy(s).permute(2, 0, 1) if k % 3 else s for k, s in enumerate(sources)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = crop_resize_flip(specs, sources, "cpu")
+        torch.set_num_threads(2)
+        calls = []
+
+        def recording(**options) -> ThreadPoolExecutor:
+            calls.append(options)
+            return ThreadPoolExecutor(**options)
+
+        monkeypatch.setattr(geometry, "ThreadPoolExecutor", recording)
+        together = crop_resize_flip(specs, sources, "cpu")
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [{"max_workers": 2}]  # the 4 resized samples are packed by one
+    assert torch.equal(alone, together)
 
 
 def test_deterministic_pairs_equal_the_cpu_path_with_mixed_corruptions_in_one_batch():
