@@ -90,7 +90,8 @@ def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], devic
     visit the host, and the others travel one by one."""
     sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
     shape = (len(images), *sizes.max(axis=0).tolist(), 3)
-    if device.type != "cpu" and any(isinstance(image, Tensor) and image.device == device for image in images):
+    # off the host: on the render device, whose tensors name their index ("cuda:0") where the caller may not
+    if device.type != "cpu" and any(isinstance(image, Tensor) and image.device.type != "cpu" for image in images):
         padded = torch.empty(shape, dtype=torch.uint8, device=device)  # padding is never read
         for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
             crop = image[top:bottom, left:right] if isinstance(image, np.ndarray) else image[:, top:bottom, left:right]
