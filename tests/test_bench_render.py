@@ -109,9 +109,18 @@ def test_gpu_check_quick_runs_every_part_on_the_cpu(tmp_path: Path) -> None:
         text=True,
         timeout=900,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    render = json.loads((tmp_path / "render.json").read_text())
-    assert set(render["render"]["torch_path"]) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
+    assert result.returncode == 0, (tmp_path / "log.txt").read_text()[-2000:]
+    check = json.loads((tmp_path / "check.json").read_text())
+    for precision in ("float64", "float32"):
+        rows = check["cases"][precision]
+        assert set(rows) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
+        # on the CPU the device is the CPU: same bytes, and the same bytes run to run
+        assert all(row["status"] == "ok" and row["deterministic"] for row in rows.values())
+        assert all(row["max_levels"] == row["before_jpeg"]["max_levels"] == 0 for row in rows.values())
+    mix = json.loads((tmp_path / "mix.json").read_text())
+    assert set(mix["render"]["torch_path"]) == {"medium mix", "crop only"} and not mix["render"]["torch_path_errors"]
+    each = json.loads((tmp_path / "corruptions.json").read_text())
+    assert set(each["render"]["torch_path"]) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
     tta = json.loads((tmp_path / "tta.json").read_text())["tta"]
     assert [(run["stream"], run["method"], run["precision"]) for run in tta["runs"]] == [
         ("shards", "source", "fp32"),
@@ -120,9 +129,15 @@ def test_gpu_check_quick_runs_every_part_on_the_cpu(tmp_path: Path) -> None:
     ]
     assert all(run["seconds_whole_run"] > 0 for run in tta["runs"])
     assert set(tta["ratios"]) == {"device / shards, source fp32", "device_fast / shards, source fp32"}
-    render32 = json.loads((tmp_path / "render_float32.json").read_text())
-    assert render32["settings"]["render_precision"] == "float32"
-    assert set(render32["render"]["torch_path"]) == {"medium mix", "crop only"}
+    mix32 = json.loads((tmp_path / "mix_float32.json").read_text())
+    assert mix32["settings"]["render_precision"] == "float32"
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert {"crop", "jpeg", "rest"} <= set(profile["steps"]) and len(profile["profiled_batch"]["top"]) == 5
+    assert 0 < profile["profiled_batch"]["device_busy_ms"]
     feed = json.loads((tmp_path / "feed.json").read_text())
-    assert {"per_core", "workers_needed"} <= set(feed) and (tmp_path / "feed.md").read_text()
-    assert (tmp_path / "render.md").read_text().count("| medium mix |") == 1
+    assert {"per_core", "workers_needed"} <= set(feed)
+    log = (tmp_path / "log.txt").read_text()
+    assert [line.split(":")[0] for line in log.splitlines() if line.startswith("== ") and "done in" in line] == [
+        f"== {part}" for part in ("check", "mix", "mix_float32", "profile", "tta", "corruptions", "feed")
+    ]
+    assert len(list(tmp_path.iterdir())) <= 8  # what a device lease returns

@@ -26,9 +26,11 @@ Two parts (``--part render``, the default; ``tta``; ``all``):
     same device type): this measures speed only.
 
 - ``tta``: images/s of ``tta-eval run`` (one process per run, as a user runs it) for each ``--method``
-  and ``--precision`` on the demo world's medium stream (``ccc-render:demo,difficulty=medium``, the
-  length ``--tta-warmup + --tta-samples``) read three ways: ``shards`` (``ccc-generate --demo`` output,
-  read as ``ccc:DIR``, shard sha256 verified as by default), ``device`` (``ccc-render:…,device=DEVICE``:
+  and ``--precision`` on a medium stream of length ``--tta-warmup + --tta-samples``: the demo world's
+  (``ccc-render:demo,difficulty=medium``) for ``--model demo``, else (a 1,000-class model) the 200
+  photographs in an ImageNet layout with the synthetic ResNet-50 table (speed 200), read three ways:
+  ``shards`` (``ccc-generate`` output, read as ``ccc:DIR``, shard sha256 verified as by default; rendered
+  with ``--render-device`` in one process when ``--device`` is a GPU), ``device`` (``ccc-render:…,device=DEVICE``:
   rendered by the torch path on the run's device), ``device_fast`` (the same with
   ``source_decoder=device,precision=float32``: sources decoded on the device, the float32 working
   precision) and ``workers`` (``ccc-render:`` without ``device``: the CPU path in ``--num-workers``
@@ -46,7 +48,7 @@ CPU (the defaults: about 1.5 minutes of CPU)::
     python scripts/bench/render.py --json results/bench_render.json
     python scripts/bench/render.py --part tta --tta-samples 384 --json results/bench_render_tta.json
 
-GPU (``scripts/bench/gpu_check.sh`` runs both parts, about 8 minutes on one H100; goals: ≥ 5,000
+GPU (``scripts/bench/gpu_check.sh`` runs both parts and ``render_check.py``; goals: ≥ 5,000
 images/s for the medium mix with the JPEG round trip, ResNet-50 source on the on-the-fly stream within
 10 % of the shards)::
 
@@ -233,6 +235,7 @@ def render_part(arguments: argparse.Namespace, device: torch.device, folder: Pat
         "medium_mix_pairs": sorted({f"{spec.n1}+{spec.n2}" for spec in specs}),
         "cpu_path": {},
         "torch_path": {},
+        "torch_path_errors": {},
     }
     cpu_images = min(arguments.cpu_images, arguments.images)
     for case, case_specs in cases.items():
@@ -241,19 +244,24 @@ def render_part(arguments: argparse.Namespace, device: torch.device, folder: Pat
             cpu["without_jpeg_excluding_decoding"] = without_decoding(cpu["without_jpeg"], decoding)
             cpu["with_jpeg_excluding_decoding"] = without_decoding(cpu["with_jpeg"], decoding)
             result["cpu_path"][case] = cpu
-        result["torch_path"][case] = {
-            str(batch_size): time_torch_path(
-                case_specs,
-                images,
-                device,
-                batch_size,
-                arguments.images,
-                arguments.repeats,
-                position == 0,
-                arguments.render_precision,
-            )
-            for position, batch_size in enumerate(arguments.batch_sizes)
-        }
+        try:
+            result["torch_path"][case] = {
+                str(batch_size): time_torch_path(
+                    case_specs,
+                    images,
+                    device,
+                    batch_size,
+                    arguments.images,
+                    arguments.repeats,
+                    position == 0,
+                    arguments.render_precision,
+                )
+                for position, batch_size in enumerate(arguments.batch_sizes)
+            }
+        except Exception as error:  # noqa: BLE001 - a case that fails on a device is reported; the others run
+            result["torch_path_errors"][case] = f"{type(error).__name__}: {str(error).strip()[:300]}"
+            print(f"  {case}: torch path failed: {result['torch_path_errors'][case]}", file=sys.stderr, flush=True)
+            continue
         clock = CLOCK_KEYS[arguments.clock]
         best = max(rates["with_jpeg"][clock] for rates in result["torch_path"][case].values())
         print(f"  {case}: torch with JPEG up to {best:.1f} images/s", file=sys.stderr, flush=True)
@@ -278,7 +286,16 @@ def tta_part(arguments: argparse.Namespace, device: torch.device, folder: Path) 
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")])),
     }
     length = arguments.tta_warmup + arguments.tta_samples
-    definition = f"demo,difficulty=medium,num_images={length}"
+    if arguments.model == "demo":
+        definition = f"demo,difficulty=medium,num_images={length}"
+        world = ["--demo", "--difficulty", "medium"]
+    else:  # a 1,000-class model: the photographs in an ImageNet layout, the synthetic ResNet-50 table
+        sources, table = make_source_folder(folder / "val", SOURCE_IMAGES), folder / "table.npz"
+        synthetic_table().save(table)
+        stream = f"difficulty=medium,speed={SOURCE_IMAGES},seed=43,num_images={length}"
+        definition = f"{stream},calibration={table},imagenet={sources}"
+        world = ["--difficulty", "medium", "--speed", str(SOURCE_IMAGES), "--seed", "43", "--imagenet", str(sources),
+                 "--calibration", str(table)]  # fmt: skip
     streams = {
         "shards": f"ccc:{folder / 'shards' / 'demo_medium'}",
         "device": f"ccc-render:{definition},device={arguments.device}",
@@ -286,11 +303,15 @@ def tta_part(arguments: argparse.Namespace, device: torch.device, folder: Path) 
         "workers": f"ccc-render:{definition}",
     }
     if "shards" in arguments.tta_streams:
-        print(f"  writing {length} demo-world samples as shards", file=sys.stderr, flush=True)
+        print(f"  writing {length} samples as shards", file=sys.stderr, flush=True)
+        # on a GPU the shards are rendered there, in this process (no Ray cluster needed on a device machine)
+        renderer = ["--workers", str(max(1, arguments.num_workers))]
+        if device.type != "cpu":
+            renderer = ["--workers", "1", "--render-device", arguments.device]
         _run_seconds(
-            [sys.executable, "-m", "ccc.cli.generate", "--demo", "--difficulty", "medium", "--num-images", str(length),
+            [sys.executable, "-m", "ccc.cli.generate", *world, "--num-images", str(length),
              "--shard-size", str(arguments.tta_shard_size), "--out", str(folder / "shards"), "--name", "demo_medium",
-             "--workers", str(max(1, arguments.num_workers)), "--no-progress"],
+             *renderer, "--no-progress"],
             environment,
         )  # fmt: skip
     model = [] if arguments.model == "demo" else ["--model", arguments.model, "--weights", "none"]
@@ -373,6 +394,7 @@ def render_table(result: dict, clock: str) -> str:
             "—" if cpu is None else f"{best['with_jpeg'] / cpu['with_jpeg_excluding_decoding'][key]:.2f}",
         ]
         lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    lines += [f"| {case} | failed: {error} |" for case, error in result["render"]["torch_path_errors"].items()]
     return "\n".join(lines)
 
 
