@@ -128,6 +128,12 @@ class CCCStream(torch.utils.data.IterableDataset):
         """A collated batch of :meth:`for_workers`' samples completed in the main process (default: as is)."""
         return batch
 
+    def finishing_batch_size(self, batch_size: int) -> int:
+        """Samples :meth:`finish_batch` completes at once under a loader of ``batch_size`` (>= 1): a multiple of
+        it, which :func:`ccc.load.stream_loader` hands out in slices of ``batch_size``, in order (default:
+        ``batch_size`` itself)."""
+        return batch_size
+
     def _selection(self) -> Selection:
         """The positions this rank and, inside a DataLoader worker process, this worker read."""
         info = torch.utils.data.get_worker_info()

@@ -40,7 +40,10 @@ def stream_loader(
 
     A stream rendered on a device (``render_stream(..., device="cuda")``) has its workers decode the
     source images and renders each collated batch in this process on the device; its batches are then
-    tensors on that device, and the loader is a thin iterable over the DataLoader (with ``len``).
+    tensors on that device, and the loader is a thin iterable over the DataLoader. On a GPU the
+    workers collate, and the device renders, the stream's
+    :meth:`~ccc.load.CCCStream.finishing_batch_size` samples at once (at least 512), handed out in
+    batches of ``batch_size``: the same batches, in the same order.
 
     Args:
         stream: from :func:`ccc.load.open_stream` or :func:`ccc.load.render_stream`.
@@ -58,28 +61,31 @@ def stream_loader(
     if reserved:
         raise ValueError(f"stream_loader sets {', '.join(reserved)} itself to keep stream order")
     workers_stream = stream.for_workers()
+    collated = batch_size if workers_stream is stream else stream.finishing_batch_size(batch_size)
     loader = torch.utils.data.DataLoader(
-        workers_stream.with_chunk_size(batch_size),
-        batch_size=batch_size,
+        workers_stream.with_chunk_size(collated),
+        batch_size=collated,
         num_workers=num_workers,
         collate_fn=collate_samples,
         in_order=True,
         **dataloader_options,
     )
-    return loader if workers_stream is stream else _FinishingLoader(loader, stream)
+    return loader if workers_stream is stream else _FinishingLoader(loader, stream, batch_size)
 
 
 class _FinishingLoader:
     """A DataLoader over a stream's :meth:`~ccc.load.CCCStream.for_workers`, each batch completed by the
-    stream's :meth:`~ccc.load.CCCStream.finish_batch` in the main process (e.g. rendered on a device)."""
+    stream's :meth:`~ccc.load.CCCStream.finish_batch` in the main process (e.g. rendered on a device) and
+    handed out in slices of ``batch_size``."""
 
-    def __init__(self, loader: torch.utils.data.DataLoader, stream: CCCStream) -> None:
+    def __init__(self, loader: torch.utils.data.DataLoader, stream: CCCStream, batch_size: int) -> None:
         self.loader = loader
         self.stream = stream
-
-    def __len__(self) -> int:
-        return len(self.loader)
+        self.batch_size = batch_size
 
     def __iter__(self) -> Iterator[tuple[Any, torch.Tensor, list[dict[str, Any]]]]:
         for batch in self.loader:
-            yield self.stream.finish_batch(batch)
+            images, labels, metadata = self.stream.finish_batch(batch)
+            for start in range(0, len(labels), self.batch_size):
+                end = start + self.batch_size
+                yield images[start:end], labels[start:end], metadata[start:end]

@@ -51,6 +51,41 @@ def test_a_random_stream_is_the_same_whatever_the_batches_workers_and_ranks(fold
     assert torch.equal(interleaved, whole)
 
 
+def test_a_gpu_renders_larger_batches_than_the_loader_hands_out(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the stream renders the smallest multiple of the loader's batch of at least 512 samples at once
+    (the CPU here, made to render 3 batches at once as a GPU would); the loader's batches stay the same."""
+    from ccc.load.rendered_stream import GPU_RENDER_BATCH
+
+    def stream():
+        return render_stream(RANDOM, imagenet=folder, limit=7, device="cpu", image_format="uint8")
+
+    assert stream().finishing_batch_size(64) == 64  # the CPU renders the loader's batches
+    expected = list(stream_loader(stream(), batch_size=2, num_workers=0))
+    rendered: list[int] = []
+    original = type(stream()).finish_batch
+
+    def finish(self, batch):
+        rendered.append(len(batch[1]))
+        return original(self, batch)
+
+    monkeypatch.setattr(type(stream()), "finish_batch", finish)
+    monkeypatch.setattr(type(stream()), "finishing_batch_size", lambda self, size: 3 * size)
+    for workers in (0, 2):
+        rendered.clear()
+        batches = list(stream_loader(stream(), batch_size=2, num_workers=workers))
+        assert rendered == [6, 1]
+        assert [len(batch[1]) for batch in batches] == [len(batch[1]) for batch in expected] == [2, 2, 2, 1]
+        for ours, theirs in zip(batches, expected):
+            assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1]) and ours[2] == theirs[2]
+    monkeypatch.undo()
+    on_gpu = stream()
+    on_gpu.device = torch.device("cuda")  # the rule alone: nothing is rendered
+    assert [on_gpu.finishing_batch_size(size) for size in (64, 100, 512, 600)] == [512, 600, 512, 600]
+    assert GPU_RENDER_BATCH == 512
+    on_gpu.world_size = 2
+    assert on_gpu.finishing_batch_size(64) == 64  # ranks split the loader's chunks, as for shards
+
+
 def test_a_random_corruption_differs_from_the_cpu_path_but_keeps_its_statistics(folder: Path) -> None:
     reference = _images(render_stream(RANDOM, imagenet=folder, limit=8)).double()
     rendered = _images(render_stream(RANDOM, imagenet=folder, limit=8, device="cpu")).double()
