@@ -30,6 +30,12 @@ otherwise writes ``~/.ray/auth_token``), no dashboard, a capped object store (Ra
 RAM), and a watchdog process (``ccc/_ray_watchdog.py``, Linux) that ends the cluster's processes when
 the command ends, even when it is killed with SIGKILL.
 
+Every task and worker call is submitted with Ray's task events off (``enable_task_events=False``, a
+per-task option, so on an existing cluster too): Ray's GCS otherwise keeps an event record of each task,
+about 3.6 kB, up to ``RAY_task_events_max_num_task_in_gcs`` tasks (100,000), which grew a long render's GCS
+by 0.14 kB per image (one task per 25 images) up to ~350 MB. The cost: these tasks do not appear in the
+dashboard's task list or ``ray list tasks``.
+
 An address is probed before Ray is asked to join it: Ray itself retries a dead address, or one where
 something else listens, for minutes, printing warnings. The probe opens a TCP connection, then a
 gRPC channel (Ray's protocol: the HTTP/2 handshake must complete), within
@@ -577,7 +583,7 @@ class RayExecutor(Executor):
 
     def submit(self, function: Callable[..., Any], *arguments: Any, options: TaskOptions = DEFAULT_TASK_OPTIONS) -> Any:
         """One Ray task with ``options``, retried up to ``max_retries`` times on a dead worker or node
-        and on the task's ``options.retry_exceptions``."""
+        and on the task's ``options.retry_exceptions``; without task events (see the module docstring)."""
         if options.working_directory is not None:
             function, arguments = _call_in, (options.working_directory, function, *arguments)
         remote = self._remote_functions.get(function)
@@ -586,7 +592,11 @@ class RayExecutor(Executor):
             self._remote_functions[function] = remote
         retried = list(options.retry_exceptions) or False
         task = remote.options(
-            num_cpus=options.cpus, num_gpus=options.gpus, max_retries=self.max_retries, retry_exceptions=retried
+            num_cpus=options.cpus,
+            num_gpus=options.gpus,
+            max_retries=self.max_retries,
+            retry_exceptions=retried,
+            enable_task_events=False,
         )
         return task.remote(*arguments)
 
@@ -605,9 +615,9 @@ class RayExecutor(Executor):
         )
 
     def start_workers(self, setup: Callable[..., Any], *arguments: Any, count: int, gpus: int = 0) -> list[Worker]:
-        """``count`` Ray actors (one CPU and ``gpus`` GPUs each)."""
+        """``count`` Ray actors (one CPU and ``gpus`` GPUs each) whose calls record no task events."""
         check_positive_int("count", count)
-        actor_class = self._ray.remote(_RayWorkerState).options(num_cpus=1, num_gpus=gpus)
+        actor_class = self._ray.remote(_RayWorkerState).options(num_cpus=1, num_gpus=gpus, enable_task_events=False)
         return [_RayWorker(actor_class.remote(setup, *arguments)) for _ in range(count)]
 
     def wait(self, handles: Sequence[Any]) -> list[Any]:

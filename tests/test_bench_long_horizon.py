@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,29 @@ def test_the_process_tree_and_its_memory_are_read_from_proc() -> None:
     assert bench.flat(samples, "tree_pss_mb", 0.05)["flat"] is True
     growing = [{"tree_pss_mb": 100.0 * (1 + k)} for k in range(16)]
     assert bench.flat(growing, "tree_pss_mb", 0.05)["flat"] is False
+
+
+def test_memory_is_told_apart_per_kind_of_process(tmp_path: Path) -> None:
+    bench = _bench()
+    assert bench.process_kind(os.getpid(), os.getpid()) == "driver"
+    script = tmp_path / "helper.py"
+    script.write_text("import sys\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    with subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as helper:
+        assert helper.stdout.readline() == b"ready\n"  # type: ignore[union-attr]
+        assert bench.process_kind(helper.pid, os.getpid()) == "helper.py"
+        helper.stdin.close()  # type: ignore[union-attr]
+    assert bench.process_kind(helper.pid, os.getpid()) == "gone"
+    sample = bench.memory_sample(os.getpid())
+    assert sample["pss_mb_by_process"]["driver"] == pytest.approx(sample["tree_pss_mb"], abs=0.1)
+    # 16 samples over 100,000 images: the GCS grows by 1 MB a sample, the workers are flat, the raylet only
+    # appears in the last quarter
+    samples = [{"pss_mb_by_process": {"gcs_server": 40.0 + k, "workers": 400.0}} for k in range(16)]
+    for sample in samples[12:]:
+        sample["pss_mb_by_process"]["raylet"] = 30.0
+    growth = bench.growth_by_process(samples, 100_000)
+    assert growth["gcs_server"] == {"second_quarter_mb": 45.5, "last_quarter_mb": 53.5, "mb_per_100k_images": 16.0}
+    assert growth["workers"]["mb_per_100k_images"] == 0 and growth["raylet"]["second_quarter_mb"] == 0
+    assert bench.growth_by_process(samples[:7], 100_000) == {}
 
 
 @pytest.mark.slow

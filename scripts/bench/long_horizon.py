@@ -6,7 +6,8 @@ by running the same command again; memory sampled over both.
         --json long_horizon.json -- --demo --corruption-set cifar --difficulty medium
 
 Arguments after ``--`` go to ``ccc-generate`` (the stream); ``--method`` (repeatable, default source and bn)
-and ``--tta-arg`` go to ``tta-eval run``. Each command runs in its own process group with its working
+and ``--tta-arg`` go to ``tta-eval run`` (``--render-only``: no evaluation; ``--evaluate-only``: evaluate what an
+earlier run rendered). Each command runs in its own process group with its working
 directory ``--work``; stdout and stderr go to ``<work>/<command>.log``. What is measured:
 
 - **images per second** of each command: stream length / wall seconds of the whole command (the killed
@@ -15,7 +16,9 @@ directory ``--work``; stdout and stderr go to ``<work>/<command>.log``. What is 
   ``/proc/PID/smaps_rollup``, shared pages split between the processes that share them) summed over the
   command's process tree (Ray's raylet, GCS and workers are descendants of the driver), and the driver's
   own ``VmRSS``; "flat" means the last quarter's median is within ``--flat-tolerance`` of the second
-  quarter's (over the run that finished);
+  quarter's (over the run that finished); per kind of process (driver, Ray workers, ``gcs_server``,
+  ``raylet``, Ray's Python helpers by script name) the same two medians and the growth between them in MB per
+  100,000 images (for a command that was not killed);
 - **the kill** (``--kill-render-at`` / ``--kill-eval-at`` seconds): the command's process group gets
   SIGKILL then; the same command is run again and must finish with exit code 0 (its log says where it
   resumed);
@@ -70,14 +73,37 @@ def proc_kilobytes(path: str, field: str) -> int:
     return 0
 
 
-def memory_sample(root: int) -> dict[str, float]:
-    """PSS of ``root``'s process tree and ``root``'s own RSS, in MB, and the tree's process count."""
+def process_kind(pid: int, root: int) -> str:
+    """What process ``pid`` of ``root``'s tree is: ``driver`` (``root``), ``workers`` (Ray workers, ``ray::…``),
+    ``gcs_server`` or ``raylet`` (Ray's binaries), else the name of its program or Python script (e.g.
+    ``log_monitor.py``); ``gone`` when it has ended."""
+    if pid == root:
+        return "driver"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return "gone"
+    if argv[0].startswith("ray::") or any(argument.endswith("default_worker.py") for argument in argv):
+        return "workers"
+    program = Path(argv[0].split()[0] if argv[0] else "?").name
+    if program.startswith("python"):
+        return next((Path(argument).name for argument in argv[1:] if argument.endswith(".py")), program)
+    return program
+
+
+def memory_sample(root: int) -> dict[str, Any]:
+    """PSS of ``root``'s process tree and ``root``'s own RSS, in MB, the tree's process count and its PSS per
+    kind of process (:func:`process_kind`)."""
     tree = process_tree(root)
-    pss = sum(proc_kilobytes(f"/proc/{pid}/smaps_rollup", "Pss") for pid in tree)
+    by_kind: dict[str, float] = {}
+    for pid in tree:
+        kind = process_kind(pid, root)
+        by_kind[kind] = by_kind.get(kind, 0.0) + proc_kilobytes(f"/proc/{pid}/smaps_rollup", "Pss") / 1024
     return {
-        "tree_pss_mb": pss / 1024,
+        "tree_pss_mb": sum(by_kind.values()),
         "driver_rss_mb": proc_kilobytes(f"/proc/{root}/status", "VmRSS") / 1024,
         "processes": len(tree),
+        "pss_mb_by_process": {kind: round(mb, 1) for kind, mb in sorted(by_kind.items()) if kind != "gone"},
     }
 
 
@@ -127,6 +153,24 @@ def flat(samples: list[dict[str, float]], key: str, tolerance: float) -> dict[st
     }
 
 
+def growth_by_process(samples: list[dict[str, Any]], images: int) -> dict[str, dict[str, float]]:
+    """Per kind of process (:func:`process_kind`): PSS medians of the second and the last quarter of ``samples``
+    (MB) and the growth between them per 100,000 images, for a run that rendered or read ``images`` at an even
+    pace (the quarters' middles lie half the run apart); empty with fewer than 8 samples."""
+    if len(samples) < 8:
+        return {}
+    quarter = len(samples) // 4
+    kinds = sorted({kind for sample in samples for kind in sample["pss_mb_by_process"]})
+    growth = {}
+    for kind in kinds:
+        values = [sample["pss_mb_by_process"].get(kind, 0.0) for sample in samples]
+        second, last = statistics.median(values[quarter : 2 * quarter]), statistics.median(values[-quarter:])
+        per_100k = (last - second) / (images / 2) * 100_000
+        growth[kind] = {"second_quarter_mb": round(second, 1), "last_quarter_mb": round(last, 1)}
+        growth[kind]["mb_per_100k_images"] = round(per_100k, 2)
+    return growth
+
+
 def killed_and_resumed(
     argv: Sequence[str], work: Path, name: str, sample_every: float, kill_at_seconds: float
 ) -> dict[str, Any]:
@@ -154,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--evaluate-only", action="store_true", help="evaluate the stream an earlier run rendered under --work"
     )
+    parser.add_argument("--render-only", action="store_true", help="render the stream, do not evaluate it")
     parser.add_argument("--json", type=Path, help="write every number here")
     options = parser.parse_args(own)
     options.work.mkdir(parents=True, exist_ok=True)
@@ -164,7 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate = ["tta-eval", "run", "--stream", f"ccc:{run_dir}", *methods, *options.tta_arg]
     report: dict[str, Any] = {"images": options.images, "generate": generate, "evaluate": evaluate}
     steps = [("render", generate, options.kill_render_at), ("evaluate", evaluate, options.kill_eval_at)]
-    for name, command, kill_at in steps[1:] if options.evaluate_only else steps:
+    if options.evaluate_only and options.render_only:
+        parser.error("--evaluate-only and --render-only exclude each other")
+    steps = steps[1:] if options.evaluate_only else steps[:1] if options.render_only else steps
+    for name, command, kill_at in steps:
         print(f"{name}: {' '.join(command)}", file=sys.stderr, flush=True)
         if kill_at is None:
             result = run_command(command, options.work, f"{name}.log", options.sample_every, None)
@@ -177,11 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs["images_per_s"] = options.images / runs["wall_s"]
         runs["memory_flat"] = flat(runs.get("resumed", runs["first"])["memory"], "tree_pss_mb", options.flat_tolerance)
         runs["peak_tree_pss_mb"] = max((sample["tree_pss_mb"] for sample in samples), default=None)
+        if kill_at is None:
+            runs["growth_by_process"] = growth_by_process(runs["first"]["memory"], options.images)
         runs["estimate_10m_hours"] = runs["wall_s"] * 10_000_000 / options.images / 3600
         report[name] = runs
         rate, hours = f"{runs['images_per_s']:,.0f} images/s", f"{runs['estimate_10m_hours']:.1f} h"
         summary = f"{options.images:,} images in {runs['wall_s']:.0f} s ({rate}), memory {runs['memory_flat']}"
         print(f"{name}: {summary}, 10M images ≈ {hours}", file=sys.stderr)
+        for kind, growth in runs.get("growth_by_process", {}).items():
+            print(f"{name}: {kind}: {growth}", file=sys.stderr)
     if options.json:
         options.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
