@@ -39,10 +39,13 @@ def test_memory_is_told_apart_per_kind_of_process(tmp_path: Path) -> None:
     with subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as helper:
         assert helper.stdout.readline() == b"ready\n"  # type: ignore[union-attr]
         assert bench.process_kind(helper.pid, os.getpid()) == "helper.py"
+        sample = bench.memory_sample(os.getpid())
         helper.stdin.close()  # type: ignore[union-attr]
     assert bench.process_kind(helper.pid, os.getpid()) == "gone"
-    sample = bench.memory_sample(os.getpid())
-    assert sample["pss_mb_by_process"]["driver"] == pytest.approx(sample["tree_pss_mb"], abs=0.1)
+    # this process and its helper at least (a test worker may hold other children); the kinds add up to the tree
+    by_kind = sample["pss_mb_by_process"]
+    assert by_kind["driver"] > 0 and by_kind["helper.py"] > 0
+    assert sum(by_kind.values()) == pytest.approx(sample["tree_pss_mb"], abs=0.1 * len(by_kind))
     # 16 samples over 100,000 images: the GCS grows by 1 MB a sample, the workers are flat, the raylet only
     # appears in the last quarter
     samples = [{"pss_mb_by_process": {"gcs_server": 40.0 + k, "workers": 400.0}} for k in range(16)]
