@@ -17,9 +17,10 @@ of each rank. With ``rank_split="interleaved"`` (default) chunk ``c`` goes to ra
 with ``"contiguous"`` (finite streams) rank ``r`` gets the ``r``-th of ``world_size`` contiguous,
 equal (±1) ranges. Inside a rank, the rank's chunks go round-robin to its DataLoader workers, which
 is exactly the order in which a ``DataLoader`` with ``batch_size == chunk_size`` collects batches —
-so :func:`stream_loader` (which sets ``chunk_size`` to the batch size) yields each rank's samples in
-stream order. Every position is read by exactly one consumer: no loss, no duplicate; a stream with
-fewer shards (or samples) than workers works, idle workers end at once. Details: ``docs/loading.md``.
+so :func:`stream_loader` (which sets ``chunk_size`` to the batch size, or, for a stream rendered on a GPU
+by one rank, to the multiple of it that the GPU renders at once) yields each rank's samples in stream
+order. Every position is read by exactly one consumer: no loss, no duplicate; a stream with fewer shards
+(or samples) than workers works, idle workers end at once. Details: ``docs/loading.md``.
 
 **Checks.** With a manifest, every shard's byte size is compared with the manifest's before it is
 read, every sample's key must be its stream index (``sample_key``) and a shard must hold exactly
