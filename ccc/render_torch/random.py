@@ -72,6 +72,12 @@ EXACT_POISSON_MAX_RATE = 1000.0
 photons at the brightest value), never at CCC's severities (multiples of 0.25)."""
 
 
+def _table_rates(rates: Tensor) -> Tensor:
+    """The rates whose CDF tables are built: rates above :data:`EXACT_POISSON_MAX_RATE` get the table of rate 0
+    (the normal approximation replaces them); float64, same shape and device."""
+    return torch.where(rates > EXACT_POISSON_MAX_RATE, 0.0, rates)
+
+
 def _poisson_layout(rates: Tensor) -> tuple[Tensor, int]:
     """Host layout of the Poisson CDF tables of every rate of ``rates``, one table per rate.
 
@@ -79,12 +85,11 @@ def _poisson_layout(rates: Tensor) -> tuple[Tensor, int]:
         rates: float64 (N,) on the host, values >= 0 and finite.
 
     Returns:
-        int64 (N,) table lengths, ``ceil(rate + 12 sqrt(rate) + 12)`` (the tail beyond, of probability
-        below 1e-20, is cut off; rates above :data:`EXACT_POISSON_MAX_RATE` get the table of rate 0, the
-        normal approximation replaces them), and their sum: the layout is a function of the host rates
-        alone, so the device evaluates the tables at fixed, host-known shapes.
+        int64 (N,) table lengths, ``ceil(r + 12 sqrt(r) + 12)`` for ``r`` of :func:`_table_rates` (the tail
+        beyond, of probability below 1e-20, is cut off), and their sum: the layout is a function of the host
+        rates alone, so the device evaluates the tables at fixed, host-known shapes.
     """
-    table_rates = torch.where(rates > EXACT_POISSON_MAX_RATE, 0.0, rates)
+    table_rates = _table_rates(rates)
     lengths = torch.ceil(table_rates + 12.0 * torch.sqrt(table_rates) + 12.0).to(torch.int64)
     return lengths, int(lengths.sum())
 
@@ -104,8 +109,7 @@ def _poisson_keys(rates: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, T
     starts = torch.cumsum(lengths, 0) - lengths
     rows = torch.repeat_interleave(torch.arange(len(rates), device=rates.device), lengths, output_size=total)
     counts = (torch.arange(total, device=rates.device) - starts[rows]).to(torch.float64)
-    table_rates = torch.where(rates > EXACT_POISSON_MAX_RATE, 0.0, rates)
-    cumulative = torch.floor(torch.special.gammaincc(counts + 1.0, table_rates[rows]) * _POISSON_SCALE)
+    cumulative = torch.floor(torch.special.gammaincc(counts + 1.0, _table_rates(rates)[rows]) * _POISSON_SCALE)
     return torch.cummax((rows << _POISSON_BITS) + cumulative.to(torch.int64), 0).values, starts
 
 
