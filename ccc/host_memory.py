@@ -4,7 +4,7 @@ glibc's ``malloc`` serves a request above its mmap threshold (128 KiB at start, 
 are freed, at most 32 MiB) with fresh pages from ``mmap`` and unmaps them on ``free``; freed heap memory
 past its trim threshold (128 KiB) goes back to the kernel too. A network's activations on a batch
 (tens of MB, allocated and freed on every batch) then pay page faults and the kernel's zeroing of every
-page on every batch. Measured on README command 1's evaluation (``tta-eval run`` on the 30,000-image
+page on every batch. Measured on the README's 224×224 demo evaluation (``tta-eval run`` on the 30,000-image
 demo stream, 2 cores): 314 of 1,386 CPU seconds in the kernel; with the thresholds below, 455 s
 wall and 8 s in the kernel. ``scripts/bench/host_memory.py`` (3,200 images, the demo's five methods):
 72.8 s against 87.2 s, 2.9× fewer page faults, peak memory +8 % (``BENCHMARKS.md``, "Host memory").

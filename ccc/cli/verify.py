@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=examples(
             (
                 "ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43",
-                "README command 1's stream (a demo stream's plan hash too)",
+                "the README's 224×224 demo stream (a demo stream's plan hash too)",
             ),
             (
                 "ccc-verify shards/demo_baseline_30_transition+speed_100_seed_43 --no-decode",

@@ -26,7 +26,7 @@ DEMO_NUM_IMAGES = 30_000
 
 DEMO_SHARD_BYTES_PER_IMAGE = 24_000
 """Shard bytes per demo sample (224×224 JPEG at quality 85 of the smooth procedural images, plus tar
-members): README command 1's stream wrote 719.6 MB for 30,000 images."""
+members): the README's 224×224 demo stream wrote 719.6 MB for 30,000 images."""
 
 DEMO_DOMAIN_IMAGES = 200
 """Images per severity level of a demo ``gradual`` stream (15 × 9 × 200 = 27,000 images); a demo ``cin-c``

@@ -204,7 +204,7 @@ def test_the_progress_bar_gets_the_stream_length_as_its_total(monkeypatch: pytes
 
 
 def test_the_last_pair_name_stays_above_the_axes() -> None:
-    """Ten pairs of README command 1's kind, the last one cut by the stream's end: every name ends within
+    """Ten pairs, as the README's 224×224 demo stream, the last one cut by the stream's end: every name ends within
     the axes' width (none runs into the figure's right edge)."""
     names = ["gaussian_noise", "frost", "impulse_noise", "contrast", "pixelate", "glass_blur", "snow", "fog"]
     names += ["motion_blur", "elastic_transform", "jpeg_compression"]

@@ -217,7 +217,7 @@ def test_tta_eval_runs_on_a_rendered_stream(world: dict, tmp_path: Path, capsys:
 
 
 def test_a_rendered_run_is_named_by_its_length_and_renderer() -> None:
-    """An on-the-fly run never shares README command 1's results folder (its stored 30,000-image demo stream)."""
+    """An on-the-fly run never shares the README's 224×224 demo results folder (its stored 30,000-image demo stream)."""
     default = "demo_baseline_30_transition+speed_100_seed_43"
     for definition, name in (
         ("demo,difficulty=medium,seed=43", f"{default}_rendered"),

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 DEMO_STREAM = "ccc:shards/demo_baseline_30_transition+speed_100_seed_43"
-"""README command 1's stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
+"""The README's 224×224 demo stream; its run folder is results/demo_baseline_30_transition+speed_100_seed_43."""
 
 
 def add_experiment_command(

@@ -11,7 +11,7 @@ from tta_eval.protocols import seconds_from_ms
 __all__ = ["RUN_FOLDER", "add_command", "execute"]
 
 RUN_FOLDER = "results/demo_baseline_30_transition+speed_100_seed_43"
-"""README command 1's run folder (``DEMO_STREAM``'s), named in the examples of ``rescore``."""
+"""The README's 224×224 demo run folder (``DEMO_STREAM``'s), named in the examples of ``rescore``."""
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         epilog=examples(
             (
                 f"tta-eval rescore {RUN_FOLDER} --threshold-ms 50 --threshold-ms 400 --baseline-latency-ms 40",
-                "README command 1's run: an offline run stores no λ, so give it (a continuous run's is used)",
+                "the README's 224×224 demo run: an offline run stores no λ, so give it (a continuous run's is used)",
             ),
             (
                 f"tta-eval rescore {RUN_FOLDER} --threshold-ms 100 --baseline-latency-ms 20 --json scores.json",

@@ -41,7 +41,7 @@ RUN_EXAMPLES = (
         f"tta-eval run --stream {DEMO_STREAM} --method tent --protocol discrete --utilisation 0.5 "
         "--out results/discrete",
         "Tempora's discrete scenario: a batch arrives every 2λ "
-        "(a folder of its own beside README command 1's offline run)",
+        "(a folder of its own beside the README's 224×224 demo run)",
     ),
     (
         f"tta-eval run --stream {DEMO_STREAM} "

@@ -421,7 +421,7 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(
 
 
 def test_run_folders_are_named_by_what_makes_streams_differ(tmp_path: Path, capsys, monkeypatch) -> None:
-    """README command 1's stream keeps its name; a shorter stream or the torch renderer's bytes get their
+    """The README's 224×224 demo stream keeps its name; a shorter stream or the torch renderer's bytes get their
     own run folder (and results), so that neither collides with it."""
     monkeypatch.chdir(tmp_path)
     default = "demo_baseline_30_transition+speed_100_seed_43"

@@ -145,7 +145,7 @@ def test_num_images_states_images_and_disk() -> None:
     text = _flat(build_parser().format_help())
     assert f"default {PAPER_NUM_IMAGES:,}" in text
     assert f"{PAPER_NUM_IMAGES * SHARD_BYTES_PER_IMAGE / 1e9:,.0f} GB" in text
-    assert "with --demo 30,000, about 0.72 GB" in text  # README command 1's stream: 719.6 MB
+    assert "with --demo 30,000, about 0.72 GB" in text  # the README's 224×224 demo stream: 719.6 MB
 
 
 def test_help_formatter_appends_defaults_only_where_they_say_something() -> None:
