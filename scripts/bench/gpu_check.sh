@@ -45,7 +45,7 @@ if ((quick)); then
     each=(--device cpu --corruptions gaussian_noise,contrast --batch-sizes 4 --images 4 --cpu-images 2 --repeats 1)
     profile=(--device cpu --batch 4 --repeats 1 --top 5)
     tta=(--device cpu --model demo --method source --precision fp32 --tta-streams shards,device,device_fast
-         --tta-samples 64 --tta-warmup 64 --num-workers 1)
+         --tta-samples 64 --tta-warmup 0 --num-workers 1)
     feed=(--quick)
 else
     nvidia-smi >> "${log}" 2>&1

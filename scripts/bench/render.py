@@ -36,8 +36,9 @@ Two parts (``--part render``, the default; ``tta``; ``all``):
   precision) and ``workers`` (``ccc-render:`` without ``device``: the CPU path in ``--num-workers``
   DataLoader workers). A run's rate is its marginal one:
   ``--tta-samples`` ÷ (wall time of a run of warm-up + samples − wall time of a run of the warm-up
-  alone), so process start, model loading, planning and worker start-up cancel. Ratios: each
-  on-the-fly stream's rate ÷ the shards' rate.
+  alone), so process start, model loading, planning and worker start-up cancel; ``--tta-warmup 0`` runs no
+  warm-up run, and the rate then includes them (a check that the part runs, as ``gpu_check.sh --quick``).
+  Ratios: each on-the-fly stream's rate ÷ the shards' rate.
 
 On the CPU, rates are CPU time of this process by default (``--clock cpu``: the rate per core; one torch
 thread), robust to other load on a shared machine; ``--clock wall`` gives elapsed time, the default on
@@ -326,7 +327,11 @@ def tta_part(arguments: argparse.Namespace, device: torch.device, folder: Path) 
                     "--collapse-reference", "none", "--no-progress", "--overwrite",
                     "--out", str(folder / "runs"), "--name", f"{stream}_{method}_{precision}",
                 ]  # fmt: skip
-                warmup = _run_seconds([*command, "--max-samples", str(arguments.tta_warmup)], environment)
+                warmup = (
+                    _run_seconds([*command, "--max-samples", str(arguments.tta_warmup)], environment)
+                    if arguments.tta_warmup
+                    else 0.0
+                )
                 whole = _run_seconds([*command, "--max-samples", str(length)], environment)
                 rate = arguments.tta_samples / (whole - warmup)
                 runs.append(
@@ -470,7 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tta-streams", default=",".join(STREAMS), help=f"comma list of {', '.join(STREAMS)} (default: all)"
     )
     tta.add_argument("--tta-samples", type=int, default=256, help="timed samples per run (default: 256)")
-    tta.add_argument("--tta-warmup", type=int, default=64, help="warm-up samples per run (default: 64)")
+    tta.add_argument(
+        "--tta-warmup", type=int, default=64, help="warm-up samples per run; 0: no warm-up run (default: 64)"
+    )
     tta.add_argument("--tta-batch-size", type=int, default=64)
     tta.add_argument("--tta-shard-size", type=int, default=1000, help="samples per shard (default: 1000)")
     tta.add_argument(
@@ -489,12 +496,13 @@ def run(arguments: argparse.Namespace) -> dict:
     arguments.method = [name.strip() for name in arguments.method.split(",") if name.strip()]
     arguments.precision = _choices(arguments.precision, "--precision", ("fp32", "bf16", "fp16"))
     arguments.tta_streams = _choices(arguments.tta_streams, "--tta-streams", STREAMS)
-    for option in ("images", "repeats", "threads", "tta_samples", "tta_warmup", "tta_batch_size", "tta_shard_size"):
+    for option in ("images", "repeats", "threads", "tta_samples", "tta_batch_size", "tta_shard_size"):
         if getattr(arguments, option) < 1:
             raise UsageError(f"--{option.replace('_', '-')} must be >= 1, got {getattr(arguments, option)}")
-    if arguments.cpu_images < 0 or arguments.num_workers < 0:
+    if min(arguments.cpu_images, arguments.num_workers, arguments.tta_warmup) < 0:
         raise UsageError(
-            f"--cpu-images and --num-workers must be >= 0, got {arguments.cpu_images}, {arguments.num_workers}"
+            "--cpu-images, --num-workers and --tta-warmup must be >= 0, got "
+            f"{arguments.cpu_images}, {arguments.num_workers}, {arguments.tta_warmup}"
         )
     try:
         device = check_render_device(arguments.device)
