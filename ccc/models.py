@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torchvision
 from torch import nn
 
 from ccc.cifar_models import CIFAR_ARCHITECTURES, CIFAR_CLASS_COUNTS, CifarArchitecture
@@ -116,6 +115,8 @@ ModelSource = ModelSpec | nn.Module
 
 def torchvision_classification_models() -> list[str]:
     """Names of torchvision's image classification models (``torchvision.models`` namespace)."""
+    import torchvision  # its import costs seconds (torch._dynamo): only for torchvision models
+
     return torchvision.models.list_models(module=torchvision.models)
 
 
@@ -176,6 +177,8 @@ def _build_timm(name: str, weights: str | None) -> tuple[nn.Module, tuple[float,
 
 
 def _torchvision_weights(name: str, weights: str) -> object | None:
+    import torchvision
+
     if weights.lower() == "none":
         return None
     available = torchvision.models.get_model_weights(name)
@@ -292,6 +295,8 @@ def load_model(spec: ModelSpec, device: str | torch.device = "cpu") -> nn.Module
         if weights is not None and weights_path is None and weights.lower() != "none":
             raise ValueError(f"weights for factory model {spec.name!r} must be an existing file, got {weights!r}")
     else:
+        import torchvision
+
         available = torchvision_classification_models()
         if spec.name not in available:
             raise ValueError(f"unknown model {spec.name!r}; torchvision classification models: {', '.join(available)}")

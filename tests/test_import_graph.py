@@ -375,3 +375,18 @@ def test_the_calibration_rendering_engine_does_not_load_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
     )
     assert result.stdout.strip() == "False"
+
+
+def test_an_evaluation_loads_torchvision_only_when_it_uses_it() -> None:
+    """torchvision's import costs seconds (its ops import torch._dynamo): ``tta-eval methods``, a source/BN run
+    and the model loader for factory models never pay it; augmentations and torchvision models import it
+    when used."""
+    code = (
+        "import sys, tta_eval.cli, tta_eval.run, tta_eval.methods, tta_eval.synthetic, ccc.models; "
+        "print('torchvision' in sys.modules)"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
+    )
+    assert result.stdout.strip() == "False"

@@ -31,11 +31,11 @@ import logging
 import platform
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
-import torchvision
 
 import tta_eval
 from ccc.models import resolve_device
@@ -107,7 +107,7 @@ def resolved_config(
         "versions": {
             "tta_eval": tta_eval.__version__,
             "torch": torch.__version__,
-            "torchvision": torchvision.__version__,
+            "torchvision": metadata.version("torchvision"),  # not imported: it costs seconds
             "python": platform.python_version(),
         },
     }

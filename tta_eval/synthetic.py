@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision.transforms.v2.functional as TF
 from torch import nn
 
 from ccc.validation import (
@@ -78,6 +77,8 @@ def class_patterns(num_classes: int, image_size: int, seed: int) -> torch.Tensor
 
 def corrupt(images: torch.Tensor, corruption: str, severity: int, rng: np.random.Generator) -> torch.Tensor:
     """Apply a synthetic corruption of ``severity`` in [1, 5] to images in [0, 1]; result clipped to [0, 1]."""
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
     if corruption == "clean":
         return images
     if corruption == "noise":

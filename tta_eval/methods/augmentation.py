@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torchvision.transforms.v2.functional as TF
-from torchvision.transforms import InterpolationMode
 
 
 def uniform(generator: torch.Generator, low: float, high: float) -> float:
@@ -28,6 +26,9 @@ def augment_batch(
     False, as in ROID/CMF); centre crop back to H×W; horizontal flip with probability ½; Gaussian
     noise (std ``noise_std``); clipping to [0, 1]. All randomness comes from ``generator``.
     """
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+    from torchvision.transforms import InterpolationMode
+
     height, width = images.shape[-2:]
     augmented = images.clamp(0.0, 1.0)
     for operation in torch.randperm(5, generator=generator).tolist():

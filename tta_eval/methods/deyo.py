@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torchvision.transforms.v2.functional as TF
 from torch import nn
 
 from ccc.validation import check_in_range, check_non_negative_int, check_positive_int
@@ -52,6 +51,8 @@ def shuffle_patches(images: torch.Tensor, grid: int, generator: torch.Generator)
     Images whose sides are not multiples of ``grid`` are resized (bilinear, antialiased) to the next
     lower multiples first and back afterwards. Each image gets its own permutation from ``generator``.
     """
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
     count, channels, height, width = images.shape
     if height < grid or width < grid:
         raise ValueError(f"patch_grid must be <= the image height and width, got {grid} for {height}×{width} images")

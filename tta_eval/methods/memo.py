@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-import torchvision.transforms.v2.functional as TF
 from torch import nn
 
 from ccc.validation import check_non_negative, check_non_negative_int, check_positive_int
@@ -162,17 +161,33 @@ def _translate_y(image: torch.Tensor, generator: torch.Generator) -> torch.Tenso
     return pil_affine(image, (1.0, 0.0, 0.0, 0.0, 1.0, shift))
 
 
+def _autocontrast(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
+    return TF.autocontrast(image)
+
+
+def _equalize(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
+    return TF.equalize(image)
+
+
 def _solarize(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
     return TF.solarize(image, 256 - int(_level(generator) * 256 / 10))
 
 
 def _posterize(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
     return TF.posterize(image, 4 - int(_level(generator) * 4 / 10))
 
 
 AUGMIX_OPERATIONS = (
-    lambda image, generator: TF.autocontrast(image),
-    lambda image, generator: TF.equalize(image),
+    _autocontrast,
+    _equalize,
     _rotate,
     _solarize,
     _shear_x,
@@ -185,6 +200,8 @@ AUGMIX_OPERATIONS = (
 
 def augmix_view(image: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One MEMO view of ``image`` (3×H×W float in [0, 1]); same shape, values in [0, 1]."""
+    import torchvision.transforms.v2.functional as TF  # torchvision's import costs seconds: only when used
+
     height, width = image.shape[-2:]
     top, left, crop_height, crop_width = random_resized_crop_box(height, width, generator)
     cropped = TF.resized_crop(image, top, left, crop_height, crop_width, [height, width], antialias=True)
