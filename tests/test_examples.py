@@ -467,9 +467,9 @@ def _run_as_written(script: str, folder: Path) -> subprocess.CompletedProcess[st
 
 @pytest.mark.slow
 def test_affordable_examples_run_as_written(tmp_path: Path) -> None:
-    """The cheap help examples, and docs/generator.md's CCC-next-to-CIN-C sequence (3,000 images of
-    each, two runs of three methods, their comparison), run as a reader pastes them: 4 min on the
-    shared 2-core test machine under a load average of 5–6 from other jobs (9 min under 8–13)."""
+    """The cheap help examples, and docs/generator.md's CCC-next-to-CIN-C sequence (3,000 32×32 images of
+    each, two runs of three methods, their comparison), run as a reader pastes them: about 2 min on two
+    cores."""
     _link_shipped(tmp_path)
     written = "\n".join(example.script for example in epilog_examples())
     for command in CHEAP_HELP_EXAMPLES:
@@ -486,4 +486,4 @@ def test_affordable_examples_run_as_written(tmp_path: Path) -> None:
     result = _run_as_written(sequence.script, tmp_path)
     assert result.returncode == 0, f"{sequence.where}: {result.stderr}"
     table = (tmp_path / "comparison" / "comparison.md").read_text()
-    assert "demo_medium_3000" in table and "demo_cin-c_severity_5_images_200_crop_random_seed_43" in table
+    assert "demo_medium_3000" in table and "demo_cifar_cin-c_severity_5_images_200_crop_whole_seed_43" in table
