@@ -355,26 +355,28 @@ def test_the_corruptions_may_import_the_registry_pattern_and_nothing_else_of_ccc
     assert len(found) == 1 and "ccc.corruptions.noise imports ccc.validation (" in found[0], found
 
 
+def printed_by_a_fresh_interpreter(code: str) -> str:
+    """What ``python -c code`` prints (stripped), run from the repository in a new process: which modules an
+    import loads, unaffected by what this test process has imported."""
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
+    )
+    return result.stdout.strip()
+
+
 def test_importing_the_loader_loads_neither_the_driver_nor_the_demo_world() -> None:
     code = (
         "import sys, ccc.load; print(sorted(name for name in sys.modules "
         "if name in ('ccc.generate', 'ccc.check_run', 'ccc.demo', 'tta_eval')))"
     )
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
-    )
-    assert result.stdout.strip() == "[]"
+    assert printed_by_a_fresh_interpreter(code) == "[]"
 
 
 def test_the_calibration_rendering_engine_does_not_load_torch() -> None:
     """Rendering calibration images runs in CPU workers that need no model: they never pay torch's import."""
     code = "import sys, ccc.calibration.compute.engine; print('torch' in sys.modules)"
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
-    )
-    assert result.stdout.strip() == "False"
+    assert printed_by_a_fresh_interpreter(code) == "False"
 
 
 def test_an_evaluation_loads_torchvision_only_when_it_uses_it() -> None:
@@ -385,8 +387,4 @@ def test_an_evaluation_loads_torchvision_only_when_it_uses_it() -> None:
         "import sys, tta_eval.cli, tta_eval.run, tta_eval.methods, tta_eval.synthetic, ccc.models; "
         "print('torchvision' in sys.modules)"
     )
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True, cwd=REPOSITORY
-    )
-    assert result.stdout.strip() == "False"
+    assert printed_by_a_fresh_interpreter(code) == "False"
