@@ -28,7 +28,8 @@ ETA_ABOVE_TENT = 5.0
 """Points by which ETA, whose filter slows its drift, stays above Tent against BN in the last fifth (measured on
 two CPUs: +1.4 against −27.4, and −34.7 against −55.4; docs/demo.md, "The demonstration run")."""
 RDUMB_LEVEL = 2.0
-"""Points within which RDumb's own accuracy in the last fifth stays of its first (measured: 83.2 → 84.2 %, and 83.3 → 84.3 % on the other CPU);
+"""Points within which RDumb's own accuracy in the last fifth stays of its first (measured: 83.2 → 84.2 %, and
+83.3 → 84.3 % on the other CPU);
 Tent's falls by more (86.5 → 60.8 %, and 86.6 → 32.8 % on the other CPU)."""
 RDUMB_NEAR_BN = -8.0
 """RDumb's gain over BN in the last fifth stays above this (measured: −4.0 and −3.8: a reset costs the few batches
