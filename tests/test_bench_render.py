@@ -7,30 +7,17 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.builders import REPOSITORY, load_script
 
-SCRIPT = REPOSITORY / "scripts" / "bench" / "render.py"
 RATE_KEYS = {"wall", "cpu_time"}
 
 
 def _environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
-
-
-def _bench(*arguments: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *arguments],
-        cwd=REPOSITORY,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _assert_rates(rates: dict) -> None:
@@ -41,14 +28,34 @@ def _assert_rates(rates: dict) -> None:
     assert rates["cpu_time"] > 0 and math.isfinite(rates["wall"]) and rates["wall"] != 0
 
 
-def test_render_part_writes_every_case_batch_size_and_path(tmp_path: Path) -> None:
-    output = tmp_path / "render.json"
-    result = _bench(
-        "--corruptions", "gaussian_noise,contrast", "--images", "4", "--cpu-images", "2", "--batch-sizes", "2,4",
-        "--json", str(output),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    written = json.loads(output.read_text())
+@pytest.fixture(scope="module")
+def gpu_check_quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of one ``gpu_check.sh --quick`` run (every part on the CPU, tiny sizes), its exit status checked."""
+    folder = tmp_path_factory.mktemp("gpu_check")
+    result = subprocess.run(
+        ["bash", str(REPOSITORY / "scripts" / "bench" / "gpu_check.sh"), "--quick", str(folder)],
+        cwd=REPOSITORY,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, (folder / "log.txt").read_text()[-2000:]
+    return folder
+
+
+def _part_output(log: str, part: str) -> list[str]:
+    """The lines a part of ``gpu_check.sh`` printed, from its ``log.txt``."""
+    lines = log.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith(f"== {part}: "))
+    end = next(k for k in range(start + 1, len(lines)) if lines[k].startswith(f"== {part}: done"))
+    return lines[start + 1 : end]
+
+
+@pytest.mark.slow
+def test_render_part_writes_every_case_batch_size_and_path(gpu_check_quick: Path) -> None:
+    # gpu_check.sh's "corruptions" part: render.py --part render on the CPU, two corruptions, batches of 2 and 4
+    written = json.loads((gpu_check_quick / "corruptions.json").read_text())
     assert written["settings"]["batch_sizes"] == [2, 4]
     assert written["settings"]["clock"] == "cpu"
     render = written["render"]
@@ -70,7 +77,8 @@ def test_render_part_writes_every_case_batch_size_and_path(tmp_path: Path) -> No
             assert set(batch) == {"without_jpeg", "jpeg_only", "with_jpeg"}
             for rates in batch.values():
                 _assert_rates(rates)
-    table_rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    printed = _part_output((gpu_check_quick / "log.txt").read_text(), "corruptions")
+    table_rows = [line for line in printed if line.startswith("| ")]
     assert [row.split(" | ")[0] for row in table_rows[1:]] == [
         "| medium mix",
         "| crop only",
@@ -103,28 +111,19 @@ def test_a_usage_mistake_is_one_line(
 
 
 @pytest.mark.slow
-def test_gpu_check_quick_runs_every_part_on_the_cpu(tmp_path: Path) -> None:
-    result = subprocess.run(
-        ["bash", str(REPOSITORY / "scripts" / "bench" / "gpu_check.sh"), "--quick", str(tmp_path)],
-        cwd=REPOSITORY,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, (tmp_path / "log.txt").read_text()[-2000:]
-    check = json.loads((tmp_path / "check.json").read_text())
+def test_gpu_check_quick_runs_every_part_on_the_cpu(gpu_check_quick: Path) -> None:
+    check = json.loads((gpu_check_quick / "check.json").read_text())
     for precision in ("float64", "float32"):
         rows = check["cases"][precision]
         assert set(rows) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
         # on the CPU the device is the CPU: same bytes, and the same bytes run to run
         assert all(row["status"] == "ok" and row["deterministic"] for row in rows.values())
         assert all(row["max_levels"] == row["before_jpeg"]["max_levels"] == 0 for row in rows.values())
-    mix = json.loads((tmp_path / "mix.json").read_text())
+    mix = json.loads((gpu_check_quick / "mix.json").read_text())
     assert set(mix["render"]["torch_path"]) == {"medium mix", "crop only"} and not mix["render"]["torch_path_errors"]
-    each = json.loads((tmp_path / "corruptions.json").read_text())
+    each = json.loads((gpu_check_quick / "corruptions.json").read_text())
     assert set(each["render"]["torch_path"]) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
-    tta = json.loads((tmp_path / "tta.json").read_text())["tta"]
+    tta = json.loads((gpu_check_quick / "tta.json").read_text())["tta"]
     assert [(run["stream"], run["method"], run["precision"]) for run in tta["runs"]] == [
         ("shards", "source", "fp32"),
         ("device", "source", "fp32"),
@@ -132,15 +131,15 @@ def test_gpu_check_quick_runs_every_part_on_the_cpu(tmp_path: Path) -> None:
     ]
     assert all(run["seconds_whole_run"] > 0 for run in tta["runs"])
     assert set(tta["ratios"]) == {"device / shards, source fp32", "device_fast / shards, source fp32"}
-    mix32 = json.loads((tmp_path / "mix_float32.json").read_text())
+    mix32 = json.loads((gpu_check_quick / "mix_float32.json").read_text())
     assert mix32["settings"]["render_precision"] == "float32"
-    profile = json.loads((tmp_path / "profile.json").read_text())
+    profile = json.loads((gpu_check_quick / "profile.json").read_text())
     assert {"crop", "jpeg", "rest"} <= set(profile["steps"]) and len(profile["profiled_batch"]["top"]) == 5
     assert 0 < profile["profiled_batch"]["device_busy_ms"]
-    feed = json.loads((tmp_path / "feed.json").read_text())
+    feed = json.loads((gpu_check_quick / "feed.json").read_text())
     assert {"per_core", "workers_needed"} <= set(feed)
-    log = (tmp_path / "log.txt").read_text()
+    log = (gpu_check_quick / "log.txt").read_text()
     assert [line.split(":")[0] for line in log.splitlines() if line.startswith("== ") and "done in" in line] == [
         f"== {part}" for part in ("check", "mix", "mix_float32", "profile", "tta", "corruptions", "feed")
     ]
-    assert len(list(tmp_path.iterdir())) <= 8  # what a device lease returns
+    assert len(list(gpu_check_quick.iterdir())) <= 8  # what a device lease returns

@@ -42,7 +42,7 @@ if ((quick)); then
     check=(--device cpu --batch 2 --corruptions gaussian_noise,contrast)
     mix=(--device cpu --corruptions none --batch-sizes 2,4 --images 4 --cpu-images 2 --repeats 1)
     mix32=(--device cpu --corruptions none --batch-sizes 4 --images 4 --cpu-images 0 --repeats 1)
-    each=(--device cpu --corruptions gaussian_noise,contrast --batch-sizes 4 --images 4 --cpu-images 2 --repeats 1)
+    each=(--device cpu --corruptions gaussian_noise,contrast --batch-sizes 2,4 --images 4 --cpu-images 2 --repeats 1)
     profile=(--device cpu --batch 4 --repeats 1 --top 5)
     tta=(--device cpu --model demo --method source --precision fp32 --tta-streams shards,device,device_fast
          --tta-samples 64 --tta-warmup 0 --num-workers 1)
