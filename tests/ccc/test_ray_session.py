@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from ccc.cli.calibrate import main as calibrate_main
+from ccc.cli.generate import main as generate_main
 from ccc.execution import RayUnavailableError, connect_timeout_seconds, probe_ray_address
 from tests.builders import REPOSITORY, make_calibration_table, make_image_folder, make_texture_folder
+from tta_eval.cli import main as evaluate_main
 
 
 def closed_port() -> int:
@@ -54,27 +57,32 @@ def test_probe_names_a_dead_address_and_honours_the_timeout(monkeypatch: pytest.
         connect_timeout_seconds()
 
 
-def run_command(module: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
-    return subprocess.run(
-        [sys.executable, "-m", module, *arguments], capture_output=True, text=True, timeout=120, env=env
-    )
+COMMANDS = {"ccc-generate": generate_main, "ccc-calibrate": calibrate_main, "tta-eval": evaluate_main}
+
+
+def run_command(capsys: pytest.CaptureFixture[str], program: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``program`` run with ``arguments`` in this process, as its console script calls it: exit code and output.
+    (The console scripts' own one-line errors, as programs, are in tests/ccc/cli/test_common.py.)"""
+    capsys.readouterr()
+    code = COMMANDS[program](list(arguments))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess([program, *arguments], code, captured.out, captured.err)
 
 
 def generate_and_calibrate(
-    tmp_path: Path, *options: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, *options: str
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     """ccc-generate and ccc-calibrate compute on tiny inputs, each given ``options`` (e.g. a Ray address)."""
     table = tmp_path / "table.npz"
     make_calibration_table().save(table)
     images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
     generate = run_command(
-        "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
+        capsys, "ccc-generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
         "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), *options, "--no-progress",
     )  # fmt: skip
     textures = make_texture_folder(tmp_path / "textures", images_per_class=1)
     calibrate = run_command(
-        "ccc.cli.calibrate", "compute", "--imagenet", str(textures),
+        capsys, "ccc-calibrate", "compute", "--imagenet", str(textures),
         "--model", "tests.builders:tiny_texture_classifier", "--out", str(tmp_path / "t.npz"),
         "--corruptions", "gaussian_noise,contrast", "--images", "2", "--resize", "36", "--crop", "32", *options,
         "--no-progress",
@@ -82,10 +90,10 @@ def generate_and_calibrate(
     return generate, calibrate
 
 
-def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None:
+def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("ray")
     address = f"127.0.0.1:{closed_port()}"
-    generate, calibrate = generate_and_calibrate(tmp_path, "--ray-address", address)
+    generate, calibrate = generate_and_calibrate(capsys, tmp_path, "--ray-address", address)
     for result in (generate, calibrate):
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
@@ -96,7 +104,9 @@ def test_a_dead_ray_address_is_one_line_in_both_commands(tmp_path: Path) -> None
         ), result.stderr
 
 
-def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> None:
+def test_an_address_that_accepts_but_is_not_ray_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("ray")
     with socket.socket() as silent:  # the kernel accepts connections to it; nothing ever answers
         silent.bind(("127.0.0.1", 0))
@@ -105,13 +115,12 @@ def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> N
         table = tmp_path / "table.npz"
         make_calibration_table().save(table)
         images = make_image_folder(tmp_path / "val", images_per_class=2, size=(64, 48))
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("CCC_RAY_CONNECT_TIMEOUT", "2")
-            result = run_command(
-                "ccc.cli.generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
-                "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), "--ray-address", address,
-                "--no-progress",
-            )  # fmt: skip
+        monkeypatch.setenv("CCC_RAY_CONNECT_TIMEOUT", "2")
+        result = run_command(
+            capsys, "ccc-generate", "--calibration", str(table), "--imagenet", str(images), "--difficulty", "medium",
+            "--speed", "2", "--num-images", "4", "--out", str(tmp_path / "out"), "--ray-address", address,
+            "--no-progress",
+        )  # fmt: skip
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"cannot reach the Ray cluster at {address}" in lines[0], result.stderr
@@ -120,14 +129,16 @@ def test_an_address_that_accepts_but_is_not_ray_is_one_line(tmp_path: Path) -> N
     )
 
 
-def test_more_workers_than_this_machine_has_is_one_line_in_every_command(tmp_path: Path) -> None:
+def test_more_workers_than_this_machine_has_is_one_line_in_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--workers 10^9 once started Ray with 10^9 CPUs (and ignored SIGTERM): one shared bound now,
     checked before Ray starts."""
     pytest.importorskip("ray")
     workers = "1000000000"
-    generate, calibrate = generate_and_calibrate(tmp_path, "--workers", workers)
+    generate, calibrate = generate_and_calibrate(capsys, tmp_path, "--workers", workers)
     evaluate = run_command(
-        "tta_eval.cli", "run", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8",
+        capsys, "tta-eval", "run", "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8",
         "--model", "tta_eval.synthetic:tiny_bn_cnn", "--method", "bn",
         "--stream", "synthetic:num_batches=2,batch_size=4,image_size=8,seed=1", "--out", str(tmp_path / "results"),
         "--workers", workers, "--no-progress",
