@@ -65,6 +65,7 @@ from ccc.shards.manifest import (
 from ccc.shards.record import SHARD_FILE, TEMPORARY_SUFFIX, shard_name
 from ccc.shards.writer import ShardWriter
 from ccc.stream.plan import StreamPlan, plan_hash, plan_sample
+from ccc.stream.spec import StreamSpec
 from ccc.validation import check_positive_int
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "check_render_device",
     "render_chunk",
     "render_chunk_torch",
+    "task_count",
 ]
 
 logger = logging.getLogger(__name__)
@@ -405,6 +407,15 @@ def _prepare_folder(
             previous = (*previous, existing.library_versions)
     verified = _verified_shards(run_dir, existing)
     return dataclasses.replace(verified, library_versions=versions, previous_library_versions=previous)
+
+
+def task_count(spec: StreamSpec, rendering: TorchRendering | None = None) -> int:
+    """Executor tasks :func:`generate_stream` submits for the whole stream ``spec`` at its default chunk size
+    (:data:`DEFAULT_SAMPLES_PER_TASK` samples on the CPU path, one batch of ``rendering``): ≥ 1, as a
+    task never crosses a shard. More workers than this would wait."""
+    chunk_size = DEFAULT_SAMPLES_PER_TASK if rendering is None else rendering.batch_size
+    full_shards, last_shard = divmod(spec.num_images, spec.shard_size)
+    return full_shards * -(-spec.shard_size // chunk_size) + -(-last_shard // chunk_size)
 
 
 def _chunks(sample_range: range, chunk_size: int) -> list[tuple[int, int]]:

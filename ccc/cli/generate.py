@@ -40,12 +40,14 @@ from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHA
 from ccc.execution import RayUnavailableError, open_executor
 from ccc.generate import (
     DEFAULT_RENDER_BATCH_SIZE,
+    DEFAULT_SAMPLES_PER_TASK,
     OutputFolderError,
     RenderDeviceError,
     TorchRendering,
     check_render_device,
     expected_shard_names,
     generate_stream,
+    task_count,
 )
 from ccc.render import DEFAULT_RENDER_PRECISION, RENDER_PRECISIONS, SourceImageMismatchError
 from ccc.shards.manifest import ManifestError
@@ -284,8 +286,9 @@ def _add_execution_options(group: argparse._ArgumentGroup) -> None:
         "--workers",
         type=integer_at_least(1),
         metavar="N",
-        help="local Ray workers (default: all CPUs; with --render-device cuda one per GPU); 1 renders in this "
-        "process without Ray",
+        help="local Ray workers (default: all CPUs, with --render-device cuda one per GPU, and no more than the "
+        f"stream's tasks of {DEFAULT_SAMPLES_PER_TASK} samples or one render batch); 1 renders in this process "
+        "without Ray",
     )
     group.add_argument(
         "--render-device",
@@ -389,13 +392,16 @@ def _describe_rendering(rendering: TorchRendering | None) -> str:
     return f"renderer: {rendering.describe()}"
 
 
-def _default_workers(rendering: TorchRendering | None) -> int:
-    """``--workers`` when not given: one per GPU for the torch renderer on CUDA, else one per CPU."""
+def _default_workers(plan: StreamPlan, rendering: TorchRendering | None) -> int:
+    """``--workers`` when not given: one per GPU for the torch renderer on CUDA, else one per CPU, and no more
+    than the stream's tasks (a stream of one task renders in this process, without starting Ray)."""
     if rendering is not None and rendering.device_type == "cuda":
         import torch
 
-        return max(1, torch.cuda.device_count())
-    return os.cpu_count() or 1
+        workers = max(1, torch.cuda.device_count())
+    else:
+        workers = os.cpu_count() or 1
+    return min(workers, task_count(plan.spec, rendering))
 
 
 TORCH_RUN_SUFFIX = "_torch"
@@ -490,7 +496,7 @@ def _render(
         f"{PROGRAM}: {count(len(sources), 'source image')}, {count(spec.num_shards, 'shard')} "
         f"({expected_shard_names(plan)[0]} …) in {run_dir}{renderer}"
     )
-    workers = arguments.workers or _default_workers(rendering)
+    workers = arguments.workers or _default_workers(plan, rendering)
     serial = arguments.ray_address is None and workers == 1
     with open_executor(workers, arguments.ray_address, serial=serial) as executor:
         summary = generate_stream(

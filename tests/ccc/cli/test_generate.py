@@ -420,6 +420,32 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(
     assert "plan hash matches" in capsys.readouterr().out
 
 
+def test_the_default_workers_are_no_more_than_the_streams_tasks(
+    inputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``--workers``: one per CPU, but a stream of one task (≤ 25 samples per shard) renders in the
+    process without starting Ray."""
+    import ccc.cli.generate as command
+
+    opened = []
+
+    class Opened(Exception):
+        """Raised where the executor would start: what it was asked for is recorded, nothing is rendered."""
+
+    def recording_open_executor(workers, address, serial):  # type: ignore[no-untyped-def]
+        opened.append((workers, serial))
+        raise Opened
+
+    monkeypatch.setattr(command, "open_executor", recording_open_executor)
+    monkeypatch.setattr(command.os, "cpu_count", lambda: 16)
+    for images, shard_size, expected in ((20, 100, 1), (60, 100, 3), (60, 20, 3), (1000, 1000, 16)):
+        given = arguments(inputs, tmp_path, "--num-images", str(images), "--shard-size", str(shard_size))
+        del given[given.index("--workers") : given.index("--workers") + 2]
+        with pytest.raises(Opened):
+            main(given)
+        assert opened[-1] == (expected, expected == 1), (images, shard_size)
+
+
 def test_run_folders_are_named_by_what_makes_streams_differ(tmp_path: Path, capsys, monkeypatch) -> None:
     """The README's 224×224 demo stream keeps its name; a shorter stream or the torch renderer's bytes get their
     own run folder (and results), so that neither collides with it."""
