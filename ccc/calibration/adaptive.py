@@ -447,12 +447,18 @@ def control_variate_grid(
         measured = list(blocks)
         weights = sizes[measured]
         rate = np.asarray(values, dtype=np.float64) / weights
-        cells.append((i, j, weights, rate, predicted[measured], float(np.dot(sizes, predicted)) / total_images))
+        control_rate = predicted[measured]
+        images = weights.sum()
+        # np.average's arithmetic (the weighted sum over the weights' sum), without its per-call checks
+        mean_rate, mean_control = (rate * weights).sum() / images, (control_rate * weights).sum() / images
+        cells.append(
+            (i, j, weights, rate, control_rate, mean_rate, mean_control, float(np.dot(sizes, predicted)) / total_images)
+        )
     covariance = variance = spread = 0.0
-    for _, _, weights, rate, control_rate, _ in cells:
+    for _, _, weights, rate, control_rate, mean_rate, mean_control, _ in cells:
         if control and len(rate) >= 2:
-            centred_rate = rate - np.average(rate, weights=weights)
-            centred_control = control_rate - np.average(control_rate, weights=weights)
+            centred_rate = rate - mean_rate
+            centred_control = control_rate - mean_control
             covariance += float(np.sum(weights * centred_rate * centred_control))
             variance += float(np.sum(weights * centred_control**2))
             spread += float(np.sum(weights * centred_rate**2))
@@ -460,11 +466,9 @@ def control_variate_grid(
     residual_share = 1.0
     if spread > 0:
         residual_share = min(1.0, max(_SMALLEST_RESIDUAL_SHARE, (spread - slope * covariance) / spread))
-    for i, j, weights, rate, control_rate, control_mean in cells:
+    for i, j, weights, _, _, mean_rate, mean_control, control_mean in cells:
         images = float(weights.sum())
-        adjusted = np.average(rate, weights=weights) - slope * (
-            np.average(control_rate, weights=weights) - control_mean
-        )
+        adjusted = mean_rate - slope * (mean_control - control_mean)
         counts[i, j] = adjusted * images
         factor[i, j] = residual_share * max(0.0, 1.0 - images / total_images)
     return counts, factor
