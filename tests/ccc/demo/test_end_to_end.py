@@ -1,6 +1,6 @@
 """The whole pipeline on the demo world, as a newcomer runs it: calibrate → generate → verify → load → tta-eval.
 
-Small scale (two corruptions, 32 calibration images, a 400-image stream in two shards rendered by
+Small scale (two corruptions, 8 calibration images, a 400-image stream in two shards rendered by
 two Ray workers) so that CI runs it; marked slow.
 """
 
@@ -23,6 +23,7 @@ from tta_eval.cli import main as tta_main
 
 CORRUPTIONS = ("contrast", "gaussian_noise")
 STREAM_IMAGES = 400
+CALIBRATION_IMAGES = 8
 SHARD_SIZE = 200
 CROP_ALLOWANCE = 10.0
 """Points by which the stream's random-resized crops may lower accuracy below the calibrated
@@ -46,7 +47,7 @@ def test_demo_world_end_to_end(
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     table_path = tmp_path / "demo_small.npz"
     assert calibrate_main([
-        "compute", "--demo", "--corruptions", ",".join(CORRUPTIONS), "--images", "32", "--adaptive",
+        "compute", "--demo", "--corruptions", ",".join(CORRUPTIONS), "--images", str(CALIBRATION_IMAGES), "--adaptive",
         "--workers", "0", "--out", str(table_path), "--no-progress",
     ]) == 0  # fmt: skip
     table = CalibrationTable.load(table_path)
@@ -87,9 +88,10 @@ def test_demo_world_end_to_end(
     assert len(calibrated) == STREAM_IMAGES
     realised = 100.0 * correct / STREAM_IMAGES
     target = sum(calibrated) / len(calibrated)
-    # Binomial noise of the stream (400 images) and of the calibration cells (≥ 32 images, or a
+    # Binomial noise of the stream (400 images) and of the calibration cells (≥ 8 images, or a
     # prediction from neighbours), four standard errors each, plus the crop allowance below.
-    noise = 4 * math.sqrt(target * (100 - target) / STREAM_IMAGES) + 4 * math.sqrt(target * (100 - target) / 32)
+    spread = target * (100 - target)
+    noise = 4 * math.sqrt(spread / STREAM_IMAGES) + 4 * math.sqrt(spread / CALIBRATION_IMAGES)
     assert target - CROP_ALLOWANCE - noise <= realised <= target + noise, (realised, target, noise)
 
     results = tmp_path / "results"
