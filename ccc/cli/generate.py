@@ -34,7 +34,7 @@ from ccc.cli.common import (
     run_command,
 )
 from ccc.cli.generate_definition import StreamDefinition, definition_from_arguments
-from ccc.corruptions import list_corruption_sets
+from ccc.corruptions import get_corruption_set, list_corruption_sets
 from ccc.demo import count_source_images, world_run_name
 from ccc.demo.demonstration import DEMO_DOMAIN_IMAGES, DEMO_NUM_IMAGES, DEMO_SHARD_BYTES_PER_IMAGE, DEMO_SPEED
 from ccc.execution import RayUnavailableError, open_executor
@@ -82,6 +82,12 @@ _NO_IMAGES_CHECKSUM = "0" * 64
 """Stands for the image folder's checksum in a dry run of a cin-c or gradual stream (no folder is read)."""
 SHARD_BYTES_PER_IMAGE = 32_300
 """Shard bytes per sample (224×224 JPEG at quality 85 plus tar members), measured on a 6,000-image demo stream."""
+
+LOCAL_RAY_MIN_PIXELS = 100_000_000
+"""Output pixels (images × the corruption set's image area) from which ``ccc-generate`` starts a local Ray
+cluster when ``--workers`` is not given: about 2,000 images at 224×224 or 98,000 at 32×32. Starting and
+stopping the cluster costs about 5 s, more than two workers save on a smaller stream (measured on two cores,
+BENCHMARKS.md "Stream rendering")."""
 
 
 def _percent(text: str) -> float:
@@ -287,8 +293,9 @@ def _add_execution_options(group: argparse._ArgumentGroup) -> None:
         type=integer_at_least(1),
         metavar="N",
         help="local Ray workers (default: all CPUs, with --render-device cuda one per GPU, and no more than the "
-        f"stream's tasks of {DEFAULT_SAMPLES_PER_TASK} samples or one render batch); 1 renders in this process "
-        "without Ray",
+        f"stream's tasks of {DEFAULT_SAMPLES_PER_TASK} samples or one render batch; 1 for a stream of fewer than "
+        f"{LOCAL_RAY_MIN_PIXELS / 1e6:,.0f} million output pixels, e.g. 2,000 images at 224×224, where starting Ray "
+        "costs more than it saves); 1 renders in this process without Ray",
     )
     group.add_argument(
         "--render-device",
@@ -393,15 +400,19 @@ def _describe_rendering(rendering: TorchRendering | None) -> str:
 
 
 def _default_workers(plan: StreamPlan, rendering: TorchRendering | None) -> int:
-    """``--workers`` when not given: one per GPU for the torch renderer on CUDA, else one per CPU, and no more
-    than the stream's tasks (a stream of one task renders in this process, without starting Ray)."""
+    """``--workers`` when not given: 1 (this process, no Ray) for a stream of fewer than
+    :data:`LOCAL_RAY_MIN_PIXELS` output pixels; else one per GPU for the torch renderer on CUDA or one per CPU,
+    and no more than the stream's tasks."""
+    spec = plan.spec
+    if spec.num_images * get_corruption_set(spec.corruption_set).image_size ** 2 < LOCAL_RAY_MIN_PIXELS:
+        return 1
     if rendering is not None and rendering.device_type == "cuda":
         import torch
 
         workers = max(1, torch.cuda.device_count())
     else:
         workers = os.cpu_count() or 1
-    return min(workers, task_count(plan.spec, rendering))
+    return min(workers, task_count(spec, rendering))
 
 
 TORCH_RUN_SUFFIX = "_torch"

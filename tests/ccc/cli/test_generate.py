@@ -420,11 +420,12 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(
     assert "plan hash matches" in capsys.readouterr().out
 
 
-def test_the_default_workers_are_no_more_than_the_streams_tasks(
+def test_the_default_workers_fit_the_streams_size(
     inputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without ``--workers``: one per CPU, but a stream of one task (≤ 25 samples per shard) renders in the
-    process without starting Ray."""
+    """Without ``--workers``: a stream of fewer than 100 million output pixels (2,000 images at 224×224) renders
+    in the process without starting Ray; a longer one on one worker per CPU, but no more than its tasks of 25
+    samples."""
     import ccc.cli.generate as command
 
     opened = []
@@ -437,8 +438,8 @@ def test_the_default_workers_are_no_more_than_the_streams_tasks(
         raise Opened
 
     monkeypatch.setattr(command, "open_executor", recording_open_executor)
-    monkeypatch.setattr(command.os, "cpu_count", lambda: 16)
-    for images, shard_size, expected in ((20, 100, 1), (60, 100, 3), (60, 20, 3), (1000, 1000, 16)):
+    monkeypatch.setattr(command.os, "cpu_count", lambda: 128)
+    for images, shard_size, expected in ((20, 100, 1), (1992, 2000, 1), (2000, 2000, 80), (6000, 3000, 128)):
         given = arguments(inputs, tmp_path, "--num-images", str(images), "--shard-size", str(shard_size))
         del given[given.index("--workers") : given.index("--workers") + 2]
         with pytest.raises(Opened):
