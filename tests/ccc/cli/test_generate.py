@@ -420,9 +420,7 @@ def test_workers_two_from_the_command_line_gives_the_serial_shards(
     assert "plan hash matches" in capsys.readouterr().out
 
 
-def test_the_default_workers_fit_the_streams_size(
-    inputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_default_workers_fit_the_streams_size(inputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without ``--workers``: a stream of fewer than 100 million output pixels (2,000 images at 224×224) renders
     in the process without starting Ray; a longer one on one worker per CPU, but no more than its tasks of 25
     samples."""
