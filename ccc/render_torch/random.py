@@ -170,22 +170,34 @@ class SampleRandom:
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def _words(self, shape: tuple[int, ...]) -> Tensor:
-        """The next draw's 64-bit words, int64 (B, *shape)."""
-        draw = self._draws[0]
-        self._draws[0] += 1
-        keys = _mix(self._sample_keys + _signed((draw + 1) * _GOLDEN))
+    def _words(self, shape: tuple[int, ...], draws: int = 1) -> Tensor:
+        """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
+        them gives the words a lone draw at its number would (splitmix64 is elementwise)."""
+        first = self._draws[0]
+        self._draws[0] += draws
+        if draws == 1:
+            keys = _mix(self._sample_keys[:, None] + _signed((first + 1) * _GOLDEN))
+        else:  # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
+            numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
+            keys = _mix(self._sample_keys[:, None] + numbers * _GOLDEN)
         count = math.prod(shape)
         positions = torch.arange(1, count + 1, dtype=torch.int64, device=self.device) * _GOLDEN
-        return _mix(keys[:, None] + positions[None, :]).reshape(len(self), *shape)
+        return _mix(keys[:, :, None] + positions[None, None, :]).reshape(len(self), draws, *shape)
 
     def uniform(self, *shape: int) -> Tensor:
         """float32 (B, *shape), uniform on [0, 1) in steps of 2**-24."""
-        return _shift_right(self._words(shape), 64 - _UNIFORM_BITS).to(torch.float32) * _UNIFORM_SCALE
+        return self.uniform_draws(1, *shape)[:, 0]
+
+    def uniform_draws(self, draws: int, *shape: int) -> Tensor:
+        """float32 (B, draws, *shape): ``draws`` consecutive :meth:`uniform` draws of ``shape`` in one computation
+        (their values, and the draw counter afterwards, are those of ``draws`` calls; a GPU launches one set of
+        kernels instead of one per draw)."""
+        words = self._words(shape, draws)
+        return _shift_right(words, 64 - _UNIFORM_BITS).to(torch.float32) * _UNIFORM_SCALE
 
     def normal(self, *shape: int) -> Tensor:
         """float32 (B, *shape), standard normal (Box–Muller)."""
-        words = self._words(shape)
+        words = self._words(shape)[:, 0]
         radius_uniform = (_shift_right(words, 64 - _UNIFORM_BITS) + 1).to(self.dtype) * _UNIFORM_SCALE
         angle_uniform = (_shift_right(words, 64 - 2 * _UNIFORM_BITS) & ((1 << _UNIFORM_BITS) - 1)).to(self.dtype)
         radius = torch.sqrt(-2.0 * torch.log(radius_uniform))
@@ -196,7 +208,7 @@ class SampleRandom:
         span = high - low
         if not 0 < span < 1 << 31:
             raise ValueError(f"integers needs 0 < high - low < 2**31, got low={low}, high={high}")
-        top = _shift_right(self._words(shape), 32)
+        top = _shift_right(self._words(shape)[:, 0], 32)
         return low + _shift_right(top * span, 32)
 
     def poisson(self, rates: Tensor, index: Tensor) -> Tensor:
@@ -224,7 +236,7 @@ class SampleRandom:
             )
         if index.shape[:1] != self.seeds.shape:
             raise ValueError(f"index must have the batch size {len(self)} first, got shape {tuple(index.shape)}")
-        uniform = _shift_right(self._words(tuple(index.shape[1:])), 64 - _POISSON_BITS)
+        uniform = _shift_right(self._words(tuple(index.shape[1:]))[:, 0], 64 - _POISSON_BITS)
         host_rates = rates.to(torch.float64).reshape(-1)
         host_lengths, total = _poisson_layout(host_rates)
         packed = torch.cat([host_rates.view(torch.int64), host_lengths]).to(self.device, non_blocking=True)

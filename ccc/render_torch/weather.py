@@ -193,23 +193,24 @@ def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Ten
     decay = wibble_decay[:, None, None]
     step = size
 
-    def perturbed_mean(total: Tensor) -> Tensor:
-        draws = random.uniform(*total.shape[1:]).to(dtype)
-        return total / 4 + wibble * (-wibble + (wibble - -wibble) * draws)
+    def perturbed_mean(total: Tensor, draws: Tensor) -> Tensor:
+        return total / 4 + wibble * (-wibble + (wibble - -wibble) * draws.to(dtype))
 
     while step >= 2:
         half = step // 2
+        # the level's three draws (square centres, diamonds on corner rows, diamonds between) in one computation
+        square_draws, row_draws, column_draws = random.uniform_draws(3, size // step, size // step).unbind(1)
         corners = height_map[:, 0:size:step, 0:size:step]
         square_total = corners + torch.roll(corners, -1, 1)
         square_total = square_total + torch.roll(square_total, -1, 2)
-        height_map[:, half:size:step, half:size:step] = perturbed_mean(square_total)
+        height_map[:, half:size:step, half:size:step] = perturbed_mean(square_total, square_draws)
 
         centres = height_map[:, half:size:step, half:size:step]
         corners = height_map[:, 0:size:step, 0:size:step]
         row_total = (centres + torch.roll(centres, 1, 1)) + (corners + torch.roll(corners, -1, 2))
-        height_map[:, 0:size:step, half:size:step] = perturbed_mean(row_total)
+        height_map[:, 0:size:step, half:size:step] = perturbed_mean(row_total, row_draws)
         column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
-        height_map[:, half:size:step, 0:size:step] = perturbed_mean(column_total)
+        height_map[:, half:size:step, 0:size:step] = perturbed_mean(column_total, column_draws)
         step //= 2
         wibble = wibble / decay
 

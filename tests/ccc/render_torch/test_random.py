@@ -36,6 +36,19 @@ def test_uniform_words_equal_an_unsigned_python_reimplementation():
             assert values[row].flatten()[element].item() == expected
 
 
+def test_consecutive_draws_in_one_computation_equal_the_draws_one_by_one():
+    seeds = torch.tensor([3, 2**63 - 1, 10**15])
+    one_by_one, at_once = SampleRandom(seeds, stage=1), SampleRandom(seeds, stage=1)
+    one_by_one.uniform(2)
+    at_once.uniform(2)
+    expected = torch.stack([one_by_one.uniform(4, 3) for _ in range(5)], dim=1)
+    assert torch.equal(at_once.uniform_draws(5, 4, 3), expected)
+    assert torch.equal(at_once.normal(6), one_by_one.normal(6))  # the counter moved on by five draws
+    assert (at_once.uniform_draws(2, 7)[:, 1].flatten()[4] * 2**24).item() == _word_reference(
+        seeds[0].item(), 1, 8, 4
+    ) >> 40
+
+
 def test_integers_equal_the_multiply_shift_of_the_reference_word():
     values = SampleRandom(torch.tensor([99, 2**62])).integers(-3, 1000, 6)
     for row, seed in enumerate([99, 2**62]):
