@@ -189,28 +189,26 @@ def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Ten
     """
     batch, dtype = wibble_decay.shape[0], wibble_decay.dtype
     height_map = torch.zeros((batch, size, size), dtype=dtype, device=wibble_decay.device)
-    wibble = torch.full((batch, 1, 1), 100.0, dtype=dtype, device=wibble_decay.device)
-    decay = wibble_decay[:, None, None]
+    wibble = torch.full((batch, 1, 1, 1), 100.0, dtype=dtype, device=wibble_decay.device)
+    decay = wibble_decay[:, None, None, None]
     step = size
-
-    def perturbed_mean(total: Tensor, draws: Tensor) -> Tensor:
-        return total / 4 + wibble * (-wibble + (wibble - -wibble) * draws.to(dtype))
-
     while step >= 2:
         half = step // 2
-        # the level's three draws (square centres, diamonds on corner rows, diamonds between) in one computation
-        square_draws, row_draws, column_draws = random.uniform_draws(3, size // step, size // step).unbind(1)
+        # the level's three perturbations (square centres, diamonds on corner rows, diamonds between) at once:
+        # the reference's wibble · uniform(−wibble, wibble) per point, elementwise the same arithmetic
+        draws = random.uniform_draws(3, size // step, size // step).to(dtype)
+        square, row, column = (wibble * (-wibble + (wibble - -wibble) * draws)).unbind(1)
         corners = height_map[:, 0:size:step, 0:size:step]
         square_total = corners + torch.roll(corners, -1, 1)
         square_total = square_total + torch.roll(square_total, -1, 2)
-        height_map[:, half:size:step, half:size:step] = perturbed_mean(square_total, square_draws)
+        height_map[:, half:size:step, half:size:step] = square_total / 4 + square
 
         centres = height_map[:, half:size:step, half:size:step]
         corners = height_map[:, 0:size:step, 0:size:step]
         row_total = (centres + torch.roll(centres, 1, 1)) + (corners + torch.roll(corners, -1, 2))
-        height_map[:, 0:size:step, half:size:step] = perturbed_mean(row_total, row_draws)
+        height_map[:, 0:size:step, half:size:step] = row_total / 4 + row
         column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
-        height_map[:, half:size:step, 0:size:step] = perturbed_mean(column_total, column_draws)
+        height_map[:, half:size:step, 0:size:step] = column_total / 4 + column
         step //= 2
         wibble = wibble / decay
 
