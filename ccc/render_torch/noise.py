@@ -59,12 +59,11 @@ def impulse_noise(
 
     Each value is replaced with probability ``a`` (0.03..0.27), by 1 or 0 with probability 1/2 each.
     images: float32 (B, 3, H, W) in [0, 1]; severities: float64 (B,) in (0, 5]; returns float32
-    (B, 3, H, W). Two uniform draws of shape (3, H, W): replaced, salt.
+    (B, 3, H, W). Two uniform draws of shape (3, H, W), in one computation: replaced, salt.
     """
     amount = _per_sample("impulse_noise", severities, images)
-    replaced = random.uniform(*images.shape[1:]) <= amount
-    salt = random.uniform(*images.shape[1:]) <= 0.5
-    return torch.where(replaced, salt.to(images.dtype), images)
+    replace_draws, salt_draws = random.uniform_draws(2, *images.shape[1:]).unbind(1)
+    return torch.where(replace_draws <= amount, (salt_draws <= 0.5).to(images.dtype), images)
 
 
 def speckle_noise(
