@@ -48,14 +48,13 @@ def node_arguments() -> list[str]:
 def stop_node(process: subprocess.Popen) -> None:
     """Stop a ``ray start --block`` node: SIGTERM its process group, then SIGKILL what is left.
 
-    (A head node whose last worker node is gone waits 5 s or more "draining" before it exits on SIGTERM; 1 s
-    of grace lets the second node exit on its own, and the head is then killed: the cluster's temporary
-    folder is removed afterwards, and no process or shared-memory file is left.)
+    (A head node whose last worker node is gone can wait up to 30 s "draining"; 5 s of grace is plenty
+    for a node with no tasks.)
     """
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=1)
+        process.wait(timeout=5)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=20)
