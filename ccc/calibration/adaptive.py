@@ -448,30 +448,48 @@ def control_variate_grid(
         weights = sizes[measured]
         rate = np.asarray(values, dtype=np.float64) / weights
         control_rate = predicted[measured]
-        images = weights.sum()
+        images = float(weights.sum())
         # np.average's arithmetic (the weighted sum over the weights' sum), without its per-call checks
-        mean_rate, mean_control = (rate * weights).sum() / images, (control_rate * weights).sum() / images
         cells.append(
-            (i, j, weights, rate, control_rate, mean_rate, mean_control, float(np.dot(sizes, predicted)) / total_images)
-        )
+            _MeasuredCell(
+                i, j, images, weights, rate, control_rate,
+                mean_rate=(rate * weights).sum() / images,
+                mean_control=(control_rate * weights).sum() / images,
+                control_mean=float(np.dot(sizes, predicted)) / total_images,
+            )
+        )  # fmt: skip
     covariance = variance = spread = 0.0
-    for _, _, weights, rate, control_rate, mean_rate, mean_control, _ in cells:
-        if control and len(rate) >= 2:
-            centred_rate = rate - mean_rate
-            centred_control = control_rate - mean_control
-            covariance += float(np.sum(weights * centred_rate * centred_control))
-            variance += float(np.sum(weights * centred_control**2))
-            spread += float(np.sum(weights * centred_rate**2))
+    for cell in cells:
+        if control and len(cell.rate) >= 2:
+            centred_rate = cell.rate - cell.mean_rate
+            centred_control = cell.control_rate - cell.mean_control
+            covariance += float(np.sum(cell.weights * centred_rate * centred_control))
+            variance += float(np.sum(cell.weights * centred_control**2))
+            spread += float(np.sum(cell.weights * centred_rate**2))
     slope = covariance / variance if variance > 0 else 0.0
     residual_share = 1.0
     if spread > 0:
         residual_share = min(1.0, max(_SMALLEST_RESIDUAL_SHARE, (spread - slope * covariance) / spread))
-    for i, j, weights, _, _, mean_rate, mean_control, control_mean in cells:
-        images = float(weights.sum())
-        adjusted = mean_rate - slope * (mean_control - control_mean)
-        counts[i, j] = adjusted * images
-        factor[i, j] = residual_share * max(0.0, 1.0 - images / total_images)
+    for cell in cells:
+        adjusted = cell.mean_rate - slope * (cell.mean_control - cell.control_mean)
+        counts[cell.i, cell.j] = adjusted * cell.images
+        factor[cell.i, cell.j] = residual_share * max(0.0, 1.0 - cell.images / total_images)
     return counts, factor
+
+
+class _MeasuredCell(NamedTuple):
+    """One interior cell of :func:`control_variate_grid`: its measured blocks' sizes (``weights``), rates and
+    control-variate rates, their weighted means, and the control variate's mean over all blocks."""
+
+    i: int
+    j: int
+    images: float
+    weights: NDArray[np.float64]
+    rate: NDArray[np.float64]
+    control_rate: NDArray[np.float64]
+    mean_rate: float
+    mean_control: float
+    control_mean: float
 
 
 def _local_linear(
