@@ -175,7 +175,7 @@ class SampleRandom:
         them gives the words a lone draw at its number would (splitmix64 is elementwise)."""
         first = self._draws[0]
         self._draws[0] += draws
-        if draws == 1:
+        if draws == 1:  # the offset a Python number: no arange launch for the common lone draw
             keys = _mix(self._sample_keys[:, None] + _signed((first + 1) * _GOLDEN))
         else:  # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
             numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
