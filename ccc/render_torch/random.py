@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["SampleRandom"]
+__all__ = ["TABLED_DRAWS", "SampleRandom"]
 
 
 def _signed(value: int) -> int:
@@ -59,11 +59,15 @@ def _shift_right(words: Tensor, bits: int) -> Tensor:
     return (words >> bits) & ((1 << (64 - bits)) - 1)
 
 
-def _mix(words: Tensor) -> Tensor:
-    """The splitmix64 finaliser on int64 words (bijective, wraps modulo 2**64)."""
+def _mix(words: Tensor, top_bits: int = 64) -> Tensor:
+    """The splitmix64 finaliser on int64 words (bijective, wraps modulo 2**64).
+
+    With ``top_bits`` <= 31 only the words' top ``top_bits`` bits are exact (the rest are not the hash's): the
+    last xor-shift, ``w ^ (w >>> 31)``, leaves the top 31 bits of ``w`` as they are, so it is skipped.
+    """
     words = (words ^ _shift_right(words, 30)) * _MIX_1
     words = (words ^ _shift_right(words, 27)) * _MIX_2
-    return words ^ _shift_right(words, 31)
+    return words if top_bits <= 31 else words ^ _shift_right(words, 31)
 
 
 EXACT_POISSON_MAX_RATE = 1000.0
@@ -113,9 +117,20 @@ def _poisson_keys(rates: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, T
     return torch.cummax((rows << _POISSON_BITS) + cumulative.to(torch.int64), 0).values, starts
 
 
-def _keys(seeds: Tensor, stage: int) -> Tensor:
-    """Each sample's stream key: the splitmix64 mix of its seed and the stage (int64, on ``seeds.device``)."""
-    return _mix(_mix(seeds) ^ _signed((stage + 1) * _STAGE_KEY))
+TABLED_DRAWS = 32
+"""Draws whose keys each stream computes up front, where its seeds are (the host in the render pipeline), and
+copies to the device with the stream keys: a draw among them costs the device no key hash. Fog draws the
+most (3 per level of its plasma map: 24 at 224×224, 27 for a 512-pixel map); later draws hash their keys
+on the device, to the same words."""
+
+
+def _key_table(seeds: Tensor, stage: int) -> Tensor:
+    """Each sample's stream key and its first :data:`TABLED_DRAWS` draw keys (int64 (B, 1 + TABLED_DRAWS), on
+    ``seeds.device``): column 0 is the splitmix64 mix of the seed and the stage, column ``d`` the mix of that
+    key plus ``d`` golden-ratio steps (draw number ``d - 1``'s key)."""
+    keys = _mix(_mix(seeds) ^ _signed((stage + 1) * _STAGE_KEY))
+    numbers = torch.arange(1, TABLED_DRAWS + 1, dtype=torch.int64, device=seeds.device) * _GOLDEN
+    return torch.cat([keys[:, None], _mix(keys[:, None] + numbers)], dim=1)
 
 
 class SampleRandom:
@@ -151,8 +166,9 @@ class SampleRandom:
         self.dtype = dtype
         self.stage = stage
         self.device = seeds.device if device is None else torch.device(device)
-        self._sample_keys = _keys(seeds, stage).to(self.device, non_blocking=True)
+        self._key_table = _key_table(seeds, stage).to(self.device, non_blocking=True)
         self._draws = [0]
+        self._positions: dict[int, Tensor] = {}
 
     def on_host(self) -> SampleRandom:
         """These streams drawing on the CPU, sharing this object's draw counter (a draw on either consumes
@@ -163,37 +179,44 @@ class SampleRandom:
         host.stage = self.stage
         host.dtype = self.dtype
         host.device = torch.device("cpu")
-        host._sample_keys = _keys(host.seeds, self.stage)
+        host._key_table = _key_table(host.seeds, self.stage)
         host._draws = self._draws
+        host._positions = {}
         return host
 
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def _words(self, shape: tuple[int, ...], draws: int = 1) -> Tensor:
+    def _words(self, shape: tuple[int, ...], draws: int = 1, top_bits: int = 64) -> Tensor:
         """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
-        them gives the words a lone draw at its number would (splitmix64 is elementwise)."""
+        them gives the words a lone draw at its number would (splitmix64 is elementwise). Keys of the first
+        :data:`TABLED_DRAWS` draws come from the key table (a view), later ones are hashed here; the element
+        positions' hash offsets are computed once per element count and shared with the batch's groups. Only
+        the words' top ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
         first = self._draws[0]
         self._draws[0] += draws
-        if draws == 1:  # the offset a Python number: no arange launch for the common lone draw
-            keys = _mix(self._sample_keys[:, None] + _signed((first + 1) * _GOLDEN))
+        if first + draws <= TABLED_DRAWS:
+            keys = self._key_table[:, first + 1 : first + draws + 1]
         else:  # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
             numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
-            keys = _mix(self._sample_keys[:, None] + numbers * _GOLDEN)
+            keys = _mix(self._key_table[:, :1] + numbers * _GOLDEN)
         count = math.prod(shape)
-        positions = torch.arange(1, count + 1, dtype=torch.int64, device=self.device) * _GOLDEN
-        return _mix(keys[:, :, None] + positions[None, None, :]).reshape(len(self), draws, *shape)
+        if count not in self._positions:
+            self._positions[count] = torch.arange(1, count + 1, dtype=torch.int64, device=self.device) * _GOLDEN
+        words = _mix(keys[:, :, None] + self._positions[count][None, None, :], top_bits)
+        return words.reshape(len(self), draws, *shape)
 
     def uniform(self, *shape: int) -> Tensor:
         """float32 (B, *shape), uniform on [0, 1) in steps of 2**-24."""
         return self.uniform_draws(1, *shape)[:, 0]
 
-    def uniform_draws(self, draws: int, *shape: int) -> Tensor:
+    def uniform_draws(self, draws: int, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
         """float32 (B, draws, *shape): ``draws`` consecutive :meth:`uniform` draws of ``shape`` in one computation
         (their values, and the draw counter afterwards, are those of ``draws`` calls; a GPU launches one set of
-        kernels instead of one per draw)."""
-        words = self._words(shape, draws)
-        return _shift_right(words, 64 - _UNIFORM_BITS).to(torch.float32) * _UNIFORM_SCALE
+        kernels instead of one per draw). ``dtype=torch.float64`` gives the same values in float64 (``k / 2**24``
+        is exact in both), without a conversion of its own."""
+        words = self._words(shape, draws, _UNIFORM_BITS)
+        return _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
 
     def normal(self, *shape: int) -> Tensor:
         """float32 (B, *shape), standard normal (Box–Muller)."""
@@ -266,6 +289,7 @@ class SampleRandom:
         chosen.stage = self.stage
         chosen.dtype = self.dtype
         chosen.device = self.device
-        chosen._sample_keys = self._sample_keys[index]
+        chosen._key_table = self._key_table[index]
         chosen._draws = [0]
+        chosen._positions = self._positions
         return chosen

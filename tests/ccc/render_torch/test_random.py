@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from ccc.render_torch.random import SampleRandom
+from ccc.render_torch.random import TABLED_DRAWS, SampleRandom
 
 MASK = (1 << 64) - 1
 
@@ -47,6 +47,16 @@ def test_consecutive_draws_in_one_computation_equal_the_draws_one_by_one():
     assert (at_once.uniform_draws(2, 7)[:, 1].flatten()[4] * 2**24).item() == _word_reference(
         seeds[0].item(), 1, 8, 4
     ) >> 40
+
+
+def test_draws_past_the_key_table_hash_their_keys_to_the_same_words():
+    seeds = torch.tensor([5, 2**63 - 1])
+    one_by_one, at_once = SampleRandom(seeds, stage=0), SampleRandom(seeds, stage=0)
+    expected = torch.stack([one_by_one.uniform(3) for _ in range(TABLED_DRAWS + 3)], dim=1)
+    at_once.uniform_draws(TABLED_DRAWS - 2, 3)
+    assert torch.equal(at_once.uniform_draws(5, 3), expected[:, TABLED_DRAWS - 2 :])  # straddles the table's end
+    for draw in (TABLED_DRAWS - 1, TABLED_DRAWS, TABLED_DRAWS + 2):
+        assert (expected[1, draw, 2] * 2**24).item() == _word_reference(2**63 - 1, 0, draw, 2) >> 40
 
 
 def test_integers_equal_the_multiply_shift_of_the_reference_word():
