@@ -337,8 +337,8 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom, dtype: tor
     row_smoothing = _smoothing_matrices(height, row_folded)
     column_smoothing = _smoothing_matrices(width, column_folded)
     shifts = []
-    for _ in range(2):
-        noise = -1.0 + (1.0 - -1.0) * random.uniform(height, width).to(dtype)
+    # both fields' uniform(-1, 1) draws in one computation, elementwise the same arithmetic
+    for noise in (-1.0 + (1.0 - -1.0) * random.uniform_draws(2, height, width, dtype=dtype)).unbind(1):
         shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().to(dtype))
     shift_columns, shift_rows = shifts
     rows = torch.arange(height, dtype=dtype, device=device)[None, :, None].expand(batch, -1, width)

@@ -48,7 +48,7 @@ from .registry import register_torch_corruption
 if TYPE_CHECKING:
     from .random import SampleRandom
 
-__all__ = ["fog", "frost", "plasma_fractal", "snow", "spatter"]
+__all__ = ["fog", "frost", "plasma_fractal", "plasma_scales", "snow", "spatter"]
 
 
 _SNOW_ANGLE_RANGE = (-135.0, -45.0)
@@ -171,7 +171,29 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch
     return unit_float32(torch.clamp(values, 0, 255))
 
 
-def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Tensor:
+def plasma_scales(wibble_decay: Tensor, levels: int) -> Tensor:
+    """The plasma fractal's perturbation scales per sample and level, on the host.
+
+    Args:
+        wibble_decay: (B,) host tensor of the working dtype (float64, or float32 in the float32 mode), the
+            factor dividing the amplitude per level, > 0.
+        levels: the map's levels, ``log2(size)``.
+
+    Returns:
+        (B, levels, 3) of the same dtype: per level the reference's ``wibble`` (100 divided by the decay once
+        per level before it), ``-wibble`` and ``wibble - -wibble``: the factor and the bounds of its
+        ``wibble · uniform(-wibble, wibble)``, in the dtype's arithmetic (IEEE division and negation, so
+        the device's values would be the same bits).
+    """
+    wibble = torch.full_like(wibble_decay, 100.0)
+    scales = []
+    for _ in range(levels):
+        scales.append(torch.stack([wibble, -wibble, wibble - -wibble], dim=1))
+        wibble = wibble / wibble_decay
+    return torch.stack(scales, dim=1)
+
+
+def plasma_fractal(size: int, scales: Tensor, random: SampleRandom) -> Tensor:
     """Diamond-square height maps, one per sample, values in [0, 1].
 
     The reference's sequential recursion is already level-parallel: each level is a stencil over
@@ -180,24 +202,23 @@ def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Ten
 
     Args:
         size: side in pixels, a power of two >= 2.
-        wibble_decay: float64 (B,) (float32 in the float32 mode), the factor dividing the perturbation
-            amplitude per level; its dtype is the computation's.
+        scales: (B, log2(size), 3) of :func:`plasma_scales` on the render device, float64 (float32 in the
+            float32 mode); its dtype is the computation's.
         random: three draws per level (square centres, diamonds on corner rows, diamonds between).
 
     Returns:
-        (B, size, size) of ``wibble_decay``'s dtype.
+        (B, size, size) of ``scales``' dtype.
     """
-    batch, dtype = wibble_decay.shape[0], wibble_decay.dtype
-    height_map = torch.zeros((batch, size, size), dtype=dtype, device=wibble_decay.device)
-    wibble = torch.full((batch, 1, 1, 1), 100.0, dtype=dtype, device=wibble_decay.device)
-    decay = wibble_decay[:, None, None, None]
-    step = size
+    batch, dtype = scales.shape[0], scales.dtype
+    height_map = torch.zeros((batch, size, size), dtype=dtype, device=scales.device)
+    step, level = size, 0
     while step >= 2:
         half = step // 2
         # the level's three perturbations (square centres, diamonds on corner rows, diamonds between) at once:
         # the reference's wibble · uniform(−wibble, wibble) per point, elementwise the same arithmetic
-        draws = random.uniform_draws(3, size // step, size // step).to(dtype)
-        square, row, column = (wibble * (-wibble + (wibble - -wibble) * draws)).unbind(1)
+        draws = random.uniform_draws(3, size // step, size // step, dtype=dtype)
+        wibble, low, span = (scales[:, level, index, None, None, None] for index in range(3))
+        square, row, column = (wibble * (low + span * draws)).unbind(1)
         corners = height_map[:, 0:size:step, 0:size:step]
         square_total = corners + torch.roll(corners, -1, 1)
         square_total = square_total + torch.roll(square_total, -1, 2)
@@ -209,8 +230,7 @@ def plasma_fractal(size: int, wibble_decay: Tensor, random: SampleRandom) -> Ten
         height_map[:, 0:size:step, half:size:step] = row_total / 4 + row
         column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
         height_map[:, half:size:step, 0:size:step] = column_total / 4 + column
-        step //= 2
-        wibble = wibble / decay
+        step, level = step // 2, level + 1
 
     height_map = height_map - height_map.amin(dim=(1, 2), keepdim=True)
     return height_map / height_map.amax(dim=(1, 2), keepdim=True)
@@ -225,15 +245,20 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.d
         random: the plasma fractal's draws (3 per level of a map of side ``max(256, 2**ceil(log2 side))``).
 
     Returns:
-        float32 (B, 3, H, W) in [0, 1], exact given the same draws.
+        float32 (B, 3, H, W) in [0, 1], exact given the same draws. The parameters and the plasma's scales
+        travel in one upload.
     """
     _, _, height, width = images.shape
-    parameters = per_sample_parameters("fog", severities).to(images.device, dtype, non_blocking=True)
-    strength = parameters[:, 0, None, None, None]
+    host_parameters = per_sample_parameters("fog", severities)
     map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
+    scales = plasma_scales(host_parameters[:, 1].to(dtype), int(math.log2(map_size)))
+    parameters, scales = upload_tables(
+        images.device, host_parameters.numpy(), scales.to(torch.float64).numpy(), float_dtype=dtype
+    )
+    strength = parameters[:, 0, None, None, None]
     unit = unit_values(images, dtype)
     maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
-    fractal = plasma_fractal(map_size, parameters[:, 1], random)[:, None, :height, :width]
+    fractal = plasma_fractal(map_size, scales, random)[:, None, :height, :width]
     unit = unit + strength * fractal
     return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
 

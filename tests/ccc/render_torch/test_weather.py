@@ -157,7 +157,8 @@ def test_plasma_fractal_statistics_match_cpu(decay):
     count = 64
     cpu = np.stack([cpu_plasma_fractal(256, decay, np.random.default_rng(seed)) for seed in range(count)])
     decays = torch.full((count,), decay, dtype=torch.float64)
-    ours = weather.plasma_fractal(256, decays, SampleRandom(torch.arange(count) + 10**6)).numpy()
+    scales = weather.plasma_scales(decays, 8)
+    ours = weather.plasma_fractal(256, scales, SampleRandom(torch.arange(count) + 10**6)).numpy()
     assert abs(ours.mean() - cpu.mean()) <= 0.065
     assert abs(ours.std(axis=(1, 2)).mean() - cpu.std(axis=(1, 2)).mean()) <= 0.02
     assert math.isclose(_spectrum_slope(ours), _spectrum_slope(cpu), abs_tol=0.05)
