@@ -331,12 +331,16 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
     grid = (torch.arange(height, device=device)[:, None] * padded_width + torch.arange(width, device=device)).reshape(
         -1
     )
-    total = torch.zeros((batch, channels, height * width), dtype=levels.dtype, device=device)
-    for tap in range(weights.shape[1]):
+
+    def product(tap: int) -> Tensor:
         index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
-        product = flat.gather(2, index)
-        product *= weights[:, tap, None, None]
-        total += product
+        values = flat.gather(2, index)
+        values *= weights[:, tap, None, None]
+        return values
+
+    total = product(0)  # the sum from zero, whose first addition is exact (0 + p = p: levels and weights >= 0)
+    for tap in range(1, weights.shape[1]):
+        total += product(tap)
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
 
