@@ -76,7 +76,6 @@ def apply_corruption_stage(
         ValueError: an unknown ``precision``.
     """
     dtype = working_dtype(precision)
-    output = images.clone()
     canonical = [get_corruption(name).name for name in names]
     groups = [
         (name, [k for k, other in enumerate(canonical) if other == name and severities[k] > 0])
@@ -84,14 +83,21 @@ def apply_corruption_stage(
     ]
     groups = [(name, members) for name, members in groups if members]
     if not groups:
-        return output
-    # one copy of the stage's keys and one of every group's positions, whatever the number of groups
+        return images.clone()
+    untouched = [k for k in range(len(canonical)) if not severities[k] > 0]
+    # one copy of the stage's keys and one of every group's positions (and the untouched samples'),
+    # whatever the number of groups
     random = SampleRandom(seeds.cpu(), stage, images.device, dtype)
-    positions = torch.tensor([k for _, members in groups for k in members]).to(images.device, non_blocking=True)
-    for (name, members), index in zip(groups, positions.split([len(members) for _, members in groups])):
+    lengths = [len(members) for _, members in groups] + [len(untouched)]
+    positions = torch.tensor([k for _, members in groups for k in members] + untouched)
+    *indices, untouched_index = positions.to(images.device, non_blocking=True).split(lengths)
+    corrupted = torch.empty_like(images)
+    for (name, members), index in zip(groups, indices):
         group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)
-        corrupted = torch_corruption(name)(images[index], group_severities, random.group(members, index), dtype)
-        output[index] = truncate_to_levels(corrupted)
+        corrupted[index] = torch_corruption(name)(images[index], group_severities, random.group(members, index), dtype)
+    output = truncate_to_levels(corrupted)  # elementwise: once for the whole stage rather than once per group
+    if untouched:
+        output[untouched_index] = images[untouched_index]
     return output
 
 

@@ -141,6 +141,12 @@ def test_deterministic_pairs_equal_the_cpu_path_with_mixed_corruptions_in_one_ba
     np.testing.assert_array_equal(_torch(specs), _cpu(specs))
 
 
+def test_samples_left_at_severity_zero_beside_corrupted_ones_keep_their_bytes():
+    specs = [_spec(0, "contrast", 2.5, "pixelate", 0.0), _spec(1, "contrast", 0.0, "pixelate", 1.25)]
+    specs += [_spec(2, "saturate", 0.0, "jpeg", 0.0), _spec(3, "brightness", 0.75, "contrast", 5.0)]
+    np.testing.assert_array_equal(_torch(specs), _cpu(specs))
+
+
 def test_the_final_jpeg_round_trip_equals_pillows_decoded_bytes():
     specs = [_spec(k, "pixelate", 2.0, "contrast", 0.5) for k in range(3)]
     expected = np.stack([np.asarray(decode_jpeg(encode_jpeg(image))) for image in _cpu(specs)])
