@@ -1,7 +1,8 @@
 """The whole pipeline on the demo world, as a newcomer runs it: calibrate → generate → verify → load → tta-eval.
 
-Small scale (two corruptions, 8 calibration images, a 400-image stream in two shards rendered by
-two Ray workers) so that CI runs it; marked slow.
+Small scale (two corruptions, 8 calibration images, a 400-image stream in two shards, rendered where
+``ccc-generate`` renders it by default: in its own process at this size) so that CI runs it; marked slow.
+Rendering by Ray workers has its own tests (``tests/ccc/test_generate.py``, ``tests/ccc/cli/test_generate.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ def test_the_report_refuses_a_difficulty_given_twice(
 def test_demo_world_end_to_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     table_path = tmp_path / "demo_small.npz"
     assert calibrate_main([
         "compute", "--demo", "--corruptions", ",".join(CORRUPTIONS), "--images", str(CALIBRATION_IMAGES), "--adaptive",
@@ -57,8 +57,7 @@ def test_demo_world_end_to_end(
     shards = tmp_path / "shards"
     assert generate_main([
         "--demo", "--calibration", str(table_path), "--difficulty", "medium", "--speed", "50",
-        "--num-images", str(STREAM_IMAGES), "--shard-size", str(SHARD_SIZE), "--workers", "2",
-        "--out", str(shards), "--no-progress",
+        "--num-images", str(STREAM_IMAGES), "--shard-size", str(SHARD_SIZE), "--out", str(shards), "--no-progress",
     ]) == 0  # fmt: skip
     output = capsys.readouterr().out
     runs = list(shards.iterdir())
