@@ -123,19 +123,19 @@ def _hsv_corruption(images: Tensor, value_shift: Tensor, scale: Tensor, shift: T
 
 def brightness(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Add the severity's shift (0.1..0.5) to the HSV value; float32 (B, 3, H, W) in [0, 1]."""
-    shift = per_sample_parameters("brightness", severities).to(images.device, dtype)
+    shift = per_sample_parameters("brightness", severities).to(images.device, dtype, non_blocking=True)
     return _hsv_corruption(images, shift, torch.ones_like(shift), torch.zeros_like(shift))
 
 
 def saturate(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Scale the HSV saturation by the severity's factor (0.3..20) and add its offset (0..0.2)."""
-    parameters = per_sample_parameters("saturate", severities).to(images.device, dtype)
+    parameters = per_sample_parameters("saturate", severities).to(images.device, dtype, non_blocking=True)
     return _hsv_corruption(images, torch.zeros_like(parameters[:, 0]), parameters[:, 0], parameters[:, 1])
 
 
 def contrast(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """``clip((x - mean) * factor + mean, 0, 1)`` with each image's per-channel mean, factor 0.4..0.05."""
-    factor = per_sample_parameters("contrast", severities).to(images.device, dtype).view(-1, 1, 1, 1)
+    factor = per_sample_parameters("contrast", severities).to(images.device, dtype, non_blocking=True).view(-1, 1, 1, 1)
     unit = unit_values(images, dtype)
     means = unit.mean(dim=(2, 3), keepdim=True)
     return unit_float32(torch.clamp((unit - means) * factor + means, 0, 1) * 255)

@@ -186,7 +186,7 @@ _CONSTANTS = torch.tensor(
 @lru_cache(maxsize=16)
 def _constants_on(device: torch.device) -> Tensor:
     """:data:`_CONSTANTS` on ``device``, copied there once per process."""
-    return _CONSTANTS.to(device)
+    return _CONSTANTS.to(device, non_blocking=True)
 
 
 def quantisation_tables(qualities: Tensor) -> Tensor:

@@ -22,7 +22,7 @@ __all__ = ["gaussian_noise", "impulse_noise", "shot_noise", "speckle_noise"]
 
 def _per_sample(name: str, severities: Tensor, images: Tensor) -> Tensor:
     """Scalar parameters as float32 (B, 1, 1, 1) on the images' device."""
-    return per_sample_parameters(name, severities).to(images.device, torch.float32).view(-1, 1, 1, 1)
+    return per_sample_parameters(name, severities).to(images.device, torch.float32, non_blocking=True).view(-1, 1, 1, 1)
 
 
 def gaussian_noise(

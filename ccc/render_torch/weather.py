@@ -123,13 +123,13 @@ def _frost_host_stack() -> tuple[Tensor, Tensor, Tensor]:
 @lru_cache(maxsize=8)
 def _frost_stack(device: torch.device) -> Tensor:
     """The stacked frost textures of :func:`_frost_host_stack` on ``device``; copied once per device."""
-    return _frost_host_stack()[0].to(device)
+    return _frost_host_stack()[0].to(device, non_blocking=True)
 
 
 @lru_cache(maxsize=8)
 def _colour(rgb: tuple[float, float, float], device: torch.device) -> Tensor:
     """float32 (1, 3, 1, 1) colour ``rgb`` on ``device``; copied once per device and colour."""
-    return torch.tensor(rgb, dtype=torch.float32)[None, :, None, None].to(device)
+    return torch.tensor(rgb, dtype=torch.float32)[None, :, None, None].to(device, non_blocking=True)
 
 
 def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:

@@ -3,14 +3,19 @@
 Any host read of device data (``.item()``, ``.tolist()``, ``.cpu()``, ``bool()`` of a device value,
 ``torch.equal``, boolean-mask indexing, ``nonzero``, ``unique``, a data-dependent shape or trip count),
 any mix of host and device tensors in one operation and any CPU-only codec fails there; what passes does
-its per-sample host work from the host severities and seeds only.
+its per-sample host work from the host severities and seeds only. Every copy from the host to the device
+is ``non_blocking`` (a blocking one waits for the GPU to finish all the work queued before it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ccc.demo.images import render_demo_image
 from ccc.render_torch import torch_corruptions
@@ -26,13 +31,43 @@ SEVERITIES = torch.tensor([5.0, 0.1, 0.25, 2.5, 3.0, 4.75], dtype=torch.float64)
 both of spatter's branches (water up to 3, mud above)."""
 
 
+class _BlockingUploads(TorchDispatchMode):
+    """Records every copy of a host tensor to the meta device that is not ``non_blocking``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocking: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default:
+            source, target = args[0], kwargs.get("device")
+        elif func is torch.ops.aten.copy_.default:
+            source, target = args[1], args[0].device
+        else:
+            source = target = None
+        host_to_device = isinstance(source, torch.Tensor) and source.device.type == "cpu" and source.dim() > 0
+        if host_to_device and target is not None and torch.device(target).type == "meta":
+            if not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False)):
+                self.blocking.append(f"{func} of {tuple(source.shape)}")
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def _no_blocking_upload() -> Iterator[None]:
+    with _BlockingUploads() as mode:
+        yield
+    assert mode.blocking == []
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", META_CORRUPTIONS)
 def test_the_corruption_runs_on_the_meta_device(name: str, dtype: torch.dtype):
     batch = len(SEVERITIES)
     images = torch.empty(batch, 3, 64, 64, device="meta")
     random = SampleRandom(torch.arange(batch), 0, "meta", dtype)
-    output = torch_corruptions()[name](images, SEVERITIES, random, dtype)
+    with _no_blocking_upload():
+        output = torch_corruptions()[name](images, SEVERITIES, random, dtype)
     assert (output.shape, output.dtype, output.device.type) == ((batch, 3, 64, 64), torch.float32, "meta")
 
 
@@ -56,5 +91,6 @@ def test_render_batch_runs_on_the_meta_device(precision: str):
         _spec(index, source, name, (index % 21) / 4, META_CORRUPTIONS[(index + 5) % count], 5.0 - (index % 9) / 4)
         for index, (source, name) in enumerate(zip(sources, META_CORRUPTIONS))
     ]
-    output = render_batch(specs, sources, "meta", precision=precision)
+    with _no_blocking_upload():
+        output = render_batch(specs, sources, "meta", precision=precision)
     assert (output.shape, output.dtype, output.device.type) == ((count, 3, 224, 224), torch.uint8, "meta")
