@@ -25,8 +25,11 @@ photographs, decoded with PIL into numpy arrays) at each ``--batch-sizes`` B, re
   implicit copy for an index; 0-dim host tensors are scalars there, not counted); ``non_blocking``
   copies are counted apart;
 - **bytes moved**: the sum over launches of the bytes of every tensor input and output (in-place
-  outputs counted as written); the JSON splits launches and bytes by the innermost ``ccc`` source line
-  that dispatched them;
+  outputs counted as written), except for the ops that read or write through an index, which touch
+  only the indexed elements of their source or target: a gather (``index``, ``index_select``,
+  ``gather``, ``take``) moves its indices and twice its output (read from the source, written), a
+  scatter (``index_put_``, ``index_copy_``, ``scatter_``, …) its indices and twice its values; the JSON
+  splits launches and bytes by the innermost ``ccc`` source line that dispatched them;
 - **FLOPs**, float64 (and complex128) and float32 (and lower, complex64) apart: elementwise ops one per
   output element, reductions and sorts one per input element, ``mm``/``addmm`` 2·M·N·K, ``bmm``/``baddbmm``
   2·B·M·N·K, ``convolution`` 2·(output elements)·(input channels per group)·(kernel elements), FFTs
@@ -163,6 +166,10 @@ DATA_DEPENDENT = {"nonzero", "unique_consecutive", "unique_dim", "_unique", "_un
 """Ops whose output shape depends on device data (a round trip on a GPU)."""
 BOOLEAN_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl_"}
 """Indexing ops that read a boolean index on the host."""
+GATHERS = {"index", "index_select", "gather", "take"}
+"""Ops that read their source (the first input) through an index: they touch their output's size of it."""
+SCATTERS = {"index_put", "index_put_", "_index_put_impl_", "index_copy", "index_copy_", "scatter", "scatter_"}
+"""Ops that write their values (the last input) into their target (the first) through an index."""
 REDUCTIONS = {
     "sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "var_mean", "std_mean", "norm",
     "linalg_vector_norm", "cumsum", "cumprod", "logsumexp", "any", "all", "argmax", "argmin", "sort", "topk",
@@ -343,7 +350,12 @@ class ProxyCounter(TorchDispatchMode):
         outputs = [tensor for tensor in tree_flatten(output)[0] if isinstance(tensor, torch.Tensor)]
         self.launches += 1
         self.launch_ops[name] += 1
-        moved = sum(_nbytes(tensor) for tensor in inputs + outputs)
+        if name in GATHERS:  # the indices, and the gathered elements read and written
+            moved = sum(_nbytes(tensor) for tensor in inputs[1:]) + 2 * sum(_nbytes(tensor) for tensor in outputs)
+        elif name in SCATTERS:  # the indices and values read, the values written
+            moved = sum(_nbytes(tensor) for tensor in inputs[1:]) + _nbytes(inputs[-1])
+        else:
+            moved = sum(_nbytes(tensor) for tensor in inputs + outputs)
         self.bytes_moved += moved
         site = _site()
         self.launch_sites[site] += 1
