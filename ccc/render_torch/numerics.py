@@ -140,13 +140,21 @@ class _FusedMultiplyAdd:
         self.virtual = torch.empty_like(like)
         self.summed = torch.empty_like(like)
 
-    def __call__(self, weight: Tensor, values: Tensor, halves: tuple[Tensor, Tensor], total: Tensor) -> Tensor:
+    def __call__(
+        self,
+        weight: Tensor,
+        weight_halves: tuple[Tensor, Tensor],
+        values: Tensor,
+        halves: tuple[Tensor, Tensor],
+        total: Tensor,
+    ) -> Tensor:
         """Returns ``fma(weight, values, total)`` in one of its buffers; ``total`` is overwritten.
 
-        ``weight`` broadcasts to ``values`` (B, C, H, W); ``halves`` is :func:`_split` of ``values``.
-        The returned tensor is valid until the call after next (the buffers alternate with ``total``).
+        ``weight`` broadcasts to ``values`` (B, C, H, W); ``weight_halves`` and ``halves`` are :func:`_split`
+        of ``weight`` and of ``values``. The returned tensor is valid until the call after next (the buffers
+        alternate with ``total``).
         """
-        weight_high, weight_low = _split(weight)
+        weight_high, weight_low = weight_halves
         value_high, value_low = halves
         product, error, scratch, virtual, summed = self.product, self.error, self.scratch, self.virtual, self.summed
         torch.mul(values, weight, out=product)
@@ -188,11 +196,14 @@ def separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     rows = padded[..., :width] * weights[:, 0]
     if images.dtype == torch.float64:
         high, low = _split(padded)
+        # every tap's weight split at once (elementwise: the bits of a split per tap)
+        weight_high, weight_low = _split(weights)
         fused_multiply_add = _FusedMultiplyAdd(rows)
         for tap in range(1, 2 * radius + 1):
             window = slice(tap, tap + width)
             halves = (high[..., window], low[..., window])
-            rows = fused_multiply_add(weights[:, tap], padded[..., window], halves, rows)
+            weight_halves = (weight_high[:, tap], weight_low[:, tap])
+            rows = fused_multiply_add(weights[:, tap], weight_halves, padded[..., window], halves, rows)
     else:
         for tap in range(1, 2 * radius + 1):
             rows.addcmul_(padded[..., tap : tap + width], weights[:, tap])
