@@ -50,6 +50,7 @@ from .numerics import (
     separable_opencv,
     unit_float32,
     unit_values,
+    zoom_device_tables,
     zoom_tables,
     zoom_with_tables,
 )
@@ -182,12 +183,14 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: t
     *tables, present_t, counts_t = upload_tables(
         images.device, *(np.stack(part) for part in zip(*slot_tables)), present, counts, float_dtype=dtype
     )
+    zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
     unit = unit_values(images, torch.float32)
+    source, present = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
     accumulated = torch.zeros_like(unit)
     for slot in slots:
-        zoomed = zoom_with_tables(unit, *(table[slot] for table in tables), torch.float32)
+        zoomed = zoom_with_tables(source, zooms.at(slot), torch.float32)
         # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
-        zoomed *= present_t[slot].to(torch.float32)[:, None, None, None]
+        zoomed *= present[slot][:, None, None, None]
         accumulated += zoomed
     averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
     return averaged.clamp(0.0, 1.0)

@@ -15,7 +15,8 @@ twins, fed by the same host-side kernels and taps):
   multiply-adds emulated exactly in float64 by Dekker's products) and scipy's Gaussian kernels
   (:func:`gaussian_kernels`, :func:`gaussian_blur_nearest`): gaussian and glass blur, frost's and
   spatter's smoothing;
-- the centre zoom of ``clipped_zoom`` (:func:`zoom_tables`, :func:`zoom_with_tables`): zoom blur, snow;
+- the centre zoom of ``clipped_zoom`` (:func:`zoom_tables`, :func:`zoom_device_tables`, :func:`zoom_with_tables`):
+  zoom blur, snow;
 - ImageMagick 6's MotionBlurImage through its 8-bit PNG round trip (:func:`motion_blur_tables`,
   :func:`motion_blur_with_tables`, :func:`imagemagick_motion_blur`): motion blur, snow;
 - OpenCV's RGB → gray (:func:`opencv_gray`): snow.
@@ -25,6 +26,8 @@ Host-side tables are built from the host severities and draws and uploaded with 
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -50,6 +53,8 @@ __all__ = [
     "truncate_to_levels",
     "unit_float32",
     "unit_values",
+    "ZoomTables",
+    "zoom_device_tables",
     "zoom_tables",
     "zoom_with_tables",
 ]
@@ -249,43 +254,73 @@ def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
 def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
     """The CPU path's centre-zoom tables (:func:`ccc.corruptions.filters.zoom_axis_table`) of B factors >= 1.
 
-    Returns row lows int64 (B, H), row upper weights float64 (B, H), column lows int64 (B, W) and column
-    upper weights float64 (B, W), on the host (for :func:`zoom_with_tables`, once uploaded).
+    Returns, on the host (for :func:`zoom_device_tables`, once uploaded): row lows int64 (B, H), row highs
+    int64 (B, H) (``min(low + 1, H - 1)``), row upper weights float64 (B, H), then column lows, highs and
+    upper weights (B, W).
     """
-    row_tables = [zoom_axis_table(height, factor) for factor in factors]
-    column_tables = [zoom_axis_table(width, factor) for factor in factors]
-    return [np.stack([table[part] for table in tables]) for tables in (row_tables, column_tables) for part in (0, 1)]
+    tables = []
+    for length in (height, width):
+        axis_tables = [zoom_axis_table(length, factor) for factor in factors]
+        lows = np.stack([table[0] for table in axis_tables])
+        tables += [lows, np.minimum(lows + 1, length - 1), np.stack([table[1] for table in axis_tables])]
+    return tables
 
 
-def zoom_with_tables(
-    images: Tensor, row_low: Tensor, row_weight: Tensor, column_low: Tensor, column_weight: Tensor, dtype: torch.dtype
-) -> Tensor:
+class ZoomTables(NamedTuple):
+    """One centre zoom per sample on the device: each axis's neighbour indices (int64) and their weights
+    (``1 - upper`` and ``upper``, of the working dtype), (B, H) for rows and (B, W) for columns, or with
+    more leading dimensions (:func:`zoom_device_tables` of several zooms; index them one zoom at a time)."""
+
+    row_low: Tensor
+    row_high: Tensor
+    row_lower: Tensor
+    row_upper: Tensor
+    column_low: Tensor
+    column_high: Tensor
+    column_lower: Tensor
+    column_upper: Tensor
+
+    def at(self, index: int) -> ZoomTables:
+        """The tables of zoom ``index`` along the first dimension."""
+        return ZoomTables(*(table[index] for table in self))
+
+
+def zoom_device_tables(
+    row_low: Tensor, row_high: Tensor, row_upper: Tensor, column_low: Tensor, column_high: Tensor, column_upper: Tensor
+) -> ZoomTables:
+    """:func:`zoom_tables` uploaded (any leading dimensions) → :class:`ZoomTables`, the weights' complements
+    ``1 - upper`` computed once on the device, in the weights' dtype."""
+    return ZoomTables(
+        row_low, row_high, 1.0 - row_upper, row_upper, column_low, column_high, 1.0 - column_upper, column_upper
+    )
+
+
+def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> Tensor:
     """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
 
     Args:
-        images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic).
-        row_low, row_weight, column_low, column_weight: :func:`zoom_tables` on the images' device.
+        images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic; images
+            already of that dtype are not copied).
+        tables: :func:`zoom_device_tables` of one zoom per sample, on the images' device.
         dtype: the result's dtype (the reference casts each zoom to its input's dtype).
 
     Returns:
         (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in the weights' dtype, then cast.
     """
     batch, channels, height, width = images.shape
-    source = images.to(row_weight.dtype)
+    source = images.to(tables.row_upper.dtype)
 
     def rows_at(index: Tensor) -> Tensor:
         return source.gather(2, index[:, None, :, None].expand(batch, channels, height, width))
 
-    upper = row_weight[:, None, :, None]
-    by_rows = rows_at(row_low) * (1.0 - upper)
-    by_rows += rows_at((row_low + 1).clamp(max=height - 1)) * upper
+    by_rows = rows_at(tables.row_low) * tables.row_lower[:, None, :, None]
+    by_rows += rows_at(tables.row_high) * tables.row_upper[:, None, :, None]
 
     def columns_at(index: Tensor) -> Tensor:
         return by_rows.gather(3, index[:, None, None, :].expand(batch, channels, height, width))
 
-    right = column_weight[:, None, None, :]
-    zoomed = columns_at(column_low) * (1.0 - right)
-    zoomed += columns_at((column_low + 1).clamp(max=width - 1)) * right
+    zoomed = columns_at(tables.column_low) * tables.column_lower[:, None, None, :]
+    zoomed += columns_at(tables.column_high) * tables.column_upper[:, None, None, :]
     return zoomed.to(dtype)
 
 

@@ -39,6 +39,7 @@ from .numerics import (
     opencv_gray,
     unit_float32,
     unit_values,
+    zoom_device_tables,
     zoom_tables,
     zoom_with_tables,
 )
@@ -83,10 +84,10 @@ def snow(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.
         images.device, parameters[:, [0, 1, 3, 6]].numpy(), *zoom, weights, starts, float_dtype=dtype
     )
     mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
-    layer = zoom_with_tables(mean + spread * noise, *tables[:4], dtype)
+    layer = zoom_with_tables(mean + spread * noise, zoom_device_tables(*tables[:6]), dtype)
     layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
     layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
-    blurred = motion_blur_with_tables(layer_levels, *tables[4:], padding)
+    blurred = motion_blur_with_tables(layer_levels, *tables[6:], padding)
     flakes = divide(blurred, 255.0)
     unit = divide(torch.round(images * 255.0), 255.0)
     brightened = torch.maximum(unit, opencv_gray(unit, dtype) * 1.5 + 0.5).to(dtype)
