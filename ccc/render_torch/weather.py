@@ -223,14 +223,16 @@ def plasma_fractal(size: int, scales: Tensor, random: SampleRandom) -> Tensor:
         corners = height_map[:, 0:size:step, 0:size:step]
         square_total = corners + torch.roll(corners, -1, 1)
         square_total = square_total + torch.roll(square_total, -1, 2)
-        height_map[:, half:size:step, half:size:step] = square_total / 4 + square
+        # total / 4 + perturbation, written in place: total · 0.25 is exact (a power of two), so add's alpha
+        # form rounds once, as the reference's two operations do
+        torch.add(square, square_total, alpha=0.25, out=height_map[:, half:size:step, half:size:step])
 
         centres = height_map[:, half:size:step, half:size:step]
         corners = height_map[:, 0:size:step, 0:size:step]
         row_total = (centres + torch.roll(centres, 1, 1)) + (corners + torch.roll(corners, -1, 2))
-        height_map[:, 0:size:step, half:size:step] = row_total / 4 + row
+        torch.add(row, row_total, alpha=0.25, out=height_map[:, 0:size:step, half:size:step])
         column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
-        height_map[:, half:size:step, 0:size:step] = column_total / 4 + column
+        torch.add(column, column_total, alpha=0.25, out=height_map[:, half:size:step, 0:size:step])
         step, level = step // 2, level + 1
 
     height_map = height_map - height_map.amin(dim=(1, 2), keepdim=True)
