@@ -356,6 +356,11 @@ def motion_blur_tables(
     return weights, starts, (pad_rows, pad_columns)
 
 
+MOTION_BLUR_GATHER_ELEMENTS = 1 << 25
+"""Most products motion blur gathers in one operation (256 MB in float64): the taps of a call are gathered
+and weighted this many values at a time (at least one tap), then summed one tap after the other."""
+
+
 def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
     """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
 
@@ -378,15 +383,19 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
         -1
     )
 
-    def product(tap: int) -> Tensor:
-        index = (grid[None, :] + starts[:, tap, None])[:, None, :].expand(batch, channels, height * width)
-        values = flat.gather(2, index)
-        values *= weights[:, tap, None, None]
-        return values
-
-    total = product(0)  # the sum from zero, whose first addition is exact (0 + p = p: levels and weights >= 0)
-    for tap in range(1, weights.shape[1]):
-        total += product(tap)
+    taps, pixels = weights.shape[1], height * width
+    chunk = max(1, min(taps, MOTION_BLUR_GATHER_ELEMENTS // (batch * channels * pixels)))
+    total = None
+    for first in range(0, taps, chunk):  # the products of `chunk` taps in one gather and one multiplication
+        last = min(first + chunk, taps)
+        index = (grid[None, None, :] + starts[:, first:last, None]).reshape(batch, 1, -1)
+        products = flat.gather(2, index.expand(batch, channels, -1)).view(batch, channels, last - first, pixels)
+        products *= weights[:, None, first:last, None]
+        for tap in range(last - first):  # summed one tap after the other, in tap order
+            if total is None:  # the sum from zero, whose first addition is exact (0 + p = p: levels, weights >= 0)
+                total = products[:, :, tap]
+            else:
+                total += products[:, :, tap]
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
 
