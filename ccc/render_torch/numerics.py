@@ -27,6 +27,7 @@ Host-side tables are built from the host severities and draws and uploaded with 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -67,7 +68,13 @@ def divide(values: Tensor, divisor: float) -> Tensor:
     reciprocal, which may differ from the division in the last bit (ATen's ``div_true_kernel_cuda``);
     dividing by a 0-dim tensor on the values' device keeps the IEEE division, the CPU's.
     """
-    return values / torch.full((), divisor, dtype=values.dtype, device=values.device)
+    return values / _divisor(float(divisor), values.dtype, values.device)
+
+
+@lru_cache(maxsize=64)
+def _divisor(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``value`` as a 0-dim tensor of ``dtype`` on ``device``, made once per process (not one fill per division)."""
+    return torch.full((), value, dtype=dtype, device=device)
 
 
 def byte_levels(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
