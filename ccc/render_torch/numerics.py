@@ -47,6 +47,8 @@ __all__ = [
     "gaussian_blur_nearest",
     "gaussian_kernels",
     "imagemagick_motion_blur",
+    "MOTION_BLUR_GATHER_ELEMENTS",
+    "motion_blur_gather_elements",
     "motion_blur_tables",
     "motion_blur_with_tables",
     "opencv_gray",
@@ -364,8 +366,16 @@ def motion_blur_tables(
 
 
 MOTION_BLUR_GATHER_ELEMENTS = 1 << 25
-"""Most products motion blur gathers in one operation (256 MB in float64): the taps of a call are gathered
-and weighted this many values at a time (at least one tap), then summed one tap after the other."""
+"""Most products motion blur gathers in one operation on a device other than the CPU (256 MB in float64): the
+taps of a call are gathered and weighted this many values at a time (at least one tap), then summed one tap
+after the other."""
+
+
+def motion_blur_gather_elements(device: torch.device) -> int:
+    """Most products :func:`motion_blur_with_tables` gathers in one operation on ``device``: 0 on the CPU (one
+    tap at a time: its products stay in the caches, and a launch costs nothing there),
+    :data:`MOTION_BLUR_GATHER_ELEMENTS` elsewhere (the GPU: launches are what count). The bytes are the same."""
+    return 0 if device.type == "cpu" else MOTION_BLUR_GATHER_ELEMENTS
 
 
 def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
@@ -391,7 +401,7 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
     )
 
     taps, pixels = weights.shape[1], height * width
-    chunk = max(1, min(taps, MOTION_BLUR_GATHER_ELEMENTS // (batch * channels * pixels)))
+    chunk = max(1, min(taps, motion_blur_gather_elements(device) // (batch * channels * pixels)))
     total = None
     for first in range(0, taps, chunk):  # the products of `chunk` taps in one gather and one multiplication
         last = min(first + chunk, taps)

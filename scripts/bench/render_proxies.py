@@ -54,7 +54,8 @@ after an untimed warm-up batch of other samples: one-time uploads of cached tabl
 separate GPU branch the script substitutes it: ``jpeg_round_trip`` is replaced by
 ``integer_jpeg_round_trip`` (what every non-CPU device runs) in every ``ccc.render_torch`` module that
 holds it, when that function exists, and defocus blur's ``fft_samples_per_call`` returns the GPU's fixed
-count (``blur.FFT_SAMPLES_PER_CALL``), when it exists; before it existed (commit ace2c68), ``jpeg_round_trip`` copied
+count (``blur.FFT_SAMPLES_PER_CALL``), and motion blur's ``motion_blur_gather_elements`` the GPU's
+products per gather (``numerics.MOTION_BLUR_GATHER_ELEMENTS``), when they exist; before the JPEG branch existed (commit ace2c68), ``jpeg_round_trip`` copied
 device images to the host, ran libjpeg there and uploaded the result (nvJPEG's CUDA branch fails, issue
 36): counted as one read and one upload. The JSON lists the substitutions made.
 
@@ -487,7 +488,7 @@ def _python_level_patches(counter: ProxyCounter) -> contextlib.ExitStack:
 def _gpu_branches() -> dict[str, tuple[str, object]]:
     """Replacements of CPU-only branches by the GPU's (module docstring): ``module.attribute`` → (what
     replaces it, in words; the replacement); an empty dict where the checkout has none."""
-    from ccc.render_torch import blur, jpeg
+    from ccc.render_torch import blur, jpeg, numerics
 
     replaced: dict[str, tuple[str, object]] = {}
     gpu_jpeg = getattr(jpeg, "integer_jpeg_round_trip", None)
@@ -498,6 +499,12 @@ def _gpu_branches() -> dict[str, tuple[str, object]]:
     if hasattr(blur, "fft_samples_per_call"):
         per_call = blur.FFT_SAMPLES_PER_CALL
         replaced[f"{blur.__name__}.fft_samples_per_call"] = (f"{per_call} samples per call", lambda device: per_call)
+    if hasattr(numerics, "motion_blur_gather_elements"):
+        elements = numerics.MOTION_BLUR_GATHER_ELEMENTS
+        replaced[f"{numerics.__name__}.motion_blur_gather_elements"] = (
+            f"{elements:,} products per gather",
+            lambda device: elements,
+        )
     return replaced
 
 

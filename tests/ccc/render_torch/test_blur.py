@@ -49,14 +49,15 @@ def test_motion_blur_equals_the_cpu_path_given_the_same_angle(images: np.ndarray
     np.testing.assert_array_equal(to_bytes(output), np.stack(expected))
 
 
-@pytest.mark.parametrize("taps_per_gather", [None, 1, 3])
+@pytest.mark.parametrize("taps_per_gather", [None, 3, 1000])
 def test_imagemagick_motion_blur_equals_the_cpu_reimplementation_at_any_angle(
     images: np.ndarray, taps_per_gather: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At any angle, whether the taps are gathered all at once (the default at this size), one by one or three
-    at a time."""
+    """At any angle, whether the taps are gathered one by one (the CPU's default), three at a time or all at
+    once (a GPU's at this size)."""
     if taps_per_gather is not None:
-        monkeypatch.setattr(numerics, "MOTION_BLUR_GATHER_ELEMENTS", taps_per_gather * 4 * 3 * 224 * 224)
+        elements = taps_per_gather * 4 * 3 * 224 * 224
+        monkeypatch.setattr(numerics, "motion_blur_gather_elements", lambda device: elements)
     generator = np.random.default_rng(3)
     radii, sigmas = generator.uniform(0.5, 20, 4).tolist(), generator.uniform(0.5, 15, 4).tolist()
     angles = generator.uniform(-180, 180, 4).tolist()
