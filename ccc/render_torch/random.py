@@ -211,7 +211,7 @@ class SampleRandom:
         return self.uniform_draws(1, *shape)[:, 0]
 
     def uniform_draws(self, draws: int, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
-        """float32 (B, draws, *shape): ``draws`` consecutive :meth:`uniform` draws of ``shape`` in one computation
+        """``dtype`` (B, draws, *shape): ``draws`` consecutive :meth:`uniform` draws of ``shape`` in one computation
         (their values, and the draw counter afterwards, are those of ``draws`` calls; a GPU launches one set of
         kernels instead of one per draw). ``dtype=torch.float64`` gives the same values in float64 (``k / 2**24``
         is exact in both), without a conversion of its own."""
