@@ -230,16 +230,17 @@ def _glass_jumps(height: int, width: int, margin: int) -> int:
 
 
 def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
-    """For one pass of glass blur's sequential copy, the flat index of each pixel's original source.
+    """For passes of glass blur's sequential copy, the flat index of each pixel's original source.
 
     Args:
-        offsets: int64 (B, H, W, 2): (dx, dy) per pixel, in [-margin, margin).
-        margins: int64 (B,) maximum displacement per sample (>= 1).
-        active: bool (B,): whether the sample runs this pass (otherwise every pixel keeps its value).
+        offsets: int64 (B, H, W, 2): (dx, dy) per pixel, in [-margin, margin); B passes (one or several
+            per sample, each independent of the others).
+        margins: int64 (B,) maximum displacement per pass (its sample's, >= 1).
+        active: bool (B,): whether the pass runs (otherwise every pixel keeps its value).
         jumps: pointer-jumping rounds, at least :func:`_glass_jumps` of every sample.
 
     Returns:
-        int64 (B, H * W): the pass's result is the pass's input gathered at these indices. Visited pixels
+        int64 (B, H * W): a pass's result is its input gathered at its indices. Visited pixels
         are those with margin < h <= H - margin and margin < w <= W - margin, in decreasing (h, w)
         order; a pixel whose source was visited before it follows the source's chain (pointer jumping).
     """
@@ -275,8 +276,8 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: 
     rounded half to even). One ``random.uniform(3, H, W, 2)`` draw per call gives the (dx, dy)
     offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin`` (in integers:
     ``u`` is ``k / 2**24``). Kernels, margins and each pass's active samples travel in one upload; the
-    pointer jumping runs a fixed number of rounds (:func:`_glass_jumps`) and moves the blurred bytes as
-    uint8 (the CPU's ``np.uint8`` of the first blur). The blurs run in ``dtype``.
+    pointer jumping runs a fixed number of rounds (:func:`_glass_jumps`), for the three passes at once, and
+    moves the blurred bytes as uint8 (the CPU's ``np.uint8`` of the first blur). The blurs run in ``dtype``.
     """
     rows = per_sample_parameters("glass_blur", severities).tolist()
     batch, channels, height, width = images.shape
@@ -294,9 +295,16 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: 
     # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
     levels = (separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
     flat = levels.reshape(batch, channels, height * width)
+    # every pass's sources at once (they depend on its offsets alone, not on the image it shuffles)
+    passes = batch * _MAX_GLASS_ITERATIONS
+    sources = _glass_sources(
+        offsets.reshape(passes, height, width, 2),
+        margins[:, None].expand(batch, _MAX_GLASS_ITERATIONS).reshape(passes),
+        active_t.T.reshape(passes),
+        jumps,
+    ).view(batch, _MAX_GLASS_ITERATIONS, height * width)
     for iteration in range(_MAX_GLASS_ITERATIONS):
-        sources = _glass_sources(offsets[:, iteration], margins, active_t[iteration], jumps)
-        flat = flat.gather(2, sources[:, None, :].expand(batch, channels, height * width))
+        flat = flat.gather(2, sources[:, iteration, None, :].expand(batch, channels, height * width))
     shuffled = divide(flat.reshape(batch, channels, height, width).to(dtype), 255.0)
     return unit_float32(separable_opencv(shuffled, kernels) * 255.0)
 
