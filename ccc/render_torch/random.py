@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -133,6 +134,18 @@ def _key_table(seeds: Tensor, stage: int) -> Tensor:
     return torch.cat([keys[:, None], _mix(keys[:, None] + numbers)], dim=1)
 
 
+@lru_cache(maxsize=32)
+def _sequence_tables(counts: tuple[int, ...], device: torch.device) -> tuple[Tensor, Tensor]:
+    """For consecutive draws of ``counts[d]`` elements each, laid end to end: each element's draw (its
+    position in ``counts``) and its hash offset ``(i + 1)·γ`` (``i`` its index within its draw), int64
+    (sum(counts),) each on ``device``; made on the host and copied once per process and layout."""
+    sizes = torch.tensor(counts, dtype=torch.int64)
+    total = int(sizes.sum())
+    draw = torch.repeat_interleave(torch.arange(len(counts)), sizes, output_size=total)
+    element = torch.arange(total) - (torch.cumsum(sizes, 0) - sizes)[draw]
+    return draw.to(device, non_blocking=True), ((element + 1) * _GOLDEN).to(device, non_blocking=True)
+
+
 class SampleRandom:
     """Per-sample random streams of a batch, for one stage of a corruption pair.
 
@@ -187,19 +200,23 @@ class SampleRandom:
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def _words(self, shape: tuple[int, ...], draws: int = 1, top_bits: int = 64) -> Tensor:
-        """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
-        them gives the words a lone draw at its number would (splitmix64 is elementwise). Keys of the first
-        :data:`TABLED_DRAWS` draws come from the key table (a view), later ones are hashed here; the element
-        positions' hash offsets are computed once per element count and shared with the batch's groups. Only
-        the words' top ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
+    def _draw_keys(self, draws: int) -> Tensor:
+        """The keys of the next ``draws`` draws, int64 (B, draws), consuming their draw numbers: from the key
+        table (a view) for the first :data:`TABLED_DRAWS` draws, hashed here for later ones."""
         first = self._draws[0]
         self._draws[0] += draws
         if first + draws <= TABLED_DRAWS:
-            keys = self._key_table[:, first + 1 : first + draws + 1]
-        else:  # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
-            numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
-            keys = _mix(self._key_table[:, :1] + numbers * _GOLDEN)
+            return self._key_table[:, first + 1 : first + draws + 1]
+        # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
+        numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
+        return _mix(self._key_table[:, :1] + numbers * _GOLDEN)
+
+    def _words(self, shape: tuple[int, ...], draws: int = 1, top_bits: int = 64) -> Tensor:
+        """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
+        them gives the words a lone draw at its number would (splitmix64 is elementwise). The element
+        positions' hash offsets are computed once per element count and shared with the batch's groups. Only
+        the words' top ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
+        keys = self._draw_keys(draws)
         count = math.prod(shape)
         if count not in self._positions:
             self._positions[count] = torch.arange(1, count + 1, dtype=torch.int64, device=self.device) * _GOLDEN
@@ -217,6 +234,28 @@ class SampleRandom:
         is exact in both), without a conversion of its own."""
         words = self._words(shape, draws, _UNIFORM_BITS)
         return _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
+
+    def uniform_sequence(
+        self, calls: Sequence[tuple[int, tuple[int, ...]]], dtype: torch.dtype = torch.float32
+    ) -> list[Tensor]:
+        """Consecutive :meth:`uniform_draws` calls of different shapes in one computation.
+
+        Args:
+            calls: ``(draws, shape)`` per call, in order.
+            dtype: as in :meth:`uniform_draws`.
+
+        Returns:
+            ``dtype`` (B, draws, *shape) per call: the values of ``uniform_draws(draws, *shape)`` called in
+            order, the draw counter moved on as they would (views into one buffer; a GPU launches one set of
+            kernels for all of them, with the layout's tables made once per process).
+        """
+        counts = tuple(math.prod(shape) for draws, shape in calls for _ in range(draws))
+        keys = self._draw_keys(len(counts))
+        draw, offsets = _sequence_tables(counts, self.device)
+        words = _mix(keys.index_select(1, draw) + offsets, _UNIFORM_BITS)
+        values = _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
+        sizes = [draws * math.prod(shape) for draws, shape in calls]
+        return [part.view(len(self), draws, *shape) for part, (draws, shape) in zip(values.split(sizes, dim=1), calls)]
 
     def normal(self, *shape: int) -> Tensor:
         """float32 (B, *shape), standard normal (Box–Muller)."""

@@ -212,12 +212,15 @@ def plasma_fractal(size: int, scales: Tensor, random: SampleRandom) -> Tensor:
     """
     batch, dtype = scales.shape[0], scales.dtype
     height_map = torch.zeros((batch, size, size), dtype=dtype, device=scales.device)
+    # every level's three fields (square centres, diamonds on corner rows, diamonds between) in one computation
+    sides = [1 << level for level in range(scales.shape[1])]
+    fields = random.uniform_sequence([(3, (side, side)) for side in sides], dtype=dtype)
     step, level = size, 0
     while step >= 2:
         half = step // 2
-        # the level's three perturbations (square centres, diamonds on corner rows, diamonds between) at once:
-        # the reference's wibble · uniform(−wibble, wibble) per point, elementwise the same arithmetic
-        draws = random.uniform_draws(3, size // step, size // step, dtype=dtype)
+        # the level's three perturbations at once: the reference's wibble · uniform(−wibble, wibble) per point,
+        # elementwise the same arithmetic
+        draws = fields[level]
         wibble, low, span = (scales[:, level, index, None, None, None] for index in range(3))
         square, row, column = (wibble * (low + span * draws)).unbind(1)
         corners = height_map[:, 0:size:step, 0:size:step]

@@ -59,6 +59,22 @@ def test_draws_past_the_key_table_hash_their_keys_to_the_same_words():
         assert (expected[1, draw, 2] * 2**24).item() == _word_reference(2**63 - 1, 0, draw, 2) >> 40
 
 
+@pytest.mark.parametrize("before", [0, TABLED_DRAWS - 3])
+def test_a_sequence_of_draws_of_different_shapes_equals_the_calls_one_by_one(before: int):
+    """In the key table and, from ``TABLED_DRAWS - 3`` draws in, across its end."""
+    seeds = torch.tensor([11, 2**63 - 1, 10**12])
+    one_by_one, at_once = SampleRandom(seeds, stage=1), SampleRandom(seeds, stage=1)
+    calls = [(3, (1, 1)), (1, (4,)), (2, (2, 3))]
+    if before:
+        for random in (one_by_one, at_once):
+            random.uniform_draws(before, 2)
+    expected = [one_by_one.uniform_draws(draws, *shape, dtype=torch.float64) for draws, shape in calls]
+    drawn = at_once.uniform_sequence(calls, dtype=torch.float64)
+    assert [tuple(values.shape) for values in drawn] == [(3, 3, 1, 1), (3, 1, 4), (3, 2, 2, 3)]
+    assert all(torch.equal(ours, theirs) for ours, theirs in zip(drawn, expected))
+    assert torch.equal(at_once.uniform(5), one_by_one.uniform(5))  # the counter moved on by six draws
+
+
 def test_integers_equal_the_multiply_shift_of_the_reference_word():
     values = SampleRandom(torch.tensor([99, 2**62])).integers(-3, 1000, 6)
     for row, seed in enumerate([99, 2**62]):
