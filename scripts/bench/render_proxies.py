@@ -48,16 +48,18 @@ alone (counted as host ops, not launches), module constants made at import, and 
 ``Tensor.device`` reads ``cpu:0`` on a device tensor, so that code which places its tensors with
 ``x.device`` places them as it would on a GPU. Provenance lives in a weak table for the whole process,
 so a device tensor that a cache keeps from an earlier batch stays a device tensor (each B is measured
-after an untimed warm-up batch of other samples: one-time uploads of cached tables are not counted).
+after an untimed warm-up batch of other samples, every corruption among them: one-time uploads of cached
+tables are not counted).
 
 **Device-type branches.** Code that tests ``device.type`` still sees ``cpu``. Where the code has a
 separate GPU branch the script substitutes it: ``jpeg_round_trip`` is replaced by
 ``integer_jpeg_round_trip`` (what every non-CPU device runs) in every ``ccc.render_torch`` module that
 holds it, when that function exists, and defocus blur's ``fft_samples_per_call`` returns the GPU's fixed
 count (``blur.FFT_SAMPLES_PER_CALL``), and motion blur's ``motion_blur_gather_elements`` the GPU's
-products per gather (``numerics.MOTION_BLUR_GATHER_ELEMENTS``), when they exist; before the JPEG branch existed (commit ace2c68), ``jpeg_round_trip`` copied
-device images to the host, ran libjpeg there and uploaded the result (nvJPEG's CUDA branch fails, issue
-36): counted as one read and one upload. The JSON lists the substitutions made.
+products per gather (``numerics.MOTION_BLUR_GATHER_ELEMENTS``), when they exist; before the JPEG branch
+existed (commit ace2c68), ``jpeg_round_trip`` copied device images to the host, ran libjpeg there and
+uploaded the result (nvJPEG's CUDA branch fails, issue 36): counted as one read and one upload. The JSON
+lists the substitutions made.
 
 **Host CPU time** per image: CPU time of this process (one torch thread) for
 ``render_batch(specs, images, "cpu", jpeg=True)`` with nothing patched and no dispatch mode, after the
@@ -138,8 +140,9 @@ from ccc.stream.spec import SampleSpec  # noqa: E402
 
 RENDER_DEVICE = torch.device("cpu", 0)
 """The render device as the measured code sees it: the CPU, with an index no host tensor carries."""
-WARMUP_SAMPLES = 16
-"""Samples of the untimed warm-up batch before each measured one (other samples of the same stream)."""
+WARMUP_SAMPLES = 64
+"""Samples of the untimed warm-up batch before each measured one (other samples of the same stream; 64 hold
+every corruption of the medium mix, so that each corruption's once-per-process tables are made there)."""
 MODEL = {
     "launch_seconds": 10e-6,
     "host_read_seconds": 20e-6,
