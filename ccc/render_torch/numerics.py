@@ -172,18 +172,19 @@ class _FusedMultiplyAdd:
         value_high, value_low = halves
         product, error, scratch, virtual, summed = self.product, self.error, self.scratch, self.virtual, self.summed
         torch.mul(values, weight, out=product)
-        torch.mul(value_high, weight_high, out=error)
-        error.sub_(product)
+        # minus the product's rounding error, p − vh·wh − vl·wh − vh·wl − vl·wl summed in that order: the negation,
+        # step by step, of the error Dekker sums. Each product of halves is exact, so each addcmul rounds once,
+        # whether a device fuses its multiply-add or not
+        torch.addcmul(product, value_high, weight_high, value=-1, out=error)
         for high_or_low, weight_part in ((value_low, weight_high), (value_high, weight_low), (value_low, weight_low)):
-            torch.mul(high_or_low, weight_part, out=scratch)
-            error.add_(scratch)
+            error.addcmul_(high_or_low, weight_part, value=-1)
         torch.add(product, total, out=summed)
         torch.sub(summed, product, out=virtual)
         torch.sub(summed, virtual, out=scratch)
         torch.sub(product, scratch, out=scratch)
         total.sub_(virtual)
         scratch.add_(total)
-        scratch.add_(error)
+        scratch.sub_(error)
         summed.add_(scratch)
         # The caller's old total becomes the next call's output buffer.
         self.summed = total
