@@ -75,8 +75,10 @@ def divide(values: Tensor, divisor: float) -> Tensor:
 
 @lru_cache(maxsize=64)
 def _divisor(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``value`` as a 0-dim tensor of ``dtype`` on ``device``, made once per process (not one fill per division)."""
-    return torch.full((), value, dtype=dtype, device=device)
+    """``value`` as a 0-dim tensor of ``dtype`` on ``device``, made once per process (not one fill per division);
+    a normal tensor even when first asked for under ``torch.inference_mode``, so autograd may use it later."""
+    with torch.inference_mode(False):
+        return torch.full((), value, dtype=dtype, device=device)
 
 
 def byte_levels(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from ccc.render_torch.numerics import byte_levels, truncate_to_levels, unit_float32, unit_values
+from ccc.render_torch.numerics import byte_levels, divide, truncate_to_levels, unit_float32, unit_values
 
 
 def test_unit_float32_truncates_like_the_float64_values():
@@ -31,3 +32,12 @@ def test_byte_levels_recover_the_exact_bytes():
     images = bytes_.to(torch.float32) / 255
     assert torch.equal(byte_levels(images), bytes_.to(torch.float64))
     np.testing.assert_array_equal(unit_values(images).numpy(), np.arange(256) / 255.0)
+
+
+def test_a_divisor_first_made_under_inference_mode_serves_autograd_later():
+    divisor = 1234.5  # a value no other test divides by: made here first
+    with torch.inference_mode():
+        assert torch.equal(divide(torch.tensor([2469.0]), divisor), torch.tensor([2.0]))
+    values = torch.tensor([2469.0], requires_grad=True)
+    divide(values, divisor).sum().backward()
+    assert values.grad is not None and values.grad.item() == pytest.approx(1 / 1234.5)
