@@ -152,6 +152,18 @@ def test_ray_tasks_and_workers_leave_no_task_events_in_the_cluster() -> None:
     assert [request["enable_task_events"] for request in fake.requests] == [False, False]
 
 
+def test_giving_ray_tasks_up_does_not_call_ray_cancel() -> None:
+    """With Ray 2.60, ``ray.cancel`` racing a task's completion aborts the driver (RayExecutor.cancel's docstring):
+    tasks given up are left to end with the job."""
+    pytest.importorskip("ray")
+    fake = FakeRay([{"Alive": True, "Resources": {"CPU": 2}}])
+    cancelled: list = []
+    fake.cancel = lambda handle, **options: cancelled.append(handle)  # type: ignore[attr-defined]
+    executor = RayExecutor(fake)
+    executor.cancel([executor.submit(add, 1, 2), executor.submit(add, 3, 4)])
+    assert cancelled == []
+
+
 def test_ray_refuses_a_task_no_node_can_hold() -> None:
     pytest.importorskip("ray")
     fake = FakeRay([{"Alive": True, "Resources": {"CPU": 2}}, {"Alive": False, "Resources": {"CPU": 8, "GPU": 8}}])
