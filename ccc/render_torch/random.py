@@ -146,6 +146,13 @@ def _sequence_tables(counts: tuple[int, ...], device: torch.device) -> tuple[Ten
     return draw.to(device, non_blocking=True), ((element + 1) * _GOLDEN).to(device, non_blocking=True)
 
 
+@lru_cache(maxsize=32)
+def _offsets(count: int, device: torch.device) -> Tensor:
+    """The hash offsets ``(i + 1)·γ`` of a draw's ``count`` elements, int64 (count,) on ``device``; made once per
+    process and count."""
+    return torch.arange(1, count + 1, dtype=torch.int64, device=device) * _GOLDEN
+
+
 class SampleRandom:
     """Per-sample random streams of a batch, for one stage of a corruption pair.
 
@@ -181,7 +188,6 @@ class SampleRandom:
         self.device = seeds.device if device is None else torch.device(device)
         self._key_table = _key_table(seeds, stage).to(self.device, non_blocking=True)
         self._draws = [0]
-        self._positions: dict[int, Tensor] = {}
 
     def on_host(self) -> SampleRandom:
         """These streams drawing on the CPU, sharing this object's draw counter (a draw on either consumes
@@ -194,7 +200,6 @@ class SampleRandom:
         host.device = torch.device("cpu")
         host._key_table = _key_table(host.seeds, self.stage)
         host._draws = self._draws
-        host._positions = {}
         return host
 
     def __len__(self) -> int:
@@ -213,14 +218,10 @@ class SampleRandom:
 
     def _words(self, shape: tuple[int, ...], draws: int = 1, top_bits: int = 64) -> Tensor:
         """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
-        them gives the words a lone draw at its number would (splitmix64 is elementwise). The element
-        positions' hash offsets are computed once per element count and shared with the batch's groups. Only
-        the words' top ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
+        them gives the words a lone draw at its number would (splitmix64 is elementwise). Only the words' top
+        ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
         keys = self._draw_keys(draws)
-        count = math.prod(shape)
-        if count not in self._positions:
-            self._positions[count] = torch.arange(1, count + 1, dtype=torch.int64, device=self.device) * _GOLDEN
-        words = _mix(keys[:, :, None] + self._positions[count][None, None, :], top_bits)
+        words = _mix(keys[:, :, None] + _offsets(math.prod(shape), self.device)[None, None, :], top_bits)
         return words.reshape(len(self), draws, *shape)
 
     def uniform(self, *shape: int) -> Tensor:
@@ -330,5 +331,4 @@ class SampleRandom:
         chosen.device = self.device
         chosen._key_table = self._key_table[index]
         chosen._draws = [0]
-        chosen._positions = self._positions
         return chosen
