@@ -185,12 +185,12 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: t
     )
     zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
     unit = unit_values(images, torch.float32)
-    source, present = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
+    source, present_weights = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
     accumulated = torch.zeros_like(unit)
     for slot in slots:
         zoomed = zoom_with_tables(source, zooms.at(slot), torch.float32)
         # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
-        zoomed *= present[slot][:, None, None, None]
+        zoomed *= present_weights[slot][:, None, None, None]
         accumulated += zoomed
     averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
     return averaged.clamp(0.0, 1.0)
