@@ -18,6 +18,7 @@ BATCH_KEYS = {
     "uploads",
     "upload_bytes",
     "non_blocking_uploads",
+    "waiting_uploads",
     "bytes_moved",
     "float64_flops",
     "float32_flops",
@@ -61,7 +62,9 @@ def test_quick_run_writes_every_batch_and_the_model(quick: tuple[dict, str]) -> 
     assert set(written["batches"]) == {"2", "4"}
     assert written["model_at_goal_batch"]["how"] == "extrapolated from B = 2 and 4"
     assert written["model_at_goal_batch"]["images_per_second"] > 0
-    assert {"host reads per batch = 0", "uploads per batch ≤ 1"} <= set(written["goals"])
+    assert {"host reads per batch = 0", "uploads per batch ≤ 1", "uploads that wait for the GPU per batch = 0"} <= set(
+        written["goals"]
+    )
 
 
 def test_counts_are_positive_and_consistent(quick: tuple[dict, str]) -> None:
@@ -79,10 +82,11 @@ def test_counts_are_positive_and_consistent(quick: tuple[dict, str]) -> None:
         assert batch["uploads"] == sum(batch["uploads_by_kind"].values()) == sum(batch["uploads_by_site"].values())
         assert batch["uploads"] >= 1 and batch["upload_bytes"] > 0  # the source pixels at least
         assert 0 <= batch["non_blocking_uploads"] <= batch["uploads"]
+        assert batch["waiting_uploads"] == 0  # every upload non_blocking, from a host buffer pinned on CUDA
         assert not set(batch["excluded_ops"]) & set(batch["launches_by_op"])
         seconds = (
             batch["launches"] * model["launch_seconds"]
-            + batch["host_reads"] * model["host_read_seconds"]
+            + (batch["host_reads"] + batch["waiting_uploads"]) * model["host_read_seconds"]
             + batch["bytes_moved"] / model["bytes_per_second"]
             + batch["float64_flops"] / model["float64_flops_per_second"]
             + batch["float32_flops"] / model["float32_flops_per_second"]

@@ -26,7 +26,8 @@ noises), ``blur`` (defocus, glass, motion, zoom, gaussian), ``weather`` (snow, f
 :func:`torch_corruption`, the lookup by name or alias); :mod:`.numerics` for what several families
 share (byte levels, OpenCV's separable filter, scipy's Gaussian kernels, the zoom and motion-blur
 tables); private helpers ``_resample`` (Pillow's resampling), ``_spatter_filters`` (spatter's OpenCV
-filters) and ``_upload`` (one host-to-device copy per call). ``images`` and ``random``'s draws live
+filters) and ``_upload`` (every host-to-device copy: ``non_blocking``, from page-locked memory on
+CUDA, one per corruption call). ``images`` and ``random``'s draws live
 on the render device; ``severities`` live on the host (they come from the specs), so per-sample
 parameters, kernels and tables are derived there (``random.on_host()`` draws the per-sample numbers
 that shape them) and copied to the device, and no function reads device data back. Adding a

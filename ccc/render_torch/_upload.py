@@ -1,19 +1,68 @@
-"""Host tables to the render device in one copy: the one owner of a corruption call's upload.
+"""Host data to the render device: the one owner of every host-to-device copy of the renderer.
 
 Per-sample kernels, tap tables and parameters are built on the host from the severities and the host
-draws (:meth:`~ccc.render_torch.random.SampleRandom.on_host`); :func:`upload_tables` sends all of a
-call's tables as one int64 buffer (one host-to-device copy, ``non_blocking``) and views them back,
-float tables as the call's working dtype (float64, or float32 in the float32 mode).
+draws (:meth:`~ccc.render_torch.random.SampleRandom.on_host`), the source crops are packed there, and all
+of them reach the device through this module:
+
+- :func:`host_buffer` allocates the host side of a copy: on CUDA page-locked ("pinned") memory from
+  torch's caching host allocator, which reuses a block once the copy that reads it is done. A copy from
+  ordinary (pageable) memory is not asynchronous on CUDA, ``non_blocking`` or not: the driver may first
+  wait for all the work queued on the stream, then stage the bytes itself (CUDA Runtime API,
+  "API synchronization behavior"), so the host could never run ahead of the GPU;
+- :func:`send` copies a filled buffer to the device (``non_blocking``), and :func:`to_device` one host
+  tensor or array through such a buffer;
+- :func:`upload_tables` sends all of a corruption call's tables as one int64 buffer (one copy) and views
+  them back, float tables as the call's working dtype (float64, or float32 in the float32 mode).
+
+On the CPU nothing is copied: the host tensors are the device's.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-__all__ = ["upload_tables"]
+__all__ = ["host_buffer", "pinned_for", "send", "to_device", "upload_tables"]
+
+
+def pinned_for(device: torch.device) -> bool:
+    """Whether copies to ``device`` start from page-locked host memory (CUDA devices, ROCm's included)."""
+    return device.type == "cuda"
+
+
+def host_buffer(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """An uninitialised host tensor of ``shape`` and ``dtype`` to fill and copy to ``device``: page-locked
+    where :func:`pinned_for` says so (torch's caching host allocator; the block returns to it once the
+    tensor is freed and the copies recorded on it are done), ordinary memory otherwise."""
+    return torch.empty(tuple(shape), dtype=dtype, pin_memory=pinned_for(device))
+
+
+def _on_host(device: torch.device) -> bool:
+    """Whether ``device`` is the host itself, where a host buffer is used as it is (no copy)."""
+    return device.type == "cpu"
+
+
+def send(staged: Tensor, device: torch.device) -> Tensor:
+    """A filled :func:`host_buffer` on ``device``: one ``non_blocking`` copy (the buffer itself on the CPU)."""
+    return staged if _on_host(device) else staged.to(device, non_blocking=True)
+
+
+def to_device(values: Tensor | NDArray, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
+    """A host tensor or numpy array on ``device`` as ``dtype`` (default: its own), in one ``non_blocking``
+    copy from a :func:`host_buffer`; the cast, if any, is made on the host (the same IEEE conversion as on
+    the device). On the CPU, the values themselves (cast if needed; they may share memory)."""
+    device = torch.device(device)
+    tensor = torch.as_tensor(values)
+    dtype = tensor.dtype if dtype is None else dtype
+    if _on_host(device):
+        return tensor.to(dtype)
+    staged = host_buffer(tensor.shape, dtype, device)
+    staged.copy_(tensor)
+    return send(staged, device)
 
 
 def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dtype = torch.float64) -> list[Tensor]:
@@ -42,8 +91,9 @@ def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dty
             words.append(table.astype(np.int64).ravel())
         else:
             raise ValueError(f"tables must be float64, integer or bool, got {table.dtype}")
-    packed = torch.from_numpy(np.concatenate(words)).to(device, non_blocking=True)
-    pieces = torch.split(packed, [len(word) for word in words])
+    staged = host_buffer((sum(len(word) for word in words),), torch.int64, device)
+    np.concatenate(words, out=staged.numpy())
+    pieces = torch.split(send(staged, device), [len(word) for word in words])
     uploaded = []
     for piece, table in zip(pieces, tables):
         piece = piece.view(table.shape)

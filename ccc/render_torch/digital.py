@@ -48,7 +48,7 @@ from torch import Tensor
 from ccc.corruptions.filters import reflect_folded_kernel
 
 from ._resample import resample_batch
-from ._upload import upload_tables
+from ._upload import to_device, upload_tables
 from .jpeg import jpeg_round_trip
 from .numerics import byte_levels, divide, unit_float32, unit_values
 from .parameters import per_sample_parameters
@@ -123,19 +123,19 @@ def _hsv_corruption(images: Tensor, value_shift: Tensor, scale: Tensor, shift: T
 
 def brightness(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Add the severity's shift (0.1..0.5) to the HSV value; float32 (B, 3, H, W) in [0, 1]."""
-    shift = per_sample_parameters("brightness", severities).to(images.device, dtype, non_blocking=True)
+    shift = to_device(per_sample_parameters("brightness", severities), images.device, dtype)
     return _hsv_corruption(images, shift, torch.ones_like(shift), torch.zeros_like(shift))
 
 
 def saturate(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """Scale the HSV saturation by the severity's factor (0.3..20) and add its offset (0..0.2)."""
-    parameters = per_sample_parameters("saturate", severities).to(images.device, dtype, non_blocking=True)
+    parameters = to_device(per_sample_parameters("saturate", severities), images.device, dtype)
     return _hsv_corruption(images, torch.zeros_like(parameters[:, 0]), parameters[:, 0], parameters[:, 1])
 
 
 def contrast(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """``clip((x - mean) * factor + mean, 0, 1)`` with each image's per-channel mean, factor 0.4..0.05."""
-    factor = per_sample_parameters("contrast", severities).to(images.device, dtype, non_blocking=True).view(-1, 1, 1, 1)
+    factor = to_device(per_sample_parameters("contrast", severities), images.device, dtype).view(-1, 1, 1, 1)
     unit = unit_values(images, dtype)
     means = unit.mean(dim=(2, 3), keepdim=True)
     return unit_float32(torch.clamp((unit - means) * factor + means, 0, 1) * 255)
@@ -163,7 +163,7 @@ def pixelate(images: Tensor, severities: Tensor, random: SampleRandom, dtype: to
 def jpeg(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
     """JPEG round trip at quality ``round(table(severity))`` (85..7, rounded half to even like Python's
     ``round``), all samples in one :func:`ccc.render_torch.jpeg.jpeg_round_trip` call."""
-    qualities = torch.round(per_sample_parameters("jpeg", severities)).to(images.device, torch.int32, non_blocking=True)
+    qualities = to_device(torch.round(per_sample_parameters("jpeg", severities)), images.device, torch.int32)
     levels = byte_levels(images, torch.float32).to(torch.uint8)
     return divide(jpeg_round_trip(levels, qualities).to(torch.float32), 255.0)
 

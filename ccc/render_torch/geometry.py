@@ -20,6 +20,7 @@ from ccc.render import check_source_size
 from ccc.stream.spec import SampleSpec
 
 from ._resample import resample_batch
+from ._upload import host_buffer, send, to_device
 from .numerics import divide
 
 __all__ = ["OUTPUT_SIZE", "SourceImage", "crop_resize_flip"]
@@ -84,23 +85,25 @@ def _pack_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], padded:
 def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
     """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
     on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
-    travel). For CUDA the host buffer is pinned memory from torch's caching host allocator (reused
-    across batches once their copies are done, so no page is first touched per batch). Where some images
-    already lie on ``device`` (decoded there), the tensor is filled there instead: those crops never
-    visit the host, and the others travel one by one."""
+    travel). The host buffer is :func:`._upload.host_buffer`'s (pinned on CUDA, reused across batches once
+    their copies are done, so no page is first touched per batch). Where some images already lie on
+    ``device`` (decoded there), the tensor is filled there instead: those crops never visit the host, and
+    the others travel one by one (:func:`._upload.to_device`)."""
     sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
     shape = (len(images), *sizes.max(axis=0).tolist(), 3)
     # off the host: on the render device, whose tensors name their index ("cuda:0") where the caller may not
     if device.type != "cpu" and any(isinstance(image, Tensor) and image.device.type != "cpu" for image in images):
         padded = torch.empty(shape, dtype=torch.uint8, device=device)  # padding is never read
         for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
-            crop = image[top:bottom, left:right] if isinstance(image, np.ndarray) else image[:, top:bottom, left:right]
-            crop = torch.from_numpy(crop) if isinstance(image, np.ndarray) else crop.permute(1, 2, 0)
-            plane[: bottom - top, : right - left] = crop.to(device, non_blocking=True)
+            if isinstance(image, np.ndarray):
+                crop = torch.from_numpy(image[top:bottom, left:right])
+            else:
+                crop = image[:, top:bottom, left:right].permute(1, 2, 0)
+            plane[: bottom - top, : right - left] = to_device(crop, device) if crop.device.type == "cpu" else crop
         return padded
-    padded = torch.empty(shape, dtype=torch.uint8, pin_memory=device.type == "cuda")  # padding is never read
+    padded = host_buffer(shape, torch.uint8, device)  # padding is never read
     _pack_boxes(images, boxes, padded.numpy())
-    return padded.to(device, non_blocking=True)
+    return send(padded, device)
 
 
 def _crop_group(specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device) -> Tensor:
@@ -156,5 +159,5 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
     else:
         levels = torch.empty((len(specs), OUTPUT_SIZE, OUTPUT_SIZE, 3), dtype=torch.uint8, device=device)
         for members, group in zip(groups, crops):
-            levels[torch.tensor(members, device=device)] = group
+            levels[to_device(np.array(members), device)] = group
     return divide(levels.permute(0, 3, 1, 2).to(torch.float32), 255.0)

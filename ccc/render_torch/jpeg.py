@@ -61,6 +61,8 @@ import torch
 from torch import Tensor
 from torchvision.io import decode_jpeg, encode_jpeg
 
+from ._upload import to_device
+
 __all__ = ["FINAL_QUALITY", "integer_jpeg_round_trip", "jpeg_round_trip", "quantisation_tables"]
 
 FINAL_QUALITY = 85
@@ -186,7 +188,7 @@ _CONSTANTS = torch.tensor(
 @lru_cache(maxsize=16)
 def _constants_on(device: torch.device) -> Tensor:
     """:data:`_CONSTANTS` on ``device``, copied there once per process."""
-    return _CONSTANTS.to(device, non_blocking=True)
+    return to_device(_CONSTANTS, device)
 
 
 def quantisation_tables(qualities: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._upload import to_device
 from .numerics import byte_levels
 from .parameters import per_sample_parameters
 from .random import SampleRandom
@@ -22,7 +23,7 @@ __all__ = ["gaussian_noise", "impulse_noise", "shot_noise", "speckle_noise"]
 
 def _per_sample(name: str, severities: Tensor, images: Tensor) -> Tensor:
     """Scalar parameters as float32 (B, 1, 1, 1) on the images' device."""
-    return per_sample_parameters(name, severities).to(images.device, torch.float32, non_blocking=True).view(-1, 1, 1, 1)
+    return to_device(per_sample_parameters(name, severities), images.device, torch.float32).view(-1, 1, 1, 1)
 
 
 def gaussian_noise(
@@ -48,7 +49,7 @@ def shot_noise(images: Tensor, severities: Tensor, random: SampleRandom, dtype: 
     photons = 1.0 / per_sample_parameters("shot_noise", severities).to(torch.float64)
     rates = (torch.arange(256, dtype=torch.float32) / 255).to(torch.float64)[None, :] * photons[:, None]
     counts = random.poisson(rates, byte_levels(images, torch.float32).to(torch.int64))
-    scale = photons.to(images.device, dtype, non_blocking=True).view(-1, 1, 1, 1)
+    scale = to_device(photons, images.device, dtype).view(-1, 1, 1, 1)
     return torch.clamp(counts.to(dtype) / scale, 0, 1).to(torch.float32)
 
 

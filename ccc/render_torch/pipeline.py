@@ -31,6 +31,7 @@ from ccc.corruptions import get_corruption
 from ccc.render import check_render_precision
 from ccc.stream.spec import DEFAULT_CORRUPTION_SET, SampleSpec
 
+from ._upload import to_device
 from .geometry import SourceImage, crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
 from .numerics import truncate_to_levels
@@ -90,7 +91,7 @@ def apply_corruption_stage(
     random = SampleRandom(seeds.cpu(), stage, images.device, dtype)
     lengths = [len(members) for _, members in groups] + [len(untouched)]
     positions = torch.tensor([k for _, members in groups for k in members] + untouched)
-    *indices, untouched_index = positions.to(images.device, non_blocking=True).split(lengths)
+    *indices, untouched_index = to_device(positions, images.device).split(lengths)
     corrupted = torch.empty_like(images)
     for (name, members), index in zip(groups, indices):
         group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)

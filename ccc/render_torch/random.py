@@ -36,6 +36,8 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from ._upload import to_device
+
 __all__ = ["TABLED_DRAWS", "SampleRandom"]
 
 
@@ -143,7 +145,7 @@ def _sequence_tables(counts: tuple[int, ...], device: torch.device) -> tuple[Ten
     total = int(sizes.sum())
     draw = torch.repeat_interleave(torch.arange(len(counts)), sizes, output_size=total)
     element = torch.arange(total) - (torch.cumsum(sizes, 0) - sizes)[draw]
-    return draw.to(device, non_blocking=True), ((element + 1) * _GOLDEN).to(device, non_blocking=True)
+    return to_device(draw, device), to_device((element + 1) * _GOLDEN, device)
 
 
 @lru_cache(maxsize=32)
@@ -186,7 +188,7 @@ class SampleRandom:
         self.dtype = dtype
         self.stage = stage
         self.device = seeds.device if device is None else torch.device(device)
-        self._key_table = _key_table(seeds, stage).to(self.device, non_blocking=True)
+        self._key_table = to_device(_key_table(seeds, stage), self.device)
         self._draws = [0]
 
     def on_host(self) -> SampleRandom:
@@ -302,7 +304,7 @@ class SampleRandom:
         uniform = _shift_right(self._words(tuple(index.shape[1:]))[:, 0], 64 - _POISSON_BITS)
         host_rates = rates.to(torch.float64).reshape(-1)
         host_lengths, total = _poisson_layout(host_rates)
-        packed = torch.cat([host_rates.view(torch.int64), host_lengths]).to(self.device, non_blocking=True)
+        packed = to_device(torch.cat([host_rates.view(torch.int64), host_lengths]), self.device)
         bits, lengths = packed.split(len(host_rates))
         keys, starts = _poisson_keys(bits.view(torch.float64), lengths, total)
         row = (torch.arange(len(self), device=self.device) * rates.shape[1]).view(-1, *[1] * (index.ndim - 1)) + index

@@ -29,7 +29,7 @@ from ccc.corruptions.assets import frost_textures
 from ccc.corruptions.weather import FROST_CHOICES
 
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
-from ._upload import upload_tables
+from ._upload import to_device, upload_tables
 from .numerics import (
     byte_levels,
     divide,
@@ -124,13 +124,13 @@ def _frost_host_stack() -> tuple[Tensor, Tensor, Tensor]:
 @lru_cache(maxsize=8)
 def _frost_stack(device: torch.device) -> Tensor:
     """The stacked frost textures of :func:`_frost_host_stack` on ``device``; copied once per device."""
-    return _frost_host_stack()[0].to(device, non_blocking=True)
+    return to_device(_frost_host_stack()[0], device)
 
 
 @lru_cache(maxsize=8)
 def _colour(rgb: tuple[float, float, float], device: torch.device) -> Tensor:
     """float32 (1, 3, 1, 1) colour ``rgb`` on ``device``; copied once per device and colour."""
-    return torch.tensor(rgb, dtype=torch.float32)[None, :, None, None].to(device, non_blocking=True)
+    return to_device(torch.tensor(rgb, dtype=torch.float32)[None, :, None, None], device)
 
 
 def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -158,10 +158,8 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch
     top = _uniform_below(host_random, heights[choice] - height)
     left = _uniform_below(host_random, widths[choice] - width)
     # one copy per call: the weights (a, b) and the window (texture, top, left; exact in float32 too)
-    window_table = torch.stack([choice, top, left], dim=1).double()
-    table = torch.cat([per_sample_parameters("frost", severities), window_table], dim=1).to(
-        images.device, dtype, non_blocking=True
-    )
+    host_table = torch.cat([per_sample_parameters("frost", severities), torch.stack([choice, top, left], dim=1)], dim=1)
+    table = to_device(host_table, images.device, dtype)
     parameters, (choice, top, left) = table[:, :2], table[:, 2:].long().unbind(dim=1)
     stack = _frost_stack(images.device)
     rows = top[:, None] + torch.arange(height, device=images.device)
@@ -333,9 +331,7 @@ def spatter(images: Tensor, severities: Tensor, random: SampleRandom, dtype: tor
     water_count = int((mud < 0.5).sum())
     water_first = torch.argsort((mud >= 0.5).long(), stable=True)
     # one copy per call: the parameters and the samples in branch order (water first; positions exact in float32)
-    table = torch.cat([host_parameters, water_first[:, None].double()], dim=1).to(
-        images.device, dtype, non_blocking=True
-    )
+    table = to_device(torch.cat([host_parameters, water_first[:, None].double()], dim=1), images.device, dtype)
     mean, spread, _, threshold, intensity, _, order = table.unbind(dim=1)
     order = order.long()
     noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).to(dtype)

@@ -23,7 +23,10 @@ photographs, decoded with PIL into numpy arrays) at each ``--batch-sizes`` B, re
   device one, ``torch.tensor``/``as_tensor``/``asarray`` of host data with the render device, and a host
   tensor with more than one element passed to an op on device tensors (on CUDA an error, or an
   implicit copy for an index; 0-dim host tensors are scalars there, not counted); ``non_blocking``
-  copies are counted apart;
+  copies are counted apart, and so are the **uploads that wait**: on CUDA a blocking copy, or a
+  ``non_blocking`` one from pageable host memory, may first wait for all the work queued on the stream
+  (CUDA Runtime API, "API synchronization behavior"). A copy counts as pinned when its source lies in a
+  host buffer allocated with ``pin_memory=True`` (allocated unpinned here, where no CUDA driver is);
 - **bytes moved**: the sum over launches of the bytes of every tensor input and output (in-place
   outputs counted as written), except for the ops that read or write through an index, which touch
   only the indexed elements of their source or target: a gather (``index``, ``index_select``,
@@ -54,12 +57,14 @@ tables are not counted).
 **Device-type branches.** Code that tests ``device.type`` still sees ``cpu``. Where the code has a
 separate GPU branch the script substitutes it: ``jpeg_round_trip`` is replaced by
 ``integer_jpeg_round_trip`` (what every non-CPU device runs) in every ``ccc.render_torch`` module that
-holds it, when that function exists, and defocus blur's ``fft_samples_per_call`` returns the GPU's fixed
-count (``blur.FFT_SAMPLES_PER_CALL``), and motion blur's ``motion_blur_gather_elements`` the GPU's
-products per gather (``numerics.MOTION_BLUR_GATHER_ELEMENTS``), when they exist; before the JPEG branch
-existed (commit ace2c68), ``jpeg_round_trip`` copied device images to the host, ran libjpeg there and
-uploaded the result (nvJPEG's CUDA branch fails, issue 36): counted as one read and one upload. The JSON
-lists the substitutions made.
+holds it, when that function exists; ``_upload.pinned_for`` and ``_upload._on_host`` (when they exist)
+treat ``cpu:0`` as CUDA (host buffers asked pinned, copies made); and defocus blur's
+``fft_samples_per_call`` returns the GPU's fixed count (``blur.FFT_SAMPLES_PER_CALL``), and motion
+blur's ``motion_blur_gather_elements`` the GPU's products per gather
+(``numerics.MOTION_BLUR_GATHER_ELEMENTS``), when they exist; before the JPEG branch existed (commit
+ace2c68), ``jpeg_round_trip`` copied device images to the host, ran libjpeg there and uploaded the
+result (nvJPEG's CUDA branch fails, issue 36): counted as one read and one upload. The JSON lists the
+substitutions made.
 
 **Host CPU time** per image: CPU time of this process (one torch thread) for
 ``render_batch(specs, images, "cpu", jpeg=True)`` with nothing patched and no dispatch mode, after the
@@ -93,14 +98,16 @@ uploads, bytes, FLOPs; no host time) and the modelled seconds per batch averaged
 ``windows`` in the JSON, and the rate a stream rendered in order would get by the model.
 
 **The model** of one H100 (SXM, one stream, no overlap): seconds per batch = launches × 10 µs + host
-reads × 20 µs + bytes moved / 3 TB/s + float64 FLOPs / 50 TFLOP/s + float32 FLOPs / 400 TFLOP/s;
-images/s = B / that. Uploads and the host time are not in it (reported apart). The modelled rate at
+round trips (host reads and uploads that wait) × 20 µs + bytes moved / 3 TB/s + float64 FLOPs / 50 TFLOP/s
++ float32 FLOPs / 400 TFLOP/s; images/s = B / that. The other uploads and the host time are not in it
+(reported apart). The modelled rate at
 B = 512 is measured when 512 is in ``--batch-sizes``, else interpolated linearly in B between the two
 nearest measured sizes (per-batch seconds).
 
 ``--render-precision float32`` measures ``render_batch``'s float32 working precision (default float64).
 
-Run from the repository root (``PYTHONPATH=<checkout>`` measures another checkout's ``ccc``)::
+Run from the repository root. The script measures the ``ccc`` of the checkout it lies in (its helpers put
+that checkout first on ``sys.path``): to measure another commit, copy it into that commit's worktree::
 
     python scripts/bench/render_proxies.py --batch-sizes 16,128,512,1024 --json results/render_proxies.json
     python scripts/bench/render_proxies.py --quick     # B = 2 and 4, a smoke run (seconds)
@@ -152,7 +159,7 @@ MODEL = {
 }
 """The H100 model: seconds per launch and per host read, memory bandwidth (bytes/s), FLOP/s per precision."""
 MODEL_TEXT = (
-    "seconds per batch = launches × 10 µs + host reads × 20 µs + bytes moved / 3 TB/s "
+    "seconds per batch = launches × 10 µs + host round trips (reads, uploads that wait) × 20 µs + bytes moved / 3 TB/s "
     "+ float64 FLOPs / 50 TFLOP/s + float32 FLOPs / 400 TFLOP/s (one H100, no overlap)"
 )
 META_REPEATS = 3
@@ -238,6 +245,10 @@ class ProxyCounter(TorchDispatchMode):
         self.uploads: Counter[str] = Counter()
         self.upload_bytes = 0
         self.non_blocking_uploads = 0
+        self.waiting_uploads = 0
+        """Uploads that would wait for the GPU on CUDA: blocking ones, ``non_blocking`` ones from pageable memory."""
+        self.pinned: list[torch.Tensor] = []
+        """The host buffers allocated with ``pin_memory=True`` (allocated unpinned here), kept for the batch."""
         self.bytes_moved = 0
         self.launch_sites: Counter[str] = Counter()
         self.bytes_by_site: Counter[str] = Counter()
@@ -257,14 +268,25 @@ class ProxyCounter(TorchDispatchMode):
         self.read_sites[_site()] += 1
         self.read_bytes += nbytes
 
-    def upload(self, kind: str, nbytes: int, non_blocking: bool = False) -> None:
+    def upload(self, kind: str, nbytes: int, non_blocking: bool = False, pinned: bool = False) -> None:
         self.uploads[kind] += 1
         self.upload_sites[_site()] += 1
         self.upload_bytes += nbytes
         self.non_blocking_uploads += bool(non_blocking)
+        self.waiting_uploads += not (non_blocking and pinned)
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies in a host buffer allocated with ``pin_memory=True``."""
+        pointer = tensor.untyped_storage().data_ptr()
+        return any(buffer.untyped_storage().data_ptr() == pointer for buffer in self.pinned)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
+        if func is torch.ops.aten.empty.memory_format and kwargs.get("pin_memory"):
+            output = func(*args, **{**kwargs, "pin_memory": False})  # no CUDA driver here to pin with
+            self.pinned.append(output)
+            self.host_ops += not self.quiet
+            return output
         output = func(*args, **kwargs)
         inputs = [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, torch.Tensor)]
         name = func.overloadpacket.__name__
@@ -301,7 +323,7 @@ class ProxyCounter(TorchDispatchMode):
             return on_device
         if _is_render_device(target):
             if not on_device:
-                self.upload("_to_copy", _nbytes(output), kwargs.get("non_blocking", False))
+                self.upload("_to_copy", _nbytes(output), kwargs.get("non_blocking", False), self.is_pinned(source))
             elif output.dtype != source.dtype:
                 self._launch("_to_copy", [source], output)
             return True
@@ -315,7 +337,7 @@ class ProxyCounter(TorchDispatchMode):
         if self.on_device(destination) and self.on_device(source):
             self._launch("copy_", [destination, source], destination)
         elif self.on_device(destination):
-            self.upload("copy_", _nbytes(source), non_blocking)
+            self.upload("copy_", _nbytes(source), non_blocking, self.is_pinned(source))
         elif self.on_device(source):
             self.read("copy_ to a host tensor", _nbytes(source))
         else:
@@ -491,9 +513,19 @@ def _python_level_patches(counter: ProxyCounter) -> contextlib.ExitStack:
 def _gpu_branches() -> dict[str, tuple[str, object]]:
     """Replacements of CPU-only branches by the GPU's (module docstring): ``module.attribute`` → (what
     replaces it, in words; the replacement); an empty dict where the checkout has none."""
-    from ccc.render_torch import blur, jpeg, numerics
+    from ccc.render_torch import _upload, blur, jpeg, numerics
 
     replaced: dict[str, tuple[str, object]] = {}
+    if hasattr(_upload, "pinned_for") and hasattr(_upload, "_on_host"):
+        pinned_for = _upload.pinned_for
+        replaced[f"{_upload.__name__}.pinned_for"] = (
+            "cpu:0 as CUDA: host buffers asked pinned",
+            lambda device: device == RENDER_DEVICE or pinned_for(device),
+        )
+        replaced[f"{_upload.__name__}._on_host"] = (
+            "cpu:0 as CUDA: copies made",
+            lambda device: device.type == "cpu" and device != RENDER_DEVICE,
+        )
     gpu_jpeg = getattr(jpeg, "integer_jpeg_round_trip", None)
     for module_name, module in list(sys.modules.items()):
         if module_name.startswith("ccc.render_torch") and isinstance(module, types.ModuleType):
@@ -660,7 +692,8 @@ def measure_windows(
                 "uploads": sum(counter.uploads.values()),
                 "bytes_moved": counter.bytes_moved,
                 "float64_flops": counter.float64_flops,
-                "model_seconds_per_batch": _model_seconds(counter.launches, sum(counter.reads.values()), counter),
+                "waiting_uploads": counter.waiting_uploads,
+                "model_seconds_per_batch": _model_seconds(counter),
             }
         )
     batch = len(windows[0])
@@ -691,7 +724,7 @@ def measure_batch(
     meta = measure_meta(specs, images, precision)
     counter = count_batch(specs, images, warmup, provenance, replaced, precision)
     batch = len(specs)
-    seconds = _model_seconds(counter.launches, sum(counter.reads.values()), counter)
+    seconds = _model_seconds(counter)
     return {
         "batch_size": batch,
         "launches": counter.launches,
@@ -700,6 +733,7 @@ def measure_batch(
         "uploads": sum(counter.uploads.values()),
         "upload_bytes": counter.upload_bytes,
         "non_blocking_uploads": counter.non_blocking_uploads,
+        "waiting_uploads": counter.waiting_uploads,
         "bytes_moved": counter.bytes_moved,
         "float64_flops": counter.float64_flops,
         "float32_flops": counter.float32_flops,
@@ -719,10 +753,10 @@ def measure_batch(
     }
 
 
-def _model_seconds(launches: int, reads: int, counter: ProxyCounter) -> float:
+def _model_seconds(counter: ProxyCounter) -> float:
     return (
-        launches * MODEL["launch_seconds"]
-        + reads * MODEL["host_read_seconds"]
+        counter.launches * MODEL["launch_seconds"]
+        + (sum(counter.reads.values()) + counter.waiting_uploads) * MODEL["host_read_seconds"]
         + counter.bytes_moved / MODEL["bytes_per_second"]
         + counter.float64_flops / MODEL["float64_flops_per_second"]
         + counter.float32_flops / MODEL["float32_flops_per_second"]
@@ -756,6 +790,8 @@ def goals(batches: dict[str, dict], at_goal: dict) -> dict[str, dict]:
     worst = {key: max(batch[key] for batch in batches.values()) for key in ("host_reads", "uploads")}
     rows["host reads per batch = 0"] = {"value": worst["host_reads"], "met": worst["host_reads"] == 0}
     rows["uploads per batch ≤ 1"] = {"value": worst["uploads"], "met": worst["uploads"] <= 1}
+    waiting = max(batch["waiting_uploads"] for batch in batches.values())
+    rows["uploads that wait for the GPU per batch = 0"] = {"value": waiting, "met": waiting == 0}
     host = max(batch["host_cpu_ms_per_image"] for batch in batches.values())
     rows["host CPU ms per image ≤ 0.1 (upper bound, every B)"] = {"value": host, "met": host <= 0.1}
     meta = max(batch["host_meta_ms_per_image"]["total"] for batch in batches.values())
@@ -768,7 +804,7 @@ def goals(batches: dict[str, dict], at_goal: dict) -> dict[str, dict]:
 def table(result: dict) -> str:
     """Markdown: one row per batch size, then the modelled rate at B = 512 and the goals."""
     lines = [
-        "| B | launches | host reads | uploads (MB) | bytes moved (GB) | float64 GFLOP | float32 GFLOP | "
+        "| B | launches | host reads | uploads (MB; waiting) | bytes moved (GB) | float64 GFLOP | float32 GFLOP | "
         "host CPU ms/image | host ms/image on meta (geometry, stage 1, stage 2, JPEG, other) | "
         "packing ms/image | modelled ms/batch | modelled images/s |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -779,7 +815,8 @@ def table(result: dict) -> str:
         stages = ", ".join(f"{meta[stage]:,.3f}" for stage in META_STAGES[:-1])
         lines.append(
             f"| {batch['batch_size']} | {batch['launches']:,} | {batch['host_reads']:,} | "
-            f"{batch['uploads']:,} ({batch['upload_bytes'] / 1e6:,.1f}) | {batch['bytes_moved'] / 1e9:,.2f} | "
+            f"{batch['uploads']:,} ({batch['upload_bytes'] / 1e6:,.1f}; {batch['waiting_uploads']:,}) | "
+            f"{batch['bytes_moved'] / 1e9:,.2f} | "
             f"{batch['float64_flops'] / 1e9:,.2f} | {batch['float32_flops'] / 1e9:,.2f} | "
             f"{batch['host_cpu_ms_per_image']:,.2f} | {meta['total']:,.3f} ({stages}) | "
             f"{'—' if packing is None else f'{packing:,.3f}'} | {1e3 * batch['model_seconds_per_batch']:,.2f} | "

@@ -4,13 +4,13 @@ Any host read of device data (``.item()``, ``.tolist()``, ``.cpu()``, ``bool()``
 ``torch.equal``, boolean-mask indexing, ``nonzero``, ``unique``, a data-dependent shape or trip count),
 any mix of host and device tensors in one operation and any CPU-only codec fails there; what passes does
 its per-sample host work from the host severities and seeds only. Every copy from the host to the device
-is ``non_blocking`` (a blocking one waits for the GPU to finish all the work queued before it).
+is ``non_blocking`` and starts from page-locked memory: on CUDA a blocking copy, or one from pageable memory,
+waits for the GPU to finish all the work queued before it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ccc.demo.images import render_demo_image
-from ccc.render_torch import torch_corruptions
+from ccc.render_torch import _upload, torch_corruptions
 from ccc.render_torch.pipeline import render_batch
 from ccc.render_torch.random import SampleRandom
 from ccc.stream.spec import SampleSpec
@@ -31,15 +31,26 @@ SEVERITIES = torch.tensor([5.0, 0.1, 0.25, 2.5, 3.0, 4.75], dtype=torch.float64)
 both of spatter's branches (water up to 3, mud above)."""
 
 
-class _BlockingUploads(TorchDispatchMode):
-    """Records every copy of a host tensor to the meta device that is not ``non_blocking``."""
+class _Uploads(TorchDispatchMode):
+    """Records every copy of a host tensor to the meta device that is not ``non_blocking`` or does not start
+    from page-locked memory (``pin_memory=True``, which :func:`ccc.render_torch._upload.host_buffer` asks for
+    when the patched ``pinned_for`` says the meta device is CUDA-like; allocated unpinned here, where no CUDA
+    driver is, and remembered)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.blocking: list[str] = []
+        self.faults: list[str] = []
+        self.pinned: list[torch.Tensor] = []
+
+    def _is_pinned(self, tensor: torch.Tensor) -> bool:
+        return any(tensor.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr() for buffer in self.pinned)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
+        if func is torch.ops.aten.empty.memory_format and kwargs.get("pin_memory"):
+            buffer = func(*args, **{**kwargs, "pin_memory": False})
+            self.pinned.append(buffer)
+            return buffer
         if func is torch.ops.aten._to_copy.default:
             source, target = args[0], kwargs.get("device")
         elif func is torch.ops.aten.copy_.default:
@@ -49,25 +60,39 @@ class _BlockingUploads(TorchDispatchMode):
         host_to_device = isinstance(source, torch.Tensor) and source.device.type == "cpu" and source.dim() > 0
         if host_to_device and target is not None and torch.device(target).type == "meta":
             if not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False)):
-                self.blocking.append(f"{func} of {tuple(source.shape)}")
+                self.faults.append(f"a blocking {func} of {tuple(source.shape)}")
+            if not self._is_pinned(source):
+                self.faults.append(f"a {func} of {tuple(source.shape)} from pageable memory")
         return func(*args, **kwargs)
 
 
-@contextmanager
-def _no_blocking_upload() -> Iterator[None]:
-    with _BlockingUploads() as mode:
+@pytest.fixture
+def pinned_uploads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every upload to the meta device must be ``non_blocking`` and start from page-locked memory, as on CUDA
+    (a copy from pageable memory may wait there for all the work queued on the stream)."""
+    monkeypatch.setattr(_upload, "pinned_for", lambda device: device.type in ("cuda", "meta"))
+    with _Uploads() as mode:
         yield
-    assert mode.blocking == []
+    assert mode.faults == []
+
+
+def test_the_upload_check_catches_a_pageable_or_blocking_copy():
+    with _Uploads() as mode:
+        torch.ones(3).to("meta", non_blocking=True)
+        torch.empty(3, pin_memory=True).to("meta")
+    assert mode.faults == [
+        "a aten._to_copy.default of (3,) from pageable memory",
+        "a blocking aten._to_copy.default of (3,)",
+    ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", META_CORRUPTIONS)
-def test_the_corruption_runs_on_the_meta_device(name: str, dtype: torch.dtype):
+def test_the_corruption_runs_on_the_meta_device(name: str, dtype: torch.dtype, pinned_uploads: None):
     batch = len(SEVERITIES)
     images = torch.empty(batch, 3, 64, 64, device="meta")
     random = SampleRandom(torch.arange(batch), 0, "meta", dtype)
-    with _no_blocking_upload():
-        output = torch_corruptions()[name](images, SEVERITIES, random, dtype)
+    output = torch_corruptions()[name](images, SEVERITIES, random, dtype)
     assert (output.shape, output.dtype, output.device.type) == ((batch, 3, 64, 64), torch.float32, "meta")
 
 
@@ -83,7 +108,7 @@ def _spec(index: int, source: np.ndarray, n1: str, s1: float, n2: str, s2: float
 
 
 @pytest.mark.parametrize("precision", ["float64", "float32"])
-def test_render_batch_runs_on_the_meta_device(precision: str):
+def test_render_batch_runs_on_the_meta_device(precision: str, pinned_uploads: None):
     """Crops, both corruption stages (every corruption above, severities 0 to 5) and the final JPEG."""
     count = len(META_CORRUPTIONS)
     sources = [render_demo_image(index % 16, np.random.default_rng(index)) for index in range(count)]
@@ -91,6 +116,5 @@ def test_render_batch_runs_on_the_meta_device(precision: str):
         _spec(index, source, name, (index % 21) / 4, META_CORRUPTIONS[(index + 5) % count], 5.0 - (index % 9) / 4)
         for index, (source, name) in enumerate(zip(sources, META_CORRUPTIONS))
     ]
-    with _no_blocking_upload():
-        output = render_batch(specs, sources, "meta", precision=precision)
+    output = render_batch(specs, sources, "meta", precision=precision)
     assert (output.shape, output.dtype, output.device.type) == ((count, 3, 224, 224), torch.uint8, "meta")

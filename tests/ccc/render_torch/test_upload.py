@@ -1,4 +1,5 @@
-"""upload_tables: a call's host tables reach the device in one copy with their dtypes, shapes and bits."""
+"""The renderer's uploads: a call's host tables reach the device in one copy with their dtypes, shapes and bits;
+every copy to a CUDA device starts from page-locked memory."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ccc.render_torch._upload import upload_tables
+from ccc.render_torch._upload import host_buffer, pinned_for, to_device, upload_tables
 
 
 def test_tables_keep_their_values_bit_for_bit():
@@ -41,3 +42,20 @@ def test_tables_land_on_the_device_with_their_shapes():
 def test_other_dtypes_are_refused():
     with pytest.raises(ValueError, match="tables must be float64, integer or bool, got float32"):
         upload_tables(torch.device("cpu"), np.zeros(3, dtype=np.float32))
+
+
+def test_copies_to_cuda_start_from_page_locked_memory(monkeypatch: pytest.MonkeyPatch):
+    assert [pinned_for(torch.device(name)) for name in ("cuda", "cuda:1", "cpu", "meta")] == [True, True, False, False]
+    asked = []
+    monkeypatch.setattr(torch, "empty", lambda shape, dtype, pin_memory: asked.append((shape, dtype, pin_memory)))
+    host_buffer([2, 3], torch.uint8, torch.device("cuda:0"))
+    host_buffer((4,), torch.int64, torch.device("cpu"))
+    assert asked == [((2, 3), torch.uint8, True), ((4,), torch.int64, False)]
+
+
+def test_to_device_casts_on_the_host_and_keeps_the_shape():
+    values = np.array([[2.5, 1 / 3], [-1.0, 7.0]])
+    on_cpu = to_device(values, torch.device("cpu"), torch.float32)
+    assert on_cpu.dtype == torch.float32 and torch.equal(on_cpu, torch.from_numpy(values.astype(np.float32)))
+    moved = to_device(torch.arange(6).view(2, 3), torch.device("meta"))
+    assert (moved.shape, moved.dtype, moved.device.type) == ((2, 3), torch.int64, "meta")
