@@ -132,11 +132,12 @@ def _pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
     ``index`` (B, O, T) int64 holds row numbers of ``levels`` viewed as (B·L, M·C) and ``weight``
     (B, O, T) int32 their weights: each output row is a whole contiguous row gathered per tap, so one
     gather serves every tap, column and channel. Returns uint8 (B, O, M, C), each value
-    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32.
+    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32 (the uint8 levels are
+    multiplied by the int32 weights as they are read: no int32 copy of the gathered rows).
     """
     batch, _, *rest = levels.shape
     rows = levels.reshape(-1, levels[0, 0].numel()).index_select(0, index.view(-1))
-    products = rows.view(*index.shape, -1).to(torch.int32).mul_(weight[..., None])
+    products = rows.view(*index.shape, -1) * weight[..., None]
     total = products.sum(dim=2, dtype=torch.int32).add_(1 << (_PRECISION_BITS - 1))
     total.bitwise_right_shift_(_PRECISION_BITS).clamp_(0, 255)
     return total.to(torch.uint8).view(batch, index.shape[1], *rest)
