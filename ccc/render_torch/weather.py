@@ -19,6 +19,7 @@ equivalent in distribution, not equal.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -49,7 +50,16 @@ from .registry import register_torch_corruption
 if TYPE_CHECKING:
     from .random import SampleRandom
 
-__all__ = ["fog", "frost", "plasma_fractal", "plasma_scales", "snow", "spatter"]
+__all__ = [
+    "PLASMA_HOST_LEVELS",
+    "fog",
+    "frost",
+    "plasma_coarse_map",
+    "plasma_fractal",
+    "plasma_scales",
+    "snow",
+    "spatter",
+]
 
 
 _SNOW_ANGLE_RANGE = (-135.0, -45.0)
@@ -192,33 +202,27 @@ def plasma_scales(wibble_decay: Tensor, levels: int) -> Tensor:
     return torch.stack(scales, dim=1)
 
 
-def plasma_fractal(size: int, scales: Tensor, random: SampleRandom) -> Tensor:
-    """Diamond-square height maps, one per sample, values in [0, 1].
+PLASMA_HOST_LEVELS = 5
+"""Levels of fog's plasma fractal made on the host, the first ones (1 to 16 points a side): on a GPU each level
+costs about 20 launches on a few points per sample, whatever the map's size; their (B, 32, 32) map travels
+with fog's parameters."""
 
-    The reference's sequential recursion is already level-parallel: each level is a stencil over
-    the previous levels' points (square centres from the corners, then the two diamond sets), so
-    the batch runs level by level with the same arithmetic and ``uniform(n, n)`` draws per stencil.
 
-    Args:
-        size: side in pixels, a power of two >= 2.
-        scales: (B, log2(size), 3) of :func:`plasma_scales` on the render device, float64 (float32 in the
-            float32 mode); its dtype is the computation's.
-        random: three draws per level (square centres, diamonds on corner rows, diamonds between).
+def _diamond_square(height_map: Tensor, scales: Tensor, fields: Sequence[Tensor]) -> None:
+    """The diamond-square levels of ``fields`` on ``height_map`` (B, n, n), in place, from the level whose
+    step is ``n >> (levels made before)``: level ``k`` of ``fields`` has step ``n / 2**(first + k)``, where
+    ``2**first`` points a side are already set (every ``n / 2**first``-th row and column).
 
-    Returns:
-        (B, size, size) of ``scales``' dtype.
+    ``scales`` (B, len(fields), 3): each level's :func:`plasma_scales` row; ``fields[k]`` (B, 3, side, side),
+    the level's three uniform draws (square centres, diamonds on corner rows, diamonds between), side
+    ``2**(first + k)``; all of ``height_map``'s dtype and device.
     """
-    batch, dtype = scales.shape[0], scales.dtype
-    height_map = torch.zeros((batch, size, size), dtype=dtype, device=scales.device)
-    # every level's three fields (square centres, diamonds on corner rows, diamonds between) in one computation
-    sides = [1 << level for level in range(scales.shape[1])]
-    fields = random.uniform_sequence([(3, (side, side)) for side in sides], dtype=dtype)
-    step, level = size, 0
-    while step >= 2:
+    size = height_map.shape[-1]
+    step = size // fields[0].shape[-1]
+    for level, draws in enumerate(fields):
         half = step // 2
         # the level's three perturbations at once: the reference's wibble · uniform(−wibble, wibble) per point,
         # elementwise the same arithmetic
-        draws = fields[level]
         wibble, low, span = (scales[:, level, index, None, None, None] for index in range(3))
         square, row, column = (wibble * (low + span * draws)).unbind(1)
         corners = height_map[:, 0:size:step, 0:size:step]
@@ -234,8 +238,57 @@ def plasma_fractal(size: int, scales: Tensor, random: SampleRandom) -> Tensor:
         torch.add(row, row_total, alpha=0.25, out=height_map[:, 0:size:step, half:size:step])
         column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
         torch.add(column, column_total, alpha=0.25, out=height_map[:, half:size:step, 0:size:step])
-        step, level = step // 2, level + 1
+        step //= 2
 
+
+def _level_draws(random: SampleRandom, first: int, last: int, dtype: torch.dtype) -> list[Tensor]:
+    """The three uniform fields of plasma levels ``first`` to ``last - 1`` (side ``2**level``), in one
+    computation: (B, 3, side, side) each, of ``dtype``."""
+    return random.uniform_sequence([(3, (1 << level, 1 << level)) for level in range(first, last)], dtype=dtype)
+
+
+def plasma_coarse_map(scales: Tensor, random: SampleRandom, levels: int = PLASMA_HOST_LEVELS) -> Tensor:
+    """The plasma fractal's first ``levels`` levels, on the host: (B, 2**levels, 2**levels) of ``scales``'
+    dtype, every point of the map whose coordinates are multiples of ``size / 2**levels`` (the points those
+    levels set, the same bits as the whole map's; a level's stencil reads only points of its own and
+    earlier levels).
+
+    ``scales``: (B, >= levels, 3) of :func:`plasma_scales`, on the host; the draws are ``random``'s first,
+    made on the host (``random.on_host()``), which moves ``random``'s draw counter on past them.
+    """
+    height_map = torch.zeros((scales.shape[0], 1 << levels, 1 << levels), dtype=scales.dtype)
+    _diamond_square(height_map, scales, _level_draws(random.on_host(), 0, levels, scales.dtype))
+    return height_map
+
+
+def plasma_fractal(size: int, scales: Tensor, random: SampleRandom, coarse: Tensor | None = None) -> Tensor:
+    """Diamond-square height maps, one per sample, values in [0, 1].
+
+    The reference's sequential recursion is already level-parallel: each level is a stencil over
+    the previous levels' points (square centres from the corners, then the two diamond sets), so
+    the batch runs level by level with the same arithmetic and ``uniform(n, n)`` draws per stencil.
+
+    Args:
+        size: side in pixels, a power of two >= 2.
+        scales: (B, log2(size), 3) of :func:`plasma_scales` on the render device, float64 (float32 in the
+            float32 mode); its dtype is the computation's.
+        random: three draws per level (square centres, diamonds on corner rows, diamonds between).
+        coarse: the first levels' map from :func:`plasma_coarse_map` (B, 2**k, 2**k), on the render device,
+            whose draws ``random`` has already made; None: every level here.
+
+    Returns:
+        (B, size, size) of ``scales``' dtype: the same bits with or without ``coarse``.
+    """
+    batch, dtype = scales.shape[0], scales.dtype
+    levels = scales.shape[1]
+    height_map = torch.zeros((batch, size, size), dtype=dtype, device=scales.device)
+    first = 0
+    if coarse is not None:
+        first = coarse.shape[-1].bit_length() - 1
+        spacing = size >> first
+        height_map[:, ::spacing, ::spacing] = coarse
+    if first < levels:
+        _diamond_square(height_map, scales[:, first:], _level_draws(random, first, levels, dtype))
     height_map = height_map - height_map.amin(dim=(1, 2), keepdim=True)
     return height_map / height_map.amax(dim=(1, 2), keepdim=True)
 
@@ -256,13 +309,16 @@ def fog(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.d
     host_parameters = per_sample_parameters("fog", severities)
     map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
     scales = plasma_scales(host_parameters[:, 1].to(dtype), int(math.log2(map_size)))
-    parameters, scales = upload_tables(
-        images.device, host_parameters.numpy(), scales.to(torch.float64).numpy(), float_dtype=dtype
+    coarse = plasma_coarse_map(scales, random)
+    parameters, scales, coarse = upload_tables(
+        images.device,
+        *(table.to(torch.float64).numpy() for table in (host_parameters, scales, coarse)),
+        float_dtype=dtype,
     )
     strength = parameters[:, 0, None, None, None]
     unit = unit_values(images, dtype)
     maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
-    fractal = plasma_fractal(map_size, scales, random)[:, None, :height, :width]
+    fractal = plasma_fractal(map_size, scales, random, coarse)[:, None, :height, :width]
     unit = unit + strength * fractal
     return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
 

@@ -145,6 +145,26 @@ def _spectrum_slope(maps: np.ndarray) -> float:
     return float(np.polyfit(np.log(frequencies[keep]), np.log(power.mean(axis=0)[keep]), 1)[0])
 
 
+def _bits(values: torch.Tensor) -> torch.Tensor:
+    return values.view(torch.int64 if values.dtype == torch.float64 else torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_plasma_levels_made_on_the_host_give_the_same_map(dtype: torch.dtype):
+    """The first levels on the host (fog's split), the others after them: the same bits as every level in one
+    place, and the draws that follow are the same."""
+    scales = weather.plasma_scales(torch.tensor([2.0, 1.4, 3.0, 1.7], dtype=dtype), 8)
+    whole_random = SampleRandom(torch.arange(4) + 77, 1, dtype=dtype)
+    whole = weather.plasma_fractal(256, scales, whole_random)
+    next_draw = whole_random.uniform(2)
+    for levels in (1, weather.PLASMA_HOST_LEVELS, 8):
+        random = SampleRandom(torch.arange(4) + 77, 1, dtype=dtype)
+        coarse = weather.plasma_coarse_map(scales, random, levels)
+        assert coarse.shape == (4, 1 << levels, 1 << levels)
+        assert torch.equal(_bits(weather.plasma_fractal(256, scales, random, coarse)), _bits(whole))
+        assert torch.equal(random.uniform(2), next_draw)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("decay", [2.0, 1.4])
 def test_plasma_fractal_statistics_match_cpu(decay):
