@@ -44,6 +44,7 @@ from ._upload import upload_tables
 from .numerics import (
     byte_levels,
     divide,
+    gather_elements,
     gaussian_blur_nearest,
     gaussian_kernels,
     imagemagick_motion_blur,
@@ -187,11 +188,14 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: t
     unit = unit_values(images, torch.float32)
     source, present_weights = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
     accumulated = torch.zeros_like(unit)
-    for slot in slots:
-        zoomed = zoom_with_tables(source, zooms.at(slot), torch.float32)
+    per_call = max(1, min(len(slots), gather_elements(images.device) // unit.numel()))
+    for first in range(0, len(slots), per_call):  # `per_call` slots zoomed in one set of operations
+        chosen = slice(first, first + per_call)
+        zoomed = zoom_with_tables(source, zooms.slots(chosen), torch.float32)
         # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
-        zoomed *= present_weights[slot][:, None, None, None]
-        accumulated += zoomed
+        zoomed *= present_weights[chosen][:, :, None, None, None]
+        for slot_zoom in zoomed:  # summed one slot after the other, in the CPU path's order
+            accumulated += slot_zoom
     averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
     return averaged.clamp(0.0, 1.0)
 

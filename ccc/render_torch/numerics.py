@@ -44,11 +44,11 @@ from ._upload import upload_tables
 __all__ = [
     "byte_levels",
     "divide",
+    "GATHER_ELEMENTS",
+    "gather_elements",
     "gaussian_blur_nearest",
     "gaussian_kernels",
     "imagemagick_motion_blur",
-    "MOTION_BLUR_GATHER_ELEMENTS",
-    "motion_blur_gather_elements",
     "motion_blur_tables",
     "motion_blur_with_tables",
     "opencv_gray",
@@ -281,7 +281,8 @@ def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
 class ZoomTables(NamedTuple):
     """One centre zoom per sample on the device: each axis's neighbour indices (int64) and their weights
     (``1 - upper`` and ``upper``, of the working dtype), (B, H) for rows and (B, W) for columns, or with
-    more leading dimensions (:func:`zoom_device_tables` of several zooms; index them one zoom at a time)."""
+    leading dimensions (Z, B, H) and (Z, B, W) for Z zooms per sample (:func:`zoom_device_tables` of several
+    zooms)."""
 
     row_low: Tensor
     row_high: Tensor
@@ -292,9 +293,9 @@ class ZoomTables(NamedTuple):
     column_lower: Tensor
     column_upper: Tensor
 
-    def at(self, index: int) -> ZoomTables:
-        """The tables of zoom ``index`` along the first dimension."""
-        return ZoomTables(*(table[index] for table in self))
+    def slots(self, chosen: slice) -> ZoomTables:
+        """The tables of the zooms ``chosen`` along the first dimension (Z)."""
+        return ZoomTables(*(table[chosen] for table in self))
 
 
 def zoom_device_tables(
@@ -313,26 +314,32 @@ def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> 
     Args:
         images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic; images
             already of that dtype are not copied).
-        tables: :func:`zoom_device_tables` of one zoom per sample, on the images' device.
+        tables: :func:`zoom_device_tables` of one zoom per sample ((B, H) and (B, W)), or of Z zooms per
+            sample ((Z, B, H) and (Z, B, W)), on the images' device.
         dtype: the result's dtype (the reference casts each zoom to its input's dtype).
 
     Returns:
-        (B, C, H, W) of ``dtype``: rows interpolated first, then columns, in the weights' dtype, then cast.
+        (B, C, H, W), or (Z, B, C, H, W), of ``dtype``: rows interpolated first, then columns, in the
+        weights' dtype, then cast. The rows' neighbours are whole rows of the planes (one index per output
+        row); several zooms are made in one set of operations, each with the arithmetic of a lone one.
     """
     batch, channels, height, width = images.shape
-    source = images.to(tables.row_upper.dtype)
+    leading = tables.row_low.shape[:-2]
+    shape = (*leading, batch, channels, height, width)
+    planes = images.to(tables.row_upper.dtype).reshape(-1, width)
+    first_rows = torch.arange(0, batch * channels * height, height, device=images.device).view(batch, channels, 1)
 
     def rows_at(index: Tensor) -> Tensor:
-        return source.gather(2, index[:, None, :, None].expand(batch, channels, height, width))
+        return planes.index_select(0, (first_rows + index[..., None, :]).view(-1)).view(shape)
 
-    by_rows = rows_at(tables.row_low) * tables.row_lower[:, None, :, None]
-    by_rows += rows_at(tables.row_high) * tables.row_upper[:, None, :, None]
+    by_rows = rows_at(tables.row_low) * tables.row_lower[..., None, :, None]
+    by_rows += rows_at(tables.row_high) * tables.row_upper[..., None, :, None]
 
     def columns_at(index: Tensor) -> Tensor:
-        return by_rows.gather(3, index[:, None, None, :].expand(batch, channels, height, width))
+        return by_rows.gather(-1, index[..., None, None, :].expand(shape))
 
-    zoomed = columns_at(tables.column_low) * tables.column_lower[:, None, None, :]
-    zoomed += columns_at(tables.column_high) * tables.column_upper[:, None, None, :]
+    zoomed = columns_at(tables.column_low) * tables.column_lower[..., None, None, :]
+    zoomed += columns_at(tables.column_high) * tables.column_upper[..., None, None, :]
     return zoomed.to(dtype)
 
 
@@ -368,17 +375,17 @@ def motion_blur_tables(
     return weights, starts, (pad_rows, pad_columns)
 
 
-MOTION_BLUR_GATHER_ELEMENTS = 1 << 25
-"""Most products motion blur gathers in one operation on a device other than the CPU (256 MB in float64): the
-taps of a call are gathered and weighted this many values at a time (at least one tap), then summed one tap
-after the other."""
+GATHER_ELEMENTS = 1 << 25
+"""Most values a filter of several shifted or zoomed copies gathers in one operation on a device other than the
+CPU (256 MB in float64): motion blur's taps and zoom blur's zooms are gathered and weighted this many values at
+a time (at least one tap or zoom), then summed one after the other."""
 
 
-def motion_blur_gather_elements(device: torch.device) -> int:
-    """Most products :func:`motion_blur_with_tables` gathers in one operation on ``device``: 0 on the CPU (one
-    tap at a time: its products stay in the caches, and a launch costs nothing there),
-    :data:`MOTION_BLUR_GATHER_ELEMENTS` elsewhere (the GPU: launches are what count). The bytes are the same."""
-    return 0 if device.type == "cpu" else MOTION_BLUR_GATHER_ELEMENTS
+def gather_elements(device: torch.device) -> int:
+    """Most values :func:`motion_blur_with_tables` and zoom blur gather in one operation on ``device``: 0 on the
+    CPU (one tap or zoom at a time: its values stay in the caches, and a launch costs nothing there),
+    :data:`GATHER_ELEMENTS` elsewhere (the GPU: launches are what count). The bytes are the same."""
+    return 0 if device.type == "cpu" else GATHER_ELEMENTS
 
 
 def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
@@ -404,7 +411,7 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
     )
 
     taps, pixels = weights.shape[1], height * width
-    chunk = max(1, min(taps, motion_blur_gather_elements(device) // (batch * channels * pixels)))
+    chunk = max(1, min(taps, gather_elements(device) // (batch * channels * pixels)))
     total = None
     for first in range(0, taps, chunk):  # the products of `chunk` taps in one gather and one multiplication
         last = min(first + chunk, taps)

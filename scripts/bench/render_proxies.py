@@ -59,12 +59,12 @@ separate GPU branch the script substitutes it: ``jpeg_round_trip`` is replaced b
 ``integer_jpeg_round_trip`` (what every non-CPU device runs) in every ``ccc.render_torch`` module that
 holds it, when that function exists; ``_upload.pinned_for`` and ``_upload._on_host`` (when they exist)
 treat ``cpu:0`` as CUDA (host buffers asked pinned, copies made); and defocus blur's
-``fft_samples_per_call`` returns the GPU's fixed count (``blur.FFT_SAMPLES_PER_CALL``), and motion
-blur's ``motion_blur_gather_elements`` the GPU's products per gather
-(``numerics.MOTION_BLUR_GATHER_ELEMENTS``), when they exist; before the JPEG branch existed (commit
-ace2c68), ``jpeg_round_trip`` copied device images to the host, ran libjpeg there and uploaded the
-result (nvJPEG's CUDA branch fails, issue 36): counted as one read and one upload. The JSON lists the
-substitutions made.
+``fft_samples_per_call`` returns the GPU's fixed count (``blur.FFT_SAMPLES_PER_CALL``), and
+``gather_elements`` (motion blur's taps and zoom blur's zooms; ``motion_blur_gather_elements`` before)
+the GPU's values per gather (``numerics.GATHER_ELEMENTS``) in every module that holds it, when they
+exist; before the JPEG branch existed (commit ace2c68), ``jpeg_round_trip`` copied device images to the
+host, ran libjpeg there and uploaded the result (nvJPEG's CUDA branch fails, issue 36): counted as one
+read and one upload. The JSON lists the substitutions made.
 
 **Host CPU time** per image: CPU time of this process (one torch thread) for
 ``render_batch(specs, images, "cpu", jpeg=True)`` with nothing patched and no dispatch mode, after the
@@ -534,12 +534,14 @@ def _gpu_branches() -> dict[str, tuple[str, object]]:
     if hasattr(blur, "fft_samples_per_call"):
         per_call = blur.FFT_SAMPLES_PER_CALL
         replaced[f"{blur.__name__}.fft_samples_per_call"] = (f"{per_call} samples per call", lambda device: per_call)
-    if hasattr(numerics, "motion_blur_gather_elements"):
-        elements = numerics.MOTION_BLUR_GATHER_ELEMENTS
-        replaced[f"{numerics.__name__}.motion_blur_gather_elements"] = (
-            f"{elements:,} products per gather",
-            lambda device: elements,
-        )
+    for name, constant in (("gather_elements", "GATHER_ELEMENTS"), ("motion_blur_gather_elements", None)):
+        function = getattr(numerics, name, None)
+        if function is None:
+            continue
+        elements = getattr(numerics, constant or "MOTION_BLUR_GATHER_ELEMENTS")
+        for module_name, module in list(sys.modules.items()):
+            if module_name.startswith("ccc.render_torch") and getattr(module, name, None) is function:
+                replaced[f"{module_name}.{name}"] = (f"{elements:,} values per gather", lambda device: elements)
     return replaced
 
 

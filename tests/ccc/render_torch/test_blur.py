@@ -38,6 +38,19 @@ def test_deterministic_blurs_equal_the_cpu_path_byte_for_byte(images: np.ndarray
     np.testing.assert_array_equal(to_bytes(output), expected)
 
 
+@pytest.mark.parametrize("zooms_per_call", [3, 1000])
+def test_zoom_blur_gives_the_same_bytes_with_several_zooms_per_call(
+    images: np.ndarray, zooms_per_call: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Zoom blur's zooms made three at a time, or all at once (a GPU's way), give the bytes of one at a time."""
+    severities = torch.tensor(SEVERITIES, dtype=torch.float64)
+    one_at_a_time = blur.zoom_blur(to_tensor(images), severities, SampleRandom(torch.arange(len(images))))
+    elements = zooms_per_call * len(images) * 3 * 224 * 224
+    monkeypatch.setattr(blur, "gather_elements", lambda device: elements)
+    several = blur.zoom_blur(to_tensor(images), severities, SampleRandom(torch.arange(len(images))))
+    assert torch.equal(several.view(torch.int32), one_at_a_time.view(torch.int32))
+
+
 def test_motion_blur_equals_the_cpu_path_given_the_same_angle(images: np.ndarray) -> None:
     severities = torch.tensor(SEVERITIES, dtype=torch.float64)
     seeds = torch.arange(len(images)) + 100
@@ -57,7 +70,7 @@ def test_imagemagick_motion_blur_equals_the_cpu_reimplementation_at_any_angle(
     once (a GPU's at this size)."""
     if taps_per_gather is not None:
         elements = taps_per_gather * 4 * 3 * 224 * 224
-        monkeypatch.setattr(numerics, "motion_blur_gather_elements", lambda device: elements)
+        monkeypatch.setattr(numerics, "gather_elements", lambda device: elements)
     generator = np.random.default_rng(3)
     radii, sigmas = generator.uniform(0.5, 20, 4).tolist(), generator.uniform(0.5, 15, 4).tolist()
     angles = generator.uniform(-180, 180, 4).tolist()
