@@ -92,12 +92,11 @@ def canonical_name(name: object, parameter: str = "name") -> str:
     Raises:
         ValueError: for an unknown name, listing every valid name.
     """
+    if isinstance(name, str) and name in REGISTRY:
+        return name
     alias_names = aliases()
-    if isinstance(name, str):
-        if name in REGISTRY:
-            return name
-        if name in alias_names:
-            return alias_names[name]
+    if isinstance(name, str) and name in alias_names:
+        return alias_names[name]
     valid = ", ".join(REGISTRY.names() + list(alias_names))
     raise ValueError(f"unknown corruption {name!r} for {parameter}; available: {valid}")
 

@@ -77,7 +77,8 @@ def apply_corruption_stage(
         ValueError: an unknown ``precision``.
     """
     dtype = working_dtype(precision)
-    canonical = [get_corruption(name).name for name in names]
+    canonical_of = {name: get_corruption(name).name for name in dict.fromkeys(names)}
+    canonical = [canonical_of[name] for name in names]
     groups = [
         (name, [k for k, other in enumerate(canonical) if other == name and severities[k] > 0])
         for name in sorted(set(canonical))
@@ -141,10 +142,9 @@ def render_batch(
     """
     working_dtype(precision)
     check_torch_corruption_set(*(spec.corruption_set for spec in specs))
-    for spec in specs:
-        for name, severity in ((spec.n1, spec.s1), (spec.n2, spec.s2)):
-            if severity > 0:
-                torch_corruption(name)
+    pairs = [pair for spec in specs for pair in ((spec.n1, spec.s1), (spec.n2, spec.s2))]
+    for name in dict.fromkeys(name for name, severity in pairs if severity > 0):  # each name once, in order
+        torch_corruption(name)
     device = torch.device(device)
     pixels = crop_resize_flip(specs, images, device)
     seeds = torch.tensor([spec.seed for spec in specs], dtype=torch.int64)
