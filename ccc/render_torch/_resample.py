@@ -115,9 +115,9 @@ def _batch_taps(
     triples = [(key >> 33, (key >> 1) & 0xFFFFFFFF, bool(key & 1)) for key in keys.tolist()]
     taps = max(_length_taps(size, out, out_length, kind, False, 0)[1].shape[1] for size, out, _ in triples)
     tables = [_length_taps(size, out, out_length, kind, flip, taps) for size, out, flip in triples]
-    index = np.stack([tables[row][0] for row in inverse.tolist()])
+    index = np.stack([index for index, _ in tables])[inverse]
     index += offsets[:, None, None]
-    return index, np.stack([tables[row][1] for row in inverse.tolist()])
+    return index, np.stack([weight for _, weight in tables])[inverse]
 
 
 def _vertical_first(in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64]) -> NDArray[np.bool_]:

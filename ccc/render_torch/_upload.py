@@ -81,19 +81,22 @@ def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dty
     if float_dtype not in (torch.float64, torch.float32):
         raise ValueError(f"float_dtype must be torch.float64 or torch.float32, got {float_dtype}")
     single = float_dtype == torch.float32
-    words = []
     for table in tables:
-        if table.dtype == np.float64 and single:
-            words.append(np.ascontiguousarray(table, dtype=np.float32).view(np.int32).astype(np.int64).ravel())
-        elif table.dtype == np.float64:
-            words.append(np.ascontiguousarray(table).view(np.int64).ravel())
-        elif table.dtype == np.bool_ or np.issubdtype(table.dtype, np.integer):
-            words.append(table.astype(np.int64).ravel())
-        else:
+        if table.dtype != np.float64 and table.dtype != np.bool_ and not np.issubdtype(table.dtype, np.integer):
             raise ValueError(f"tables must be float64, integer or bool, got {table.dtype}")
-    staged = host_buffer((sum(len(word) for word in words),), torch.int64, device)
-    np.concatenate(words, out=staged.numpy())
-    pieces = torch.split(send(staged, device), [len(word) for word in words])
+    sizes = [table.size for table in tables]
+    staged = host_buffer((sum(sizes),), torch.int64, device)
+    start = 0
+    for table, size in zip(tables, sizes):  # each table written into the buffer at once, converted as it is copied
+        words = staged.numpy()[start : start + size].reshape(table.shape)
+        start += size
+        if table.dtype == np.float64 and single:
+            np.copyto(words, table.astype(np.float32).view(np.int32))
+        elif table.dtype == np.float64:
+            np.copyto(words.view(np.float64), table)
+        else:
+            np.copyto(words, table, casting="unsafe")
+    pieces = torch.split(send(staged, device), sizes)
     uploaded = []
     for piece, table in zip(pieces, tables):
         piece = piece.view(table.shape)
