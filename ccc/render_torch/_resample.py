@@ -126,18 +126,29 @@ def _vertical_first(in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64]) -
     return (shrink[:, 0] > 0) & (shrink[:, 0] > 2 * shrink[:, 1])
 
 
+def multiplies_while_casting(device: torch.device) -> bool:
+    """Whether :func:`_pass` multiplies the gathered uint8 levels by the int32 weights in one mixed-dtype
+    operation on ``device`` (a GPU: each value is cast as it is read, no int32 copy is written), rather than
+    casting them to int32 first and multiplying in place (the CPU, whose mixed-dtype loops are not
+    vectorised: 1.7 times slower there). The products are the same integers either way."""
+    return device.type != "cpu"
+
+
 def _pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
     """One resampling pass of uint8 ``levels`` (B, L, M, C) along its axis 1.
 
     ``index`` (B, O, T) int64 holds row numbers of ``levels`` viewed as (B·L, M·C) and ``weight``
     (B, O, T) int32 their weights: each output row is a whole contiguous row gathered per tap, so one
     gather serves every tap, column and channel. Returns uint8 (B, O, M, C), each value
-    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32 (the uint8 levels are
-    multiplied by the int32 weights as they are read: no int32 copy of the gathered rows).
+    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32
+    (:func:`multiplies_while_casting` says how the products are made).
     """
     batch, _, *rest = levels.shape
-    rows = levels.reshape(-1, levels[0, 0].numel()).index_select(0, index.view(-1))
-    products = rows.view(*index.shape, -1) * weight[..., None]
+    rows = levels.reshape(-1, levels[0, 0].numel()).index_select(0, index.view(-1)).view(*index.shape, -1)
+    if multiplies_while_casting(levels.device):
+        products = rows * weight[..., None]
+    else:
+        products = rows.to(torch.int32).mul_(weight[..., None])
     total = products.sum(dim=2, dtype=torch.int32).add_(1 << (_PRECISION_BITS - 1))
     total.bitwise_right_shift_(_PRECISION_BITS).clamp_(0, 255)
     return total.to(torch.uint8).view(batch, index.shape[1], *rest)

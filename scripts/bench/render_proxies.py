@@ -61,10 +61,11 @@ holds it, when that function exists; ``_upload.pinned_for`` and ``_upload._on_ho
 treat ``cpu:0`` as CUDA (host buffers asked pinned, copies made); and defocus blur's
 ``fft_samples_per_call`` returns the GPU's fixed count (``blur.FFT_SAMPLES_PER_CALL``), and
 ``gather_elements`` (motion blur's taps and zoom blur's zooms; ``motion_blur_gather_elements`` before)
-the GPU's values per gather (``numerics.GATHER_ELEMENTS``) in every module that holds it, when they
-exist; before the JPEG branch existed (commit ace2c68), ``jpeg_round_trip`` copied device images to the
-host, ran libjpeg there and uploaded the result (nvJPEG's CUDA branch fails, issue 36): counted as one
-read and one upload. The JSON lists the substitutions made.
+the GPU's values per gather (``numerics.GATHER_ELEMENTS``) in every module that holds it, and
+``_resample.multiplies_while_casting`` says yes, when they exist; before the JPEG branch existed (commit
+ace2c68), ``jpeg_round_trip`` copied device images to the host, ran libjpeg there and uploaded the
+result (nvJPEG's CUDA branch fails, issue 36): counted as one read and one upload. The JSON lists the
+substitutions made.
 
 **Host CPU time** per image: CPU time of this process (one torch thread) for
 ``render_batch(specs, images, "cpu", jpeg=True)`` with nothing patched and no dispatch mode, after the
@@ -531,6 +532,12 @@ def _gpu_branches() -> dict[str, tuple[str, object]]:
         if module_name.startswith("ccc.render_torch") and isinstance(module, types.ModuleType):
             if gpu_jpeg is not None and getattr(module, "jpeg_round_trip", None) is jpeg.jpeg_round_trip:
                 replaced[f"{module_name}.jpeg_round_trip"] = ("integer_jpeg_round_trip", gpu_jpeg)
+    resample = sys.modules.get("ccc.render_torch._resample")
+    if resample is not None and hasattr(resample, "multiplies_while_casting"):
+        replaced[f"{resample.__name__}.multiplies_while_casting"] = (
+            "uint8 × int32 in one operation",
+            lambda device: True,
+        )
     if hasattr(blur, "fft_samples_per_call"):
         per_call = blur.FFT_SAMPLES_PER_CALL
         replaced[f"{blur.__name__}.fft_samples_per_call"] = (f"{per_call} samples per call", lambda device: per_call)

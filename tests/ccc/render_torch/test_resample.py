@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ccc.render_torch import _resample
 from ccc.render_torch._resample import resample_batch
 
 _RESAMPLING = {"box": Image.Resampling.BOX, "bilinear": Image.Resampling.BILINEAR}
@@ -25,8 +26,12 @@ def _random_batch(generator: np.random.Generator, count: int) -> tuple[np.ndarra
     return images, boxes, sizes, generator.random(count) < 0.5
 
 
+@pytest.mark.parametrize("multiplies_while_casting", [False, True], ids=["the CPU's products", "a GPU's products"])
 @pytest.mark.parametrize("kind", ["box", "bilinear"])
-def test_every_sample_of_a_mixed_batch_equals_pillow(kind: str) -> None:
+def test_every_sample_of_a_mixed_batch_equals_pillow(
+    kind: str, multiplies_while_casting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_resample, "multiplies_while_casting", lambda device: multiplies_while_casting)
     images, boxes, sizes, flips = _random_batch(np.random.default_rng(11), 24)
     output = resample_batch(torch.from_numpy(images), boxes, sizes, (90, 90), kind, flips)
     for k in range(len(images)):
