@@ -14,7 +14,11 @@ The synchronisations serialise host and device work that would otherwise overlap
 those of a device that waits for its host. Then ``torch.profiler`` records one more batch (no extra
 synchronisation): its wall time against the device's busy time (the sum of its kernels and copies: far
 below the wall time, the host is what the device waits for), and the ``--top`` device kernels by their
-total time. Host work runs with torch's default thread count (the packing of the sources uses it).
+total time. Last, ``--repeats`` batches rendered back to back, the device synchronised once at the end,
+twice: with the renderer's host buffers (page-locked on CUDA, so that no copy waits for the work queued
+before it) and with ordinary memory for every host buffer (as before commit 2fd407b: a copy may then wait
+for the queued work, and the host's time and the device's add up instead of overlapping). Host work runs
+with torch's default thread count (the packing of the sources uses it).
 
     python scripts/bench/render_profile.py --device cuda --batch 512 --json profile.json   # gpu_check.sh
     python scripts/bench/render_profile.py --device cpu --batch 4 --repeats 1 --top 5     # a check
@@ -39,6 +43,7 @@ from corruptions import UsageError, _environment, run_and_write  # noqa: E402
 from generate import make_source_folder  # noqa: E402
 from render import SOURCE_IMAGES, medium_specs  # noqa: E402
 
+import ccc.render_torch._upload as upload  # noqa: E402
 import ccc.render_torch.pipeline as pipeline  # noqa: E402
 from ccc.load.rendered_stream import check_render_device  # noqa: E402
 from ccc.render import RENDER_PRECISIONS, decode_jpeg  # noqa: E402
@@ -117,6 +122,29 @@ def top_kernels(specs: Sequence, images: Sequence[np.ndarray], device: torch.dev
     }
 
 
+def back_to_back(
+    specs: Sequence, images: Sequence[np.ndarray], device: torch.device, precision: str, repeats: int, pinned: bool
+) -> float:
+    """Milliseconds per batch of ``repeats`` batches rendered back to back, the device synchronised once at the
+    end; ``pinned=False``: every host buffer of the renderer from ordinary memory (``_upload.pinned_for`` says
+    no), else the renderer's own (page-locked on CUDA)."""
+    original = upload.pinned_for
+    if not pinned:
+        upload.pinned_for = lambda device: False
+    try:
+        pipeline.render_batch(specs, images, device, True, precision)  # the host allocator's blocks, warmed
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            pipeline.render_batch(specs, images, device, True, precision)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return 1000.0 * (time.perf_counter() - start) / repeats
+    finally:
+        upload.pinned_for = original
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of the profile."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -167,6 +195,10 @@ def run(arguments: argparse.Namespace) -> dict:
         "images_per_second_synchronised": arguments.batch / per_batch,
         "steps": steps,
         "profiled_batch": top_kernels(specs, images, device, arguments.precision, arguments.top),
+        "back_to_back_ms_per_batch": {
+            memory: back_to_back(specs, images, device, arguments.precision, arguments.repeats, memory == "pinned")
+            for memory in ("pinned", "pageable")
+        },
     }
     print(
         f"medium mix, batch {arguments.batch}, {arguments.precision}: {1000.0 * per_batch:.1f} ms per batch "
@@ -184,6 +216,12 @@ def run(arguments: argparse.Namespace) -> dict:
     print("\n| kernel | calls | ms |\n|---|---:|---:|")
     for row in profiled["top"]:
         print(f"| {row['name'].replace('|', '/')} | {row['calls']} | {row['ms']:.2f} |")
+    pinned, pageable = (result["back_to_back_ms_per_batch"][memory] for memory in ("pinned", "pageable"))
+    print(
+        f"\nback to back ({arguments.repeats} batches): {pinned:.1f} ms per batch with page-locked host buffers, "
+        f"{pageable:.1f} with ordinary memory ({arguments.batch / pinned * 1000:,.0f} and "
+        f"{arguments.batch / pageable * 1000:,.0f} images/s)"
+    )
     return result
 
 
