@@ -320,17 +320,15 @@ def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> 
 
     Returns:
         (B, C, H, W), or (Z, B, C, H, W), of ``dtype``: rows interpolated first, then columns, in the
-        weights' dtype, then cast. The rows' neighbours are whole rows of the planes (one index per output
-        row); several zooms are made in one set of operations, each with the arithmetic of a lone one.
+        weights' dtype, then cast. Several zooms are made in one set of operations, each with the arithmetic
+        of a lone one; the images are read in their own memory layout (no copy).
     """
     batch, channels, height, width = images.shape
-    leading = tables.row_low.shape[:-2]
-    shape = (*leading, batch, channels, height, width)
-    planes = images.to(tables.row_upper.dtype).reshape(-1, width)
-    first_rows = torch.arange(0, batch * channels * height, height, device=images.device).view(batch, channels, 1)
+    shape = (*tables.row_low.shape[:-2], batch, channels, height, width)
+    source = images.to(tables.row_upper.dtype).expand(shape)
 
     def rows_at(index: Tensor) -> Tensor:
-        return planes.index_select(0, (first_rows + index[..., None, :]).view(-1)).view(shape)
+        return source.gather(-2, index[..., None, :, None].expand(shape))
 
     by_rows = rows_at(tables.row_low) * tables.row_lower[..., None, :, None]
     by_rows += rows_at(tables.row_high) * tables.row_upper[..., None, :, None]
