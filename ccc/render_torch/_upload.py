@@ -54,11 +54,12 @@ def send(staged: Tensor, device: torch.device) -> Tensor:
 def to_device(values: Tensor | NDArray, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
     """A host tensor or numpy array on ``device`` as ``dtype`` (default: its own), in one ``non_blocking``
     copy from a :func:`host_buffer`; the cast, if any, is made on the host (the same IEEE conversion as on
-    the device). On the CPU, the values themselves (cast if needed; they may share memory)."""
+    the device). On the CPU, or for values already on ``device``, the values themselves (cast if needed; they
+    may share memory)."""
     device = torch.device(device)
     tensor = torch.as_tensor(values)
     dtype = tensor.dtype if dtype is None else dtype
-    if _on_host(device):
+    if _on_host(device) or tensor.device == device:
         return tensor.to(dtype)
     staged = host_buffer(tensor.shape, dtype, device)
     staged.copy_(tensor)

@@ -59,3 +59,4 @@ def test_to_device_casts_on_the_host_and_keeps_the_shape():
     assert on_cpu.dtype == torch.float32 and torch.equal(on_cpu, torch.from_numpy(values.astype(np.float32)))
     moved = to_device(torch.arange(6).view(2, 3), torch.device("meta"))
     assert (moved.shape, moved.dtype, moved.device.type) == ((2, 3), torch.int64, "meta")
+    assert to_device(moved, torch.device("meta")) is moved  # already there: no trip through the host
