@@ -124,7 +124,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -511,10 +510,20 @@ def _python_level_patches(counter: ProxyCounter) -> contextlib.ExitStack:
     return stack
 
 
+def _in_every_module(
+    replaced: dict[str, tuple[str, object]], name: str, original: object, what: str, replacement: object
+) -> None:
+    """Substitute ``replacement`` for the function ``original`` in every ``ccc.render_torch`` module that holds
+    it as ``name`` (modules import it by name)."""
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("ccc.render_torch") and getattr(module, name, None) is original:
+            replaced[f"{module_name}.{name}"] = (what, replacement)
+
+
 def _gpu_branches() -> dict[str, tuple[str, object]]:
     """Replacements of CPU-only branches by the GPU's (module docstring): ``module.attribute`` → (what
     replaces it, in words; the replacement); an empty dict where the checkout has none."""
-    from ccc.render_torch import _upload, blur, jpeg, numerics
+    from ccc.render_torch import _resample, _upload, blur, jpeg, numerics
 
     replaced: dict[str, tuple[str, object]] = {}
     if hasattr(_upload, "pinned_for") and hasattr(_upload, "_on_host"):
@@ -527,28 +536,25 @@ def _gpu_branches() -> dict[str, tuple[str, object]]:
             "cpu:0 as CUDA: copies made",
             lambda device: device.type == "cpu" and device != RENDER_DEVICE,
         )
-    gpu_jpeg = getattr(jpeg, "integer_jpeg_round_trip", None)
-    for module_name, module in list(sys.modules.items()):
-        if module_name.startswith("ccc.render_torch") and isinstance(module, types.ModuleType):
-            if gpu_jpeg is not None and getattr(module, "jpeg_round_trip", None) is jpeg.jpeg_round_trip:
-                replaced[f"{module_name}.jpeg_round_trip"] = ("integer_jpeg_round_trip", gpu_jpeg)
-    resample = sys.modules.get("ccc.render_torch._resample")
-    if resample is not None and hasattr(resample, "multiplies_while_casting"):
-        replaced[f"{resample.__name__}.multiplies_while_casting"] = (
+    if hasattr(jpeg, "integer_jpeg_round_trip"):
+        integer = jpeg.integer_jpeg_round_trip
+        _in_every_module(replaced, "jpeg_round_trip", jpeg.jpeg_round_trip, "integer_jpeg_round_trip", integer)
+    if hasattr(_resample, "multiplies_while_casting"):
+        replaced[f"{_resample.__name__}.multiplies_while_casting"] = (
             "uint8 × int32 in one operation",
             lambda device: True,
         )
     if hasattr(blur, "fft_samples_per_call"):
         per_call = blur.FFT_SAMPLES_PER_CALL
         replaced[f"{blur.__name__}.fft_samples_per_call"] = (f"{per_call} samples per call", lambda device: per_call)
-    for name, constant in (("gather_elements", "GATHER_ELEMENTS"), ("motion_blur_gather_elements", None)):
-        function = getattr(numerics, name, None)
-        if function is None:
-            continue
-        elements = getattr(numerics, constant or "MOTION_BLUR_GATHER_ELEMENTS")
-        for module_name, module in list(sys.modules.items()):
-            if module_name.startswith("ccc.render_torch") and getattr(module, name, None) is function:
-                replaced[f"{module_name}.{name}"] = (f"{elements:,} values per gather", lambda device: elements)
+    for name, constant in (
+        ("gather_elements", "GATHER_ELEMENTS"),
+        ("motion_blur_gather_elements", "MOTION_BLUR_GATHER_ELEMENTS"),  # its name before zoom blur shared it
+    ):
+        if hasattr(numerics, name):
+            elements = getattr(numerics, constant)
+            what = f"{elements:,} values per gather"
+            _in_every_module(replaced, name, getattr(numerics, name), what, lambda device, elements=elements: elements)
     return replaced
 
 
