@@ -81,23 +81,23 @@ def _axis_taps(
 
 
 @functools.lru_cache(maxsize=8192)
-def _length_taps(in_size: int, out_size: int, out_length: int, kind: str, flip: bool, taps: int):
-    """One sample's :func:`_axis_taps` tables, cached: ``index`` and ``weight`` (out_length, ``taps``) int64
-    (read-only), padded with zero-weighted taps whose index continues the pixel's first tap (clipped to
-    the input) as :func:`_axis_taps` pads, the output pixels mirrored where ``flip``. ``taps`` 0: the
-    sample's own most taps."""
+def _length_taps(in_size: int, out_size: int, out_length: int, kind: str, flip: bool, taps: int) -> NDArray[np.int64]:
+    """One sample's :func:`_axis_taps` tables, cached: ``index`` and ``weight`` stacked, int64
+    (2, out_length, ``taps``) (read-only), padded with zero-weighted taps whose index continues the pixel's
+    first tap (clipped to the input) as :func:`_axis_taps` pads, the output pixels mirrored where ``flip``.
+    ``taps`` 0: the sample's own most taps."""
     if taps == 0:
         index, weight = _axis_taps(np.array([in_size]), np.array([out_size]), out_length, kind)
-        index, weight = index[0], weight[0]
+        tables = np.stack([index[0], weight[0]])
     else:
-        own_index, own_weight = _length_taps(in_size, out_size, out_length, kind, False, 0)
-        index = np.minimum(own_index[:, :1] + np.arange(taps), in_size - 1)
-        weight = np.zeros((out_length, taps), dtype=np.int64)
-        weight[:, : own_weight.shape[1]] = own_weight
+        own = _length_taps(in_size, out_size, out_length, kind, False, 0)
+        tables = np.zeros((2, out_length, taps), dtype=np.int64)
+        tables[0] = np.minimum(own[0, :, :1] + np.arange(taps), in_size - 1)
+        tables[1, :, : own.shape[2]] = own[1]
         if flip:
-            index[:out_size], weight[:out_size] = index[out_size - 1 :: -1].copy(), weight[out_size - 1 :: -1].copy()
-    index.flags.writeable = weight.flags.writeable = False
-    return index, weight
+            tables[:, :out_size] = tables[:, out_size - 1 :: -1].copy()
+    tables.flags.writeable = False
+    return tables
 
 
 def _batch_taps(
@@ -109,15 +109,18 @@ def _batch_taps(
     offsets: NDArray[np.int64],
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """:func:`_axis_taps`'s tables of N samples, equal value for value, mirrored where ``flips`` and the
-    indices shifted by ``offsets`` (N,), gathered from the cached tables of the distinct (input length,
-    output length, flip): one cache look-up per distinct triple and one copy of each table per batch."""
+    indices shifted by ``offsets`` (N,), copied from the cached tables of the distinct (input length,
+    output length, flip): one cache look-up per distinct triple and one copy of a table per sample."""
     keys, inverse = np.unique((in_sizes * (1 << 32) + out_sizes) * 2 + flips, return_inverse=True)
     triples = [(key >> 33, (key >> 1) & 0xFFFFFFFF, bool(key & 1)) for key in keys.tolist()]
-    taps = max(_length_taps(size, out, out_length, kind, False, 0)[1].shape[1] for size, out, _ in triples)
+    taps = max(_length_taps(size, out, out_length, kind, False, 0).shape[2] for size, out, _ in triples)
     tables = [_length_taps(size, out, out_length, kind, flip, taps) for size, out, flip in triples]
-    index = np.stack([index for index, _ in tables])[inverse]
+    both = np.empty((2, len(in_sizes), out_length, taps), dtype=np.int64)
+    for sample, distinct in enumerate(inverse.tolist()):  # one copy each, cheaper than stacking then indexing
+        both[:, sample] = tables[distinct]
+    index, weight = both
     index += offsets[:, None, None]
-    return index, np.stack([weight for _, weight in tables])[inverse]
+    return index, weight
 
 
 def _vertical_first(in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64]) -> NDArray[np.bool_]:
