@@ -20,7 +20,6 @@ documents which reference call it replaces and how close it is:
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import cv2
@@ -36,6 +35,7 @@ __all__ = [
     "reflect_smoothing_matrix",
     "scipy_gaussian_kernel",
     "zoom_axis_table",
+    "zoom_axis_tables",
     "zoom_bilinear_accumulate",
 ]
 
@@ -146,7 +146,7 @@ def zoom_axis_table(length: int, zoom_factor: float) -> tuple[NDArray[np.int64],
 
     Mirrors ``clipped_zoom``: crop ``ceil(length / zoom)`` centred pixels, zoom them with
     ``scipy.ndimage.zoom(order=1)`` to ``round(crop * zoom)`` pixels, and keep the centred ``length``.
-    Shared by the CPU path and ``ccc.render_torch.blur``.
+    Shared by the CPU path and ``ccc.render_torch`` (:func:`zoom_axis_tables`, of many factors at once).
 
     Args:
         length: the axis length in pixels (≥ 1).
@@ -157,18 +157,30 @@ def zoom_axis_table(length: int, zoom_factor: float) -> tuple[NDArray[np.int64],
         ``(1 - weight[i]) · x[index[i]] + weight[i] · x[min(index[i] + 1, length - 1)]`` (int64 source indices into the
         whole axis; float64 weights in [0, 1)).
     """
-    crop = int(math.ceil(length / zoom_factor))
-    crop_start = (length - crop) // 2
-    zoomed = int(round(crop * zoom_factor))
-    trim = (zoomed - length) // 2
-    scale = (crop - 1) / (zoomed - 1) if zoomed > 1 else 0.0
-    coordinates = np.arange(trim, trim + length, dtype=np.float64) * scale
-    lower = np.floor(coordinates)
-    weights = coordinates - lower
-    index = lower.astype(np.int64) + crop_start
+    index, weights = zoom_axis_tables(length, np.array([zoom_factor]))
+    index, weights = index[0], weights[0]
     index.setflags(write=False)
     weights.setflags(write=False)
     return index, weights
+
+
+def zoom_axis_tables(length: int, zoom_factors: NDArray[np.float64]) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """:func:`zoom_axis_table` of every factor of ``zoom_factors`` (float64, any shape, each ≥ 1) at once.
+
+    Returns:
+        (index, weight) of shape (*zoom_factors.shape, length), int64 and float64: for each factor the
+        values of :func:`zoom_axis_table`, made by the same float64 operations (elementwise, so equal bit
+        for bit).
+    """
+    factors = np.asarray(zoom_factors, dtype=np.float64)
+    crop = np.ceil(length / factors).astype(np.int64)
+    crop_start = (length - crop) // 2
+    zoomed = np.rint(crop * factors).astype(np.int64)  # Python's round: halves to even, as rint
+    trim = (zoomed - length) // 2
+    scale = np.where(zoomed > 1, (crop - 1) / np.maximum(zoomed - 1, 1), 0.0)
+    coordinates = (trim[..., None] + np.arange(length)).astype(np.float64) * scale[..., None]
+    lower = np.floor(coordinates)
+    return lower.astype(np.int64) + crop_start[..., None], coordinates - lower
 
 
 def zoom_bilinear_accumulate(

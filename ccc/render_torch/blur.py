@@ -175,14 +175,12 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: t
     factor_lists = [np.arange(start, stop, step).tolist() for start, stop, step in rows]
     slots = range(max(len(factors) for factors in factor_lists))
     height, width = images.shape[-2:]
-    slot_tables = [
-        zoom_tables(height, width, [factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists])
-        for slot in slots
-    ]
+    # (slots, B): a sample's missing slots zoom by 1 (and are weighted 0)
+    slot_factors = [[factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists] for slot in slots]
     present = np.array([[slot < len(factors) for factors in factor_lists] for slot in slots], dtype=np.float64)
     counts = np.array([len(factors) + 1 for factors in factor_lists], dtype=np.float64)
     *tables, present_t, counts_t = upload_tables(
-        images.device, *(np.stack(part) for part in zip(*slot_tables)), present, counts, float_dtype=dtype
+        images.device, *zoom_tables(height, width, slot_factors), present, counts, float_dtype=dtype
     )
     zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
     unit = unit_values(images, torch.float32)

@@ -28,7 +28,7 @@ Host-side tables are built from the host severities and draws and uploaded with 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor
 
-from ccc.corruptions.filters import scipy_gaussian_kernel, zoom_axis_table
+from ccc.corruptions.filters import scipy_gaussian_kernel, zoom_axis_tables
 from ccc.corruptions.motion import motion_blur_taps
 
 from ._upload import upload_tables
@@ -263,18 +263,21 @@ def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
     return separable_opencv(images, kernels)
 
 
-def zoom_tables(height: int, width: int, factors: list[float]) -> list[NDArray]:
-    """The CPU path's centre-zoom tables (:func:`ccc.corruptions.filters.zoom_axis_table`) of B factors >= 1.
+def zoom_tables(height: int, width: int, factors: Sequence[float] | NDArray[np.float64]) -> list[NDArray]:
+    """The CPU path's centre-zoom tables (:func:`ccc.corruptions.filters.zoom_axis_tables`) of factors >= 1.
 
-    Returns, on the host (for :func:`zoom_device_tables`, once uploaded): row lows int64 (B, H), row highs
-    int64 (B, H) (``min(low + 1, H - 1)``), row upper weights float64 (B, H), then column lows, highs and
-    upper weights (B, W).
+    Args:
+        height, width: the images' size in pixels.
+        factors: B zoom factors, or an array of them of any shape S (e.g. (Z, B): Z zooms per sample).
+
+    Returns, on the host (for :func:`zoom_device_tables`, once uploaded): row lows int64 (*S, H), row highs
+    int64 (*S, H) (``min(low + 1, H - 1)``), row upper weights float64 (*S, H), then column lows, highs and
+    upper weights (*S, W), every factor's at once.
     """
     tables = []
     for length in (height, width):
-        axis_tables = [zoom_axis_table(length, factor) for factor in factors]
-        lows = np.stack([table[0] for table in axis_tables])
-        tables += [lows, np.minimum(lows + 1, length - 1), np.stack([table[1] for table in axis_tables])]
+        lows, uppers = zoom_axis_tables(length, np.asarray(factors, dtype=np.float64))
+        tables += [lows, np.minimum(lows + 1, length - 1), uppers]
     return tables
 
 

@@ -11,7 +11,12 @@ from skimage import color
 
 from ccc.corruptions import corrupt, get_corruption, list_corruptions
 from ccc.corruptions._kernels import adjust_hsv, sample_bilinear_reflect
-from ccc.corruptions.filters import gaussian_smooth_reflect, zoom_bilinear_accumulate
+from ccc.corruptions.filters import (
+    gaussian_smooth_reflect,
+    zoom_axis_table,
+    zoom_axis_tables,
+    zoom_bilinear_accumulate,
+)
 from ccc.corruptions.noise import _shot_byte_tables
 from ccc.corruptions.statistics import per_image_statistics, summary_statistics
 from tests.builders import GOLDEN
@@ -188,6 +193,33 @@ def test_zoom_equals_scipy_clipped_zoom(zoom_factor, golden_images):
     image = (golden_images[0] / 255.0).astype(np.float32)
     ours = zoom_bilinear_accumulate(image, np.array([zoom_factor]))
     np.testing.assert_allclose(ours, _clipped_zoom(image, zoom_factor), rtol=0, atol=2e-7)
+
+
+def _zoom_axis_in_python(length: int, zoom_factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """``clipped_zoom``'s crop and scipy's order-1 coordinates along one axis, one factor, in Python scalars."""
+    crop = int(math.ceil(length / zoom_factor))
+    zoomed = int(round(crop * zoom_factor))
+    trim = (zoomed - length) // 2
+    scale = (crop - 1) / (zoomed - 1) if zoomed > 1 else 0.0
+    coordinates = np.arange(trim, trim + length, dtype=np.float64) * scale
+    lower = np.floor(coordinates)
+    return lower.astype(np.int64) + (length - crop) // 2, coordinates - lower
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 224, 299])
+def test_zoom_tables_of_many_factors_equal_one_factor_at_a_time(length):
+    generator = np.random.default_rng(length)
+    # crop · factor a half at some lengths (2.5 at 1 and 2, 8.5 at 7): Python's round and rint both go to even
+    factors = np.concatenate([1 + 3 * generator.random(2000), np.arange(1.0, 4.0, 0.005), [1.25, 2.125, 2.5, 4.25]])
+    index, weight = zoom_axis_tables(length, factors.reshape(2, -1))
+    assert index.shape == weight.shape == (2, factors.size // 2, length)
+    for k, factor in enumerate(factors):
+        expected_index, expected_weight = _zoom_axis_in_python(length, float(factor))
+        np.testing.assert_array_equal(index.reshape(-1, length)[k], expected_index)
+        np.testing.assert_array_equal(weight.reshape(-1, length)[k].view(np.int64), expected_weight.view(np.int64))
+        table_index, table_weight = zoom_axis_table(length, float(factor))
+        np.testing.assert_array_equal(table_index, expected_index)
+        np.testing.assert_array_equal(table_weight.view(np.int64), expected_weight.view(np.int64))
 
 
 def test_bilinear_reflect_sampling_equals_map_coordinates():
