@@ -87,9 +87,9 @@ def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dty
             raise ValueError(f"tables must be float64, integer or bool, got {table.dtype}")
     sizes = [table.size for table in tables]
     staged = host_buffer((sum(sizes),), torch.int64, device)
-    start = 0
+    buffer, start = staged.numpy(), 0
     for table, size in zip(tables, sizes):  # each table written into the buffer at once, converted as it is copied
-        words = staged.numpy()[start : start + size].reshape(table.shape)
+        words = buffer[start : start + size].reshape(table.shape)
         start += size
         if table.dtype == np.float64 and single:
             np.copyto(words, table.astype(np.float32).view(np.int32))

@@ -347,11 +347,11 @@ def _dct_pass(blocks: Tensor, matrix: Tensor, shift: int, axis: int) -> Tensor:
     The product is eight multiply-adds of whole slices (the blocks' other axes stay innermost and
     contiguous), which every device runs in int32.
     """
-    vectors = blocks.movedim(axis, 0)
-    weights = matrix.reshape(8, 8, *(1,) * (blocks.ndim - 1))
-    output = weights[:, 0] * vectors[0]
+    vectors = blocks.movedim(axis, 0).unbind(0)
+    weights = matrix.reshape(8, 8, *(1,) * (blocks.ndim - 1)).unbind(1)
+    output = weights[0] * vectors[0]
     for k in range(1, 8):
-        output.addcmul_(weights[:, k], vectors[k])
+        output.addcmul_(weights[k], vectors[k])
     return output.add_(1 << (shift - 1)).bitwise_right_shift_(shift).movedim(0, axis)
 
 

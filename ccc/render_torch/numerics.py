@@ -209,28 +209,29 @@ def separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     batch, channels, height, width = images.shape
     radius = kernels.shape[1] // 2
     weights = kernels[:, :, None, None, None]
+    tap_weights = weights.unbind(1)  # (B, 1, 1, 1) per tap: the views made once each
     padded = F.pad(images, (radius, radius, 0, 0), mode="replicate")
-    rows = padded[..., :width] * weights[:, 0]
+    rows = padded[..., :width] * tap_weights[0]
     if images.dtype == torch.float64:
         high, low = _split(padded)
         # every tap's weight split at once (elementwise: the bits of a split per tap)
-        weight_high, weight_low = _split(weights)
+        tap_highs, tap_lows = (part.unbind(1) for part in _split(weights))
         fused_multiply_add = _FusedMultiplyAdd(rows)
         for tap in range(1, 2 * radius + 1):
             window = slice(tap, tap + width)
             halves = (high[..., window], low[..., window])
-            weight_halves = (weight_high[:, tap], weight_low[:, tap])
-            rows = fused_multiply_add(weights[:, tap], weight_halves, padded[..., window], halves, rows)
+            weight_halves = (tap_highs[tap], tap_lows[tap])
+            rows = fused_multiply_add(tap_weights[tap], weight_halves, padded[..., window], halves, rows)
     else:
         for tap in range(1, 2 * radius + 1):
-            rows.addcmul_(padded[..., tap : tap + width], weights[:, tap])
+            rows.addcmul_(padded[..., tap : tap + width], tap_weights[tap])
     padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
-    columns = padded_rows[:, :, radius : radius + height] * weights[:, radius]
+    columns = padded_rows[:, :, radius : radius + height] * tap_weights[radius]
     pair = torch.empty_like(columns)
     for offset in range(1, radius + 1):
         below = padded_rows[:, :, radius + offset : radius + offset + height]
         torch.add(below, padded_rows[:, :, radius - offset : radius - offset + height], out=pair)
-        pair.mul_(weights[:, radius + offset])
+        pair.mul_(tap_weights[radius + offset])
         columns.add_(pair)
     return columns
 
@@ -419,11 +420,11 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
         index = (grid[None, None, :] + starts[:, first:last, None]).reshape(batch, 1, -1)
         products = flat.gather(2, index.expand(batch, channels, -1)).view(batch, channels, last - first, pixels)
         products *= weights[:, None, first:last, None]
-        for tap in range(last - first):  # summed one tap after the other, in tap order
+        for tap_products in products.unbind(2):  # summed one tap after the other, in tap order
             if total is None:  # the sum from zero, whose first addition is exact (0 + p = p: levels, weights >= 0)
-                total = products[:, :, tap]
+                total = tap_products
             else:
-                total += products[:, :, tap]
+                total += tap_products
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
 

@@ -219,11 +219,12 @@ def _diamond_square(height_map: Tensor, scales: Tensor, fields: Sequence[Tensor]
     """
     size = height_map.shape[-1]
     step = size // fields[0].shape[-1]
+    level_scales = scales[..., None, None, None].unbind(1)  # each (B, 3, 1, 1, 1): the views made once, not per level
     for level, draws in enumerate(fields):
         half = step // 2
         # the level's three perturbations at once: the reference's wibble · uniform(−wibble, wibble) per point,
         # elementwise the same arithmetic
-        wibble, low, span = (scales[:, level, index, None, None, None] for index in range(3))
+        wibble, low, span = level_scales[level].unbind(1)
         square, row, column = (wibble * (low + span * draws)).unbind(1)
         corners = height_map[:, 0:size:step, 0:size:step]
         square_total = corners + torch.roll(corners, -1, 1)
