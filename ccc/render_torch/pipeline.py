@@ -78,15 +78,16 @@ def apply_corruption_stage(
     """
     dtype = working_dtype(precision)
     canonical_of = {name: get_corruption(name).name for name in dict.fromkeys(names)}
-    canonical = [canonical_of[name] for name in names]
-    groups = [
-        (name, [k for k, other in enumerate(canonical) if other == name and severities[k] > 0])
-        for name in sorted(set(canonical))
-    ]
-    groups = [(name, members) for name, members in groups if members]
+    members_of: dict[str, list[int]] = {}
+    untouched = []
+    for k, (name, severity) in enumerate(zip(names, severities)):  # one pass over the samples
+        if severity > 0:
+            members_of.setdefault(canonical_of[name], []).append(k)
+        else:
+            untouched.append(k)
+    groups = sorted(members_of.items())
     if not groups:
         return images.clone()
-    untouched = [k for k in range(len(canonical)) if not severities[k] > 0]
     # one copy of the stage's keys and one of every group's positions (and the untouched samples'),
     # whatever the number of groups
     random = SampleRandom(seeds.cpu(), stage, images.device, dtype)
