@@ -17,7 +17,9 @@ below the wall time, the host is what the device waits for), and the ``--top`` d
 total time. Last, ``--repeats`` batches rendered back to back, the device synchronised once at the end,
 twice: with the renderer's host buffers (page-locked on CUDA, so that no copy waits for the work queued
 before it) and with ordinary memory for every host buffer (as before commit 2fd407b: a copy may then wait
-for the queued work, and the host's time and the device's add up instead of overlapping). Host work runs
+for the queued work, and the host's time and the device's add up instead of overlapping); with each, the
+time until the last batch is enqueued (``back_to_back_enqueue_ms_per_batch``: the host's time per batch
+where the device keeps up, to read against ``render_proxies.py``'s modelled host time on CUDA). Host work runs
 with torch's default thread count (the packing of the sources uses it).
 
     python scripts/bench/render_profile.py --device cuda --batch 512 --json profile.json   # gpu_check.sh
@@ -124,10 +126,12 @@ def top_kernels(specs: Sequence, images: Sequence[np.ndarray], device: torch.dev
 
 def back_to_back(
     specs: Sequence, images: Sequence[np.ndarray], device: torch.device, precision: str, repeats: int, pinned: bool
-) -> float:
+) -> tuple[float, float]:
     """Milliseconds per batch of ``repeats`` batches rendered back to back, the device synchronised once at the
-    end; ``pinned=False``: every host buffer of the renderer from ordinary memory (``_upload.pinned_for`` says
-    no), else the renderer's own (page-locked on CUDA)."""
+    end, and of their enqueuing alone (until the last call returns, before that synchronisation: the host's
+    time when the device keeps up, else the time until the device's queue held back the host);
+    ``pinned=False``: every host buffer of the renderer from ordinary memory (``_upload.pinned_for`` says no),
+    else the renderer's own (page-locked on CUDA)."""
     original = upload.pinned_for
     if not pinned:
         upload.pinned_for = lambda device: False
@@ -138,9 +142,10 @@ def back_to_back(
         start = time.perf_counter()
         for _ in range(repeats):
             pipeline.render_batch(specs, images, device, True, precision)
+        enqueued = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return 1000.0 * (time.perf_counter() - start) / repeats
+        return 1000.0 * (time.perf_counter() - start) / repeats, 1000.0 * (enqueued - start) / repeats
     finally:
         upload.pinned_for = original
 
@@ -195,11 +200,13 @@ def run(arguments: argparse.Namespace) -> dict:
         "images_per_second_synchronised": arguments.batch / per_batch,
         "steps": steps,
         "profiled_batch": top_kernels(specs, images, device, arguments.precision, arguments.top),
-        "back_to_back_ms_per_batch": {
-            memory: back_to_back(specs, images, device, arguments.precision, arguments.repeats, memory == "pinned")
-            for memory in ("pinned", "pageable")
-        },
     }
+    timings = {
+        memory: back_to_back(specs, images, device, arguments.precision, arguments.repeats, memory == "pinned")
+        for memory in ("pinned", "pageable")
+    }
+    result["back_to_back_ms_per_batch"] = {memory: total for memory, (total, _) in timings.items()}
+    result["back_to_back_enqueue_ms_per_batch"] = {memory: enqueued for memory, (_, enqueued) in timings.items()}
     print(
         f"medium mix, batch {arguments.batch}, {arguments.precision}: {1000.0 * per_batch:.1f} ms per batch "
         f"({result['images_per_second_synchronised']:,.0f} images/s with a synchronisation around every step)\n"
@@ -217,10 +224,12 @@ def run(arguments: argparse.Namespace) -> dict:
     for row in profiled["top"]:
         print(f"| {row['name'].replace('|', '/')} | {row['calls']} | {row['ms']:.2f} |")
     pinned, pageable = (result["back_to_back_ms_per_batch"][memory] for memory in ("pinned", "pageable"))
+    enqueued = result["back_to_back_enqueue_ms_per_batch"]
     print(
         f"\nback to back ({arguments.repeats} batches): {pinned:.1f} ms per batch with page-locked host buffers, "
         f"{pageable:.1f} with ordinary memory ({arguments.batch / pinned * 1000:,.0f} and "
-        f"{arguments.batch / pageable * 1000:,.0f} images/s)"
+        f"{arguments.batch / pageable * 1000:,.0f} images/s); enqueued in {enqueued['pinned']:.1f} and "
+        f"{enqueued['pageable']:.1f} ms per batch (the host's share, compare render_proxies.py's modelled host time)"
     )
     return result
 
