@@ -62,7 +62,16 @@ def test_render_part_writes_every_case_batch_size_and_path(gpu_check_quick: Path
     _assert_rates(render["decoding"])
     assert render["medium_mix_pairs"] and all("+" in pair for pair in render["medium_mix_pairs"])
     cases = {"medium mix", "crop only", "gaussian_noise", "contrast"}
-    assert set(render["cpu_path"]) == set(render["torch_path"]) == cases
+    assert set(render["cpu_path"]) == cases  # the stream's order matters to the torch path's batches alone
+    assert set(render["torch_path"]) == cases | {"medium stream"}
+    # 4 windows of 4 consecutive samples (the largest batch): one corruption pair each
+    assert len(render["medium_stream_pairs"]) == 4 and all(len(pairs) == 1 for pairs in render["medium_stream_pairs"])
+    for case in cases | {"medium stream"}:
+        assert set(render["torch_path"][case]) == {"2", "4"}
+        for batch in render["torch_path"][case].values():
+            assert set(batch) == {"without_jpeg", "jpeg_only", "with_jpeg"}
+            for rates in batch.values():
+                _assert_rates(rates)
     for case in cases:
         assert set(render["cpu_path"][case]) == {
             "without_jpeg",
@@ -72,15 +81,11 @@ def test_render_part_writes_every_case_batch_size_and_path(gpu_check_quick: Path
         }
         for rates in render["cpu_path"][case].values():
             _assert_rates(rates)
-        assert set(render["torch_path"][case]) == {"2", "4"}
-        for batch in render["torch_path"][case].values():
-            assert set(batch) == {"without_jpeg", "jpeg_only", "with_jpeg"}
-            for rates in batch.values():
-                _assert_rates(rates)
     printed = _part_output((gpu_check_quick / "log.txt").read_text(), "corruptions")
     table_rows = [line for line in printed if line.startswith("| ")]
     assert [row.split(" | ")[0] for row in table_rows[1:]] == [
         "| medium mix",
+        "| medium stream",
         "| crop only",
         "| gaussian_noise",
         "| contrast",
@@ -115,14 +120,21 @@ def test_gpu_check_quick_runs_every_part_on_the_cpu(gpu_check_quick: Path) -> No
     check = json.loads((gpu_check_quick / "check.json").read_text())
     for precision in ("float64", "float32"):
         rows = check["cases"][precision]
-        assert set(rows) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
+        assert set(rows) == {"medium mix", "crop only", "gaussian_noise", "contrast"}  # render_check.py's cases
         # on the CPU the device is the CPU: same bytes, and the same bytes run to run
         assert all(row["status"] == "ok" and row["deterministic"] for row in rows.values())
         assert all(row["max_levels"] == row["before_jpeg"]["max_levels"] == 0 for row in rows.values())
     mix = json.loads((gpu_check_quick / "mix.json").read_text())
-    assert set(mix["render"]["torch_path"]) == {"medium mix", "crop only"} and not mix["render"]["torch_path_errors"]
+    assert set(mix["render"]["torch_path"]) == {"medium mix", "medium stream", "crop only"}
+    assert not mix["render"]["torch_path_errors"]
     each = json.loads((gpu_check_quick / "corruptions.json").read_text())
-    assert set(each["render"]["torch_path"]) == {"medium mix", "crop only", "gaussian_noise", "contrast"}
+    assert set(each["render"]["torch_path"]) == {
+        "medium mix",
+        "medium stream",
+        "crop only",
+        "gaussian_noise",
+        "contrast",
+    }
     tta = json.loads((gpu_check_quick / "tta.json").read_text())["tta"]
     assert [(run["stream"], run["method"], run["precision"]) for run in tta["runs"]] == [
         ("shards", "source", "fp32"),

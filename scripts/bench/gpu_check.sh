@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU-side check and speed measurement of issues 29 and 36 in one command, sized for a lease of a few
-# minutes (about 7 minutes on one H200, start not included):
+# minutes (about 7 minutes on one H200 before part 2's medium stream case, estimated to add 1; start not
+# included):
 #   1. render_check.py: every torch corruption, the medium mix and crop only at batch 16 on cuda, float64 and
 #      float32: does it run (an error is one line, the other cases run on), is it the same bytes run to run,
 #      and how far its bytes are from torch's CPU device on the same specs (check.json);
-#   2. render.py --part render, medium mix and crop only at batch 128, 256, 512, 1024, with and without the
+#   2. render.py --part render, medium mix, medium stream (consecutive samples, one corruption pair per batch)
+#      and crop only at batch 128, 256, 512, 1024, with and without the
 #      JPEG round trip, in the float64 working precision (mix.json) and the float32 one (mix_float32.json),
 #      8 torch threads (the host's share of a batch: packing the sources, tables);
 #   3. render_profile.py: where a batch of 512 of the medium mix spends its time, step by step (crop, each

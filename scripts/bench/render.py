@@ -8,7 +8,10 @@ Two parts (``--part render``, the default; ``tta``; ``all``):
   spread evenly over a paper-length ``difficulty=medium`` stream of the ResNet-50 presets: all 15
   corruptions but brightness and jpeg, in pairs, on a synthetic calibration table, as ``generate.py``),
   on 200 ImageNet-size photographs (500×375, ``generate.py``'s ``make_source_folder``); every case
-  uses the same crops, flips and seeds.
+  uses the same crops, flips and seeds. The torch path also renders the ``medium stream``: 4 windows of
+  the largest batch size's consecutive samples of the same stream, in order (each batch one corruption
+  pair, as a stream rendered by ``ccc-generate --render-device`` or on the fly gets; the mix's batches,
+  spread over the stream, are the worst case for the launches per batch).
 
   * source decoding (PIL, ``ccc.render.decode_jpeg``), timed on its own: it stays on the CPU in both paths;
   * the CPU path: ``ccc.render.render_pixels`` (decode, crop, corruption pair) then ``encode_jpeg``, one
@@ -89,7 +92,15 @@ from ccc.stream.spec import SampleSpec  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 MEDIUM_MIX = "medium mix"
-"""Name of the case rendered with the planned corruption pairs."""
+"""Name of the case rendered with the planned corruption pairs, its samples spread over the whole stream (a
+batch holds up to 38 (stage, corruption) groups: the worst case for the launches per batch)."""
+MEDIUM_STREAM = "medium stream"
+"""Name of the torch-path case of the same stream's samples in order: :data:`STREAM_WINDOWS` windows of the
+largest batch size's consecutive samples (:func:`window_specs`), rendered in order, so that a batch is
+consecutive samples, one corruption pair (a pair lasts a whole path of the plan) as in the batches of
+``ccc-generate --render-device`` and of an on-the-fly stream."""
+STREAM_WINDOWS = 4
+"""Windows of the :data:`MEDIUM_STREAM` case, at evenly spaced positions of :data:`PAPER_STREAM`."""
 CROP_ONLY = "crop only"
 """Name of the case without corruption (both severities 0): decoding aside, the floor of each path.
 The other cases are corruption names."""
@@ -119,6 +130,15 @@ def medium_specs(folder: Path, count: int) -> list[SampleSpec]:
     plan = plan_stream(PAPER_STREAM, synthetic_table(), folder)
     stride = PAPER_STREAM["num_images"] // count
     return [plan_sample(plan, index * stride) for index in range(count)]
+
+
+def window_specs(folder: Path, count: int, windows: int) -> list[list[SampleSpec]]:
+    """``windows`` runs of ``count`` consecutive samples of :data:`PAPER_STREAM` planned on ``folder``'s
+    images, starting at evenly spaced positions (the first half a spacing in)."""
+    plan = plan_stream(PAPER_STREAM, synthetic_table(), folder)
+    spacing = PAPER_STREAM["num_images"] // windows
+    starts = [spacing // 2 + index * spacing for index in range(windows)]
+    return [[plan_sample(plan, start + offset) for offset in range(count)] for start in starts]
 
 
 def single_corruption_specs(specs: Sequence[SampleSpec], name: str, seed: int) -> list[SampleSpec]:
@@ -228,19 +248,30 @@ def render_part(arguments: argparse.Namespace, device: torch.device, folder: Pat
     sources = [(folder / "val" / spec.source_path).read_bytes() for spec in specs]
     decoding = time_decoding(sources, arguments.repeats)
     images = [np.array(decode_jpeg(source)) for source in sources]
-    cases = {MEDIUM_MIX: specs, CROP_ONLY: [dataclasses.replace(spec, s1=0.0, s2=0.0) for spec in specs]} | {
-        name: single_corruption_specs(specs, name, seed) for seed, name in enumerate(names, start=1)
-    }
+    windows = window_specs(folder / "val", max(arguments.batch_sizes), STREAM_WINDOWS)
+    stream = [spec for window in windows for spec in window]
+    decoded = {spec.source_path: image for spec, image in zip(specs, images)}
+    for spec in stream:  # the 200 photographs, each decoded once
+        if spec.source_path not in decoded:
+            decoded[spec.source_path] = np.array(decode_jpeg((folder / "val" / spec.source_path).read_bytes()))
+    cases = {
+        MEDIUM_MIX: specs,
+        MEDIUM_STREAM: stream,
+        CROP_ONLY: [dataclasses.replace(spec, s1=0.0, s2=0.0) for spec in specs],
+    } | {name: single_corruption_specs(specs, name, seed) for seed, name in enumerate(names, start=1)}
     result = {
         "decoding": decoding,
         "medium_mix_pairs": sorted({f"{spec.n1}+{spec.n2}" for spec in specs}),
+        "medium_stream_pairs": [sorted({f"{spec.n1}+{spec.n2}" for spec in window}) for window in windows],
         "cpu_path": {},
         "torch_path": {},
         "torch_path_errors": {},
     }
     cpu_images = min(arguments.cpu_images, arguments.images)
     for case, case_specs in cases.items():
-        if cpu_images:
+        case_images = [decoded[spec.source_path] for spec in stream] if case == MEDIUM_STREAM else images
+        count = len(stream) if case == MEDIUM_STREAM else arguments.images
+        if cpu_images and case != MEDIUM_STREAM:  # the CPU path renders one sample at a time: order is moot
             cpu = time_cpu_path(case_specs[:cpu_images], sources[:cpu_images], arguments.repeats)
             cpu["without_jpeg_excluding_decoding"] = without_decoding(cpu["without_jpeg"], decoding)
             cpu["with_jpeg_excluding_decoding"] = without_decoding(cpu["with_jpeg"], decoding)
@@ -249,10 +280,10 @@ def render_part(arguments: argparse.Namespace, device: torch.device, folder: Pat
             result["torch_path"][case] = {
                 str(batch_size): time_torch_path(
                     case_specs,
-                    images,
+                    case_images,
                     device,
                     batch_size,
-                    arguments.images,
+                    count,
                     arguments.repeats,
                     position == 0,
                     arguments.render_precision,

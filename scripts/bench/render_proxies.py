@@ -157,7 +157,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corruptions import _environment, run_and_write  # noqa: E402
 from generate import make_source_folder, synthetic_table  # noqa: E402
-from render import PAPER_STREAM, SOURCE_IMAGES, _positive_list  # noqa: E402
+from render import PAPER_STREAM, SOURCE_IMAGES, _positive_list, window_specs  # noqa: E402
 
 from ccc.render import RENDER_PRECISIONS, decode_jpeg  # noqa: E402
 from ccc.render_torch import render_batch  # noqa: E402
@@ -592,15 +592,6 @@ def spread_specs(folder: Path, count: int, offset: float) -> list[SampleSpec]:
     plan = plan_stream(PAPER_STREAM, synthetic_table(), folder)
     stride = PAPER_STREAM["num_images"] // count
     return [plan_sample(plan, index * stride + int(offset * stride)) for index in range(count)]
-
-
-def window_specs(folder: Path, count: int, windows: int) -> list[list[SampleSpec]]:
-    """``windows`` runs of ``count`` consecutive samples of ``render.PAPER_STREAM`` planned on ``folder``'s
-    images, starting at evenly spaced positions (the first half a spacing in)."""
-    plan = plan_stream(PAPER_STREAM, synthetic_table(), folder)
-    spacing = PAPER_STREAM["num_images"] // windows
-    starts = [spacing // 2 + index * spacing for index in range(windows)]
-    return [[plan_sample(plan, start + offset) for offset in range(count)] for start in starts]
 
 
 class _OpCount(TorchDispatchMode):
