@@ -81,17 +81,17 @@ def _axis_taps(
 
 
 @functools.lru_cache(maxsize=8192)
-def _length_taps(in_size: int, out_size: int, out_length: int, kind: str, flip: bool, taps: int) -> NDArray[np.int64]:
-    """One sample's :func:`_axis_taps` tables, cached: ``index`` and ``weight`` stacked, int64
-    (2, out_length, ``taps``) (read-only), padded with zero-weighted taps whose index continues the pixel's
-    first tap (clipped to the input) as :func:`_axis_taps` pads, the output pixels mirrored where ``flip``.
-    ``taps`` 0: the sample's own most taps."""
+def _length_taps(in_size: int, out_size: int, out_length: int, kind: str, flip: bool, taps: int) -> NDArray[np.int32]:
+    """One sample's :func:`_axis_taps` tables, cached: ``index`` and ``weight`` stacked, int32
+    (2, out_length, ``taps``) (read-only; every index and weight fits), padded with zero-weighted taps
+    whose index continues the pixel's first tap (clipped to the input) as :func:`_axis_taps` pads, the
+    output pixels mirrored where ``flip``. ``taps`` 0: the sample's own most taps."""
     if taps == 0:
         index, weight = _axis_taps(np.array([in_size]), np.array([out_size]), out_length, kind)
-        tables = np.stack([index[0], weight[0]])
+        tables = np.stack([index[0], weight[0]]).astype(np.int32)
     else:
         own = _length_taps(in_size, out_size, out_length, kind, False, 0)
-        tables = np.zeros((2, out_length, taps), dtype=np.int64)
+        tables = np.zeros((2, out_length, taps), dtype=np.int32)
         tables[0] = np.minimum(own[0, :, :1] + np.arange(taps), in_size - 1)
         tables[1, :, : own.shape[2]] = own[1]
         if flip:
@@ -107,19 +107,20 @@ def _batch_taps(
     kind: str,
     flips: NDArray[np.bool_],
     offsets: NDArray[np.int64],
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """:func:`_axis_taps`'s tables of N samples, equal value for value, mirrored where ``flips`` and the
-    indices shifted by ``offsets`` (N,), copied from the cached tables of the distinct (input length,
-    output length, flip): one cache look-up per distinct triple and one copy of a table per sample."""
+) -> tuple[NDArray[np.int32], NDArray[np.int32]]:
+    """:func:`_axis_taps`'s tables of N samples, equal value for value (int32), mirrored where ``flips`` and
+    the indices shifted by ``offsets`` (N,; the shifted indices below 2**31), copied from the cached tables
+    of the distinct (input length, output length, flip): one cache look-up per distinct triple and one copy
+    of a table per sample (int32: half the fresh memory that int64 tables first touch per batch)."""
     keys, inverse = np.unique((in_sizes * (1 << 32) + out_sizes) * 2 + flips, return_inverse=True)
     triples = [(key >> 33, (key >> 1) & 0xFFFFFFFF, bool(key & 1)) for key in keys.tolist()]
     taps = max(_length_taps(size, out, out_length, kind, False, 0).shape[2] for size, out, _ in triples)
     tables = [_length_taps(size, out, out_length, kind, flip, taps) for size, out, flip in triples]
-    both = np.empty((2, len(in_sizes), out_length, taps), dtype=np.int64)
+    both = np.empty((2, len(in_sizes), out_length, taps), dtype=np.int32)
     for sample, distinct in enumerate(inverse.tolist()):  # one copy each, cheaper than stacking then indexing
         both[:, sample] = tables[distinct]
     index, weight = both
-    index += offsets[:, None, None]
+    index += offsets.astype(np.int32)[:, None, None]
     return index, weight
 
 
@@ -164,11 +165,17 @@ def _tables(
     kind: str,
     flips: NDArray[np.bool_],
     plane: tuple[int, int],
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """Host tap tables of both axes (rows' index and weight, columns' index and weight, each (N, O, T)),
-    the columns mirrored where ``flips``; sample k's indices are offset by its box and by ``k · plane``
-    (``plane``: the input planes' (height, width) in pixels), row numbers in the (N·L, M·C) view that
-    :func:`_pass` gathers from."""
+) -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]:
+    """Host tap tables of both axes (rows' index and weight, columns' index and weight, each (N, O, T)
+    int32), the columns mirrored where ``flips``; sample k's indices are offset by its box and by
+    ``k · plane`` (``plane``: the input planes' (height, width) in pixels), row numbers in the (N·L, M·C)
+    view that :func:`_pass` gathers from.
+
+    Raises:
+        ValueError: N planes of more than 2**31 - 1 rows or columns in all (indices past int32).
+    """
+    if len(boxes) * max(plane) >= 1 << 31:
+        raise ValueError(f"{len(boxes)} planes of {plane[0]}x{plane[1]} pixels exceed the int32 tap indices")
     firsts = np.arange(len(boxes))
     no_flips = np.zeros(len(boxes), dtype=bool)
     row_offsets, column_offsets = boxes[:, 1] + firsts * plane[0], boxes[:, 0] + firsts * plane[1]

@@ -273,13 +273,14 @@ def zoom_tables(height: int, width: int, factors: Sequence[float] | NDArray[np.f
 
     Returns, on the host (for :func:`zoom_device_tables`, once uploaded): row lows int64 (*S, H), row highs
     int64 (*S, H) (``min(low + 1, H - 1)``), row upper weights float64 (*S, H), then column lows, highs and
-    upper weights (*S, W), every factor's at once.
+    upper weights (*S, W), every factor's at once (for a square, the rows' tables themselves).
     """
+    factors = np.asarray(factors, dtype=np.float64)
     tables = []
-    for length in (height, width):
-        lows, uppers = zoom_axis_tables(length, np.asarray(factors, dtype=np.float64))
+    for length in dict.fromkeys((height, width)):  # a square's rows and columns share their tables
+        lows, uppers = zoom_axis_tables(length, factors)
         tables += [lows, np.minimum(lows + 1, length - 1), uppers]
-    return tables
+    return tables * 2 if height == width else tables
 
 
 class ZoomTables(NamedTuple):

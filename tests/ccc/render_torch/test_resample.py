@@ -64,3 +64,13 @@ def _operations(repeats: int) -> int:
 
 def test_the_operations_do_not_grow_with_the_batch() -> None:
     assert _operations(8) == _operations(1)
+
+
+def test_a_batch_past_the_int32_tap_indices_is_refused_in_one_line() -> None:
+    boxes = np.array([[0, 0, 4, 4]] * 2, dtype=np.int64)
+    no_flips = np.zeros(2, dtype=bool)
+    rows, row_weights, _, _ = _resample._tables(boxes, np.full((2, 2), 2), (2, 2), "box", no_flips, (1 << 29, 4))
+    assert rows.dtype == row_weights.dtype == np.int32 and rows.max() == (1 << 29) + 3
+    # 2 planes of 2**30 rows: 2**31 rows in all (the tables only, no plane allocated)
+    with pytest.raises(ValueError, match="^2 planes of 1073741824x4 pixels exceed the int32 tap indices$"):
+        _resample._tables(boxes, np.full((2, 2), 2), (2, 2), "box", no_flips, (1 << 30, 4))
