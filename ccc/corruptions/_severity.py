@@ -20,32 +20,36 @@ float32 arithmetic in float64 where the reference's does.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 SEVERITY_ANCHORS = np.arange(6)
 """The integer severities 0..5 at which every parameter table is given."""
 
 MAX_SEVERITY = 5.0
 
-
-def interpolate_scalar(table: Sequence[float], severity: float) -> np.float64:
-    """Interpolate a table of 6 scalars (severities 0..5) at ``severity`` in [0, 5]."""
-    return np.float64(np.interp(severity, SEVERITY_ANCHORS, np.asarray(table, dtype=np.float64)))
+ParameterTable = Sequence[Union[float, Sequence[float]]]
+"""A corruption's parameters at the severities 0..5: 6 scalars or 6 equal-length tuples."""
 
 
-def interpolate_tuple(table: Sequence[Sequence[float]], severity: float) -> tuple[np.float64, ...]:
-    """Interpolate a table of 6 equal-length tuples (severities 0..5) at ``severity`` in [0, 5].
+def interpolate_table(table: ParameterTable, severities: NDArray[np.float64]) -> NDArray[np.float64]:
+    """A table of 6 scalars or of 6 equal-length P-tuples (severities 0..5) interpolated at every severity of
+    ``severities`` (float64 (N,), each in [0, 5]), with the reference's formulas (module docstring), each
+    severity's value made by the same float64 operations as for that severity alone.
 
-    Returns a tuple of float64 scalars, one per component.
+    Returns:
+        float64 (N,) for a table of scalars, (N, P) for a table of tuples.
     """
     values = np.asarray(table, dtype=np.float64)
-    high = int(np.clip(np.searchsorted(SEVERITY_ANCHORS, severity), 1, len(SEVERITY_ANCHORS) - 1))
+    severities = np.asarray(severities, dtype=np.float64)
+    if values.ndim == 1:
+        return np.interp(severities, SEVERITY_ANCHORS, values)
+    high = np.clip(np.searchsorted(SEVERITY_ANCHORS, severities), 1, len(SEVERITY_ANCHORS) - 1)
     low = high - 1
-    slope = (values[high] - values[low]) / float(SEVERITY_ANCHORS[high] - SEVERITY_ANCHORS[low])
-    interpolated = slope * (severity - SEVERITY_ANCHORS[low]) + values[low]
-    return tuple(interpolated)
+    slope = (values[high] - values[low]) / (SEVERITY_ANCHORS[high] - SEVERITY_ANCHORS[low]).astype(np.float64)[:, None]
+    return slope * (severities - SEVERITY_ANCHORS[low])[:, None] + values[low]
 
 
 def validate_severity(severity: object, parameter: str = "severity") -> float:

@@ -9,16 +9,15 @@ new family is one new module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ccc.registry import Registry
 
-from ._severity import interpolate_scalar, interpolate_tuple
+from ._severity import ParameterTable, interpolate_table
 
-ParameterTable = Sequence[Union[float, Sequence[float]]]
 CorruptionFunction = Callable[..., NDArray[Any]]
 """``function(image, parameters, rng, **settings)``: settings are a corruption set's structural constants."""
 
@@ -61,13 +60,20 @@ class Corruption:
         mud 1) is a switch: it is taken from the upper bracketing integer severity instead of being
         interpolated.
         """
+        values = self.parameters_of(np.array([severity], dtype=np.float64), parameter_table)[0]
+        return values if values.ndim == 0 else tuple(values)
+
+    def parameters_of(
+        self, severities: NDArray[np.float64], parameter_table: ParameterTable | None = None
+    ) -> NDArray[np.float64]:
+        """:meth:`parameters` at every severity of ``severities`` (float64 (N,), each in [0, 5]) at once:
+        float64 (N,) for a table of scalars, (N, P) for a table of P-tuples (rows equal, bit for bit, to
+        :meth:`parameters` of each severity: :func:`~ccc.corruptions._severity.interpolate_table`)."""
         table = self.parameter_table if parameter_table is None else parameter_table
-        if isinstance(table[0], (int, float)):
-            return interpolate_scalar(table, severity)  # type: ignore[arg-type]
-        values = interpolate_tuple(table, severity)  # type: ignore[arg-type]
+        values = interpolate_table(table, severities)
         if self.name == "spatter":
-            upper = int(np.ceil(severity))
-            values = values[:-1] + (np.float64(table[upper][-1]),)  # type: ignore[index]
+            upper = np.ceil(np.asarray(severities, dtype=np.float64)).astype(np.int64)
+            values[:, -1] = np.asarray(table, dtype=np.float64)[upper, -1]
         return values
 
 

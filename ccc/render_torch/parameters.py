@@ -19,10 +19,8 @@ def per_sample_parameters(name: str, severities: Tensor) -> Tensor:
 
     Returns:
         float64 tensor on ``severities.device``: (B,) for a table of scalars, (B, P) for a table of
-        P-tuples; each row is ``get_corruption(name).parameters(severity)`` (equal severities are
-        interpolated once).
+        P-tuples; each row is ``get_corruption(name).parameters(severity)``, bit for bit (all rows made at
+        once on the host: :meth:`~ccc.corruptions.registry.Corruption.parameters_of`).
     """
-    entry = get_corruption(name)
-    distinct, row_of_sample = torch.unique(severities.detach().to("cpu", torch.float64), return_inverse=True)
-    values = torch.tensor([entry.parameters(float(severity)) for severity in distinct.tolist()], dtype=torch.float64)
-    return values[row_of_sample].to(severities.device)
+    values = get_corruption(name).parameters_of(severities.detach().to("cpu", torch.float64).numpy())
+    return torch.from_numpy(values).to(severities.device)

@@ -18,6 +18,7 @@ from ccc.corruptions.filters import (
     zoom_bilinear_accumulate,
 )
 from ccc.corruptions.noise import _shot_byte_tables
+from ccc.corruptions.sets import get_corruption_set, list_corruption_sets
 from ccc.corruptions.statistics import per_image_statistics, summary_statistics
 from tests.builders import GOLDEN
 
@@ -154,6 +155,23 @@ def test_interpolation_is_scipy_interp1d(name):
         if name == "spatter":
             ours, expected = ours[:-1], expected[:-1]
         np.testing.assert_array_equal(ours, np.atleast_1d(expected))
+
+
+@pytest.mark.parametrize("set_name", list_corruption_sets())
+def test_parameters_of_many_severities_equal_one_at_a_time(set_name):
+    corruption_set = get_corruption_set(set_name)
+    # every severity of 0..5 in steps of 0.001, the quarters and random ones, in one call per table
+    severities = np.concatenate([np.arange(5001) / 1000, np.random.default_rng(3).uniform(0, 5, 1000)])
+    for name in list_corruptions():
+        entry = get_corruption(name)
+        if corruption_set.parameter_tables is not None and name not in corruption_set.parameter_tables:
+            continue
+        table = corruption_set.parameter_table(entry)
+        many = entry.parameters_of(severities, table)
+        assert many.shape[0] == len(severities) and many.dtype == np.float64
+        for row, severity in zip(many, severities):
+            one = np.atleast_1d(np.asarray(entry.parameters(float(severity), table), dtype=np.float64))
+            np.testing.assert_array_equal(np.atleast_1d(row).view(np.int64), one.view(np.int64))
 
 
 def test_spatter_switch_is_not_interpolated():
