@@ -100,7 +100,7 @@ def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dty
     pieces = torch.split(send(staged, device), sizes)
     uploaded = []
     for piece, table in zip(pieces, tables):
-        piece = piece.view(table.shape)
+        piece = piece if piece.shape == table.shape else piece.view(table.shape)  # 1-D: already its shape
         if table.dtype == np.float64 and single:
             piece = piece.to(torch.int32).view(torch.float32)
         elif table.dtype == np.float64:

@@ -223,7 +223,7 @@ class SampleRandom:
         them gives the words a lone draw at its number would (splitmix64 is elementwise). Only the words' top
         ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
         keys = self._draw_keys(draws)
-        words = _mix(keys[:, :, None] + _offsets(math.prod(shape), self.device)[None, None, :], top_bits)
+        words = _mix(keys[:, :, None] + _offsets(math.prod(shape), self.device), top_bits)  # (B, draws, count)
         return words.reshape(len(self), draws, *shape)
 
     def uniform(self, *shape: int) -> Tensor:

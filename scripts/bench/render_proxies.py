@@ -181,7 +181,7 @@ MODEL_TEXT = (
     "seconds per batch = launches × 10 µs + host round trips (reads, uploads that wait) × 20 µs + bytes moved / 3 TB/s "
     "+ float64 FLOPs / 50 TFLOP/s + float32 FLOPs / 400 TFLOP/s (one H100, no overlap)"
 )
-META_REPEATS = 3
+META_REPEATS = 5
 """Runs of each batch on the meta device (and of the packing) whose fastest is reported."""
 META_STAGES = ("geometry", "stage_1", "stage_2", "jpeg", "other", "total")
 """The stages of ``host_meta_ms_per_image`` and ``meta_ops_per_batch`` (module docstring)."""
