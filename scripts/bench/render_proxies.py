@@ -698,9 +698,40 @@ def _meta_stages(
     return {**spent, "other": total - sum(spent.values()), "total": total}
 
 
+def host_cuda_model(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], precision: str) -> dict:
+    """``host_cuda_model_ms_per_image`` (module docstring): best of :data:`META_REPEATS` meta renders, each
+    plain, under a mode that only counts, and under :class:`_DispatchTimer`, host buffers cached."""
+    walls: dict[str, list[float]] = {"plain": [], "null": [], "timed": []}
+    timers, counters = [], []
+    with _cached_host_buffers():
+        for _ in range(META_REPEATS):
+            timers.append(_DispatchTimer())
+            counters.append(_OpCount())
+            for kind, mode in (("plain", contextlib.nullcontext()), ("null", counters[-1]), ("timed", timers[-1])):
+                start = time.perf_counter()
+                with mode:
+                    render_batch(specs, images, "meta", jpeg=True, precision=precision)
+                walls[kind].append(time.perf_counter() - start)
+    timer = min(timers, key=lambda timer: timer.seconds)
+    best = {kind: min(seconds) for kind, seconds in walls.items()}
+    # what a mode costs per op (its call and the op's dispatch again from Python), which the timed launches include
+    mode_seconds = max(best["null"] - best["plain"], 0.0) / counters[-1].count
+    host_model = {
+        "meta_without_launches": best["plain"] - timer.launch_seconds,
+        "launches": timer.launches * MODEL["launch_seconds"],
+    }
+    host_model["total"] = sum(host_model.values())
+    host_model["bound"] = host_model["total"] + timer.launches * mode_seconds
+    return {
+        **{part: 1e3 * seconds / len(specs) for part, seconds in host_model.items()},
+        "launch_count": timer.launches,
+        "mode_us_per_op": 1e6 * mode_seconds,
+    }
+
+
 def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], precision: str) -> dict:
-    """``host_meta_ms_per_image``, ``meta_ops_per_batch`` and ``host_packing_ms_per_image`` (module
-    docstring), after ``measure_batch``'s warm-up."""
+    """``host_meta_ms_per_image``, ``meta_ops_per_batch``, ``host_packing_ms_per_image`` and
+    ``host_cuda_model_ms_per_image`` (module docstring), after ``measure_batch``'s warm-up."""
     from ccc.render_torch import geometry
 
     batch = len(specs)
@@ -710,25 +741,6 @@ def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], prec
         counter = _OpCount()
         with counter:
             ops = _meta_stages(specs, images, lambda: float(counter.count), precision)
-        walls: dict[str, list[float]] = {"plain": [], "null": [], "timed": []}
-        timers = []
-        for _ in range(META_REPEATS):
-            timers.append(_DispatchTimer())
-            for kind, mode in (("plain", contextlib.nullcontext()), ("null", _OpCount()), ("timed", timers[-1])):
-                start = time.perf_counter()
-                with mode:
-                    render_batch(specs, images, "meta", jpeg=True, precision=precision)
-                walls[kind].append(time.perf_counter() - start)
-    timer = min(timers, key=lambda timer: timer.seconds)
-    best = {kind: min(seconds) for kind, seconds in walls.items()}
-    # what a mode costs per op (its call and the op's dispatch again from Python), which the timed launches include
-    mode_seconds = max(best["null"] - best["plain"], 0.0) / counter.count
-    host_model = {
-        "meta_without_launches": best["plain"] - timer.launch_seconds,
-        "launches": timer.launches * MODEL["launch_seconds"],
-    }
-    host_model["total"] = sum(host_model.values())
-    host_model["bound"] = host_model["total"] + timer.launches * mode_seconds
     packing = None
     pack = getattr(geometry, "_pack_boxes", None)
     if pack is not None:
@@ -744,11 +756,7 @@ def measure_meta(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], prec
         "host_meta_ms_per_image": {stage: 1e3 * fastest[stage] / batch for stage in META_STAGES},
         "meta_ops_per_batch": {stage: int(ops[stage]) for stage in META_STAGES},
         "host_packing_ms_per_image": packing,
-        "host_cuda_model_ms_per_image": {
-            **{part: 1e3 * seconds / batch for part, seconds in host_model.items()},
-            "launch_count": timer.launches,
-            "mode_us_per_op": 1e6 * mode_seconds,
-        },
+        "host_cuda_model_ms_per_image": host_cuda_model(specs, images, precision),
     }
 
 
@@ -784,7 +792,7 @@ def measure_windows(
     rows = []
     for specs in windows:
         counter = count_batch(specs, images_of(specs), warmup, provenance, replaced, precision)
-        host = measure_meta(specs, images_of(specs), precision)["host_cuda_model_ms_per_image"]
+        host = host_cuda_model(specs, images_of(specs), precision)
         pairs = sorted({f"{spec.n1}→{spec.n2}" for spec in specs})
         rows.append(
             {
