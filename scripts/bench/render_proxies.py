@@ -97,9 +97,10 @@ dispatch on meta and counts as launches the ops on meta tensors that would launc
 copy to the device included; not views, allocations or scalar reads). ``meta_without_launches``: the
 wall time of the plain meta run (best of :data:`META_REPEATS`, as every time here) less the launches'
 timed dispatch: Python, numpy, the tables, the packing, the calls into torch, the views and
-allocations; ``launches``: ``launch_count`` × 10 µs (the model's launch cost, taken as the host's cost
-of ATen's dispatch and the driver's launch call; meta's shape functions, written in Python for many
-ops, cost several times that); ``total`` their sum. The timed dispatch of an op also holds what the mode
+allocations (a difference of two measured times: at a few samples per batch it is within their noise,
+and may read below zero); ``launches``: ``launch_count`` × 10 µs (the model's launch cost, taken as the
+host's cost of ATen's dispatch and the driver's launch call; meta's shape functions, written in Python
+for many ops, cost several times that); ``total`` their sum. The timed dispatch of an op also holds what the mode
 adds to it (the op dispatched again from Python), ``mode_us_per_op``: the wall time a mode that only
 counts adds to a plain run, per op; ``bound`` adds it back for every launch, an upper bound of what
 the subtraction may have taken too much.
