@@ -99,7 +99,7 @@ def test_counts_are_positive_and_consistent(quick: tuple[dict, str]) -> None:
 
 def test_host_time_on_meta_is_split_into_the_stages(quick: tuple[dict, str]) -> None:
     written, _ = quick
-    stages = ["geometry", "stage_1", "stage_2", "jpeg", "other", "total"]
+    stages = ["geometry", "stage_1", "stage_2", "upload", "jpeg", "other", "total"]
     for batch in written["batches"].values():
         meta, ops = batch["host_meta_ms_per_image"], batch["meta_ops_per_batch"]
         assert list(meta) == list(ops) == stages

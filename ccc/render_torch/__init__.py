@@ -22,24 +22,27 @@ every device; float transcendental functions may differ in the last bit between 
 Layout, as :mod:`ccc.corruptions`'s: one module per family of corruptions, ``noise`` (the four
 noises), ``blur`` (defocus, glass, motion, zoom, gaussian), ``weather`` (snow, frost, fog, spatter) and
 ``digital`` (brightness, contrast, saturate, pixelate, jpeg, elastic), each ending in
-``register_torch_corruption(name, function)`` (:mod:`.registry`: the functions' contract, and
+``register_torch_corruption(name, prepare_<name>)`` (:mod:`.registry`: the contract, and
 :func:`torch_corruption`, the lookup by name or alias); :mod:`.numerics` for what several families
 share (byte levels, OpenCV's separable filter, scipy's Gaussian kernels, the zoom and motion-blur
 tables); private helpers ``_resample`` (Pillow's resampling), ``_spatter_filters`` (spatter's OpenCV
 filters) and ``_upload`` (every host-to-device copy: ``non_blocking``, from page-locked memory on
-CUDA, one per corruption call). ``images`` and ``random``'s draws live
-on the render device; ``severities`` live on the host (they come from the specs), so per-sample
-parameters, kernels and tables are derived there (``random.on_host()`` draws the per-sample numbers
-that shape them) and copied to the device, and no function reads device data back. Adding a
-corruption: its CPU entry in ``ccc.corruptions`` and its torch function registered in the module of
-the same family here (``tests/ccc/render_torch/test_contract.py`` requires both).
+CUDA, one per batch). ``images`` and ``random``'s draws live on the render device; ``severities`` live
+on the host (they come from the specs), so per-sample parameters, kernels and tables are derived there
+(``random.on_host()`` draws the per-sample numbers that shape them), and no function reads device data
+back. Every step comes in two halves: the host half prepares (checks, parameters, tables, host draws)
+and stages its host data in the batch's :class:`~._upload.BatchUpload`; the device half runs once the
+batch's one copy is sent, so a batch's host work all comes first and its data travels in one upload.
+Adding a corruption: its CPU entry in ``ccc.corruptions`` and its torch halves registered in the module
+of the same family here (``tests/ccc/render_torch/test_contract.py`` requires both).
 
 Public names:
 
 - :func:`render_batch` (``ccc.render_torch.pipeline``): specs + decoded images → uint8 (B, 3, 224, 224),
   at a ``precision`` of :data:`ccc.render.RENDER_PRECISIONS` (:func:`working_dtype` maps it to a dtype);
-- :func:`apply_corruption_stage`; :func:`torch_corruption` (one corruption's torch function) and
-  :func:`torch_corruptions` (name → function of all 19, or of one family), from :mod:`.registry`;
+- :func:`apply_corruption_stage`; :func:`torch_corruption` (one corruption, callable whole; its host half
+  is ``.prepare``) and :func:`torch_corruptions` (name → corruption of all 19, or of one family), from
+  :mod:`.registry`;
 - :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
 - :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``).
 

@@ -22,15 +22,16 @@ device, whatever the order of the additions. The launches per pass grow with the
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from ._upload import upload_tables
+from ._upload import BatchUpload
 
-__all__ = ["resample_batch"]
+__all__ = ["prepare_resample", "resample_batch"]
 
 _PRECISION_BITS = 22
 _FILTER_SUPPORT = {"box": 0.5, "bilinear": 1.0}
@@ -184,6 +185,59 @@ def _tables(
     return (*rows, *columns)
 
 
+def prepare_resample(
+    boxes: NDArray[np.int64],
+    out_sizes: NDArray[np.int64],
+    out_shape: tuple[int, int],
+    kind: str,
+    flips: NDArray[np.bool_] | None,
+    plane: tuple[int, int],
+    upload: BatchUpload,
+) -> Callable[[Tensor], Tensor]:
+    """The host half of :func:`resample_batch`: the tap tables of both pass orders staged in ``upload``.
+
+    Args:
+        boxes, out_sizes, out_shape, kind, flips: as in :func:`resample_batch`.
+        plane: (height, width) in pixels of the planes the step will get.
+        upload: the batch's upload; the step reads its tables once it is sent.
+
+    Returns:
+        The device half: uint8 (B, *plane, C) levels → :func:`resample_batch`'s result.
+    """
+    boxes = np.asarray(boxes, dtype=np.int64).reshape(-1, 4)
+    out_sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2)
+    flips = np.zeros(len(boxes), dtype=bool) if flips is None else np.asarray(flips, dtype=bool)
+    in_sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
+    vertical_first = _vertical_first(in_sizes, out_sizes)
+    orders = []
+    for order in (False, True):
+        members = np.flatnonzero(vertical_first == order)
+        if len(members) > 0:
+            # L is the height for the rows pass and the width for the columns pass (run on the transposed
+            # planes), in either order
+            tables = _tables(boxes[members], out_sizes[members], out_shape, kind, flips[members], plane)
+            orders.append((order, len(members) == len(boxes), upload.tables(*tables, members)))
+
+    def step(levels: Tensor) -> Tensor:
+        output = None
+        for order, whole, staged in orders:
+            rows_index, rows_weight, columns_index, columns_weight, positions = staged.tensors()
+            rows, columns = (rows_index, rows_weight.to(torch.int32)), (columns_index, columns_weight.to(torch.int32))
+            group = levels if whole else levels.index_select(0, positions)
+            if order:
+                group = _pass(_pass(group, *rows).transpose(1, 2), *columns).transpose(1, 2)
+            else:
+                group = _pass(_pass(group.transpose(1, 2), *columns).transpose(1, 2), *rows)
+            if whole:
+                return group.contiguous()
+            if output is None:
+                output = torch.zeros((len(boxes), *out_shape, levels.shape[3]), dtype=torch.uint8, device=levels.device)
+            output.index_copy_(0, positions, group)
+        return output
+
+    return step
+
+
 def resample_batch(
     levels: Tensor,
     boxes: NDArray[np.int64],
@@ -206,38 +260,11 @@ def resample_batch(
     Returns:
         uint8 (B, out_shape[0], out_shape[1], C) on ``levels.device``: Pillow's bytes. An axis whose
         size is unchanged gives single taps of weight ``2**22`` (a copy, as Pillow skips that pass).
-        Each pass order present in the batch (at most two) uploads its tables once and runs a fixed
-        number of operations, whatever the batch size and the filters' widths.
+        The tables of both pass orders travel in one copy (:func:`prepare_resample`, then its step); each
+        order present in the batch (at most two) runs a fixed number of operations, whatever the batch
+        size and the filters' widths.
     """
-    boxes = np.asarray(boxes, dtype=np.int64).reshape(-1, 4)
-    out_sizes = np.asarray(out_sizes, dtype=np.int64).reshape(-1, 2)
-    flips = np.zeros(len(boxes), dtype=bool) if flips is None else np.asarray(flips, dtype=bool)
-    in_sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
-    vertical_first = _vertical_first(in_sizes, out_sizes)
-    height, width = levels.shape[1:3]
-    output = None
-    for order in (False, True):
-        members = np.flatnonzero(vertical_first == order)
-        if len(members) == 0:
-            continue
-        # L is the height for the rows pass and the width for the columns pass (run on the transposed
-        # planes), in either order
-        row_index, row_weight, column_index, column_weight = _tables(
-            boxes[members], out_sizes[members], out_shape, kind, flips[members], (height, width)
-        )
-        rows_index, rows_weight, columns_index, columns_weight, positions = upload_tables(
-            levels.device, row_index, row_weight, column_index, column_weight, members
-        )
-        rows, columns = (rows_index, rows_weight.to(torch.int32)), (columns_index, columns_weight.to(torch.int32))
-        whole = len(members) == len(boxes)
-        group = levels if whole else levels.index_select(0, positions)
-        if order:
-            group = _pass(_pass(group, *rows).transpose(1, 2), *columns).transpose(1, 2)
-        else:
-            group = _pass(_pass(group.transpose(1, 2), *columns).transpose(1, 2), *rows)
-        if whole:
-            return group.contiguous()
-        if output is None:
-            output = torch.zeros((len(boxes), *out_shape, levels.shape[3]), dtype=torch.uint8, device=levels.device)
-        output.index_copy_(0, positions, group)
-    return output
+    upload = BatchUpload(levels.device)
+    step = prepare_resample(boxes, out_sizes, out_shape, kind, flips, tuple(levels.shape[1:3]), upload)
+    upload.send()
+    return step(levels)

@@ -11,22 +11,25 @@ of them reach the device through this module:
   "API synchronization behavior"), so the host could never run ahead of the GPU;
 - :func:`send` copies a filled buffer to the device (``non_blocking``), and :func:`to_device` one host
   tensor or array through such a buffer;
-- :func:`upload_tables` sends all of a corruption call's tables as one int64 buffer (one copy) and views
-  them back, float tables as the call's working dtype (float64, or float32 in the float32 mode).
+- :class:`BatchUpload` gathers the host tables of a whole batch (the source crops, the resampling taps, the
+  random streams' keys, every corruption's parameters and tables), staged by each step as it prepares, and
+  sends them in one copy once every step is prepared; each step then views its tables on the device
+  (float tables as its working dtype: float64, or float32 in the float32 mode);
+- :func:`upload_tables` is one step's tables sent at once (a :class:`BatchUpload` of one staging).
 
-On the CPU nothing is copied: the host tensors are the device's.
+On the CPU nothing is copied: the host buffer is the device's.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-__all__ = ["host_buffer", "pinned_for", "send", "to_device", "upload_tables"]
+__all__ = ["BatchUpload", "Staged", "host_buffer", "pinned_for", "send", "to_device", "upload_tables"]
 
 
 def pinned_for(device: torch.device) -> bool:
@@ -66,40 +69,37 @@ def to_device(values: Tensor | NDArray, device: torch.device, dtype: torch.dtype
     return send(staged, device)
 
 
-def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dtype = torch.float64) -> list[Tensor]:
-    """Host numpy tables → tensors of the same shapes and values on ``device``, in one copy.
+_WORD = 8
+"""Bytes of a table value in the buffer (one int64 word each) and the alignment of every section."""
 
-    Args:
-        device: the render device.
-        tables: numpy arrays (any shapes) of float64, of an integer dtype (values within int64) or bool.
-        float_dtype: ``torch.float64`` or ``torch.float32``, the dtype the float64 tables arrive as.
 
-    Returns:
-        One tensor per table on ``device``: float64 tables as ``float_dtype`` (float64 bit for bit; float32
-        rounded once on the host; their bits travel reinterpreted as int64 words, one per value),
-        integers as int64, bools as bool.
-    """
+def _check_tables(tables: Sequence[NDArray], float_dtype: torch.dtype) -> None:
     if float_dtype not in (torch.float64, torch.float32):
         raise ValueError(f"float_dtype must be torch.float64 or torch.float32, got {float_dtype}")
-    single = float_dtype == torch.float32
     for table in tables:
         if table.dtype != np.float64 and table.dtype != np.bool_ and not np.issubdtype(table.dtype, np.integer):
             raise ValueError(f"tables must be float64, integer or bool, got {table.dtype}")
-    sizes = [table.size for table in tables]
-    staged = host_buffer((sum(sizes),), torch.int64, device)
-    buffer, start = staged.numpy(), 0
-    for table, size in zip(tables, sizes):  # each table written into the buffer at once, converted as it is copied
-        words = buffer[start : start + size].reshape(table.shape)
-        start += size
+
+
+def _write_tables(tables: Sequence[NDArray], single: bool, words: NDArray[np.int64]) -> None:
+    """Each table into its run of ``words`` (one int64 word per value), converted as it is copied."""
+    start = 0
+    for table in tables:
+        section = words[start : start + table.size].reshape(table.shape)
+        start += table.size
         if table.dtype == np.float64 and single:
-            np.copyto(words, table.astype(np.float32).view(np.int32))
+            np.copyto(section, table.astype(np.float32).view(np.int32))
         elif table.dtype == np.float64:
-            np.copyto(words.view(np.float64), table)
+            np.copyto(section.view(np.float64), table)
         else:
-            np.copyto(words, table, casting="unsafe")
-    pieces = torch.split(send(staged, device), sizes)
-    uploaded = []
-    for piece, table in zip(pieces, tables):
+            np.copyto(section, table, casting="unsafe")
+
+
+def _view_tables(words: Tensor, tables: Sequence[NDArray], single: bool) -> list[Tensor]:
+    """The device tensors of :func:`_write_tables`'s words: float64 tables as float64 (float32 when
+    ``single``), integers as int64, bools as bool, each of its table's shape."""
+    viewed = []
+    for piece, table in zip(torch.split(words, [table.size for table in tables]), tables):
         piece = piece if piece.shape == table.shape else piece.view(table.shape)  # 1-D: already its shape
         if table.dtype == np.float64 and single:
             piece = piece.to(torch.int32).view(torch.float32)
@@ -107,5 +107,114 @@ def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dty
             piece = piece.view(torch.float64)
         elif table.dtype == np.bool_:
             piece = piece != 0
-        uploaded.append(piece)
-    return uploaded
+        viewed.append(piece)
+    return viewed
+
+
+_Section = tuple[int, Callable[[NDArray[np.uint8]], None], Callable[[Tensor], list[Tensor]], "Staged"]
+"""A staged section: its size in bytes, the writer of its host bytes, the viewer of its device bytes, its handle."""
+
+
+class Staged:
+    """A staging's place in its :class:`BatchUpload`: its tensors on the device once the batch is sent."""
+
+    def __init__(self) -> None:
+        self._tensors: list[Tensor] | None = None
+
+    def tensors(self) -> list[Tensor]:
+        """The staged values on the device (the order and conversions of their staging).
+
+        Raises:
+            RuntimeError: before the batch's :meth:`BatchUpload.send`.
+        """
+        if self._tensors is None:
+            raise RuntimeError("a staged table is read before its batch is sent (BatchUpload.send)")
+        return self._tensors
+
+    def tensor(self) -> Tensor:
+        """The one tensor of a staging of one table or of bytes."""
+        (tensor,) = self.tensors()
+        return tensor
+
+
+class BatchUpload:
+    """The host tables of one batch, staged as its steps are prepared and sent to ``device`` in one copy.
+
+    A step stages what it will need (:meth:`tables`, :meth:`raw_bytes`) and reads it back through the
+    :class:`Staged` it gets, once :meth:`send` has run: the host prepares every step of a batch first, then
+    one ``non_blocking`` copy from one :func:`host_buffer` (pinned on CUDA) carries them all, then the
+    device work is queued. Sections are 8-byte aligned; their bytes are written into the buffer at
+    :meth:`send` (nothing is copied twice). On the CPU the buffer itself is the device's.
+
+    Args:
+        device: the render device.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self._sections: list[_Section] = []
+        self._sent = False
+
+    def tables(self, *tables: NDArray, float_dtype: torch.dtype = torch.float64) -> Staged:
+        """Stage numpy ``tables`` (float64, integer with values within int64, or bool; any shapes); their
+        tensors (:meth:`Staged.tensors`): float64 tables as ``float_dtype`` (``torch.float64`` bit for bit,
+        or ``torch.float32``, rounded once on the host; their bits travel as int64 words, one per value),
+        integers as int64, bools as bool.
+
+        Raises:
+            ValueError: another ``float_dtype`` or table dtype, one line.
+        """
+        _check_tables(tables, float_dtype)
+        single = float_dtype == torch.float32
+        words = sum(table.size for table in tables)
+        return self._stage(
+            words * _WORD,
+            lambda section: _write_tables(tables, single, section.view(np.int64)),
+            lambda section: _view_tables(section.view(torch.int64), tables, single),
+        )
+
+    def raw_bytes(self, shape: Sequence[int], fill: Callable[[NDArray[np.uint8]], None]) -> Staged:
+        """Stage a uint8 array of ``shape`` that ``fill`` writes (it gets the host array at :meth:`send`, whose
+        unwritten bytes are undefined); its tensor: uint8 of ``shape``."""
+        shape = tuple(int(length) for length in shape)
+        size = int(np.prod(shape))
+        return self._stage(
+            size, lambda section: fill(section[:size].reshape(shape)), lambda section: [section[:size].view(shape)]
+        )
+
+    def _stage(
+        self, size: int, write: Callable[[NDArray[np.uint8]], None], view: Callable[[Tensor], list[Tensor]]
+    ) -> Staged:
+        if self._sent:
+            raise RuntimeError("this batch's upload is already sent: stage before BatchUpload.send")
+        staged = Staged()
+        self._sections.append((size, write, view, staged))
+        return staged
+
+    def send(self) -> None:
+        """Write every staged section into one host buffer and copy it to the device (once per batch; nothing
+        to copy when nothing is staged)."""
+        if self._sent:
+            raise RuntimeError("this batch's upload is already sent")
+        self._sent = True
+        spans = [-(-size // _WORD) * _WORD for size, *_ in self._sections]
+        staged = host_buffer((sum(spans),), torch.uint8, self.device)
+        host, start = staged.numpy(), 0
+        for span, (_, write, _, _) in zip(spans, self._sections):
+            write(host[start : start + span])
+            start += span
+        device_buffer = send(staged, self.device) if spans else staged
+        start = 0
+        for span, (_, _, view, handle) in zip(spans, self._sections):
+            handle._tensors = view(device_buffer[start : start + span])
+            start += span
+        self._sections = []
+
+
+def upload_tables(device: torch.device, *tables: NDArray, float_dtype: torch.dtype = torch.float64) -> list[Tensor]:
+    """Host numpy tables → tensors of the same shapes and values on ``device``, in one copy: one
+    :meth:`BatchUpload.tables` staging, sent at once (its conversions and errors)."""
+    upload = BatchUpload(device)
+    staged = upload.tables(*tables, float_dtype=float_dtype)
+    upload.send()
+    return staged.tensors()

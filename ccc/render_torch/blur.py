@@ -1,8 +1,10 @@
 """Blur corruptions in torch, batched with per-sample severities: defocus, glass, motion, zoom, gaussian.
 
-Each function takes ``images`` float32 (B, 3, H, W) in [0, 1], ``severities`` float64 (B,) in (0, 5],
-a :class:`~ccc.render_torch.random.SampleRandom` and the working float dtype (``torch.float64``, the
-default, or ``torch.float32``), and returns float32 (B, 3, H, W): the CPU path's
+Each corruption is registered as its host half, ``prepare_<name>(severities, random, size, dtype, upload)``
+(the registry's contract: ``severities`` float64 (B,) in (0, 5], a
+:class:`~ccc.render_torch.random.SampleRandom`, the images' size, the working float dtype, ``torch.float64``
+or ``torch.float32``, and the batch's upload), and exported whole under its name. Its step takes ``images``
+float32 (B, 3, H, W) in [0, 1] and returns float32 (B, 3, H, W): the CPU path's
 (:mod:`ccc.corruptions.blur`) value before its uint8 truncation, divided by 255. In float64, filtering
 runs in float64, as the CPU path does, and the Gaussian blurs in OpenCV's own operation order (fused
 multiply-adds emulated exactly), so that the truncation to uint8 falls on the same side even on flat
@@ -11,8 +13,8 @@ multiply-adds (no emulation): close to the CPU's values, not equal to them.
 
 Kernels and tables come from their CPU owners (the antialiased disk, scipy's Gaussian kernel, the
 zoom tables, ImageMagick's motion-blur taps); they are built on the host from the host severities
-(and, for motion blur's angle, the host copy of the random draw, ``random.on_host()``) and uploaded
-with one copy per call (:func:`._upload.upload_tables`); the filters it shares with the weather
+(and, for motion blur's angle, the host copy of the random draw, ``random.on_host()``) and staged in
+the batch's one upload (:class:`._upload.BatchUpload`); the filters it shares with the weather
 family live in :mod:`.numerics`. No device data is read back: the pixels never leave the device, and
 every loop has a trip count known on the host.
 
@@ -40,14 +42,14 @@ from torch import Tensor
 
 from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
-from ._upload import upload_tables
+from ._upload import BatchUpload
 from .numerics import (
     byte_levels,
     divide,
     gather_elements,
-    gaussian_blur_nearest,
     gaussian_kernels,
-    imagemagick_motion_blur,
+    motion_blur_tables,
+    motion_blur_with_tables,
     separable_opencv,
     unit_float32,
     unit_values,
@@ -56,7 +58,7 @@ from .numerics import (
     zoom_with_tables,
 )
 from .parameters import per_sample_parameters
-from .registry import register_torch_corruption
+from .registry import CorruptionStep, register_torch_corruption
 
 if TYPE_CHECKING:
     from .random import SampleRandom
@@ -68,6 +70,11 @@ __all__ = [
     "gaussian_blur",
     "glass_blur",
     "motion_blur",
+    "prepare_defocus_blur",
+    "prepare_gaussian_blur",
+    "prepare_glass_blur",
+    "prepare_motion_blur",
+    "prepare_zoom_blur",
     "zoom_blur",
 ]
 
@@ -85,15 +92,16 @@ _MOTION_ANGLE_RANGE = (-45.0, 45.0)
 """Motion blur's angle, uniform in degrees (the CPU path's ``rng.uniform(-45, 45)``)."""
 
 
-def gaussian_blur(
-    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
-) -> Tensor:
+def prepare_gaussian_blur(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Hold-out Gaussian blur: per-sample sigma from the table, truncated at 4 sigma, borders replicated.
 
     Deterministic (``random`` is not used). Shapes and ranges as in the module docstring.
     """
     sigmas = per_sample_parameters("gaussian_blur", severities).tolist()
-    return unit_float32(gaussian_blur_nearest(unit_values(images, dtype), sigmas) * 255.0)
+    kernels = upload.tables(gaussian_kernels(sigmas), float_dtype=dtype)
+    return lambda images: unit_float32(separable_opencv(unit_values(images, dtype), kernels.tensor()) * 255.0)
 
 
 FFT_SAMPLES_PER_CALL = 16
@@ -132,9 +140,9 @@ def _fft_correlate(images: Tensor, kernels: Tensor) -> Tensor:
     return torch.cat(calls)[:count]
 
 
-def defocus_blur(
-    images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64
-) -> Tensor:
+def prepare_defocus_blur(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Correlation with the CPU path's antialiased disk (per sample), reflect-101 borders, in ``dtype``.
 
     The kernels (up to 21×21) are embedded in one common square at OpenCV's anchor (size // 2) and
@@ -150,21 +158,27 @@ def defocus_blur(
     # The table's kernels fix the common size, whatever the batch holds (batch-independent rounding).
     table_disks = [antialiased_disk(radius, alias) for radius, alias in DEFOCUS_BLUR_TABLE[1:]]
     reach = max(max(disk.shape[0] // 2, disk.shape[0] - 1 - disk.shape[0] // 2) for disk in disks + table_disks)
-    size = 2 * reach + 1
-    embedded = np.zeros((len(disks), size, size))
+    side = 2 * reach + 1
+    embedded = np.zeros((len(disks), side, side))
     for index, disk in enumerate(disks):
         start = reach - disk.shape[0] // 2
         embedded[index, start : start + disk.shape[0], start : start + disk.shape[1]] = disk
-    height, width = images.shape[-2:]
-    padded = F.pad(unit_values(images, dtype), (reach, reach, reach, reach), mode="reflect")
     deltas = np.array([disk.max() == 1.0 for disk in disks])
-    kernels, is_delta = upload_tables(images.device, embedded, deltas, float_dtype=dtype)
-    correlated = _fft_correlate(padded, kernels)
-    correlated = correlated[..., :height, :width]
-    return unit_float32(torch.where(is_delta[:, None, None, None], unit_values(images, dtype), correlated) * 255.0)
+    staged = upload.tables(embedded, deltas, float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        kernels, is_delta = staged.tensors()
+        height, width = images.shape[-2:]
+        padded = F.pad(unit_values(images, dtype), (reach, reach, reach, reach), mode="reflect")
+        correlated = _fft_correlate(padded, kernels)[..., :height, :width]
+        return unit_float32(torch.where(is_delta[:, None, None, None], unit_values(images, dtype), correlated) * 255.0)
+
+    return step
 
 
-def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_zoom_blur(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
 
     Zooms are accumulated in float32 in the CPU path's order; a sample with fewer zoom factors than
@@ -174,31 +188,36 @@ def zoom_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: t
     rows = per_sample_parameters("zoom_blur", severities).tolist()
     factor_lists = [np.arange(start, stop, step).tolist() for start, stop, step in rows]
     slots = range(max(len(factors) for factors in factor_lists))
-    height, width = images.shape[-2:]
+    height, width = size
     # (slots, B): a sample's missing slots zoom by 1 (and are weighted 0)
     slot_factors = [[factors[slot] if slot < len(factors) else 1.0 for factors in factor_lists] for slot in slots]
     present = np.array([[slot < len(factors) for factors in factor_lists] for slot in slots], dtype=np.float64)
     counts = np.array([len(factors) + 1 for factors in factor_lists], dtype=np.float64)
-    *tables, present_t, counts_t = upload_tables(
-        images.device, *zoom_tables(height, width, slot_factors), present, counts, float_dtype=dtype
-    )
-    zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
-    unit = unit_values(images, torch.float32)
-    source, present_weights = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
-    accumulated = torch.zeros_like(unit)
-    per_call = max(1, min(len(slots), gather_elements(images.device) // unit.numel()))
-    for first in range(0, len(slots), per_call):  # `per_call` slots zoomed in one set of operations
-        chosen = slice(first, first + per_call)
-        zoomed = zoom_with_tables(source, zooms.slots(chosen), torch.float32)
-        # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
-        zoomed *= present_weights[chosen][:, :, None, None, None]
-        for slot_zoom in zoomed:  # summed one slot after the other, in the CPU path's order
-            accumulated += slot_zoom
-    averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
-    return averaged.clamp(0.0, 1.0)
+    staged = upload.tables(*zoom_tables(height, width, slot_factors), present, counts, float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        *tables, present_t, counts_t = staged.tensors()
+        zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
+        unit = unit_values(images, torch.float32)
+        source, present_weights = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
+        accumulated = torch.zeros_like(unit)
+        per_call = max(1, min(len(slots), gather_elements(images.device) // unit.numel()))
+        for first in range(0, len(slots), per_call):  # `per_call` slots zoomed in one set of operations
+            chosen = slice(first, first + per_call)
+            zoomed = zoom_with_tables(source, zooms.slots(chosen), torch.float32)
+            # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
+            zoomed *= present_weights[chosen][:, :, None, None, None]
+            for slot_zoom in zoomed:  # summed one slot after the other, in the CPU path's order
+                accumulated += slot_zoom
+        averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
+        return averaged.clamp(0.0, 1.0)
+
+    return step
 
 
-def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_motion_blur(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """ImageMagick motion blur with per-sample (radius, sigma) and an angle uniform in [-45, 45) degrees.
 
     One ``random.uniform()`` draw per sample gives the angle (drawn on the host, ``random.on_host()``: it
@@ -207,9 +226,14 @@ def motion_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype:
     rows = per_sample_parameters("motion_blur", severities).tolist()
     low, high = _MOTION_ANGLE_RANGE
     angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
-    levels = byte_levels(images, dtype)
-    blurred = imagemagick_motion_blur(levels, [row[0] for row in rows], [row[1] for row in rows], angles)
-    return divide(blurred, 255.0).to(torch.float32)
+    weights, starts, padding = motion_blur_tables(*size, [row[0] for row in rows], [row[1] for row in rows], angles)
+    staged = upload.tables(weights, starts, float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        blurred = motion_blur_with_tables(byte_levels(images, dtype), *staged.tensors(), padding)
+        return divide(blurred, 255.0).to(torch.float32)
+
+    return step
 
 
 def _glass_jumps(height: int, width: int, margin: int) -> int:
@@ -271,7 +295,9 @@ def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int)
     return target
 
 
-def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_glass_blur(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Gaussian blur, per-sample passes of local pixel copies, Gaussian blur again.
 
     Parameters per sample: (sigma, max displacement rounded half to even and at least 1, iterations
@@ -282,37 +308,43 @@ def glass_blur(images: Tensor, severities: Tensor, random: SampleRandom, dtype: 
     moves the blurred bytes as uint8 (the CPU's ``np.uint8`` of the first blur). The blurs run in ``dtype``.
     """
     rows = per_sample_parameters("glass_blur", severities).tolist()
-    batch, channels, height, width = images.shape
+    height, width = size
     margins_list = [round(max(row[1], 1.0)) for row in rows]
     iterations = np.array([round(row[2]) for row in rows])
     active = np.arange(_MAX_GLASS_ITERATIONS)[:, None] < iterations[None, :]
     jumps = max(_glass_jumps(height, width, margin) for margin in margins_list)
-    kernels, margins, active_t = upload_tables(
-        images.device, gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active, float_dtype=dtype
+    staged = upload.tables(
+        gaussian_kernels([row[0] for row in rows]), np.array(margins_list), active, float_dtype=dtype
     )
-    # u = k / 2**24 exactly, so floor(u * span) = (k * span) >> 24, within [0, span) (no float64 product)
-    steps = (random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2) * _GLASS_UNIFORM_STEPS).to(torch.int64)
-    spans = (2 * margins)[:, None, None, None, None]
-    offsets = ((steps * spans) >> _GLASS_UNIFORM_BITS) - margins[:, None, None, None, None]
-    # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
-    levels = (separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
-    flat = levels.reshape(batch, channels, height * width)
-    # every pass's sources at once (they depend on its offsets alone, not on the image it shuffles)
-    passes = batch * _MAX_GLASS_ITERATIONS
-    sources = _glass_sources(
-        offsets.reshape(passes, height, width, 2),
-        margins[:, None].expand(batch, _MAX_GLASS_ITERATIONS).reshape(passes),
-        active_t.T.reshape(passes),
-        jumps,
-    ).view(batch, _MAX_GLASS_ITERATIONS, height * width)
-    for iteration in range(_MAX_GLASS_ITERATIONS):
-        flat = flat.gather(2, sources[:, iteration, None, :].expand(batch, channels, height * width))
-    shuffled = divide(flat.reshape(batch, channels, height, width).to(dtype), 255.0)
-    return unit_float32(separable_opencv(shuffled, kernels) * 255.0)
+
+    def step(images: Tensor) -> Tensor:
+        kernels, margins, active_t = staged.tensors()
+        batch, channels = images.shape[:2]
+        # u = k / 2**24 exactly, so floor(u * span) = (k * span) >> 24, within [0, span) (no float64 product)
+        steps = (random.uniform(_MAX_GLASS_ITERATIONS, height, width, 2) * _GLASS_UNIFORM_STEPS).to(torch.int64)
+        spans = (2 * margins)[:, None, None, None, None]
+        offsets = ((steps * spans) >> _GLASS_UNIFORM_BITS) - margins[:, None, None, None, None]
+        # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
+        levels = (separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
+        flat = levels.reshape(batch, channels, height * width)
+        # every pass's sources at once (they depend on its offsets alone, not on the image it shuffles)
+        passes = batch * _MAX_GLASS_ITERATIONS
+        sources = _glass_sources(
+            offsets.reshape(passes, height, width, 2),
+            margins[:, None].expand(batch, _MAX_GLASS_ITERATIONS).reshape(passes),
+            active_t.T.reshape(passes),
+            jumps,
+        ).view(batch, _MAX_GLASS_ITERATIONS, height * width)
+        for iteration in range(_MAX_GLASS_ITERATIONS):
+            flat = flat.gather(2, sources[:, iteration, None, :].expand(batch, channels, height * width))
+        shuffled = divide(flat.reshape(batch, channels, height, width).to(dtype), 255.0)
+        return unit_float32(separable_opencv(shuffled, kernels) * 255.0)
+
+    return step
 
 
-register_torch_corruption("defocus_blur", defocus_blur)
-register_torch_corruption("glass_blur", glass_blur)
-register_torch_corruption("motion_blur", motion_blur)
-register_torch_corruption("zoom_blur", zoom_blur)
-register_torch_corruption("gaussian_blur", gaussian_blur)
+defocus_blur = register_torch_corruption("defocus_blur", prepare_defocus_blur)
+glass_blur = register_torch_corruption("glass_blur", prepare_glass_blur)
+motion_blur = register_torch_corruption("motion_blur", prepare_motion_blur)
+zoom_blur = register_torch_corruption("zoom_blur", prepare_zoom_blur)
+gaussian_blur = register_torch_corruption("gaussian_blur", prepare_gaussian_blur)

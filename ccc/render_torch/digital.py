@@ -10,12 +10,13 @@ The first five are deterministic and follow the CPU path (``ccc.corruptions.digi
 - jpeg: a JPEG round trip at ``round(quality)`` in libjpeg-turbo's integer arithmetic
   (:mod:`.jpeg`): Pillow's bytes, one call for the whole batch with per-sample qualities.
 
-Every function takes images float32 (B, 3, H, W) whose values are byte levels ``k / 255`` (as the
-pipeline passes them), severities float64 (B,) in (0, 5], a :class:`SampleRandom` (unused) and the
-working float dtype (``torch.float64``, the default, or ``torch.float32``; pixelate and jpeg are
-integer arithmetic and ignore it), and
-returns float32 (B, 3, H, W) in [0, 1], the reference's value before its uint8 truncation over 255
-(rounded to float32 so that ``floor(x * 255)`` gives the reference's byte).
+Each corruption is registered as its host half, ``prepare_<name>`` (the registry's contract: host
+severities float64 (B,) in (0, 5], a :class:`SampleRandom` (unused by the first five), the images' size, the
+working float dtype (``torch.float64`` or ``torch.float32``; pixelate and jpeg are integer arithmetic and
+ignore it) and the batch's upload), and exported whole under its name. The step takes images float32
+(B, 3, H, W) whose values are byte levels ``k / 255`` (as the pipeline passes them) and returns float32
+(B, 3, H, W) in [0, 1], the reference's value before its uint8 truncation over 255 (rounded to float32 so
+that ``floor(x * 255)`` gives the reference's byte).
 
 Elastic transform (ImageNet-C's ``elastic_transform``, registered as ``elastic``; digital on the CPU
 side too) mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-sample severities:
@@ -47,12 +48,12 @@ from torch import Tensor
 
 from ccc.corruptions.filters import reflect_folded_kernel
 
-from ._resample import resample_batch
-from ._upload import to_device, upload_tables
+from ._resample import prepare_resample
+from ._upload import BatchUpload
 from .jpeg import jpeg_round_trip
 from .numerics import byte_levels, divide, unit_float32, unit_values
 from .parameters import per_sample_parameters
-from .registry import register_torch_corruption
+from .registry import CorruptionStep, register_torch_corruption
 
 if TYPE_CHECKING:
     from .random import SampleRandom
@@ -64,6 +65,12 @@ __all__ = [
     "elastic",
     "jpeg",
     "pixelate",
+    "prepare_brightness",
+    "prepare_contrast",
+    "prepare_elastic",
+    "prepare_jpeg",
+    "prepare_pixelate",
+    "prepare_saturate",
     "sample_bilinear_reflect",
     "saturate",
     "warp_affine_reflect_101",
@@ -121,51 +128,84 @@ def _hsv_corruption(images: Tensor, value_shift: Tensor, scale: Tensor, shift: T
     return unit_float32(torch.clamp(adjusted, 0, 1) * 255)
 
 
-def brightness(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
-    """Add the severity's shift (0.1..0.5) to the HSV value; float32 (B, 3, H, W) in [0, 1]."""
-    shift = to_device(per_sample_parameters("brightness", severities), images.device, dtype)
-    return _hsv_corruption(images, shift, torch.ones_like(shift), torch.zeros_like(shift))
+def prepare_brightness(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
+    """Add the severity's shift (0.1..0.5) to the HSV value."""
+    staged = upload.tables(per_sample_parameters("brightness", severities).numpy(), float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        shift = staged.tensor()
+        return _hsv_corruption(images, shift, torch.ones_like(shift), torch.zeros_like(shift))
+
+    return step
 
 
-def saturate(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_saturate(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Scale the HSV saturation by the severity's factor (0.3..20) and add its offset (0..0.2)."""
-    parameters = to_device(per_sample_parameters("saturate", severities), images.device, dtype)
-    return _hsv_corruption(images, torch.zeros_like(parameters[:, 0]), parameters[:, 0], parameters[:, 1])
+    staged = upload.tables(per_sample_parameters("saturate", severities).numpy(), float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        parameters = staged.tensor()
+        return _hsv_corruption(images, torch.zeros_like(parameters[:, 0]), parameters[:, 0], parameters[:, 1])
+
+    return step
 
 
-def contrast(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_contrast(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """``clip((x - mean) * factor + mean, 0, 1)`` with each image's per-channel mean, factor 0.4..0.05."""
-    factor = to_device(per_sample_parameters("contrast", severities), images.device, dtype).view(-1, 1, 1, 1)
-    unit = unit_values(images, dtype)
-    means = unit.mean(dim=(2, 3), keepdim=True)
-    return unit_float32(torch.clamp((unit - means) * factor + means, 0, 1) * 255)
+    staged = upload.tables(per_sample_parameters("contrast", severities).numpy(), float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        unit = unit_values(images, dtype)
+        means = unit.mean(dim=(2, 3), keepdim=True)
+        return unit_float32(torch.clamp((unit - means) * staged.tensor().view(-1, 1, 1, 1) + means, 0, 1) * 255)
+
+    return step
 
 
-def pixelate(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_pixelate(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Pillow BOX resize to ``int(side * factor)`` (factor 0.6..0.25) and back, bytes equal to Pillow's.
 
     Each sample has its own reduced size; both resizes run on the whole batch at once
-    (:func:`._resample.resample_batch`).
+    (:func:`._resample.prepare_resample`).
     """
     factors = per_sample_parameters("pixelate", severities).tolist()
-    height, width = images.shape[-2:]
+    height, width = size
     batch = len(factors)
     reduced = np.array([(int(height * factor), int(width * factor)) for factor in factors], dtype=np.int64)
     whole = np.tile(np.array([0, 0, width, height], dtype=np.int64), (batch, 1))
-    levels = byte_levels(images, torch.float32).to(torch.uint8).permute(0, 2, 3, 1)
-    small = resample_batch(levels, whole, reduced, tuple(reduced.max(axis=0)), "box")
+    small_shape = tuple(reduced.max(axis=0).tolist())
+    down = prepare_resample(whole, reduced, small_shape, "box", None, size, upload)
     reduced_boxes = np.concatenate([np.zeros_like(reduced), reduced[:, ::-1]], axis=1)
     full = np.tile(np.array([height, width], dtype=np.int64), (batch, 1))
-    output = resample_batch(small, reduced_boxes, full, (height, width), "box")
-    return divide(output.permute(0, 3, 1, 2).to(torch.float32), 255.0)
+    up = prepare_resample(reduced_boxes, full, size, "box", None, small_shape, upload)
+
+    def step(images: Tensor) -> Tensor:
+        levels = byte_levels(images, torch.float32).to(torch.uint8).permute(0, 2, 3, 1)
+        return divide(up(down(levels)).permute(0, 3, 1, 2).to(torch.float32), 255.0)
+
+    return step
 
 
-def jpeg(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_jpeg(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """JPEG round trip at quality ``round(table(severity))`` (85..7, rounded half to even like Python's
     ``round``), all samples in one :func:`ccc.render_torch.jpeg.jpeg_round_trip` call."""
-    qualities = to_device(torch.round(per_sample_parameters("jpeg", severities)), images.device, torch.int32)
-    levels = byte_levels(images, torch.float32).to(torch.uint8)
-    return divide(jpeg_round_trip(levels, qualities).to(torch.float32), 255.0)
+    staged = upload.tables(torch.round(per_sample_parameters("jpeg", severities)).to(torch.int64).numpy())
+
+    def step(images: Tensor) -> Tensor:
+        levels = byte_levels(images, torch.float32).to(torch.uint8)
+        return divide(jpeg_round_trip(levels, staged.tensor()).to(torch.float32), 255.0)
+
+    return step
 
 
 _SMOOTHING_TRUNCATE = 3.0
@@ -300,22 +340,27 @@ def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Te
     return output.float()
 
 
-def elastic(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_elastic(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Random affine jitter, then a smooth random displacement field (ImageNet-C's elastic transform).
 
     Args:
-        images: float32 (B, 3, H, W) in [0, 1].
         severities: float64 (B,) in (0, 5]; parameters (alpha, sigma, jitter) in pixels from ``ELASTIC_TABLE``.
-        random: three draws per sample: ``uniform(3, 2)`` jitter (on the host: it shapes the affine
+        random: three draws per sample: ``uniform(3, 2)`` jitter (on the host, here: it shapes the affine
             maps), then ``uniform(H, W)`` for the column displacement and ``uniform(H, W)`` for the row
-            displacement.
+            displacement (on the device, in the step).
+        size: the images' (H, W) in pixels.
         dtype: the working float dtype (``torch.float64``: the CPU's arithmetic; or ``torch.float32``).
+        upload: the batch's upload: the per-sample numbers (alpha, the affine maps) and the folded kernels of
+            both axes.
 
     Returns:
-        float32 (B, 3, H, W) in [0, 1], exact given the same draws (to float64 rounding of the smoothing).
+        The step: float32 (B, 3, H, W) in [0, 1] → float32 (B, 3, H, W) in [0, 1], exact given the same draws
+        (to float64 rounding of the smoothing).
     """
-    batch, _, height, width = images.shape
-    device = images.device
+    batch = len(severities)
+    height, width = size
     parameters = per_sample_parameters("elastic", severities)
     sigmas, jitter = parameters[:, 1].tolist(), parameters[:, 2, None, None]
     centre = torch.tensor([height // 2, width // 2], dtype=torch.float32)
@@ -324,31 +369,35 @@ def elastic(images: Tensor, severities: Tensor, random: SampleRandom, dtype: tor
     source = torch.stack([centre + square, centre + corner, centre - square])
     offsets = (-jitter + (jitter - -jitter) * random.on_host().uniform(3, 2).double()).float()
     inverse = _affine_matrices(source, source + offsets)
-    # one copy per call: the per-sample numbers (alpha, the affine maps) and folded kernels of both axes
-    table, row_folded, column_folded = upload_tables(
-        device,
+    staged = upload.tables(
         torch.cat([parameters[:, :1], inverse.reshape(batch, 6)], dim=1).to(torch.float64).numpy(),
         np.stack([reflect_folded_kernel(height, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas]),
         np.stack([reflect_folded_kernel(width, sigma, _SMOOTHING_TRUNCATE) for sigma in sigmas]),
         float_dtype=dtype,
     )
-    alpha, inverse = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
-    warped = warp_affine_reflect_101(images, inverse, dtype)
-    row_smoothing = _smoothing_matrices(height, row_folded)
-    column_smoothing = _smoothing_matrices(width, column_folded)
-    shifts = []
-    # both fields' uniform(-1, 1) draws in one computation, elementwise the same arithmetic
-    for noise in (-1.0 + (1.0 - -1.0) * random.uniform_draws(2, height, width, dtype=dtype)).unbind(1):
-        shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().to(dtype))
-    shift_columns, shift_rows = shifts
-    rows = torch.arange(height, dtype=dtype, device=device)[None, :, None].expand(batch, -1, width)
-    columns = torch.arange(width, dtype=dtype, device=device)[None, None, :].expand(batch, height, -1)
-    return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)
+
+    def step(images: Tensor) -> Tensor:
+        device = images.device
+        table, row_folded, column_folded = staged.tensors()
+        alpha, maps = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
+        warped = warp_affine_reflect_101(images, maps, dtype)
+        row_smoothing = _smoothing_matrices(height, row_folded)
+        column_smoothing = _smoothing_matrices(width, column_folded)
+        shifts = []
+        # both fields' uniform(-1, 1) draws in one computation, elementwise the same arithmetic
+        for noise in (-1.0 + (1.0 - -1.0) * random.uniform_draws(2, height, width, dtype=dtype)).unbind(1):
+            shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().to(dtype))
+        shift_columns, shift_rows = shifts
+        rows = torch.arange(height, dtype=dtype, device=device)[None, :, None].expand(batch, -1, width)
+        columns = torch.arange(width, dtype=dtype, device=device)[None, None, :].expand(batch, height, -1)
+        return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)
+
+    return step
 
 
-register_torch_corruption("brightness", brightness)
-register_torch_corruption("contrast", contrast)
-register_torch_corruption("elastic", elastic)
-register_torch_corruption("pixelate", pixelate)
-register_torch_corruption("jpeg", jpeg)
-register_torch_corruption("saturate", saturate)
+brightness = register_torch_corruption("brightness", prepare_brightness)
+contrast = register_torch_corruption("contrast", prepare_contrast)
+elastic = register_torch_corruption("elastic", prepare_elastic)
+pixelate = register_torch_corruption("pixelate", prepare_pixelate)
+jpeg = register_torch_corruption("jpeg", prepare_jpeg)
+saturate = register_torch_corruption("saturate", prepare_saturate)

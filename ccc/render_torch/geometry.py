@@ -8,8 +8,9 @@ bilinear weights and float rounding differ from Pillow's by up to a few levels).
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 import torch
@@ -19,11 +20,11 @@ from torch import Tensor
 from ccc.render import check_source_size
 from ccc.stream.spec import SampleSpec
 
-from ._resample import resample_batch
-from ._upload import host_buffer, send, to_device
+from ._resample import prepare_resample
+from ._upload import BatchUpload, Staged
 from .numerics import divide
 
-__all__ = ["OUTPUT_SIZE", "SourceImage", "crop_resize_flip"]
+__all__ = ["OUTPUT_SIZE", "SourceImage", "crop_resize_flip", "prepare_crop_resize_flip"]
 
 OUTPUT_SIZE = 224
 """Side of the rendered square image in pixels (``ccc.render.OUTPUT_SIZE``)."""
@@ -82,46 +83,98 @@ def _pack_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], padded:
         list(pool.map(pack, [range(start, stop) for start, stop in zip(bounds, bounds[1:])]))
 
 
-def _upload_boxes(images: Sequence[SourceImage], boxes: NDArray[np.int64], device: torch.device) -> Tensor:
-    """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor
-    on ``device`` (channels last, numpy's layout), copied there at once (only the pixels a sample uses
-    travel). The host buffer is :func:`._upload.host_buffer`'s (pinned on CUDA, reused across batches once
-    their copies are done, so no page is first touched per batch). Where some images already lie on
-    ``device`` (decoded there), the tensor is filled there instead: those crops never visit the host, and
-    the others travel one by one (:func:`._upload.to_device`)."""
+def _stage_boxes(
+    images: Sequence[SourceImage], boxes: NDArray[np.int64], upload: BatchUpload
+) -> tuple[Callable[[], Tensor], tuple[int, int]]:
+    """The ``boxes`` (left, top, right, bottom) of the images as one zero-padded uint8 (B, H, W, 3) tensor on
+    the upload's device (channels last, numpy's layout), staged in ``upload`` (only the pixels a sample uses
+    travel; they are packed straight into the batch's host buffer, pinned on CUDA, when it is sent).
+
+    Returns the device half (no arguments → the padded tensor) and the planes' (H, W) in pixels. Where some
+    images already lie on the device (decoded there), the tensor is filled there instead: those crops never
+    visit the host, and the others are staged one by one."""
+    device = upload.device
     sizes = np.stack([boxes[:, 3] - boxes[:, 1], boxes[:, 2] - boxes[:, 0]], axis=1)
-    shape = (len(images), *sizes.max(axis=0).tolist(), 3)
+    plane = tuple(sizes.max(axis=0).tolist())
+    shape = (len(images), *plane, 3)
     # off the host: on the render device, whose tensors name their index ("cuda:0") where the caller may not
     if device.type != "cpu" and any(isinstance(image, Tensor) and image.device.type != "cpu" for image in images):
-        padded = torch.empty(shape, dtype=torch.uint8, device=device)  # padding is never read
-        for plane, image, (left, top, right, bottom) in zip(padded, images, boxes.tolist()):
+        crops = []
+        for image, (left, top, right, bottom) in zip(images, boxes.tolist()):
             if isinstance(image, np.ndarray):
                 crop = torch.from_numpy(image[top:bottom, left:right])
             else:
                 crop = image[:, top:bottom, left:right].permute(1, 2, 0)
-            plane[: bottom - top, : right - left] = to_device(crop, device) if crop.device.type == "cpu" else crop
-        return padded
-    padded = host_buffer(shape, torch.uint8, device)  # padding is never read
-    _pack_boxes(images, boxes, padded.numpy())
-    return send(padded, device)
+            if crop.device.type == "cpu":
+                host_crop = crop.numpy()
+                crop = upload.raw_bytes(host_crop.shape, functools.partial(np.copyto, src=host_crop))
+            crops.append(crop)
+
+        def filled() -> Tensor:
+            padded = torch.empty(shape, dtype=torch.uint8, device=device)  # padding is never read
+            for plane_levels, crop in zip(padded, crops):
+                crop = crop.tensor() if isinstance(crop, Staged) else crop
+                plane_levels[: crop.shape[0], : crop.shape[1]] = crop
+            return padded
+
+        return filled, plane
+    staged = upload.raw_bytes(shape, lambda padded: _pack_boxes(images, boxes, padded))  # padding is never read
+    return staged.tensor, plane
 
 
-def _crop_group(specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device) -> Tensor:
-    """uint8 (B, 224, 224, 3) crops of samples that all have, or all have no, ``spec.resize``."""
+def _prepare_group(
+    specs: Sequence[SampleSpec], images: Sequence[SourceImage], upload: BatchUpload
+) -> Callable[[], Tensor]:
+    """The host half of the uint8 (B, 224, 224, 3) crops of samples that all have, or all have no,
+    ``spec.resize``: sources and tap tables staged in ``upload``; the device half takes no arguments."""
     sizes = np.array([_check(spec, image) for spec, image in zip(specs, images)], dtype=np.int64)
     boxes = np.array([spec.crop_box for spec in specs], dtype=np.int64)
     if specs[0].resize is None:
-        levels = _upload_boxes(images, boxes, device)
+        sources, plane = _stage_boxes(images, boxes, upload)
         boxes = np.concatenate([np.zeros_like(sizes), boxes[:, 2:] - boxes[:, :2]], axis=1)
+        resize = None
     else:
         whole = np.concatenate([np.zeros_like(sizes), sizes[:, ::-1]], axis=1)
         resized = np.array([spec.resize[::-1] for spec in specs], dtype=np.int64)
-        levels = resample_batch(
-            _upload_boxes(images, whole, device), whole, resized, tuple(resized.max(axis=0)), "bilinear"
-        )
+        sources, source_plane = _stage_boxes(images, whole, upload)
+        plane = tuple(resized.max(axis=0).tolist())
+        resize = prepare_resample(whole, resized, plane, "bilinear", None, source_plane, upload)
     flips = np.array([spec.flip for spec in specs], dtype=bool)
     square = np.full((len(specs), 2), OUTPUT_SIZE, dtype=np.int64)
-    return resample_batch(levels, boxes, square, (OUTPUT_SIZE, OUTPUT_SIZE), "bilinear", flips)
+    crop = prepare_resample(boxes, square, (OUTPUT_SIZE, OUTPUT_SIZE), "bilinear", flips, plane, upload)
+    return lambda: crop(sources() if resize is None else resize(sources()))
+
+
+def prepare_crop_resize_flip(
+    specs: Sequence[SampleSpec], images: Sequence[SourceImage], upload: BatchUpload
+) -> Callable[[], Tensor]:
+    """The host half of :func:`crop_resize_flip` on ``upload``'s device: every check, the packed source
+    crops and the tap tables staged in ``upload``. Returns the device half (no arguments → its result),
+    to call once ``upload`` is sent.
+
+    Raises:
+        ValueError: as :func:`crop_resize_flip`.
+    """
+    if len(specs) != len(images):
+        raise ValueError(f"specs and images must have the same length, got {len(specs)} and {len(images)}")
+    device = upload.device
+    if not specs:
+        return lambda: torch.empty((0, 3, OUTPUT_SIZE, OUTPUT_SIZE), dtype=torch.float32, device=device)
+    groups = [[k for k, spec in enumerate(specs) if (spec.resize is not None) == resized] for resized in (False, True)]
+    groups = [members for members in groups if members]
+    crops = [_prepare_group([specs[k] for k in members], [images[k] for k in members], upload) for members in groups]
+    positions = upload.tables(*(np.array(members) for members in groups)) if len(groups) > 1 else None
+
+    def step() -> Tensor:
+        if positions is None:
+            levels = crops[0]()
+        else:
+            levels = torch.empty((len(specs), OUTPUT_SIZE, OUTPUT_SIZE, 3), dtype=torch.uint8, device=device)
+            for index, crop in zip(positions.tensors(), crops):
+                levels[index] = crop()
+        return divide(levels.permute(0, 3, 1, 2).to(torch.float32), 255.0)
+
+    return step
 
 
 def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage], device: torch.device | str) -> Tensor:
@@ -140,24 +193,14 @@ def crop_resize_flip(specs: Sequence[SampleSpec], images: Sequence[SourceImage],
     Returns:
         float32 (B, 3, 224, 224) on ``device``, values ``k / 255`` for Pillow's bytes ``k``. The samples
         with and without ``spec.resize`` form at most two groups; each group's images are padded into
-        one uint8 tensor, uploaded at once and resampled together (:func:`._resample.resample_batch`):
-        no operation on the device runs per sample.
+        one uint8 tensor and resampled together (:func:`._resample.resample_batch`), and all of them travel
+        in one copy with their tables (:func:`prepare_crop_resize_flip`): no operation on the device runs
+        per sample.
 
     Raises:
         ValueError: a count, dtype, layout or size mismatch, or a crop box outside the image.
     """
-    if len(specs) != len(images):
-        raise ValueError(f"specs and images must have the same length, got {len(specs)} and {len(images)}")
-    device = torch.device(device)
-    if not specs:
-        return torch.empty((0, 3, OUTPUT_SIZE, OUTPUT_SIZE), dtype=torch.float32, device=device)
-    groups = [[k for k, spec in enumerate(specs) if (spec.resize is not None) == resized] for resized in (False, True)]
-    groups = [members for members in groups if members]
-    crops = [_crop_group([specs[k] for k in members], [images[k] for k in members], device) for members in groups]
-    if len(groups) == 1:
-        levels = crops[0]
-    else:
-        levels = torch.empty((len(specs), OUTPUT_SIZE, OUTPUT_SIZE, 3), dtype=torch.uint8, device=device)
-        for members, group in zip(groups, crops):
-            levels[to_device(np.array(members), device)] = group
-    return divide(levels.permute(0, 3, 1, 2).to(torch.float32), 255.0)
+    upload = BatchUpload(device)
+    step = prepare_crop_resize_flip(specs, images, upload)
+    upload.send()
+    return step()

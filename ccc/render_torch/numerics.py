@@ -13,16 +13,16 @@ twins, fed by the same host-side kernels and taps):
   as float32 such that the pipeline's float32 truncation gives the same byte as the result's own;
 - OpenCV's separable filter in its own operation order (:func:`separable_opencv`, its fused
   multiply-adds emulated exactly in float64 by Dekker's products) and scipy's Gaussian kernels
-  (:func:`gaussian_kernels`, :func:`gaussian_blur_nearest`): gaussian and glass blur, frost's and
-  spatter's smoothing;
+  (:func:`gaussian_kernels`): gaussian and glass blur, spatter's smoothing;
 - the centre zoom of ``clipped_zoom`` (:func:`zoom_tables`, :func:`zoom_device_tables`, :func:`zoom_with_tables`):
   zoom blur, snow;
 - ImageMagick 6's MotionBlurImage through its 8-bit PNG round trip (:func:`motion_blur_tables`,
   :func:`motion_blur_with_tables`, :func:`imagemagick_motion_blur`): motion blur, snow;
 - OpenCV's RGB → gray (:func:`opencv_gray`): snow.
 
-Host-side tables are built from the host severities and draws and uploaded with one copy per call
-(:func:`._upload.upload_tables`); nothing here reads device data back.
+Host-side tables are built here from the host severities and draws; the corruptions stage them in their
+batch's one upload (:class:`._upload.BatchUpload`) and hand the device tensors to the filters
+(:func:`imagemagick_motion_blur`, a whole call, uploads its own). Nothing here reads device data back.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ __all__ = [
     "divide",
     "GATHER_ELEMENTS",
     "gather_elements",
-    "gaussian_blur_nearest",
     "gaussian_kernels",
     "imagemagick_motion_blur",
     "motion_blur_tables",
@@ -247,21 +246,6 @@ def gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
         own = (len(kernel) - 1) // 2
         padded[row, radius - own : radius + own + 1] = kernel
     return padded
-
-
-def gaussian_blur_nearest(images: Tensor, sigmas: list[float]) -> Tensor:
-    """Per-sample Gaussian blur with replicated borders (``ccc.corruptions.filters.gaussian_blur_nearest``).
-
-    Args:
-        images: float64 (or float32) (B, C, H, W), any value range.
-        sigmas: B standard deviations in pixels, each > 0, on the host (:func:`gaussian_kernels`).
-
-    Returns:
-        (B, C, H, W) of the images' dtype: the separable blur, in OpenCV's operation order
-        (:func:`separable_opencv`).
-    """
-    (kernels,) = upload_tables(images.device, gaussian_kernels(sigmas), float_dtype=images.dtype)
-    return separable_opencv(images, kernels)
 
 
 def zoom_tables(height: int, width: int, factors: Sequence[float] | NDArray[np.float64]) -> list[NDArray]:

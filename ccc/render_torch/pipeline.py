@@ -16,14 +16,20 @@ such step in float32 (faster on a GPU, half the bytes moved; measured accuracy-l
 ``docs/fidelity.md``).
 
 A sample's bytes depend only on its spec and its source image: never on the batch size, the other
-samples or its position (every group draws from fresh per-sample streams). A stage copies its random
-streams' keys and its groups' positions to the device once each, whatever the number of groups.
+samples or its position (every group draws from fresh per-sample streams).
+
+The host work of a batch all comes first: the crops' geometry and every group of both stages is
+prepared on the host (checks, parameters, tables, host draws, the groups' stream keys and positions), all
+of it staged in one :class:`~ccc.render_torch._upload.BatchUpload`; one copy then carries the batch's host
+data to the device, and the device halves are queued after it. On a GPU the host never waits, and a batch
+costs one upload whatever its number of groups.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,14 +37,20 @@ from ccc.corruptions import get_corruption
 from ccc.render import check_render_precision
 from ccc.stream.spec import DEFAULT_CORRUPTION_SET, SampleSpec
 
-from ._upload import to_device
-from .geometry import SourceImage, crop_resize_flip
+from ._upload import BatchUpload
+from .geometry import OUTPUT_SIZE, SourceImage, prepare_crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
 from .numerics import truncate_to_levels
 from .random import SampleRandom
 from .registry import torch_corruption
 
-__all__ = ["apply_corruption_stage", "check_torch_corruption_set", "render_batch", "working_dtype"]
+__all__ = [
+    "apply_corruption_stage",
+    "check_torch_corruption_set",
+    "prepare_corruption_stage",
+    "render_batch",
+    "working_dtype",
+]
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -50,6 +62,60 @@ def working_dtype(precision: str) -> torch.dtype:
         ValueError: one line, for another value.
     """
     return _DTYPES[check_render_precision(precision)]
+
+
+def prepare_corruption_stage(
+    names: Sequence[str],
+    severities: Sequence[float],
+    seeds: Tensor,
+    stage: int,
+    size: tuple[int, int],
+    precision: str,
+    upload: BatchUpload,
+) -> Callable[[Tensor], Tensor]:
+    """The host half of :func:`apply_corruption_stage`: every group's host work, its random streams' keys and
+    its positions staged in ``upload`` (a group's keys and positions with the tables of its corruption).
+
+    Args:
+        names, severities, seeds, stage, precision: as in :func:`apply_corruption_stage`.
+        size: the images' (height, width) in pixels.
+        upload: the batch's upload; the returned device half reads its tables once it is sent.
+
+    Returns:
+        The device half: float32 (B, 3, H, W) byte levels → the stage's float32 (B, 3, H, W), a new tensor.
+    """
+    dtype = working_dtype(precision)
+    canonical_of = {name: get_corruption(name).name for name in dict.fromkeys(names)}
+    members_of: dict[str, list[int]] = {}
+    untouched = []
+    for k, (name, severity) in enumerate(zip(names, severities)):  # one pass over the samples
+        if severity > 0:
+            members_of.setdefault(canonical_of[name], []).append(k)
+        else:
+            untouched.append(k)
+    groups = sorted(members_of.items())
+    if not groups:
+        return lambda images: images.clone()
+    random = SampleRandom(seeds.cpu(), stage, dtype=dtype)  # on the host: each group stages its own keys
+    lengths = [len(members) for _, members in groups] + [len(untouched)]
+    positions = upload.tables(np.array([k for _, members in groups for k in members] + untouched, dtype=np.int64))
+    steps = []
+    for name, members in groups:
+        group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)
+        group_random = random.staged_group(members, upload)
+        steps.append(torch_corruption(name).prepare(group_severities, group_random, size, dtype, upload))
+
+    def step(images: Tensor) -> Tensor:
+        *indices, untouched_index = positions.tensor().split(lengths)
+        corrupted = torch.empty_like(images)
+        for group_step, index in zip(steps, indices):
+            corrupted[index] = group_step(images[index])
+        output = truncate_to_levels(corrupted)  # elementwise: once for the whole stage rather than once per group
+        if untouched:
+            output[untouched_index] = images[untouched_index]
+        return output
+
+    return step
 
 
 def apply_corruption_stage(
@@ -71,37 +137,16 @@ def apply_corruption_stage(
             of the corruptions and of the random streams in float32), see :func:`working_dtype`.
 
     Returns:
-        float32 (B, 3, H, W) byte levels (truncated), a new tensor.
+        float32 (B, 3, H, W) byte levels (truncated), a new tensor. The stage's host data travels in one copy
+        (:func:`prepare_corruption_stage`, then its device half).
 
     Raises:
         ValueError: an unknown ``precision``.
     """
-    dtype = working_dtype(precision)
-    canonical_of = {name: get_corruption(name).name for name in dict.fromkeys(names)}
-    members_of: dict[str, list[int]] = {}
-    untouched = []
-    for k, (name, severity) in enumerate(zip(names, severities)):  # one pass over the samples
-        if severity > 0:
-            members_of.setdefault(canonical_of[name], []).append(k)
-        else:
-            untouched.append(k)
-    groups = sorted(members_of.items())
-    if not groups:
-        return images.clone()
-    # one copy of the stage's keys and one of every group's positions (and the untouched samples'),
-    # whatever the number of groups
-    random = SampleRandom(seeds.cpu(), stage, images.device, dtype)
-    lengths = [len(members) for _, members in groups] + [len(untouched)]
-    positions = torch.tensor([k for _, members in groups for k in members] + untouched)
-    *indices, untouched_index = to_device(positions, images.device).split(lengths)
-    corrupted = torch.empty_like(images)
-    for (name, members), index in zip(groups, indices):
-        group_severities = torch.tensor([severities[k] for k in members], dtype=torch.float64)
-        corrupted[index] = torch_corruption(name)(images[index], group_severities, random.group(members, index), dtype)
-    output = truncate_to_levels(corrupted)  # elementwise: once for the whole stage rather than once per group
-    if untouched:
-        output[untouched_index] = images[untouched_index]
-    return output
+    upload = BatchUpload(images.device)
+    step = prepare_corruption_stage(names, severities, seeds, stage, tuple(images.shape[-2:]), precision, upload)
+    upload.send()
+    return step(images)
 
 
 def check_torch_corruption_set(*corruption_sets: str | None) -> None:
@@ -146,10 +191,18 @@ def render_batch(
     pairs = [pair for spec in specs for pair in ((spec.n1, spec.s1), (spec.n2, spec.s2))]
     for name in dict.fromkeys(name for name, severity in pairs if severity > 0):  # each name once, in order
         torch_corruption(name)
-    device = torch.device(device)
-    pixels = crop_resize_flip(specs, images, device)
+    upload = BatchUpload(device)
+    crops = prepare_crop_resize_flip(specs, images, upload)
     seeds = torch.tensor([spec.seed for spec in specs], dtype=torch.int64)
-    pixels = apply_corruption_stage(pixels, [s.n1 for s in specs], [s.s1 for s in specs], seeds, 0, precision)
-    pixels = apply_corruption_stage(pixels, [s.n2 for s in specs], [s.s2 for s in specs], seeds, 1, precision)
-    output = torch.round(pixels * 255).to(torch.uint8)
+    size = (OUTPUT_SIZE, OUTPUT_SIZE)
+    stages = (
+        ([spec.n1 for spec in specs], [spec.s1 for spec in specs]),
+        ([spec.n2 for spec in specs], [spec.s2 for spec in specs]),
+    )
+    first, second = (
+        prepare_corruption_stage(names, severities, seeds, stage, size, precision, upload)
+        for stage, (names, severities) in enumerate(stages)
+    )
+    upload.send()  # the batch's one copy: every step above is prepared
+    output = torch.round(second(first(crops())) * 255).to(torch.uint8)
     return jpeg_round_trip(output, FINAL_QUALITY) if jpeg else output

@@ -32,13 +32,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._upload import to_device
+from ._upload import BatchUpload, Staged, to_device
 
-__all__ = ["TABLED_DRAWS", "SampleRandom"]
+__all__ = ["TABLED_DRAWS", "PoissonTables", "SampleRandom"]
 
 
 def _signed(value: int) -> int:
@@ -155,6 +156,17 @@ def _offsets(count: int, device: torch.device) -> Tensor:
     return torch.arange(1, count + 1, dtype=torch.int64, device=device) * _GOLDEN
 
 
+class PoissonTables(NamedTuple):
+    """:meth:`SampleRandom.poisson_tables`: the staged rates (float64) and table lengths (int64), R rates per
+    sample (``width``), the tables' total length and whether any rate is above
+    :data:`EXACT_POISSON_MAX_RATE`."""
+
+    staged: Staged
+    width: int
+    total: int
+    above_exact: bool
+
+
 class SampleRandom:
     """Per-sample random streams of a batch, for one stage of a corruption pair.
 
@@ -188,8 +200,15 @@ class SampleRandom:
         self.dtype = dtype
         self.stage = stage
         self.device = seeds.device if device is None else torch.device(device)
-        self._key_table = to_device(_key_table(seeds, stage), self.device)
+        self._keys: Tensor | Staged = to_device(_key_table(seeds, stage), self.device)
         self._draws = [0]
+
+    @property
+    def _device_keys(self) -> Tensor:
+        """The keys on :attr:`device` (a staged table is read once its batch is sent)."""
+        if isinstance(self._keys, Staged):
+            self._keys = self._keys.tensor()
+        return self._keys
 
     def on_host(self) -> SampleRandom:
         """These streams drawing on the CPU, sharing this object's draw counter (a draw on either consumes
@@ -200,9 +219,19 @@ class SampleRandom:
         host.stage = self.stage
         host.dtype = self.dtype
         host.device = torch.device("cpu")
-        host._key_table = _key_table(host.seeds, self.stage)
+        host._keys = _key_table(host.seeds, self.stage)
         host._draws = self._draws
         return host
+
+    def reserve(self, draws: int) -> SampleRandom:
+        """The next ``draws`` draw numbers as streams of their own, consumed here: the returned streams draw
+        them (from the first) whenever they are used, so that a step may make later draws first (on the host)
+        and these (on the device) afterwards, with the values of the original order."""
+        reserved = SampleRandom.__new__(SampleRandom)
+        reserved.__dict__.update(self.__dict__)
+        reserved._draws = [self._draws[0]]
+        self._draws[0] += draws
+        return reserved
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -210,13 +239,14 @@ class SampleRandom:
     def _draw_keys(self, draws: int) -> Tensor:
         """The keys of the next ``draws`` draws, int64 (B, draws), consuming their draw numbers: from the key
         table (a view) for the first :data:`TABLED_DRAWS` draws, hashed here for later ones."""
+        table = self._device_keys  # first: a draw before its staged keys are sent consumes nothing
         first = self._draws[0]
         self._draws[0] += draws
         if first + draws <= TABLED_DRAWS:
-            return self._key_table[:, first + 1 : first + draws + 1]
+            return table[:, first + 1 : first + draws + 1]
         # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
         numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
-        return _mix(self._key_table[:, :1] + numbers * _GOLDEN)
+        return _mix(table[:, :1] + numbers * _GOLDEN)
 
     def _words(self, shape: tuple[int, ...], draws: int = 1, top_bits: int = 64) -> Tensor:
         """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
@@ -290,47 +320,65 @@ class SampleRandom:
         below 1e-20, is cut off); larger rates by inverting the normal approximation with continuity
         correction, ``max(0, floor(rate + sqrt(rate) * Phi^-1(u) + 0.5))``. The host lays the tables
         out from ``rates`` alone (their lengths) and uploads rates and lengths in one copy; the device
-        evaluates the CDFs (``gammaincc``, float64), gathers and searches, at host-known shapes. The
-        CDFs are evaluated where the draws are, so a CUDA device's ``gammaincc`` (which may differ from
-        the CPU's in the last bits) changes a value only where ``u`` falls within that difference of a
-        40-bit table entry.
+        evaluates the CDFs (``gammaincc``, float64), gathers and searches, at host-known shapes. The CDFs
+        are evaluated where the draws are, so a CUDA device's ``gammaincc`` (which may differ from the
+        CPU's in the last bits) changes a value only where ``u`` falls within that difference of a 40-bit
+        table entry. A batch's render stages the tables with the rest of its host data
+        (:meth:`poisson_tables`) and draws later (:meth:`poisson_with`); this is both at once.
+        """
+        upload = BatchUpload(self.device)
+        tables = self.poisson_tables(rates, upload)
+        upload.send()
+        return self.poisson_with(tables, index)
+
+    def poisson_tables(self, rates: Tensor, upload: BatchUpload) -> PoissonTables:
+        """The host half of :meth:`poisson`: ``rates`` (float64 (B, R) on the host, >= 0 and finite) laid out
+        and staged in ``upload`` (no draw is made).
+
+        Raises:
+            ValueError: ``rates`` of another shape, or not on the host.
         """
         if rates.ndim != 2 or rates.shape[0] != len(self) or rates.device.type != "cpu":
             raise ValueError(
                 f"rates must be a host tensor of shape ({len(self)}, R), got {tuple(rates.shape)} on {rates.device}"
             )
+        host_rates = rates.to(torch.float64).reshape(-1)
+        host_lengths, total = _poisson_layout(host_rates)
+        staged = upload.tables(host_rates.numpy(), host_lengths.numpy())
+        # a host table: whether any rate needs the normal approximation is decided without a device read
+        return PoissonTables(staged, rates.shape[1], total, bool((rates > EXACT_POISSON_MAX_RATE).any()))
+
+    def poisson_with(self, tables: PoissonTables, index: Tensor) -> Tensor:
+        """The device half of :meth:`poisson` (one draw), at the rates of :meth:`poisson_tables` once their
+        upload is sent: float32 with the shape of ``index`` (int64 (B, ...) on :attr:`device`, values in
+        [0, R))."""
         if index.shape[:1] != self.seeds.shape:
             raise ValueError(f"index must have the batch size {len(self)} first, got shape {tuple(index.shape)}")
         uniform = _shift_right(self._words(tuple(index.shape[1:]))[:, 0], 64 - _POISSON_BITS)
-        host_rates = rates.to(torch.float64).reshape(-1)
-        host_lengths, total = _poisson_layout(host_rates)
-        packed = to_device(torch.cat([host_rates.view(torch.int64), host_lengths]), self.device)
-        bits, lengths = packed.split(len(host_rates))
-        keys, starts = _poisson_keys(bits.view(torch.float64), lengths, total)
-        row = (torch.arange(len(self), device=self.device) * rates.shape[1]).view(-1, *[1] * (index.ndim - 1)) + index
+        rates, lengths = tables.staged.tensors()
+        keys, starts = _poisson_keys(rates, lengths, tables.total)
+        row = (torch.arange(len(self), device=self.device) * tables.width).view(-1, *[1] * (index.ndim - 1)) + index
         found = torch.searchsorted(keys, ((row << _POISSON_BITS) + uniform).contiguous())
         # counts below 2**24 are exact in float32
         exact = torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float32)
-        if not bool((rates > EXACT_POISSON_MAX_RATE).any()):  # a host table: decided without a device read
+        if not tables.above_exact:
             return exact
-        rate = bits.view(torch.float64).to(self.dtype)[row]
+        rate = rates.to(self.dtype)[row]
         standard = torch.special.ndtri((uniform.to(self.dtype) + 0.5) / _POISSON_SCALE)
         approximate = torch.floor(rate + torch.sqrt(rate) * standard + 0.5).clamp(min=0.0)
         return torch.where(rate > EXACT_POISSON_MAX_RATE, approximate.to(torch.float32), exact)
 
-    def group(self, members: Sequence[int], index: Tensor) -> SampleRandom:
-        """The streams of samples ``members`` with a fresh draw counter: the values of
-        ``SampleRandom(seeds[members], stage, device)``, without copying their keys to the device again.
-
-        Args:
-            members: positions in this batch (host integers).
-            index: the same positions as an int64 tensor on :attr:`device`.
-        """
+    def staged_group(self, members: Sequence[int], upload: BatchUpload) -> SampleRandom:
+        """The streams of samples ``members`` on ``upload``'s device with a fresh draw counter, their keys
+        staged in ``upload`` (read once it is sent): the values of ``SampleRandom(seeds[members], stage,
+        upload.device)``. These streams must live on the host (the render pipeline's)."""
+        if self.device.type != "cpu":
+            raise ValueError(f"staged_group needs streams on the host, got {self.device}")
         chosen = SampleRandom.__new__(SampleRandom)
         chosen.seeds = self.seeds[list(members)]
         chosen.stage = self.stage
         chosen.dtype = self.dtype
-        chosen.device = self.device
-        chosen._key_table = self._key_table[index]
+        chosen.device = upload.device
+        chosen._keys = upload.tables(self._device_keys[list(members)].numpy())
         chosen._draws = [0]
         return chosen

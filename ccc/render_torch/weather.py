@@ -1,10 +1,11 @@
 """Weather corruptions on torch batches: snow, frost, fog and the hold-out spatter.
 
-Each function follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
+Each corruption follows its CPU counterpart in :mod:`ccc.corruptions.weather` step by step, on a whole
 batch with per-sample severities; the random draws come from :class:`SampleRandom` (same shapes and
 order as the CPU draws, different values). Given the same draws the results equal the CPU's (see
-``docs/fidelity.md``, "The torch backend"). Each takes the working float dtype last: ``torch.float64``
-(default, the CPU's arithmetic) or ``torch.float32`` (every float64 step in float32).
+``docs/fidelity.md``, "The torch backend"). Each is registered as its host half, ``prepare_<name>`` (the
+registry's contract; the working float dtype is ``torch.float64``, the CPU's arithmetic, or
+``torch.float32``, every float64 step in float32), and exported whole under its name.
 
 Snow: a snow layer (normal noise per pixel), zoomed about the centre, thresholded, quantised to 8 bits and
 motion-blurred by ImageMagick's MotionBlurImage at an angle uniform in [-135, -45) degrees, is added
@@ -30,14 +31,15 @@ from ccc.corruptions.assets import frost_textures
 from ccc.corruptions.weather import FROST_CHOICES
 
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
-from ._upload import to_device, upload_tables
+from ._upload import BatchUpload, to_device
 from .numerics import (
     byte_levels,
     divide,
-    gaussian_blur_nearest,
+    gaussian_kernels,
     motion_blur_tables,
     motion_blur_with_tables,
     opencv_gray,
+    separable_opencv,
     unit_float32,
     unit_values,
     zoom_device_tables,
@@ -45,7 +47,7 @@ from .numerics import (
     zoom_with_tables,
 )
 from .parameters import per_sample_parameters
-from .registry import register_torch_corruption
+from .registry import CorruptionStep, register_torch_corruption
 
 if TYPE_CHECKING:
     from .random import SampleRandom
@@ -57,6 +59,10 @@ __all__ = [
     "plasma_coarse_map",
     "plasma_fractal",
     "plasma_scales",
+    "prepare_fog",
+    "prepare_frost",
+    "prepare_snow",
+    "prepare_spatter",
     "snow",
     "spatter",
 ]
@@ -66,43 +72,51 @@ _SNOW_ANGLE_RANGE = (-135.0, -45.0)
 """The snow layer's motion-blur angle, uniform in degrees (the CPU path's ``rng.uniform(-135, -45)``)."""
 
 
-def snow(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_snow(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Snow flakes over a whitened image, per-sample parameters from the CPU path's table.
 
     Args:
-        images: float32 (B, 3, H, W) in [0, 1] (8-bit levels k / 255).
         severities: float64 (B,) in (0, 5], on the host.
-        random: one ``normal(H, W)`` draw (the flake layer) and one ``uniform()`` draw (the angle, drawn on
-            the host with ``random.on_host()``: it shapes the motion-blur taps). The parameters, zoom
-            tables and motion-blur taps travel in one upload.
+        random: one ``normal(H, W)`` draw (the flake layer, made on the device by the step) and one
+            ``uniform()`` draw (the angle, made here on the host with ``random.on_host()``: it shapes the
+            motion-blur taps), in that order of draw numbers.
+        size: the images' (H, W) in pixels.
         dtype: the working float dtype, ``torch.float64`` (the CPU's arithmetic) or ``torch.float32``.
+        upload: the batch's upload: the parameters, zoom tables and motion-blur taps.
 
     Returns:
-        float32 (B, 3, H, W) in [0, 1]: the CPU path's pre-truncation value divided by 255.
+        The step: float32 (B, 3, H, W) in [0, 1] (8-bit levels k / 255) → float32 (B, 3, H, W) in [0, 1], the
+        CPU path's pre-truncation value divided by 255.
     """
     parameters = per_sample_parameters("snow", severities)
     host = parameters.tolist()
-    batch, _, height, width = images.shape
-    noise = random.normal(height, width).to(dtype)[:, None]
+    height, width = size
+    flake_random = random.reserve(1)  # the flake layer's draw comes first, before the angle's
     low, high = _SNOW_ANGLE_RANGE
     angles = (low + (high - low) * random.on_host().uniform().to(torch.float64)).tolist()
     zoom = zoom_tables(height, width, [row[2] for row in host])
     weights, starts, padding = motion_blur_tables(
         height, width, [row[4] for row in host], [row[5] for row in host], angles
     )
-    uploaded, *tables = upload_tables(
-        images.device, parameters[:, [0, 1, 3, 6]].numpy(), *zoom, weights, starts, float_dtype=dtype
-    )
-    mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
-    layer = zoom_with_tables(mean + spread * noise, zoom_device_tables(*tables[:6]), dtype)
-    layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
-    layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
-    blurred = motion_blur_with_tables(layer_levels, *tables[6:], padding)
-    flakes = divide(blurred, 255.0)
-    unit = divide(torch.round(images * 255.0), 255.0)
-    brightened = torch.maximum(unit, opencv_gray(unit, dtype) * 1.5 + 0.5).to(dtype)
-    whitened = blend * unit.to(dtype) + (1.0 - blend) * brightened
-    return unit_float32((whitened + flakes + flakes.flip(2, 3)) * 255.0)
+    staged = upload.tables(parameters[:, [0, 1, 3, 6]].numpy(), *zoom, weights, starts, float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        uploaded, *tables = staged.tensors()
+        mean, spread, threshold, blend = (uploaded[:, index, None, None, None] for index in range(4))
+        noise = flake_random.normal(height, width).to(dtype)[:, None]
+        layer = zoom_with_tables(mean + spread * noise, zoom_device_tables(*tables[:6]), dtype)
+        layer = torch.where(layer < threshold, torch.zeros_like(layer), layer)
+        layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
+        blurred = motion_blur_with_tables(layer_levels, *tables[6:], padding)
+        flakes = divide(blurred, 255.0)
+        unit = divide(torch.round(images * 255.0), 255.0)
+        brightened = torch.maximum(unit, opencv_gray(unit, dtype) * 1.5 + 0.5).to(dtype)
+        whitened = blend * unit.to(dtype) + (1.0 - blend) * brightened
+        return unit_float32((whitened + flakes + flakes.flip(2, 3)) * 255.0)
+
+    return step
 
 
 def _uniform_below(random: SampleRandom, bounds: Tensor) -> Tensor:
@@ -143,20 +157,27 @@ def _colour(rgb: tuple[float, float, float], device: torch.device) -> Tensor:
     return to_device(torch.tensor(rgb, dtype=torch.float32)[None, :, None, None], device)
 
 
-def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_frost(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """``a * x + b * window`` of a random frost texture, per sample (ImageNet-C's frost).
 
     Args:
-        images: float32 (B, 3, H, W) in [0, 1], H and W below the smallest texture (314 x 484).
         severities: float64 (B,) in (0, 5].
         random: three draws per sample, on the host (they shape the window table): texture (among the
             first five), window top, window left.
+        size: the images' (H, W) in pixels, below the smallest texture (314 x 484).
+        dtype, upload: the working float dtype and the batch's upload (the weights and the windows).
 
     Returns:
-        float32 (B, 3, H, W): ``clip(a * bytes + b * window, 0, 255) / 255`` ((a, b) from
-        ``FROST_TABLE``), exact given the same texture and window.
+        The step: float32 (B, 3, H, W) in [0, 1] → float32 (B, 3, H, W): ``clip(a * bytes + b * window, 0,
+        255) / 255`` ((a, b) from ``FROST_TABLE``), exact given the same texture and window.
+
+    Raises:
+        ValueError: images as large as a texture, one line.
     """
-    batch, _, height, width = images.shape
+    batch = len(severities)
+    height, width = size
     _, heights, widths = _frost_host_stack()
     if height > int(heights.min()) - 1 or width > int(widths.min()) - 1:
         raise ValueError(
@@ -167,17 +188,22 @@ def frost(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch
     choice = _uniform_below(host_random, torch.full((batch,), FROST_CHOICES))
     top = _uniform_below(host_random, heights[choice] - height)
     left = _uniform_below(host_random, widths[choice] - width)
-    # one copy per call: the weights (a, b) and the window (texture, top, left; exact in float32 too)
+    # the weights (a, b) and the window (texture, top, left; exact in float32 too)
     host_table = torch.cat([per_sample_parameters("frost", severities), torch.stack([choice, top, left], dim=1)], dim=1)
-    table = to_device(host_table, images.device, dtype)
-    parameters, (choice, top, left) = table[:, :2], table[:, 2:].long().unbind(dim=1)
-    stack = _frost_stack(images.device)
-    rows = top[:, None] + torch.arange(height, device=images.device)
-    columns = left[:, None] + torch.arange(width, device=images.device)
-    window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
-    image_weight, frost_weight = parameters[:, 0, None, None, None], parameters[:, 1, None, None, None]
-    values = image_weight * byte_levels(images, dtype) + frost_weight * window.to(dtype)
-    return unit_float32(torch.clamp(values, 0, 255))
+    staged = upload.tables(host_table.to(torch.float64).numpy(), float_dtype=dtype)
+
+    def step(images: Tensor) -> Tensor:
+        table = staged.tensor()
+        parameters, (choice, top, left) = table[:, :2], table[:, 2:].long().unbind(dim=1)
+        stack = _frost_stack(images.device)
+        rows = top[:, None] + torch.arange(height, device=images.device)
+        columns = left[:, None] + torch.arange(width, device=images.device)
+        window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
+        image_weight, frost_weight = parameters[:, 0, None, None, None], parameters[:, 1, None, None, None]
+        values = image_weight * byte_levels(images, dtype) + frost_weight * window.to(dtype)
+        return unit_float32(torch.clamp(values, 0, 255))
+
+    return step
 
 
 def plasma_scales(wibble_decay: Tensor, levels: int) -> Tensor:
@@ -294,42 +320,48 @@ def plasma_fractal(size: int, scales: Tensor, random: SampleRandom, coarse: Tens
     return height_map / height_map.amax(dim=(1, 2), keepdim=True)
 
 
-def fog(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_fog(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Add ``strength`` times a plasma fractal, rescaled by ``max / (max + strength)`` (ImageNet-C's fog).
 
     Args:
-        images: float32 (B, 3, H, W) in [0, 1].
         severities: float64 (B,) in (0, 5].
-        random: the plasma fractal's draws (3 per level of a map of side ``max(256, 2**ceil(log2 side))``).
+        random: the plasma fractal's draws (3 per level of a map of side ``max(256, 2**ceil(log2 side))``): the
+            first :data:`PLASMA_HOST_LEVELS` levels' here on the host (:func:`plasma_coarse_map`), the others
+            on the device by the step.
+        size, dtype, upload: the images' (H, W), the working float dtype and the batch's upload (the
+            parameters, the plasma's scales and its coarse map).
 
     Returns:
-        float32 (B, 3, H, W) in [0, 1], exact given the same draws. The parameters and the plasma's scales
-        travel in one upload.
+        The step: float32 (B, 3, H, W) in [0, 1] → float32 (B, 3, H, W) in [0, 1], exact given the same draws.
     """
-    _, _, height, width = images.shape
+    height, width = size
     host_parameters = per_sample_parameters("fog", severities)
     map_size = max(256, 1 << math.ceil(math.log2(max(height, width))))
     scales = plasma_scales(host_parameters[:, 1].to(dtype), int(math.log2(map_size)))
     coarse = plasma_coarse_map(scales, random)
-    parameters, scales, coarse = upload_tables(
-        images.device,
-        *(table.to(torch.float64).numpy() for table in (host_parameters, scales, coarse)),
-        float_dtype=dtype,
+    staged = upload.tables(
+        *(table.to(torch.float64).numpy() for table in (host_parameters, scales, coarse)), float_dtype=dtype
     )
-    strength = parameters[:, 0, None, None, None]
-    unit = unit_values(images, dtype)
-    maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
-    fractal = plasma_fractal(map_size, scales, random, coarse)[:, None, :height, :width]
-    unit = unit + strength * fractal
-    return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
+
+    def step(images: Tensor) -> Tensor:
+        parameters, device_scales, device_coarse = staged.tensors()
+        strength = parameters[:, 0, None, None, None]
+        unit = unit_values(images, dtype)
+        maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
+        fractal = plasma_fractal(map_size, device_scales, random, device_coarse)[:, None, :height, :width]
+        unit = unit + strength * fractal
+        return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
+
+    return step
 
 
-def _blur_fields(fields: Tensor, sigmas: Tensor) -> Tensor:
-    """float64 (or float32) (B, H, W) fields blurred with replicated borders (the same dtype back), sigmas
-    float64 (B,) > 0 in pixels on the host
-    (the CPU's ``gaussian_blur_nearest``, in OpenCV's operation order:
-    :func:`~ccc.render_torch.numerics.gaussian_blur_nearest`)."""
-    return gaussian_blur_nearest(fields[:, None], sigmas.tolist())[:, 0]
+def _blur_fields(fields: Tensor, kernels: Tensor) -> Tensor:
+    """float64 (or float32) (B, H, W) fields blurred with replicated borders (the same dtype back) by
+    :func:`~ccc.render_torch.numerics.gaussian_kernels` of the fields' dtype on their device (the CPU's
+    ``gaussian_blur_nearest``, in OpenCV's operation order: :func:`~ccc.render_torch.numerics.separable_opencv`)."""
+    return separable_opencv(fields[:, None], kernels)[:, 0]
 
 
 _WATER = (175 / 255.0, 238 / 255.0, 238 / 255.0)
@@ -359,53 +391,65 @@ def _water(unit: Tensor, liquid: Tensor, intensity: Tensor) -> Tensor:
     return torch.clamp(unit + wetness[:, None] * _colour(_WATER, unit.device), 0, 1)
 
 
-def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, sigmas: Tensor) -> Tensor:
-    """Spatter's mud branch: brown blotches where the liquid mask, blurred by ``sigmas`` (float64 (B,) in
-    pixels, on the host) in the liquid's dtype, exceeds 0.8 (float32 [0, 1])."""
-    mask = _blur_fields((liquid > threshold[:, None, None]).to(liquid.dtype), sigmas).float()
+def _mud(unit: Tensor, liquid: Tensor, threshold: Tensor, kernels: Tensor) -> Tensor:
+    """Spatter's mud branch: brown blotches where the liquid mask, blurred by ``kernels`` (Gaussian kernels of
+    the liquid's dtype, :func:`_blur_fields`), exceeds 0.8 (float32 [0, 1])."""
+    mask = _blur_fields((liquid > threshold[:, None, None]).to(liquid.dtype), kernels).float()
     mask = torch.where(mask < 0.8, 0, mask)[:, None]
     mud = _colour(_MUD, unit.device) * mask
     return torch.clamp(unit * (1 - mask) + mud, 0, 1)
 
 
-def spatter(images: Tensor, severities: Tensor, random: SampleRandom, dtype: torch.dtype = torch.float64) -> Tensor:
+def prepare_spatter(
+    severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
+) -> CorruptionStep:
     """Water drops or mud blotches from a smoothed, thresholded noise layer (ImageNet-C's spatter).
 
     Args:
-        images: float32 (B, 3, H, W) in [0, 1].
         severities: float64 (B,) in (0, 5]; the branch (water or mud) is the table's switch at
             ``ceil(severity)``, so one batch may hold both: each branch runs on its samples, chosen on the
             host from the severities.
         random: one ``normal(H, W)`` draw per sample (the liquid layer).
+        size, dtype, upload: the images' (H, W), the working float dtype and the batch's upload (the
+            parameters, the samples in branch order, the liquid's and the mud's Gaussian kernels).
 
     Returns:
-        float32 (B, 3, H, W) in [0, 1], exact given the same draws (see the fidelity notes for the
-        filters of the water branch).
+        The step: float32 (B, 3, H, W) in [0, 1] → float32 (B, 3, H, W) in [0, 1], exact given the same draws
+        (see the fidelity notes for the filters of the water branch).
     """
-    _, _, height, width = images.shape
+    height, width = size
     host_parameters = per_sample_parameters("spatter", severities)
     _, _, liquid_sigma, _, host_intensity, mud = host_parameters.unbind(dim=1)
     water_count = int((mud < 0.5).sum())
     water_first = torch.argsort((mud >= 0.5).long(), stable=True)
-    # one copy per call: the parameters and the samples in branch order (water first; positions exact in float32)
-    table = to_device(torch.cat([host_parameters, water_first[:, None].double()], dim=1), images.device, dtype)
-    mean, spread, _, threshold, intensity, _, order = table.unbind(dim=1)
-    order = order.long()
-    noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).to(dtype)
-    liquid = _blur_fields(noise, liquid_sigma)
-    liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
-    output = torch.empty_like(images)
-    if water_count > 0:
-        water = order[:water_count]
-        output[water] = _water(images[water], liquid[water], intensity[water])
-    if water_count < len(order):
-        muddy = order[water_count:]
-        sigmas = host_intensity[water_first[water_count:]]
-        output[muddy] = _mud(images[muddy], liquid[muddy], threshold[muddy], sigmas)
-    return output
+    # the parameters and the samples in branch order (water first; positions exact in float32), the kernels
+    kernel_tables = [gaussian_kernels(liquid_sigma.tolist())]
+    if water_count < len(severities):
+        kernel_tables.append(gaussian_kernels(host_intensity[water_first[water_count:]].tolist()))
+    staged = upload.tables(
+        torch.cat([host_parameters, water_first[:, None].double()], dim=1).numpy(), *kernel_tables, float_dtype=dtype
+    )
+
+    def step(images: Tensor) -> Tensor:
+        table, liquid_kernels, *mud_kernels = staged.tensors()
+        mean, spread, _, threshold, intensity, _, order = table.unbind(dim=1)
+        order = order.long()
+        noise = mean[:, None, None] + spread[:, None, None] * random.normal(height, width).to(dtype)
+        liquid = _blur_fields(noise, liquid_kernels)
+        liquid = torch.where(liquid < threshold[:, None, None], 0, liquid)
+        output = torch.empty_like(images)
+        if water_count > 0:
+            water = order[:water_count]
+            output[water] = _water(images[water], liquid[water], intensity[water])
+        if mud_kernels:
+            muddy = order[water_count:]
+            output[muddy] = _mud(images[muddy], liquid[muddy], threshold[muddy], mud_kernels[0])
+        return output
+
+    return step
 
 
-register_torch_corruption("snow", snow)
-register_torch_corruption("frost", frost)
-register_torch_corruption("fog", fog)
-register_torch_corruption("spatter", spatter)
+snow = register_torch_corruption("snow", prepare_snow)
+frost = register_torch_corruption("frost", prepare_frost)
+fog = register_torch_corruption("fog", prepare_fog)
+spatter = register_torch_corruption("spatter", prepare_spatter)

@@ -4,9 +4,13 @@ r"""Where a batch of the medium mix spends its time on a device: the torch rende
 stream, with the JPEG round trip) at ``--precision``, after one untimed batch; for ``--repeats`` batches
 the device is synchronised around each step, whose wall time is charged to it:
 
-- ``crop``: ``crop_resize_flip`` (the sources' upload, tap tables and gathers);
-- one row per corruption: every call of its torch function in either stage (``samples``: how many
-  samples it corrupted per batch; ``ms per sample``: its time over those samples);
+- ``crop``: ``prepare_crop_resize_flip`` (the checks and tap tables, on the host) and its device half
+  (the gathers);
+- one row per corruption: both halves of every group of it in either stage, the host's preparation and
+  the device's work (``samples``: how many samples it corrupted per batch; ``ms per sample``: its time over
+  those samples);
+- ``upload``: the batch's one copy (``BatchUpload.send``: the sources packed and every table written into
+  the host buffer, then copied);
 - ``jpeg``: the final quality-85 round trip;
 - ``rest``: the batch's time outside those (stage bookkeeping, truncation to byte levels, rounding).
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
 import tempfile
 import time
@@ -79,12 +84,30 @@ class StepClock:
 
 
 def profile_steps(specs: Sequence, images: Sequence[np.ndarray], device: torch.device, precision: str, repeats: int):
-    """Per-step seconds and samples over ``repeats`` batches, and the batches' total seconds."""
+    """Per-step seconds and samples over ``repeats`` batches, and the batches' total seconds. A step's row
+    holds both of its halves: the host's preparation and the device's work."""
     clock = StepClock(device)
-    originals = pipeline.crop_resize_flip, pipeline.jpeg_round_trip, pipeline.torch_corruption
-    pipeline.crop_resize_flip = clock.timed("crop", originals[0], lambda specs, *_: len(specs))
+    originals = pipeline.prepare_crop_resize_flip, pipeline.jpeg_round_trip, pipeline.torch_corruption
+    send = upload.BatchUpload.send
+
+    def crop(specs: Sequence, *arguments: object) -> Callable:
+        count = len(specs)
+        step = clock.timed("crop", originals[0], lambda *_: count)(specs, *arguments)
+        return clock.timed("crop", step, lambda *_: 0)
+
+    def corruption(name: str):  # noqa: ANN202 (a TorchCorruption)
+        entry = originals[2](name)
+
+        def prepare(severities: torch.Tensor, *arguments: object) -> Callable:
+            step = clock.timed(name, entry.prepare, lambda *_: len(severities))(severities, *arguments)
+            return clock.timed(name, step, lambda *_: 0)
+
+        return dataclasses.replace(entry, prepare=prepare)
+
+    pipeline.prepare_crop_resize_flip = crop
     pipeline.jpeg_round_trip = clock.timed("jpeg", originals[1], lambda pixels, *_: len(pixels))
-    pipeline.torch_corruption = lambda name: clock.timed(name, originals[2](name), lambda images, *_: len(images))
+    pipeline.torch_corruption = corruption
+    upload.BatchUpload.send = clock.timed("upload", send, lambda *_: len(specs))
     try:
         clock._synchronise()
         start = time.perf_counter()
@@ -93,7 +116,8 @@ def profile_steps(specs: Sequence, images: Sequence[np.ndarray], device: torch.d
         clock._synchronise()
         total = time.perf_counter() - start
     finally:
-        pipeline.crop_resize_flip, pipeline.jpeg_round_trip, pipeline.torch_corruption = originals
+        pipeline.prepare_crop_resize_flip, pipeline.jpeg_round_trip, pipeline.torch_corruption = originals
+        upload.BatchUpload.send = send
     return clock, total
 
 

@@ -77,9 +77,12 @@ host time per image of a GPU render, not an estimate of it.
 torch thread) for ``render_batch(specs, images, "meta", jpeg=True)``, nothing patched but the stage
 timers, best of :data:`META_REPEATS` runs after the warm-up batch (the caches of the sizes' tap tables
 then hold the batch's sizes, as they do after a few batches of a stream), per stage: ``geometry``
-(``crop_resize_flip``, with the packing of the sources), ``stage_1`` and
-``stage_2`` (``apply_corruption_stage``), ``jpeg`` (the round trip, the integer path on meta) and
-``other`` (the rest of ``render_batch``), and ``total``. The meta device holds no data and runs no
+(the crops' host half, ``prepare_crop_resize_flip``, and its device half), ``stage_1`` and ``stage_2``
+(``prepare_corruption_stage`` and its device half), ``upload`` (``BatchUpload.send``: the batch's
+tables and the packing of the sources into its host buffer, and the one copy), ``jpeg`` (the round trip,
+the integer path on meta) and ``other`` (the rest of ``render_batch``), and ``total``. For a checkout
+before the one upload per batch, ``geometry`` is ``crop_resize_flip`` (with the packing) and the stages
+``apply_corruption_stage``, each with its own copies; ``upload`` is 0. The meta device holds no data and runs no
 kernel, so this is the host's work: Python, numpy, the tables and the dispatch of every op, including
 torch's meta kernels (shape inference), which for many ops (elementwise ones through
 ``torch._refs``) run in Python and cost far more per op than a GPU launch's host cost: an upper
@@ -138,6 +141,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import platform
 import subprocess
@@ -184,7 +188,7 @@ MODEL_TEXT = (
 )
 META_REPEATS = 5
 """Runs of each batch on the meta device (and of the packing) whose fastest is reported."""
-META_STAGES = ("geometry", "stage_1", "stage_2", "jpeg", "other", "total")
+META_STAGES = ("geometry", "stage_1", "stage_2", "upload", "jpeg", "other", "total")
 """The stages of ``host_meta_ms_per_image`` and ``meta_ops_per_batch`` (module docstring)."""
 GOAL_BATCH = 512
 """The batch size of the issue's modelled-rate goal."""
@@ -662,29 +666,41 @@ def _cached_host_buffers() -> Iterator[None]:
 @contextlib.contextmanager
 def _stage_meters(meter: Callable[[], float]) -> Iterator[dict[str, float]]:
     """The stages of ``render_batch`` (``META_STAGES`` but ``other`` and ``total``) wrapped, inside the
-    block, to add what ``meter()`` grows by during each to the yielded dict."""
-    from ccc.render_torch import pipeline
+    block, to add what ``meter()`` grows by during each to the yielded dict: a stage's host half and the
+    device half it returns (checkouts with ``prepare_*`` halves), or its one call (older checkouts), and
+    the batch's upload (``BatchUpload.send``, where it exists; before, each stage copied its own)."""
+    from ccc.render_torch import _upload, pipeline
 
     spent: dict[str, float] = {}
     corruption_stages = iter(("stage_1", "stage_2") * 2)
 
-    def metered(stage: Callable[[], str], function: Callable) -> Callable:
+    def timed(name: str, function: Callable, *args: object, **kwargs: object) -> object:
+        start = meter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + meter() - start
+
+    def metered(stage: Callable[[], str], function: Callable, halves: bool) -> Callable:
         def call(*args: object, **kwargs: object) -> object:
-            name, start = stage(), meter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                spent[name] = spent.get(name, 0.0) + meter() - start
+            name = stage()
+            result = timed(name, function, *args, **kwargs)
+            return functools.partial(timed, name, result) if halves else result
 
         return call
 
     with contextlib.ExitStack() as stack:
-        for attribute, stage in (
-            ("crop_resize_flip", lambda: "geometry"),
-            ("apply_corruption_stage", lambda: next(corruption_stages)),
-            ("jpeg_round_trip", lambda: "jpeg"),
+        for attributes, stage in (
+            (("prepare_crop_resize_flip", "crop_resize_flip"), lambda: "geometry"),
+            (("prepare_corruption_stage", "apply_corruption_stage"), lambda: next(corruption_stages)),
+            (("jpeg_round_trip",), lambda: "jpeg"),
         ):
-            stack.enter_context(_patched(pipeline, attribute, metered(stage, getattr(pipeline, attribute))))
+            attribute = next(name for name in attributes if hasattr(pipeline, name))
+            halves = attribute.startswith("prepare_")
+            stack.enter_context(_patched(pipeline, attribute, metered(stage, getattr(pipeline, attribute), halves)))
+        if hasattr(_upload, "BatchUpload"):
+            send = _upload.BatchUpload.send
+            stack.enter_context(_patched(_upload.BatchUpload, "send", lambda self: timed("upload", send, self)))
         yield spent
 
 
@@ -696,7 +712,8 @@ def _meta_stages(
         start = meter()
         render_batch(specs, images, "meta", jpeg=True, precision=precision)
         total = meter() - start
-    return {**spent, "other": total - sum(spent.values()), "total": total}
+    stages = {stage: spent.get(stage, 0.0) for stage in META_STAGES[:-2]}  # a checkout's missing stage: 0
+    return {**stages, "other": total - sum(stages.values()), "total": total}
 
 
 def host_cuda_model(specs: Sequence[SampleSpec], images: Sequence[np.ndarray], precision: str) -> dict:
@@ -927,7 +944,7 @@ def table(result: dict) -> str:
     """Markdown: one row per batch size, then the modelled rate at B = 512 and the goals."""
     lines = [
         "| B | launches | host reads | uploads (MB; waiting) | bytes moved (GB) | float64 GFLOP | float32 GFLOP | "
-        "host CPU ms/image | host ms/image on meta (geometry, stage 1, stage 2, JPEG, other) | "
+        "host CPU ms/image | host ms/image on meta (geometry, stage 1, stage 2, upload, JPEG, other) | "
         "packing ms/image | host ms/image on CUDA, modelled (meta without launches + launches; bound) | "
         "modelled ms/batch | modelled images/s |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

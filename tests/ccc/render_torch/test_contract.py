@@ -20,9 +20,9 @@ def test_every_registered_corruption_has_a_torch_implementation():
 
 
 def test_each_torch_corruption_lives_in_the_module_of_its_cpu_family():
-    """The layout of ccc.corruptions: a corruption's torch function is in ccc.render_torch.<its family>."""
+    """The layout of ccc.corruptions: a corruption's torch halves are in ccc.render_torch.<its family>."""
     for entry in REGISTRY:
-        assert entry.function.__module__ == f"ccc.render_torch.{get_corruption(entry.name).family}", entry.name
+        assert entry.prepare.__module__ == f"ccc.render_torch.{get_corruption(entry.name).family}", entry.name
     assert {entry.family for entry in REGISTRY} == {"noise", "blur", "weather", "digital"}
 
 
@@ -33,9 +33,9 @@ def test_a_torch_corruption_is_registered_once_under_its_canonical_name():
     with pytest.raises(
         ValueError, match="register torch corruption 'elastic_transform' under its canonical name 'elastic'"
     ):
-        register_torch_corruption("elastic_transform", torch_corruption("elastic"))
+        register_torch_corruption("elastic_transform", torch_corruption("elastic").prepare)
     with pytest.raises(ValueError, match="unknown corruption 'sparkle'"):
-        register_torch_corruption("sparkle", torch_corruption("contrast"))
+        register_torch_corruption("sparkle", torch_corruption("contrast").prepare)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

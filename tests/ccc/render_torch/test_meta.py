@@ -32,15 +32,16 @@ both of spatter's branches (water up to 3, mud above)."""
 
 
 class _Uploads(TorchDispatchMode):
-    """Records every copy of a host tensor to the meta device that is not ``non_blocking`` or does not start
-    from page-locked memory (``pin_memory=True``, which :func:`ccc.render_torch._upload.host_buffer` asks for
-    when the patched ``pinned_for`` says the meta device is CUDA-like; allocated unpinned here, where no CUDA
-    driver is, and remembered)."""
+    """Counts the copies of host tensors to the meta device and records every one that is not ``non_blocking``
+    or does not start from page-locked memory (``pin_memory=True``, which
+    :func:`ccc.render_torch._upload.host_buffer` asks for when the patched ``pinned_for`` says the meta device
+    is CUDA-like; allocated unpinned here, where no CUDA driver is, and remembered)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.faults: list[str] = []
         self.pinned: list[torch.Tensor] = []
+        self.copies = 0
 
     def _is_pinned(self, tensor: torch.Tensor) -> bool:
         return any(tensor.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr() for buffer in self.pinned)
@@ -59,6 +60,7 @@ class _Uploads(TorchDispatchMode):
             source = target = None
         host_to_device = isinstance(source, torch.Tensor) and source.device.type == "cpu" and source.dim() > 0
         if host_to_device and target is not None and torch.device(target).type == "meta":
+            self.copies += 1
             if not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False)):
                 self.faults.append(f"a blocking {func} of {tuple(source.shape)}")
             if not self._is_pinned(source):
@@ -118,3 +120,20 @@ def test_render_batch_runs_on_the_meta_device(precision: str, pinned_uploads: No
     ]
     output = render_batch(specs, sources, "meta", precision=precision)
     assert (output.shape, output.dtype, output.device.type) == ((count, 3, 224, 224), torch.uint8, "meta")
+
+
+def test_a_batch_reaches_the_device_in_one_copy(monkeypatch: pytest.MonkeyPatch):
+    """Every group of both stages, the crops and their tables: the host prepares the whole batch first, then one
+    copy carries its host data (after a first batch has made the per-process copies: JPEG's and the
+    random streams' constants, frost's textures)."""
+    count = len(META_CORRUPTIONS)
+    sources = [render_demo_image(index % 16, np.random.default_rng(index)) for index in range(count)]
+    specs = [
+        _spec(index, source, name, 1.0 + (index % 17) / 4, META_CORRUPTIONS[(index + 3) % count], 4.0)
+        for index, (source, name) in enumerate(zip(sources, META_CORRUPTIONS))
+    ]
+    render_batch(specs, sources, "meta")
+    monkeypatch.setattr(_upload, "pinned_for", lambda device: device.type in ("cuda", "meta"))
+    with _Uploads() as mode:
+        render_batch(specs[::-1], sources[::-1], "meta")
+    assert mode.faults == [] and mode.copies == 1

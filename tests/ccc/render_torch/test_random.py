@@ -7,6 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
+from ccc.render_torch._upload import BatchUpload
 from ccc.render_torch.random import TABLED_DRAWS, SampleRandom
 
 MASK = (1 << 64) - 1
@@ -112,13 +113,37 @@ def test_seeds_stages_and_draws_differ():
 def test_a_group_draws_what_its_samples_draw_alone_from_a_fresh_counter():
     whole = SampleRandom(torch.tensor([5, 6, 7]), stage=1)
     whole.uniform(4)
-    part = whole.group([2, 0], torch.tensor([2, 0]))
+    upload = BatchUpload("cpu")
+    part = whole.staged_group([2, 0], upload)
+    with pytest.raises(RuntimeError, match="before its batch is sent"):
+        part.uniform(4)
+    upload.send()
     alone = SampleRandom(torch.tensor([7, 5]), stage=1)
     assert torch.equal(part.uniform(4), alone.uniform(4))
     assert torch.equal(part.on_host().normal(3), alone.normal(3))
     reference = SampleRandom(torch.tensor([5, 6, 7]), stage=1)
     reference.uniform(4)
     assert torch.equal(whole.uniform(4), reference.uniform(4)), "the group's draws left the batch's counter alone"
+
+
+def test_a_group_needs_host_streams_and_lands_on_the_uploads_device():
+    upload = BatchUpload("meta")
+    part = SampleRandom(torch.tensor([5, 6, 7])).staged_group([1], upload)
+    upload.send()
+    assert part.uniform(2).device.type == "meta"
+    with pytest.raises(ValueError, match="staged_group needs streams on the host, got meta"):
+        SampleRandom(torch.tensor([5]), device="meta").staged_group([0], BatchUpload("meta"))
+
+
+def test_reserved_draws_keep_their_numbers_whatever_the_order_they_are_made_in():
+    """Snow draws its flakes (draw 0) on the device after its angle (draw 1) on the host."""
+    in_order = SampleRandom(torch.tensor([3, 4]))
+    flakes, angle = in_order.normal(5), in_order.uniform()
+    reordered = SampleRandom(torch.tensor([3, 4]))
+    reserved = reordered.reserve(1)
+    assert torch.equal(reordered.on_host().uniform(), angle)
+    assert torch.equal(reserved.normal(5), flakes)
+    assert torch.equal(reordered.uniform(), in_order.uniform()), "the reserved draw was consumed once"
 
 
 def test_uniform_and_normal_match_their_distributions():

@@ -1,4 +1,4 @@
-"""The renderer's uploads: a call's host tables reach the device in one copy with their dtypes, shapes and bits;
+"""The renderer's uploads: a batch's host tables reach the device in one copy with their dtypes, shapes and bits;
 every copy to a CUDA device starts from page-locked memory."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from ccc.render_torch._upload import host_buffer, pinned_for, to_device, upload_tables
+from ccc.render_torch import _upload
+from ccc.render_torch._upload import BatchUpload, host_buffer, pinned_for, to_device, upload_tables
 
 
 def test_tables_keep_their_values_bit_for_bit():
@@ -60,3 +61,40 @@ def test_to_device_casts_on_the_host_and_keeps_the_shape():
     moved = to_device(torch.arange(6).view(2, 3), torch.device("meta"))
     assert (moved.shape, moved.dtype, moved.device.type) == ((2, 3), torch.int64, "meta")
     assert to_device(moved, torch.device("meta")) is moved  # already there: no trip through the host
+
+
+def test_a_batch_stages_many_tables_and_bytes_and_sends_them_in_one_copy(monkeypatch: pytest.MonkeyPatch):
+    sent = []
+    monkeypatch.setattr(_upload, "send", lambda staged, device: sent.append(staged.shape) or staged)
+    upload = BatchUpload("cpu")
+    floats = np.array([[0.1, -0.0], [np.nan, 1 / 3]])
+    odd = np.arange(5 * 3, dtype=np.uint8).reshape(5, 3)  # 15 bytes: the next section starts aligned
+    first = upload.tables(floats, np.array([True, False]))
+    raw = upload.raw_bytes(odd.shape, lambda target: np.copyto(target, odd))
+    single = upload.tables(floats, np.array([-(2**63), 7]), float_dtype=torch.float32)
+    empty = upload.tables()
+    with pytest.raises(RuntimeError, match="a staged table is read before its batch is sent"):
+        first.tensors()
+    upload.send()
+    assert sent == [(6 * 8 + 16 + 6 * 8,)]  # one word per value, the bytes padded to a word
+    values, flags = first.tensors()
+    assert torch.equal(values.view(torch.int64), torch.from_numpy(floats.view(np.int64)))
+    assert torch.equal(flags, torch.tensor([True, False]))
+    assert raw.tensor().dtype == torch.uint8 and torch.equal(raw.tensor(), torch.from_numpy(odd))
+    rounded, integers = single.tensors()
+    assert torch.equal(rounded.view(torch.int32), torch.from_numpy(floats.astype(np.float32).view(np.int32)))
+    assert torch.equal(integers, torch.tensor([-(2**63), 7]))
+    assert empty.tensors() == []
+
+
+def test_a_sent_batch_takes_no_more_tables():
+    upload = BatchUpload("meta")
+    staged = upload.tables(np.zeros(3))
+    upload.send()
+    assert staged.tensor().device.type == "meta"
+    with pytest.raises(RuntimeError, match="already sent: stage before BatchUpload.send"):
+        upload.tables(np.zeros(3))
+    with pytest.raises(RuntimeError, match="this batch's upload is already sent"):
+        upload.send()
+    with pytest.raises(ValueError, match="tables must be float64, integer or bool, got float32"):
+        BatchUpload("cpu").tables(np.zeros(3, dtype=np.float32))
