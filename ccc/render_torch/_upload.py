@@ -9,8 +9,9 @@ of them reach the device through this module:
   ordinary (pageable) memory is not asynchronous on CUDA, ``non_blocking`` or not: the driver may first
   wait for all the work queued on the stream, then stage the bytes itself (CUDA Runtime API,
   "API synchronization behavior"), so the host could never run ahead of the GPU;
-- :func:`send` copies a filled buffer to the device (``non_blocking``), and :func:`to_device` one host
-  tensor or array through such a buffer;
+- :func:`send` copies a filled buffer to the device (``non_blocking``; on CUDA on a copy stream of its own,
+  :func:`copies_beside_compute`, so that a batch's upload overlaps the work queued before it), and
+  :func:`to_device` one host tensor or array through such a buffer;
 - :class:`BatchUpload` gathers the host tables of a whole batch (the source crops, the resampling taps, the
   random streams' keys, every corruption's parameters and tables), staged by each step as it prepares, and
   sends them in one copy once every step is prepared; each step then views its tables on the device
@@ -22,6 +23,7 @@ On the CPU nothing is copied: the host buffer is the device's.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
@@ -29,7 +31,16 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-__all__ = ["BatchUpload", "Staged", "host_buffer", "pinned_for", "send", "to_device", "upload_tables"]
+__all__ = [
+    "BatchUpload",
+    "Staged",
+    "copies_beside_compute",
+    "host_buffer",
+    "pinned_for",
+    "send",
+    "to_device",
+    "upload_tables",
+]
 
 
 def pinned_for(device: torch.device) -> bool:
@@ -49,9 +60,38 @@ def _on_host(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def copies_beside_compute(device: torch.device) -> bool:
+    """Whether copies to ``device`` run on a copy stream of their own (CUDA devices): on the stream that
+    computes, a batch's upload would wait for the previous batch's kernels and the kernels for it, one after
+    the other; on its own stream it runs on the copy engine while they run, and the computing stream waits
+    for it only where its own work starts."""
+    return device.type == "cuda"
+
+
+@lru_cache(maxsize=16)
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """The copy stream of ``device`` (made once per process and device)."""
+    return torch.cuda.Stream(device=device)
+
+
 def send(staged: Tensor, device: torch.device) -> Tensor:
-    """A filled :func:`host_buffer` on ``device``: one ``non_blocking`` copy (the buffer itself on the CPU)."""
-    return staged if _on_host(device) else staged.to(device, non_blocking=True)
+    """A filled :func:`host_buffer` on ``device``: one ``non_blocking`` copy (the buffer itself on the CPU).
+
+    Where :func:`copies_beside_compute`, the copy is queued on the device's copy stream and the current
+    stream waits for it before the work queued on it next; the copy's memory is recorded as used by the
+    current stream, so that the allocator hands it out again only once that work is done (the host buffer's
+    block, likewise, only once the copy is: torch's caching host allocator records the copy's stream)."""
+    if _on_host(device):
+        return staged
+    if not copies_beside_compute(device):
+        return staged.to(device, non_blocking=True)
+    compute = torch.cuda.current_stream(device)
+    copier = _copy_stream(device)
+    with torch.cuda.stream(copier):
+        sent = staged.to(device, non_blocking=True)
+    compute.wait_stream(copier)
+    sent.record_stream(compute)
+    return sent
 
 
 def to_device(values: Tensor | NDArray, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:

@@ -3,12 +3,22 @@ every copy to a CUDA device starts from page-locked memory."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 import torch
 
 from ccc.render_torch import _upload
-from ccc.render_torch._upload import BatchUpload, host_buffer, pinned_for, to_device, upload_tables
+from ccc.render_torch._upload import (
+    BatchUpload,
+    copies_beside_compute,
+    host_buffer,
+    pinned_for,
+    to_device,
+    upload_tables,
+)
 
 
 def test_tables_keep_their_values_bit_for_bit():
@@ -98,3 +108,47 @@ def test_a_sent_batch_takes_no_more_tables():
         upload.send()
     with pytest.raises(ValueError, match="tables must be float64, integer or bool, got float32"):
         BatchUpload("cpu").tables(np.zeros(3, dtype=np.float32))
+
+
+def test_copies_to_cuda_run_on_a_copy_stream_the_computing_stream_waits_for(monkeypatch: pytest.MonkeyPatch):
+    """On CUDA (its stream calls replaced here, where no driver is): the copy is queued on the copy stream, the
+    current stream waits for it, and its memory is recorded as used by the current stream."""
+    assert [copies_beside_compute(torch.device(name)) for name in ("cuda", "cuda:1", "cpu", "meta")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    events = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_stream(self, other: Stream) -> None:
+            events.append(f"{self.name} waits for {other.name}")
+
+    compute, copier = Stream("compute"), Stream("copier")
+    active = [compute]
+
+    @contextlib.contextmanager
+    def stream(chosen: Stream) -> Iterator[None]:
+        active.append(chosen)
+        yield
+        active.pop()
+
+    original_to = torch.Tensor.to
+
+    def to(self: torch.Tensor, *arguments: object, **options: object) -> torch.Tensor:
+        events.append(f"copy on {active[-1].name}")
+        return original_to(self, *arguments, **options)
+
+    monkeypatch.setattr(_upload, "copies_beside_compute", lambda device: device.type == "meta")
+    monkeypatch.setattr(_upload, "_copy_stream", lambda device: copier)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: active[-1])
+    monkeypatch.setattr(torch.cuda, "stream", stream)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, used: events.append(f"used by {used.name}"))
+    sent = _upload.send(torch.arange(4), torch.device("meta"))
+    assert sent.device.type == "meta"
+    assert events == ["copy on copier", "compute waits for copier", "used by compute"]
