@@ -10,7 +10,7 @@
 #      JPEG round trip, in the float64 working precision (mix.json) and the float32 one (mix_float32.json),
 #      8 torch threads (the host's share of a batch: packing the sources, tables);
 #   3. render_profile.py: where a batch of 512 of the medium mix spends its time, step by step (crop, each
-#      corruption, JPEG) and kernel by kernel, and batches back to back with page-locked host buffers against
+#      corruption, the batch's one upload, JPEG) and kernel by kernel, and batches back to back with page-locked host buffers against
 #      ordinary memory, with the time to enqueue them (the host's share, against render_proxies.py's model)
 #      (profile.json);
 #   4. render.py --part tta: ResNet-50 (random weights) tta-eval runs of source and tent, fp32, on a medium
