@@ -21,8 +21,8 @@ samples or its position (every group draws from fresh per-sample streams).
 The host work of a batch all comes first: the crops' geometry and every group of both stages is
 prepared on the host (checks, parameters, tables, host draws, the groups' stream keys and positions), all
 of it staged in one :class:`~ccc.render_torch._upload.BatchUpload`; one copy then carries the batch's host
-data to the device, and the device halves are queued after it. On a GPU the host never waits, and a batch
-costs one upload whatever its number of groups.
+data to the device, and the device halves are queued after it. Nothing in a batch makes the host wait for
+the device (no read back, no blocking copy), and a batch costs one upload whatever its number of groups.
 """
 
 from __future__ import annotations
