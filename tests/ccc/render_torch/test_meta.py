@@ -19,7 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ccc.demo.images import render_demo_image
 from ccc.render_torch import _upload, torch_corruptions
-from ccc.render_torch.pipeline import render_batch
+from ccc.render_torch.geometry import prepare_crop_resize_flip
+from ccc.render_torch.pipeline import prepare_corruption_stage, render_batch
 from ccc.render_torch.random import SampleRandom
 from ccc.stream.spec import SampleSpec
 
@@ -122,18 +123,66 @@ def test_render_batch_runs_on_the_meta_device(precision: str, pinned_uploads: No
     assert (output.shape, output.dtype, output.device.type) == ((count, 3, 224, 224), torch.uint8, "meta")
 
 
-def test_a_batch_reaches_the_device_in_one_copy(monkeypatch: pytest.MonkeyPatch):
-    """Every group of both stages, the crops and their tables: the host prepares the whole batch first, then one
-    copy carries its host data (after a first batch has made the per-process copies: JPEG's and the
-    random streams' constants, frost's textures)."""
+def _every_corruption_in_both_stages() -> tuple[list[SampleSpec], list[np.ndarray]]:
+    """One sample per corruption, each corruption in both stages (severities 1 to 5), and their sources."""
     count = len(META_CORRUPTIONS)
     sources = [render_demo_image(index % 16, np.random.default_rng(index)) for index in range(count)]
     specs = [
         _spec(index, source, name, 1.0 + (index % 17) / 4, META_CORRUPTIONS[(index + 3) % count], 4.0)
         for index, (source, name) in enumerate(zip(sources, META_CORRUPTIONS))
     ]
+    return specs, sources
+
+
+def test_a_batch_reaches_the_device_in_one_copy(monkeypatch: pytest.MonkeyPatch):
+    """Every group of both stages, the crops and their tables: the host prepares the whole batch first, then one
+    copy carries its host data (after a first batch has made the per-process copies: JPEG's and the
+    random streams' constants, frost's textures)."""
+    specs, sources = _every_corruption_in_both_stages()
     render_batch(specs, sources, "meta")
     monkeypatch.setattr(_upload, "pinned_for", lambda device: device.type in ("cuda", "meta"))
     with _Uploads() as mode:
         render_batch(specs[::-1], sources[::-1], "meta")
     assert mode.faults == [] and mode.copies == 1
+
+
+class _DeviceOps(TorchDispatchMode):
+    """Records every op that reads or makes a tensor on the meta device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        result = func(*args, **(kwargs or {}))
+        tensors = [value for value in (*args, *(kwargs or {}).values(), result) if isinstance(value, torch.Tensor)]
+        if any(tensor.device.type == "meta" for tensor in tensors) or kwargs and "meta" in str(kwargs.get("device")):
+            self.ops.append(str(func))
+        return result
+
+
+@pytest.mark.parametrize("name", META_CORRUPTIONS)
+def test_a_corruptions_host_half_queues_no_device_work(name: str):
+    """``prepare`` only stages host data; its step, once the upload is sent, does the device work."""
+    batch = len(SEVERITIES)
+    random = SampleRandom(torch.arange(batch), 0, "meta")
+    upload = _upload.BatchUpload("meta")
+    with _DeviceOps() as mode:
+        step = torch_corruptions()[name].prepare(SEVERITIES, random, (64, 64), torch.float64, upload)
+    assert mode.ops == []
+    upload.send()
+    output = step(torch.empty(batch, 3, 64, 64, device="meta"))
+    assert (output.shape, output.device.type) == ((batch, 3, 64, 64), "meta")
+
+
+def test_a_batchs_host_halves_come_first_and_queue_no_device_work():
+    """What ``render_batch`` prepares before its one copy (the crops, both stages over every corruption)
+    touches no device tensor."""
+    specs, sources = _every_corruption_in_both_stages()
+    seeds = torch.tensor([spec.seed for spec in specs])
+    upload = _upload.BatchUpload("meta")
+    with _DeviceOps() as mode:
+        prepare_crop_resize_flip(specs, sources, upload)
+        prepare_corruption_stage([s.n1 for s in specs], [s.s1 for s in specs], seeds, 0, (224, 224), "float64", upload)
+        prepare_corruption_stage([s.n2 for s in specs], [s.s2 for s in specs], seeds, 1, (224, 224), "float64", upload)
+    assert mode.ops == []
