@@ -50,7 +50,7 @@ from .numerics import (
     gaussian_kernels,
     motion_blur_tables,
     motion_blur_with_tables,
-    separable_opencv,
+    separable_opencv_levels,
     unit_float32,
     unit_values,
     zoom_device_tables,
@@ -101,7 +101,9 @@ def prepare_gaussian_blur(
     """
     sigmas = per_sample_parameters("gaussian_blur", severities).tolist()
     kernels = upload.tables(gaussian_kernels(sigmas), float_dtype=dtype)
-    return lambda images: unit_float32(separable_opencv(unit_values(images, dtype), kernels.tensor()) * 255.0)
+    return lambda images: unit_float32(
+        separable_opencv_levels(byte_levels(images, torch.float32), kernels.tensor()) * 255.0
+    )
 
 
 FFT_SAMPLES_PER_CALL = 16
@@ -325,7 +327,7 @@ def prepare_glass_blur(
         spans = (2 * margins)[:, None, None, None, None]
         offsets = ((steps * spans) >> _GLASS_UNIFORM_BITS) - margins[:, None, None, None, None]
         # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
-        levels = (separable_opencv(unit_values(images, dtype), kernels) * 255.0).floor().to(torch.uint8)
+        levels = (separable_opencv_levels(byte_levels(images, torch.float32), kernels) * 255.0).floor().to(torch.uint8)
         flat = levels.reshape(batch, channels, height * width)
         # every pass's sources at once (they depend on its offsets alone, not on the image it shuffles)
         passes = batch * _MAX_GLASS_ITERATIONS
@@ -337,8 +339,8 @@ def prepare_glass_blur(
         ).view(batch, _MAX_GLASS_ITERATIONS, height * width)
         for iteration in range(_MAX_GLASS_ITERATIONS):
             flat = flat.gather(2, sources[:, iteration, None, :].expand(batch, channels, height * width))
-        shuffled = divide(flat.reshape(batch, channels, height, width).to(dtype), 255.0)
-        return unit_float32(separable_opencv(shuffled, kernels) * 255.0)
+        shuffled = flat.reshape(batch, channels, height, width).to(torch.float32)
+        return unit_float32(separable_opencv_levels(shuffled, kernels) * 255.0)
 
     return step
 

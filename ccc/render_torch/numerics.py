@@ -12,7 +12,8 @@ twins, fed by the same host-side kernels and taps):
   :func:`unit_float32` hands a pre-truncation result (float64, or float32 in the float32 mode) back
   as float32 such that the pipeline's float32 truncation gives the same byte as the result's own;
 - OpenCV's separable filter in its own operation order (:func:`separable_opencv`, its fused
-  multiply-adds emulated exactly in float64 by Dekker's products) and scipy's Gaussian kernels
+  multiply-adds emulated exactly in float64 by Dekker's products; :func:`separable_opencv_levels` for byte
+  levels, its products looked up per level) and scipy's Gaussian kernels
   (:func:`gaussian_kernels`): gaussian and glass blur, spatter's smoothing;
 - the centre zoom of ``clipped_zoom`` (:func:`zoom_tables`, :func:`zoom_device_tables`, :func:`zoom_with_tables`):
   zoom blur, snow;
@@ -52,6 +53,7 @@ __all__ = [
     "motion_blur_with_tables",
     "opencv_gray",
     "separable_opencv",
+    "separable_opencv_levels",
     "truncate_to_levels",
     "unit_float32",
     "unit_values",
@@ -139,13 +141,36 @@ def _split(values: Tensor) -> tuple[Tensor, Tensor]:
     return high, values - high
 
 
+def _product_and_error(
+    weight: Tensor,
+    weight_halves: tuple[Tensor, Tensor],
+    values: Tensor,
+    halves: tuple[Tensor, Tensor],
+    product: Tensor | None = None,
+    error: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``values · weight`` rounded (float64, broadcast shapes) and minus its rounding error, exactly: Dekker's
+    two-product. ``weight_halves`` and ``halves`` are :func:`_split` of ``weight`` and of ``values``; ``product``
+    and ``error``, when given, are written in place (the filters' preallocated buffers)."""
+    weight_high, weight_low = weight_halves
+    value_high, value_low = halves
+    product = torch.mul(values, weight, out=product)
+    # minus the product's rounding error, p − vh·wh − vl·wh − vh·wl − vl·wl summed in that order: the negation,
+    # step by step, of the error Dekker sums. Each product of halves is exact, so each addcmul rounds once,
+    # whether a device fuses its multiply-add or not
+    error = torch.addcmul(product, value_high, weight_high, value=-1, out=error)
+    for high_or_low, weight_part in ((value_low, weight_high), (value_high, weight_low), (value_low, weight_low)):
+        error.addcmul_(high_or_low, weight_part, value=-1)
+    return product, error
+
+
 class _FusedMultiplyAdd:
     """``total ← weight * values + total`` rounded once, as a hardware FMA, in plain float64 operations.
 
-    The product is made exact with Dekker's two-product and added with Knuth's two-sum; the one
-    remaining rounding of the three parts equals the FMA's except in double-rounding ties (none seen in
-    the measurements). Works in place on preallocated (B, C, H, W) buffers: the filters call it once per
-    tap on full images.
+    The product is made exact with Dekker's two-product (:func:`_product_and_error`, here or looked up in a
+    table of it) and added with Knuth's two-sum; the one remaining rounding of the three parts equals the
+    FMA's except in double-rounding ties (none seen in the measurements). Works in place on preallocated
+    (B, C, H, W) buffers: the filters call it once per tap on full images.
     """
 
     def __init__(self, like: Tensor) -> None:
@@ -169,16 +194,12 @@ class _FusedMultiplyAdd:
         of ``weight`` and of ``values``. The returned tensor is valid until the call after next (the buffers
         alternate with ``total``).
         """
-        weight_high, weight_low = weight_halves
-        value_high, value_low = halves
-        product, error, scratch, virtual, summed = self.product, self.error, self.scratch, self.virtual, self.summed
-        torch.mul(values, weight, out=product)
-        # minus the product's rounding error, p − vh·wh − vl·wh − vh·wl − vl·wl summed in that order: the negation,
-        # step by step, of the error Dekker sums. Each product of halves is exact, so each addcmul rounds once,
-        # whether a device fuses its multiply-add or not
-        torch.addcmul(product, value_high, weight_high, value=-1, out=error)
-        for high_or_low, weight_part in ((value_low, weight_high), (value_high, weight_low), (value_low, weight_low)):
-            error.addcmul_(high_or_low, weight_part, value=-1)
+        _product_and_error(weight, weight_halves, values, halves, self.product, self.error)
+        return self.add(self.product, self.error, total)
+
+    def add(self, product: Tensor, error: Tensor, total: Tensor) -> Tensor:
+        """``fma`` from the product and minus its error (:func:`_product_and_error`), as :meth:`__call__`."""
+        scratch, virtual, summed = self.scratch, self.virtual, self.summed
         torch.add(product, total, out=summed)
         torch.sub(summed, product, out=virtual)
         torch.sub(summed, virtual, out=scratch)
@@ -190,6 +211,21 @@ class _FusedMultiplyAdd:
         # The caller's old total becomes the next call's output buffer.
         self.summed = total
         return summed
+
+
+def _column_pass(rows: Tensor, tap_weights: Sequence[Tensor], radius: int) -> Tensor:
+    """OpenCV's symmetric column filter of the row pass's (B, C, H, W) result: mirrored rows added first,
+    multiplied once per pair, replicated borders."""
+    height = rows.shape[2]
+    padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
+    columns = padded_rows[:, :, radius : radius + height] * tap_weights[radius]
+    pair = torch.empty_like(columns)
+    for offset in range(1, radius + 1):
+        below = padded_rows[:, :, radius + offset : radius + offset + height]
+        torch.add(below, padded_rows[:, :, radius - offset : radius - offset + height], out=pair)
+        pair.mul_(tap_weights[radius + offset])
+        columns.add_(pair)
+    return columns
 
 
 def separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
@@ -205,7 +241,7 @@ def separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
         symmetric column filter), as OpenCV 5 does on a CPU with FMA (measured bit-identical in float64,
         where the fused multiply-adds are emulated; float32 uses plain multiply-adds).
     """
-    batch, channels, height, width = images.shape
+    width = images.shape[3]
     radius = kernels.shape[1] // 2
     weights = kernels[:, :, None, None, None]
     tap_weights = weights.unbind(1)  # (B, 1, 1, 1) per tap: the views made once each
@@ -224,15 +260,45 @@ def separable_opencv(images: Tensor, kernels: Tensor) -> Tensor:
     else:
         for tap in range(1, 2 * radius + 1):
             rows.addcmul_(padded[..., tap : tap + width], tap_weights[tap])
-    padded_rows = F.pad(rows, (0, 0, radius, radius), mode="replicate")
-    columns = padded_rows[:, :, radius : radius + height] * tap_weights[radius]
-    pair = torch.empty_like(columns)
-    for offset in range(1, radius + 1):
-        below = padded_rows[:, :, radius + offset : radius + offset + height]
-        torch.add(below, padded_rows[:, :, radius - offset : radius - offset + height], out=pair)
-        pair.mul_(tap_weights[radius + offset])
-        columns.add_(pair)
-    return columns
+    return _column_pass(rows, tap_weights, radius)
+
+
+def separable_opencv_levels(levels: Tensor, kernels: Tensor) -> Tensor:
+    """:func:`separable_opencv` of byte levels over 255: ``separable_opencv(levels / 255, kernels)`` bit for bit.
+
+    Args:
+        levels: float32 (B, C, H, W) holding integers 0..255 (the images are ``levels / 255`` in the kernels'
+            dtype, one IEEE division: the CPU path's ``uint8 / 255.0``).
+        kernels: (B, K) float64, or float32 (the float32 mode), as in :func:`separable_opencv`.
+
+    Returns:
+        (B, C, H, W) of the kernels' dtype. In float64 the row pass's products and their rounding errors take
+        256 values per sample and tap: they are made once per pass in tables (B, K, 256), with the operations
+        :func:`separable_opencv` applies to every pixel, and gathered by level (two gathers per tap instead of
+        a product and four multiply-adds on whole images); the fused additions and the column pass are
+        :func:`separable_opencv`'s. In float32 it is :func:`separable_opencv` itself.
+    """
+    if kernels.dtype != torch.float64:
+        return separable_opencv(divide(levels.to(kernels.dtype), 255.0), kernels)
+    batch, channels, height, width = levels.shape
+    radius = kernels.shape[1] // 2
+    tap_weights = kernels[:, :, None, None, None].unbind(1)
+    index = F.pad(levels, (radius, radius, 0, 0), mode="replicate").to(torch.int64)
+    values = divide(torch.arange(256, dtype=torch.float64, device=levels.device), 255.0)
+    table_weights = kernels[:, :, None]
+    products, errors = _product_and_error(table_weights, _split(table_weights), values, _split(values))
+    shape = (batch, channels, height, 256)
+
+    def gathered(table: Tensor, tap: int, out: Tensor | None = None) -> Tensor:
+        return torch.gather(table[:, tap, None, None, :].expand(shape), 3, index[..., tap : tap + width], out=out)
+
+    rows = gathered(products, 0)  # the first tap's products, the row pass's start
+    fused_multiply_add = _FusedMultiplyAdd(rows)
+    for tap in range(1, 2 * radius + 1):
+        product = gathered(products, tap, out=fused_multiply_add.product)
+        error = gathered(errors, tap, out=fused_multiply_add.error)
+        rows = fused_multiply_add.add(product, error, rows)
+    return _column_pass(rows, tap_weights, radius)
 
 
 def gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
