@@ -184,7 +184,7 @@ def prepare_zoom_blur(
     """Average of each image and its centre zooms by ``numpy.arange(start, stop, step)`` (per sample).
 
     Zooms are accumulated in float32 in the CPU path's order; a sample with fewer zoom factors than
-    the batch's longest list adds nothing for the missing slots. Every slot's tables travel in one
+    the batch's longest list adds nothing for the missing slots. Every slot's tables are staged in the batch's
     upload. Each zoom interpolates in ``dtype``. Deterministic (``random`` unused).
     """
     rows = per_sample_parameters("zoom_blur", severities).tolist()
@@ -305,7 +305,7 @@ def prepare_glass_blur(
     Parameters per sample: (sigma, max displacement rounded half to even and at least 1, iterations
     rounded half to even). One ``random.uniform(3, H, W, 2)`` draw per call gives the (dx, dy)
     offsets of every pixel for up to three passes, ``floor(u * 2 * margin) - margin`` (in integers:
-    ``u`` is ``k / 2**24``). Kernels, margins and each pass's active samples travel in one upload; the
+    ``u`` is ``k / 2**24``). Kernels, margins and each pass's active samples are staged in the batch's upload; the
     pointer jumping runs a fixed number of rounds (:func:`_glass_jumps`), for the three passes at once, and
     moves the blurred bytes as uint8 (the CPU's ``np.uint8`` of the first blur). The blurs run in ``dtype``.
     """
