@@ -44,7 +44,9 @@ Public names:
   is ``.prepare``) and :func:`torch_corruptions` (name → corruption of all 19, or of one family), from
   :mod:`.registry`;
 - :func:`crop_resize_flip` (``geometry``), :func:`jpeg_round_trip` (``jpeg``);
-- :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``).
+- :class:`SampleRandom` (``random``), :func:`per_sample_parameters` (``parameters``);
+- :class:`BatchUpload` (``_upload``): the host data of a batch, staged by the host halves and sent in one
+  copy (what a corruption's ``prepare`` stages into, for one registered from outside).
 
 Importing this package needs torch; ``ccc.corruptions``, ``ccc.render``, ``ccc.stream``
 and ``ccc.shards`` never import it, and its users (``ccc.load.render_stream(device=)``,
@@ -54,6 +56,7 @@ that render on a device.
 
 from ccc.registry import import_submodules
 
+from ._upload import BatchUpload
 from .geometry import crop_resize_flip
 from .jpeg import jpeg_round_trip
 from .parameters import per_sample_parameters
@@ -64,6 +67,7 @@ from .registry import torch_corruption, torch_corruptions
 import_submodules(__name__, __path__)
 
 __all__ = [
+    "BatchUpload",
     "SampleRandom",
     "apply_corruption_stage",
     "crop_resize_flip",
