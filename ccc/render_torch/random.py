@@ -200,7 +200,9 @@ class SampleRandom:
         self.dtype = dtype
         self.stage = stage
         self.device = seeds.device if device is None else torch.device(device)
-        self._keys: Tensor | Staged = to_device(_key_table(seeds, stage), self.device)
+        keys = _key_table(seeds, stage)
+        self._host_keys = keys if keys.device.type == "cpu" else None  # kept for on_host (none made twice)
+        self._keys: Tensor | Staged = to_device(keys, self.device)
         self._draws = [0]
 
     @property
@@ -213,13 +215,14 @@ class SampleRandom:
     def on_host(self) -> SampleRandom:
         """These streams drawing on the CPU, sharing this object's draw counter (a draw on either consumes
         the draw number for both): the values equal the device's (the words are device-independent).
-        Free when the seeds live on the host; device seeds are read back once."""
+        Free when the seeds live on the host (their keys are this object's); device seeds are read back once."""
         host = SampleRandom.__new__(SampleRandom)
         host.seeds = self.seeds.cpu()
         host.stage = self.stage
         host.dtype = self.dtype
         host.device = torch.device("cpu")
-        host._keys = _key_table(host.seeds, self.stage)
+        host._host_keys = self._host_keys if self._host_keys is not None else _key_table(host.seeds, self.stage)
+        host._keys = host._host_keys
         host._draws = self._draws
         return host
 
@@ -379,6 +382,7 @@ class SampleRandom:
         chosen.stage = self.stage
         chosen.dtype = self.dtype
         chosen.device = upload.device
-        chosen._keys = upload.tables(self._device_keys[list(members)].numpy())
+        chosen._host_keys = self._device_keys[list(members)]
+        chosen._keys = upload.tables(chosen._host_keys.numpy())
         chosen._draws = [0]
         return chosen
