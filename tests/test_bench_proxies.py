@@ -145,3 +145,28 @@ def test_table_has_one_row_per_batch_size(quick: tuple[dict, str]) -> None:
     rows = [line for line in stdout.split("Stream windows")[0].splitlines() if line.startswith("| ")]
     assert [row.split(" | ")[0] for row in rows[1:]] == ["| 2", "| 4"]
     assert "launches × 10 µs" in stdout
+
+
+def test_a_fused_operator_is_one_launch_moving_its_inputs_and_output_with_its_compositions_flops() -> None:
+    import torch
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    from ccc.render_torch import _resample
+    from tests.builders import load_script
+
+    proxies = load_script("scripts/bench/render_proxies.py")
+    device = proxies.RENDER_DEVICE
+    levels = torch.zeros((2, 9, 7, 3), dtype=torch.uint8, device=device)
+    index = torch.zeros((2, 5, 3), dtype=torch.int64, device=device)
+    weight = torch.ones((2, 5, 3), dtype=torch.int32, device=device)
+    provenance = WeakIdKeyDictionary()
+    for tensor in (levels, index, weight):
+        provenance[tensor] = True
+    with proxies.ProxyCounter(provenance) as fused:
+        output = _resample.resample_pass(levels, index, weight)
+    with proxies.ProxyCounter(provenance) as composed:
+        _resample._composed_pass(levels, index, weight)
+    assert fused.launches == 1 and dict(fused.launch_ops) == {"resample_pass": 1}
+    assert fused.bytes_moved == sum(t.numel() * t.element_size() for t in (levels, index, weight, output))
+    assert composed.launches > 1 and composed.bytes_moved > fused.bytes_moved
+    assert (fused.float64_flops, fused.float32_flops) == (composed.float64_flops, composed.float32_flops)

@@ -29,6 +29,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from ._triton import fuses
 from ._upload import BatchUpload
 
 __all__ = ["prepare_resample", "resample_batch"]
@@ -132,22 +133,16 @@ def _vertical_first(in_sizes: NDArray[np.int64], out_sizes: NDArray[np.int64]) -
 
 
 def multiplies_while_casting(device: torch.device) -> bool:
-    """Whether :func:`_pass` multiplies the gathered uint8 levels by the int32 weights in one mixed-dtype
+    """Whether :func:`_composed_pass` multiplies the gathered uint8 levels by the int32 weights in one mixed-dtype
     operation on ``device`` (a GPU: each value is cast as it is read, no int32 copy is written), rather than
     casting them to int32 first and multiplying in place (the CPU, whose mixed-dtype loops are not
     vectorised: 1.7 times slower there). The products are the same integers either way."""
     return device.type != "cpu"
 
 
-def _pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
-    """One resampling pass of uint8 ``levels`` (B, L, M, C) along its axis 1.
-
-    ``index`` (B, O, T) int64 holds row numbers of ``levels`` viewed as (B·L, M·C) and ``weight``
-    (B, O, T) int32 their weights: each output row is a whole contiguous row gathered per tap, so one
-    gather serves every tap, column and channel. Returns uint8 (B, O, M, C), each value
-    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32
-    (:func:`multiplies_while_casting` says how the products are made).
-    """
+def _composed_pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
+    """:func:`resample_pass` in ATen operations: one gather of whole rows for every tap, column and channel,
+    the products (:func:`multiplies_while_casting` says how they are made) summed in int32."""
     batch, _, *rest = levels.shape
     rows = levels.reshape(-1, levels[0, 0].numel()).index_select(0, index.view(-1)).view(*index.shape, -1)
     if multiplies_while_casting(levels.device):
@@ -157,6 +152,33 @@ def _pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
     total = products.sum(dim=2, dtype=torch.int32).add_(1 << (_PRECISION_BITS - 1))
     total.bitwise_right_shift_(_PRECISION_BITS).clamp_(0, 255)
     return total.to(torch.uint8).view(batch, index.shape[1], *rest)
+
+
+@torch.library.custom_op("ccc::resample_pass", mutates_args=())
+def resample_pass(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
+    """One resampling pass of uint8 ``levels`` (B, L, M, C) along its axis 1.
+
+    ``index`` (B, O, T) int64 holds row numbers of ``levels`` viewed as (B·L, M·C) and ``weight``
+    (B, O, T) int32 their weights. Returns uint8 (B, O, M, C), each value
+    ``clip((sum(level · weight) + 2**21) >> 22, 0, 255)`` accumulated in int32: in ATen operations
+    (:func:`_composed_pass`), or on CUDA in one Triton kernel that reads ``levels`` in place
+    (:mod:`._triton.resample`, where :func:`~._triton.fuses`). The same integers either way.
+    """
+    return _composed_pass(levels, index, weight)
+
+
+@resample_pass.register_kernel("cuda")
+def _resample_pass_cuda(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
+    if not fuses(levels.device):
+        return _composed_pass(levels, index, weight)
+    from ._triton.resample import resample_pass as kernel
+
+    return kernel(levels, index, weight, _PRECISION_BITS)
+
+
+@resample_pass.register_fake
+def _resample_pass_shape(levels: Tensor, index: Tensor, weight: Tensor) -> Tensor:
+    return levels.new_empty((levels.shape[0], index.shape[1], *levels.shape[2:]))
 
 
 def _tables(
@@ -170,7 +192,7 @@ def _tables(
     """Host tap tables of both axes (rows' index and weight, columns' index and weight, each (N, O, T)
     int32), the columns mirrored where ``flips``; sample k's indices are offset by its box and by
     ``k · plane`` (``plane``: the input planes' (height, width) in pixels), row numbers in the (N·L, M·C)
-    view that :func:`_pass` gathers from.
+    view that :func:`resample_pass` gathers from.
 
     Raises:
         ValueError: N planes of more than 2**31 - 1 rows or columns in all (indices past int32).
@@ -225,9 +247,9 @@ def prepare_resample(
             rows, columns = (rows_index, rows_weight.to(torch.int32)), (columns_index, columns_weight.to(torch.int32))
             group = levels if whole else levels.index_select(0, positions)
             if order:
-                group = _pass(_pass(group, *rows).transpose(1, 2), *columns).transpose(1, 2)
+                group = resample_pass(resample_pass(group, *rows).transpose(1, 2), *columns).transpose(1, 2)
             else:
-                group = _pass(_pass(group.transpose(1, 2), *columns).transpose(1, 2), *rows)
+                group = resample_pass(resample_pass(group.transpose(1, 2), *columns).transpose(1, 2), *rows)
             if whole:
                 return group.contiguous()
             if output is None:

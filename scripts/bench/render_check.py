@@ -15,7 +15,11 @@ crop only: ``render.py``'s cases and samples, ``--batch`` of each) and every ``-
   The random streams are bit-identical on every device (``ccc.render_torch.random``), so a difference
   is the device's float arithmetic: transcendental functions, FFT and matrix-product reduction
   orders, fused multiply-adds.
-- ``seconds``: wall seconds of the first device render (warm-up included: the first call of a kernel).
+- ``triton_vs_aten``: where the device runs the renderer's fused Triton kernels (``ccc.render_torch._triton``,
+  CUDA), the same comparison of its render against a third one with ``CCC_TORCH_KERNELS=aten`` (the ATen
+  compositions on the same device): the kernels promise 0 differing bytes; None where the device has none;
+- ``seconds``: wall seconds of the first device render (warm-up included: the first call of a kernel, the
+  Triton kernels' compilation).
 
 On the CPU (``--device cpu``) the comparison is trivially exact: that run checks the script itself::
 
@@ -27,12 +31,14 @@ On the CPU (``--device cpu``) the comparison is trivially exact: that run checks
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +53,7 @@ from render import CROP_ONLY, MEDIUM_MIX, SOURCE_IMAGES, medium_specs, single_co
 from ccc.load.rendered_stream import check_render_device  # noqa: E402
 from ccc.render import RENDER_PRECISIONS, decode_jpeg  # noqa: E402
 from ccc.render_torch import jpeg_round_trip, render_batch  # noqa: E402
+from ccc.render_torch._triton import KERNELS_VARIABLE, fuses  # noqa: E402
 from ccc.stream.spec import SampleSpec  # noqa: E402
 
 PACKAGE = str(Path(__file__).resolve().parents[2] / "ccc")
@@ -63,6 +70,20 @@ def _error_line(error: BaseException) -> str:
 def _synchronise(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _aten_compositions() -> Iterator[None]:
+    """Within: the renderer runs its ATen compositions instead of its Triton kernels."""
+    before = os.environ.get(KERNELS_VARIABLE)
+    os.environ[KERNELS_VARIABLE] = "aten"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[KERNELS_VARIABLE]
+        else:
+            os.environ[KERNELS_VARIABLE] = before
 
 
 def compare(device_bytes: np.ndarray, cpu_bytes: np.ndarray) -> dict[str, float | int]:
@@ -88,6 +109,10 @@ def check_case(
         seconds = time.perf_counter() - start
         second = render_batch(specs, images, device, False, precision)
         cpu = render_batch(specs, images, "cpu", False, precision)
+        aten = None
+        if fuses(device):
+            with _aten_compositions():
+                aten = render_batch(specs, images, device, False, precision)
         first_jpeg, cpu_jpeg = jpeg_round_trip(first), jpeg_round_trip(cpu)
     except Exception as error:  # noqa: BLE001 - reported per case; the other cases still run
         return {"status": _error_line(error)}
@@ -95,6 +120,7 @@ def check_case(
         "status": "ok",
         "seconds": seconds,
         "deterministic": bool(torch.equal(first, second)),
+        "triton_vs_aten": None if aten is None else compare(first.cpu().numpy(), aten.cpu().numpy()),
         "before_jpeg": compare(first.cpu().numpy(), cpu.numpy()),
         **compare(first_jpeg.cpu().numpy(), cpu_jpeg.numpy()),
     }
@@ -105,20 +131,21 @@ def check_table(result: dict) -> str:
     batch = result["settings"]["batch"]
     lines = [
         "| precision | case | status | deterministic | before JPEG: bytes ≠ CPU (%), max Δ, samples "
-        "| after JPEG: bytes ≠ CPU (%), max Δ, mean Δ, samples |",
-        "|---|---|---|---|---|---|",
+        "| after JPEG: bytes ≠ CPU (%), max Δ, mean Δ, samples | Triton kernels: bytes ≠ ATen (%), max Δ |",
+        "|---|---|---|---|---|---|---|",
     ]
     for precision, cases in result["cases"].items():
         for case, row in cases.items():
             if row["status"] != "ok":
-                lines.append(f"| {precision} | {case} | {row['status']} | | | |")
+                lines.append(f"| {precision} | {case} | {row['status']} | | | | |")
                 continue
-            before = row["before_jpeg"]
+            before, fused = row["before_jpeg"], row["triton_vs_aten"]
+            fused_text = "none here" if fused is None else f"{fused['differing_percent']:.4f}, {fused['max_levels']}"
             lines.append(
                 f"| {precision} | {case} | ok | {'yes' if row['deterministic'] else 'NO'} | "
                 f"{before['differing_percent']:.4f}, {before['max_levels']}, {before['differing_samples']}/{batch} | "
                 f"{row['differing_percent']:.4f}, {row['max_levels']}, {row['mean_levels']:.5f}, "
-                f"{row['differing_samples']}/{batch} |"
+                f"{row['differing_samples']}/{batch} | {fused_text} |"
             )
     return "\n".join(lines)
 

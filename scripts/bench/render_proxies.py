@@ -67,6 +67,13 @@ ace2c68), ``jpeg_round_trip`` copied device images to the host, ran libjpeg ther
 result (nvJPEG's CUDA branch fails, issue 36): counted as one read and one upload. The JSON lists the
 substitutions made.
 
+**Fused operators.** The renderer's ``ccc::`` operators (``torch.library.custom_op``; on CUDA each runs one
+Triton kernel, ``ccc/render_torch/_triton``) are dispatched whole: on ``cpu:0`` their ATen composition runs
+unseen, and each counts as one launch that moves the bytes of its tensor inputs and outputs once (the kernel
+reads its inputs and writes its output once; values it reads several times, such as a filter's neighbours,
+are taken as served by the GPU's caches), with the FLOPs of its composition (the kernel makes the same float
+operations: that is how it gives the same bits). A checkout without them counts their compositions op by op.
+
 **Host CPU time** per image: CPU time of this process (one torch thread) for
 ``render_batch(specs, images, "cpu", jpeg=True)`` with nothing patched and no dispatch mode, after the
 warm-up batch. It includes everything the CPU does: Python, the spec and table work, and the execution
@@ -222,6 +229,9 @@ MEMORY_ONLY = {
     "view_copy", "col2im", "im2col",
 }  # fmt: skip
 """Ops counted as 0 FLOPs (they move or make data)."""
+FUSED_NAMESPACE = "ccc"
+"""The namespace of the renderer's fused operators (``torch.library.custom_op("ccc::…")``): one Triton kernel
+each on CUDA, counted as one launch that moves its inputs and outputs once (module docstring)."""
 FFT = {"_fft_r2c", "_fft_c2r", "_fft_c2c"}
 WIDE = {torch.float64, torch.complex128}
 """dtypes whose FLOPs count as float64."""
@@ -311,7 +321,6 @@ class ProxyCounter(TorchDispatchMode):
             self.pinned.append(output)
             self.host_ops += not self.quiet
             return output
-        output = func(*args, **kwargs)
         inputs = [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, torch.Tensor)]
         name = func.overloadpacket.__name__
         device_inputs = [tensor for tensor in inputs if self.on_device(tensor)]
@@ -319,6 +328,13 @@ class ProxyCounter(TorchDispatchMode):
             on_device = bool(device_inputs)
         else:
             on_device = _is_render_device(kwargs.get("device"))
+        if func.namespace == FUSED_NAMESPACE and on_device and not self.quiet:
+            with _CompositionFlops() as composition:  # its ATen composition runs here, on the CPU
+                output = func(*args, **kwargs)
+            self._count_device_op(func, name, args, inputs, output, kwargs, composition)
+            self.mark(output)
+            return output
+        output = func(*args, **kwargs)
         if self.quiet:
             if on_device or (name == "_to_copy" and _is_render_device(kwargs.get("device"))):
                 self.mark(output)
@@ -375,6 +391,7 @@ class ProxyCounter(TorchDispatchMode):
         inputs: list[torch.Tensor],
         output: object,
         kwargs: dict,
+        composition: _CompositionFlops | None = None,
     ) -> None:
         for tensor in inputs:
             if not self.on_device(tensor) and tensor.dim() > 0 and tensor.numel() > 1:
@@ -394,9 +411,16 @@ class ProxyCounter(TorchDispatchMode):
         if func.is_view or name in NO_KERNEL:
             self.excluded_ops[name] += 1
             return
-        self._launch(name, inputs, output, args)
+        self._launch(name, inputs, output, args, composition)
 
-    def _launch(self, name: str, inputs: list[torch.Tensor], output: object, args: tuple = ()) -> None:
+    def _launch(
+        self,
+        name: str,
+        inputs: list[torch.Tensor],
+        output: object,
+        args: tuple = (),
+        composition: _CompositionFlops | None = None,
+    ) -> None:
         outputs = [tensor for tensor in tree_flatten(output)[0] if isinstance(tensor, torch.Tensor)]
         self.launches += 1
         self.launch_ops[name] += 1
@@ -410,11 +434,37 @@ class ProxyCounter(TorchDispatchMode):
         site = _site()
         self.launch_sites[site] += 1
         self.bytes_by_site[site] += moved
+        if composition is not None:  # a fused operator: its composition's FLOPs
+            self.float64_flops += composition.float64_flops
+            self.float32_flops += composition.float32_flops
+            return
         flops, wide = _flops(name, inputs, outputs, args)
         if wide:
             self.float64_flops += flops
         else:
             self.float32_flops += flops
+
+
+class _CompositionFlops(TorchDispatchMode):
+    """The FLOPs (:func:`_flops`) of the ATen ops a fused ``ccc::`` operator's composition dispatches: its Triton
+    kernel makes the same float operations (that is how it gives the same bits), in registers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.float64_flops = 0.0
+        self.float32_flops = 0.0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        output = func(*args, **kwargs)
+        inputs = [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, torch.Tensor)]
+        outputs = [tensor for tensor in tree_flatten(output)[0] if isinstance(tensor, torch.Tensor)]
+        flops, wide = _flops(func.overloadpacket.__name__, inputs, outputs, args)
+        if wide:
+            self.float64_flops += flops
+        else:
+            self.float32_flops += flops
+        return output
 
 
 def _flops(name: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], args: tuple) -> tuple[float, bool]:
