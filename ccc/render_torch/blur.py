@@ -42,8 +42,10 @@ from torch import Tensor
 
 from ccc.corruptions.blur import DEFOCUS_BLUR_TABLE, antialiased_disk
 
+from ._triton import fuses
 from ._upload import BatchUpload
 from .numerics import (
+    ZoomTables,
     byte_levels,
     divide,
     gather_elements,
@@ -178,6 +180,93 @@ def prepare_defocus_blur(
     return step
 
 
+def _composed_zoom_blur_sum(images: Tensor, tables: ZoomTables, present: Tensor) -> Tensor:
+    """:func:`zoom_blur_sum` in ATen operations: the images converted to the weights' dtype once, then
+    :func:`gather_elements`' worth of zooms made at a time (:func:`zoom_with_tables`), weighted, and added
+    one after the other."""
+    source = images.to(tables.row_upper.dtype)  # once, not once per zoom
+    accumulated = torch.zeros_like(images, dtype=torch.float32)
+    slots = tables.row_low.shape[0]
+    per_call = max(1, min(slots, gather_elements(images.device) // images.numel()))
+    for first in range(0, slots, per_call):  # `per_call` slots zoomed in one set of operations
+        chosen = slice(first, first + per_call)
+        zoomed = zoom_with_tables(source, tables.slots(chosen), torch.float32)
+        # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
+        zoomed *= present[chosen][:, :, None, None, None]
+        for slot_zoom in zoomed:  # summed one slot after the other, in the CPU path's order
+            accumulated += slot_zoom
+    return accumulated
+
+
+@torch.library.custom_op("ccc::zoom_blur_sum", mutates_args=())
+def zoom_blur_sum(
+    images: Tensor,
+    row_low: Tensor,
+    row_high: Tensor,
+    row_lower: Tensor,
+    row_upper: Tensor,
+    column_low: Tensor,
+    column_high: Tensor,
+    column_lower: Tensor,
+    column_upper: Tensor,
+    present: Tensor,
+) -> Tensor:
+    """Zoom blur's sum of zooms: ``Σ_z float32(zoom_z(images)) · present[z]`` added in float32 in slot order,
+    from zero.
+
+    Args:
+        images: float (B, C, H, W), any memory layout, zoomed in the weights' dtype.
+        row_low, ..., column_upper: the eight :class:`~.numerics.ZoomTables` of Z zooms per sample, (Z, B, H) and
+            (Z, B, W) (:func:`~.numerics.zoom_device_tables`).
+        present: float32 (Z, B), each slot's weight (1 where the sample has that zoom, 0 where not).
+
+    Returns:
+        float32 (B, C, H, W). Each zoom is :func:`~.numerics.zoom_with_tables` (cast to float32), times its
+        weight, each rounded once. In ATen operations (:func:`_composed_zoom_blur_sum`), or on CUDA in one
+        Triton kernel that keeps the zooms and their sum in registers (:mod:`._triton.zoom`, where
+        :func:`~._triton.fuses`): the same bits either way.
+    """
+    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
+    return _composed_zoom_blur_sum(images, tables, present)
+
+
+@zoom_blur_sum.register_kernel("cuda")
+def _zoom_blur_sum_cuda(
+    images: Tensor,
+    row_low: Tensor,
+    row_high: Tensor,
+    row_lower: Tensor,
+    row_upper: Tensor,
+    column_low: Tensor,
+    column_high: Tensor,
+    column_lower: Tensor,
+    column_upper: Tensor,
+    present: Tensor,
+) -> Tensor:
+    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
+    if not fuses(images.device):
+        return _composed_zoom_blur_sum(images, tables, present)
+    from ._triton.zoom import zoom_sum as kernel
+
+    return kernel(images, tables, present)
+
+
+@zoom_blur_sum.register_fake
+def _zoom_blur_sum_shape(
+    images: Tensor,
+    row_low: Tensor,
+    row_high: Tensor,
+    row_lower: Tensor,
+    row_upper: Tensor,
+    column_low: Tensor,
+    column_high: Tensor,
+    column_lower: Tensor,
+    column_upper: Tensor,
+    present: Tensor,
+) -> Tensor:
+    return images.new_empty(images.shape, dtype=torch.float32)
+
+
 def prepare_zoom_blur(
     severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
 ) -> CorruptionStep:
@@ -201,16 +290,7 @@ def prepare_zoom_blur(
         *tables, present_t, counts_t = staged.tensors()
         zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
         unit = unit_values(images, torch.float32)
-        source, present_weights = unit.to(dtype), present_t.to(torch.float32)  # once, not once per slot
-        accumulated = torch.zeros_like(unit)
-        per_call = max(1, min(len(slots), gather_elements(images.device) // unit.numel()))
-        for first in range(0, len(slots), per_call):  # `per_call` slots zoomed in one set of operations
-            chosen = slice(first, first + per_call)
-            zoomed = zoom_with_tables(source, zooms.slots(chosen), torch.float32)
-            # Adding zoom × 0 leaves a finished sample's float32 sum unchanged, bit for bit.
-            zoomed *= present_weights[chosen][:, :, None, None, None]
-            for slot_zoom in zoomed:  # summed one slot after the other, in the CPU path's order
-                accumulated += slot_zoom
+        accumulated = zoom_blur_sum(unit, *zooms, present_t.to(torch.float32))
         averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
         return averaged.clamp(0.0, 1.0)
 
@@ -339,7 +419,7 @@ def prepare_glass_blur(
         ).view(batch, _MAX_GLASS_ITERATIONS, height * width)
         for iteration in range(_MAX_GLASS_ITERATIONS):
             flat = flat.gather(2, sources[:, iteration, None, :].expand(batch, channels, height * width))
-        shuffled = flat.reshape(batch, channels, height, width).to(torch.float32)
+        shuffled = flat.reshape(batch, channels, height, width)  # the byte levels, read as they are
         return unit_float32(separable_opencv_levels(shuffled, kernels) * 255.0)
 
     return step

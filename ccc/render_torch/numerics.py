@@ -40,6 +40,7 @@ from torch import Tensor
 from ccc.corruptions.filters import scipy_gaussian_kernel, zoom_axis_tables
 from ccc.corruptions.motion import motion_blur_taps
 
+from ._triton import fuses
 from ._upload import upload_tables
 
 __all__ = [
@@ -267,8 +268,8 @@ def separable_opencv_levels(levels: Tensor, kernels: Tensor) -> Tensor:
     """:func:`separable_opencv` of byte levels over 255: ``separable_opencv(levels / 255, kernels)`` bit for bit.
 
     Args:
-        levels: float32 (B, C, H, W) holding integers 0..255 (the images are ``levels / 255`` in the kernels'
-            dtype, one IEEE division: the CPU path's ``uint8 / 255.0``).
+        levels: float32 or uint8 (B, C, H, W) holding integers 0..255 (the images are ``levels / 255`` in the
+            kernels' dtype, one IEEE division: the CPU path's ``uint8 / 255.0``).
         kernels: (B, K) float64, or float32 (the float32 mode), as in :func:`separable_opencv`.
 
     Returns:
@@ -276,17 +277,24 @@ def separable_opencv_levels(levels: Tensor, kernels: Tensor) -> Tensor:
         256 values per sample and tap: they are made once per pass in tables (B, K, 256), with the operations
         :func:`separable_opencv` applies to every pixel, and gathered by level (two gathers per tap instead of
         a product and four multiply-adds on whole images); the fused additions and the column pass are
-        :func:`separable_opencv`'s. In float32 it is :func:`separable_opencv` itself.
+        :func:`separable_opencv`'s, run by the operators :func:`opencv_rows_from_levels` and
+        :func:`opencv_symmetric_columns` (one Triton kernel each on CUDA). In float32 it is
+        :func:`separable_opencv` itself.
     """
     if kernels.dtype != torch.float64:
         return separable_opencv(divide(levels.to(kernels.dtype), 255.0), kernels)
-    batch, channels, height, width = levels.shape
-    radius = kernels.shape[1] // 2
-    tap_weights = kernels[:, :, None, None, None].unbind(1)
-    index = F.pad(levels, (radius, radius, 0, 0), mode="replicate").to(torch.int64)
     values = divide(torch.arange(256, dtype=torch.float64, device=levels.device), 255.0)
     table_weights = kernels[:, :, None]
     products, errors = _product_and_error(table_weights, _split(table_weights), values, _split(values))
+    return opencv_symmetric_columns(opencv_rows_from_levels(levels, products, errors), kernels)
+
+
+def _composed_rows_from_levels(levels: Tensor, products: Tensor, errors: Tensor) -> Tensor:
+    """:func:`opencv_rows_from_levels` in ATen operations: per tap, two gathers of whole planes from the
+    tables by the replicate-padded levels, and :meth:`_FusedMultiplyAdd.add` on whole planes."""
+    batch, channels, height, width = levels.shape
+    radius = products.shape[1] // 2
+    index = F.pad(levels, (radius, radius, 0, 0), mode="replicate").to(torch.int64)
     shape = (batch, channels, height, 256)
 
     def gathered(table: Tensor, tap: int, out: Tensor | None = None) -> Tensor:
@@ -298,7 +306,76 @@ def separable_opencv_levels(levels: Tensor, kernels: Tensor) -> Tensor:
         product = gathered(products, tap, out=fused_multiply_add.product)
         error = gathered(errors, tap, out=fused_multiply_add.error)
         rows = fused_multiply_add.add(product, error, rows)
-    return _column_pass(rows, tap_weights, radius)
+    return rows
+
+
+@torch.library.custom_op("ccc::opencv_rows_from_levels", mutates_args=())
+def opencv_rows_from_levels(levels: Tensor, products: Tensor, errors: Tensor) -> Tensor:
+    """The float64 row pass of :func:`separable_opencv_levels`: OpenCV's fused multiply-adds of the taps, left
+    to right, borders replicated.
+
+    Args:
+        levels: float32 or uint8 (B, C, H, W) holding integers 0..255.
+        products: float64 (B, K, 256), K odd: tap k's weight times level v / 255, rounded.
+        errors: float64 (B, K, 256): those products minus their exact values (:func:`_product_and_error`).
+
+    Returns:
+        float64 (B, C, H, W): per pixel the first tap's product, then each further tap's added as one fused
+        multiply-add (:meth:`_FusedMultiplyAdd.add`), the tap k reading the column ``x + k - K // 2`` clamped
+        into the row. In ATen operations (:func:`_composed_rows_from_levels`), or on CUDA in one Triton
+        kernel (:mod:`._triton.opencv_filter`, where :func:`~._triton.fuses`): the same bits either way.
+    """
+    return _composed_rows_from_levels(levels, products, errors)
+
+
+@opencv_rows_from_levels.register_kernel("cuda")
+def _opencv_rows_from_levels_cuda(levels: Tensor, products: Tensor, errors: Tensor) -> Tensor:
+    if not fuses(levels.device):
+        return _composed_rows_from_levels(levels, products, errors)
+    from ._triton.opencv_filter import opencv_rows_from_levels as kernel
+
+    return kernel(levels, products, errors)
+
+
+@opencv_rows_from_levels.register_fake
+def _opencv_rows_from_levels_shape(levels: Tensor, products: Tensor, errors: Tensor) -> Tensor:
+    return levels.new_empty(levels.shape, dtype=torch.float64)
+
+
+def _composed_symmetric_columns(rows: Tensor, kernels: Tensor) -> Tensor:
+    """:func:`opencv_symmetric_columns` in ATen operations: :func:`_column_pass` on whole planes."""
+    return _column_pass(rows, kernels[:, :, None, None, None].unbind(1), kernels.shape[1] // 2)
+
+
+@torch.library.custom_op("ccc::opencv_symmetric_columns", mutates_args=())
+def opencv_symmetric_columns(rows: Tensor, kernels: Tensor) -> Tensor:
+    """OpenCV's symmetric column filter (float64) of the row pass's result, borders replicated.
+
+    Args:
+        rows: float64 (B, C, H, W).
+        kernels: float64 (B, K), K odd, each symmetric about K // 2.
+
+    Returns:
+        float64 (B, C, H, W): per pixel ``rows[y] · w[r]``, then for offsets d = 1..r in order
+        ``(rows[y + d] + rows[y - d]) · w[r + d]`` added (r = K // 2, rows clamped into the plane). In ATen
+        operations (:func:`_composed_symmetric_columns`), or on CUDA in one Triton kernel
+        (:mod:`._triton.opencv_filter`, where :func:`~._triton.fuses`): the same bits either way.
+    """
+    return _composed_symmetric_columns(rows, kernels)
+
+
+@opencv_symmetric_columns.register_kernel("cuda")
+def _opencv_symmetric_columns_cuda(rows: Tensor, kernels: Tensor) -> Tensor:
+    if not fuses(rows.device):
+        return _composed_symmetric_columns(rows, kernels)
+    from ._triton.opencv_filter import opencv_symmetric_columns as kernel
+
+    return kernel(rows, kernels)
+
+
+@opencv_symmetric_columns.register_fake
+def _opencv_symmetric_columns_shape(rows: Tensor, kernels: Tensor) -> Tensor:
+    return torch.empty_like(rows)
 
 
 def gaussian_kernels(sigmas: list[float]) -> NDArray[np.float64]:
@@ -363,21 +440,9 @@ def zoom_device_tables(
     )
 
 
-def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> Tensor:
-    """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
-
-    Args:
-        images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic; images
-            already of that dtype are not copied).
-        tables: :func:`zoom_device_tables` of one zoom per sample ((B, H) and (B, W)), or of Z zooms per
-            sample ((Z, B, H) and (Z, B, W)), on the images' device.
-        dtype: the result's dtype (the reference casts each zoom to its input's dtype).
-
-    Returns:
-        (B, C, H, W), or (Z, B, C, H, W), of ``dtype``: rows interpolated first, then columns, in the
-        weights' dtype, then cast. Several zooms are made in one set of operations, each with the arithmetic
-        of a lone one; the images are read in their own memory layout (no copy).
-    """
+def _composed_zoom(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> Tensor:
+    """:func:`zoom` in ATen operations: the source expanded over the zooms, each pass two gathers of whole
+    images, two products and a sum."""
     batch, channels, height, width = images.shape
     shape = (*tables.row_low.shape[:-2], batch, channels, height, width)
     source = images.to(tables.row_upper.dtype).expand(shape)
@@ -394,6 +459,84 @@ def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> 
     zoomed = columns_at(tables.column_low) * tables.column_lower[..., None, None, :]
     zoomed += columns_at(tables.column_high) * tables.column_upper[..., None, None, :]
     return zoomed.to(dtype)
+
+
+@torch.library.custom_op("ccc::zoom", mutates_args=())
+def zoom(
+    images: Tensor,
+    row_low: Tensor,
+    row_high: Tensor,
+    row_lower: Tensor,
+    row_upper: Tensor,
+    column_low: Tensor,
+    column_high: Tensor,
+    column_lower: Tensor,
+    column_upper: Tensor,
+    dtype: torch.dtype,
+) -> Tensor:
+    """Centre zoom of float ``images`` (B, C, H, W) with the eight :class:`ZoomTables` (rows' (*S, B, H), columns'
+    (*S, B, W)) → ``dtype`` (*S, B, C, H, W), as :func:`zoom_with_tables` describes it: in ATen operations
+    (:func:`_composed_zoom`), or on CUDA in one Triton kernel that reads each output value's four source values
+    and writes the result alone (:mod:`._triton.zoom`, where :func:`~._triton.fuses`). The same bits either way.
+    """
+    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
+    return _composed_zoom(images, tables, dtype)
+
+
+@zoom.register_kernel("cuda")
+def _zoom_cuda(
+    images: Tensor,
+    row_low: Tensor,
+    row_high: Tensor,
+    row_lower: Tensor,
+    row_upper: Tensor,
+    column_low: Tensor,
+    column_high: Tensor,
+    column_lower: Tensor,
+    column_upper: Tensor,
+    dtype: torch.dtype,
+) -> Tensor:
+    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
+    if not fuses(images.device):
+        return _composed_zoom(images, tables, dtype)
+    from ._triton.zoom import zoom as kernel
+
+    return kernel(images, tables, dtype)
+
+
+@zoom.register_fake
+def _zoom_shape(
+    images: Tensor,
+    row_low: Tensor,
+    row_high: Tensor,
+    row_lower: Tensor,
+    row_upper: Tensor,
+    column_low: Tensor,
+    column_high: Tensor,
+    column_lower: Tensor,
+    column_upper: Tensor,
+    dtype: torch.dtype,
+) -> Tensor:
+    return images.new_empty((*row_low.shape[:-2], *images.shape), dtype=dtype)
+
+
+def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> Tensor:
+    """Centre zoom of each sample: ``clipped_zoom`` of the reference (scipy order 1).
+
+    Args:
+        images: float (B, C, H, W), computed in the weights' dtype (float64: scipy's arithmetic; images
+            already of that dtype are not copied).
+        tables: :func:`zoom_device_tables` of one zoom per sample ((B, H) and (B, W)), or of Z zooms per
+            sample ((Z, B, H) and (Z, B, W)), on the images' device.
+        dtype: the result's dtype (the reference casts each zoom to its input's dtype).
+
+    Returns:
+        (B, C, H, W), or (Z, B, C, H, W), of ``dtype``: rows interpolated first, then columns, in the
+        weights' dtype, then cast. Several zooms are made in one set of operations, each with the arithmetic
+        of a lone one; the images are read in their own memory layout (no copy). The operator :func:`zoom`
+        (one Triton kernel on CUDA).
+    """
+    return zoom(images, *tables, dtype)
 
 
 def motion_blur_tables(
@@ -441,21 +584,12 @@ def gather_elements(device: torch.device) -> int:
     return 0 if device.type == "cpu" else GATHER_ELEMENTS
 
 
-def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
-    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
-
-    Args:
-        levels: float64 (or float32) (B, C, H, W) integer 8-bit levels in [0, 255].
-        weights, starts: the tables' weights (of the levels' dtype) and flat offsets on the levels'
-            device; padding as returned.
-
-    Returns:
-        (B, C, H, W) integer levels of the levels' dtype: ``floor(round(Σ_tap weight × 257 × level) / 257)``
-        with the taps' products summed in tap order (in float64: ImageMagick's sums) and edge pixels repeated.
-    """
+def _composed_motion_blur(levels: Tensor, weights: Tensor, starts: Tensor, pad_rows: int, pad_columns: int) -> Tensor:
+    """:func:`motion_blur_levels` in ATen operations: the levels' quanta replicate-padded, each chunk of taps (at most
+    :func:`gather_elements` values) gathered from the padded planes and weighted at once, the products then
+    summed one tap after the other."""
     batch, channels, height, width = levels.shape
     device = levels.device
-    pad_rows, pad_columns = padding
     padded_width = width + 2 * pad_columns
     padded = F.pad(levels * _QUANTUM_PER_LEVEL, (pad_columns, pad_columns, pad_rows, pad_rows), mode="replicate")
     flat = padded.reshape(batch, channels, -1)
@@ -478,6 +612,45 @@ def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, pad
                 total += tap_products
     quantum = (total.clamp(0.0, _QUANTUM_RANGE) + 0.5).floor()
     return torch.div(quantum, _QUANTUM_PER_LEVEL, rounding_mode="floor").reshape(batch, channels, height, width)
+
+
+@torch.library.custom_op("ccc::motion_blur_levels", mutates_args=())
+def motion_blur_levels(levels: Tensor, weights: Tensor, starts: Tensor, pad_rows: int, pad_columns: int) -> Tensor:
+    """ImageMagick's motion blur of ``levels`` (B, C, H, W), as :func:`motion_blur_with_tables` describes it with
+    ``padding`` = (``pad_rows``, ``pad_columns``): in ATen operations (:func:`_composed_motion_blur`), or on CUDA
+    in one Triton kernel that reads the tapped levels where the padded planes would repeat them and writes the
+    result alone (:mod:`._triton.motion_blur`, where :func:`~._triton.fuses`). The same bits either way."""
+    return _composed_motion_blur(levels, weights, starts, pad_rows, pad_columns)
+
+
+@motion_blur_levels.register_kernel("cuda")
+def _motion_blur_cuda(levels: Tensor, weights: Tensor, starts: Tensor, pad_rows: int, pad_columns: int) -> Tensor:
+    if not fuses(levels.device):
+        return _composed_motion_blur(levels, weights, starts, pad_rows, pad_columns)
+    from ._triton.motion_blur import motion_blur as kernel
+
+    return kernel(levels, weights, starts, (pad_rows, pad_columns), int(_QUANTUM_PER_LEVEL), _QUANTUM_RANGE)
+
+
+@motion_blur_levels.register_fake
+def _motion_blur_shape(levels: Tensor, weights: Tensor, starts: Tensor, pad_rows: int, pad_columns: int) -> Tensor:
+    return torch.empty_like(levels, memory_format=torch.contiguous_format)
+
+
+def motion_blur_with_tables(levels: Tensor, weights: Tensor, starts: Tensor, padding: tuple[int, int]) -> Tensor:
+    """ImageMagick 6's MotionBlurImage through an 8-bit PNG round trip, with :func:`motion_blur_tables`.
+
+    Args:
+        levels: float64 (or float32) (B, C, H, W) integer 8-bit levels in [0, 255].
+        weights, starts: the tables' weights (of the levels' dtype) and flat offsets on the levels'
+            device; padding as returned.
+
+    Returns:
+        (B, C, H, W) integer levels of the levels' dtype: ``floor(round(Σ_tap weight × 257 × level) / 257)``
+        with the taps' products summed in tap order (in float64: ImageMagick's sums) and edge pixels repeated.
+        The operator :func:`motion_blur_levels` (one Triton kernel on CUDA).
+    """
+    return motion_blur_levels(levels, weights, starts, *padding)
 
 
 def imagemagick_motion_blur(levels: Tensor, radii: list[float], sigmas: list[float], angles: list[float]) -> Tensor:
