@@ -49,6 +49,10 @@ which encoded 8-bit images do not reach in practice (binary noise at quality 1 d
 Operations per call are independent of the batch size (no per-sample loop, no host read of device
 data): the constant tables are copied to a device once per process, the per-sample quantisation tables
 are built on the device from the qualities.
+
+The stages are two operators, stages 1 to 5 (:func:`decoded_components`, uint8 decoded luma and chroma
+planes) and 6 to 7 (:func:`upsample_to_rgb`): ATen compositions on every device, and on CUDA one Triton
+kernel each (:mod:`._triton.jpeg`), which keep the blocks in registers and give the same integers.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ import torch
 from torch import Tensor
 from torchvision.io import decode_jpeg, encode_jpeg
 
+from ._triton import fuses
 from ._upload import to_device
 
 __all__ = ["FINAL_QUALITY", "integer_jpeg_round_trip", "jpeg_round_trip", "quantisation_tables"]
@@ -257,15 +262,21 @@ def integer_jpeg_round_trip(images: Tensor, quality: int | Tensor = FINAL_QUALIT
     """:func:`jpeg_round_trip` as integer tensor arithmetic (the module documentation), on any device.
 
     Arguments and result as :func:`jpeg_round_trip`; the operations do not depend on the batch size and
-    read no device data on the host.
+    read no device data on the host. Two operators: :func:`decoded_components` (stages 1 to 5) and
+    :func:`upsample_to_rgb` (stages 6 and 7), each one Triton kernel on CUDA.
     """
     qualities = _qualities(images, quality)
-    batch, _, height, width = images.shape
-    device = images.device
-    if batch == 0:
+    if images.shape[0] == 0:
         return images.clone()
-    forward, inverse = _constants_on(device)[:2].unbind(0)
-    tables = quantisation_tables(qualities).permute(2, 3, 0, 1)
+    luma, chroma = decoded_components(images, quantisation_tables(qualities))
+    return upsample_to_rgb(luma, chroma)
+
+
+def _composed_components(images: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`decoded_components` in ATen operations: the whole planes, stage by stage."""
+    _, _, height, width = images.shape
+    forward, inverse = _constants_on(images.device)[:2].unbind(0)
+    tables = steps.permute(2, 3, 0, 1)
 
     luma, chroma = _rgb_to_ycbcr(images.to(torch.int32))
     luma_planes = _pad(luma[:, None], _round_up(height, 8), _round_up(width, 8))
@@ -279,17 +290,86 @@ def integer_jpeg_round_trip(images: Tensor, quality: int | Tensor = FINAL_QUALIT
     coefficients = _dct_pass(_dct_pass(blocks, forward, _FORWARD_SHIFTS[0], 1), forward, _FORWARD_SHIFTS[1], 0)
     # Quantisation steps per block: the luma blocks come first, then the two chroma planes' blocks.
     chroma_count = blocks.shape[-1] - luma_count
-    steps = torch.cat(
+    block_steps = torch.cat(
         [tables[..., :1].expand(-1, -1, -1, luma_count), tables[..., 1:].expand(-1, -1, -1, chroma_count)], -1
     )
-    dequantised = _quantise_dequantise(coefficients, steps)
+    dequantised = _quantise_dequantise(coefficients, block_steps)
     samples = _dct_pass(_dct_pass(dequantised, inverse, _INVERSE_SHIFTS[0], 0), inverse, _INVERSE_SHIFTS[1], 1)
-    samples = samples.add_(128).clamp_(0, 255)
+    samples = samples.add_(128).clamp_(0, 255).to(torch.uint8)
 
     luma_samples = _from_blocks(samples[..., :luma_count], luma_planes.shape)[:, 0, :height, :width]
-    chroma_samples = _from_blocks(samples[..., luma_count:], chroma_planes.shape)
-    chroma_samples = _upsample(chroma_samples[..., :chroma_height, :chroma_width], height, width)
-    return _ycbcr_to_rgb(luma_samples, chroma_samples)
+    chroma_samples = _from_blocks(samples[..., luma_count:], chroma_planes.shape)[..., :chroma_height, :chroma_width]
+    return luma_samples.contiguous(), chroma_samples.contiguous()
+
+
+@torch.library.custom_op("ccc::jpeg_decoded_components", mutates_args=())
+def decoded_components(images: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
+    """Stages 1 to 5 of the round trip (the module documentation): what a decoder holds before upsampling.
+
+    Args:
+        images: uint8 (B, 3, H, W) RGB levels, H and W >= 1.
+        steps: int32 (B, 2, 8, 8) luma and chroma quantisation steps in [1, 255]
+            (:func:`quantisation_tables`).
+
+    Returns:
+        The decoded luma, uint8 (B, H, W), and chroma (Cb, Cr), uint8 (B, 2, ⌈H/2⌉, ⌈W/2⌉), the padding
+        of the codec's blocks cut off: in ATen operations (:func:`_composed_components`), or on CUDA one
+        Triton kernel per 16×16 pixels' blocks (:mod:`._triton.jpeg`, where :func:`~._triton.fuses`). The
+        same integers either way.
+    """
+    return _composed_components(images, steps)
+
+
+@decoded_components.register_kernel("cuda")
+def _decoded_components_cuda(images: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
+    if not fuses(images.device):
+        return _composed_components(images, steps)
+    from ._triton.jpeg import decoded_components as kernel
+
+    return kernel(images, steps, _constants_on(images.device)[:2])
+
+
+@decoded_components.register_fake
+def _decoded_components_shape(images: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]:
+    batch, _, height, width = images.shape
+    luma = images.new_empty((batch, height, width))
+    return luma, images.new_empty((batch, 2, (height + 1) // 2, (width + 1) // 2))
+
+
+def _composed_upsample_to_rgb(luma: Tensor, chroma: Tensor) -> Tensor:
+    """:func:`upsample_to_rgb` in ATen operations."""
+    _, height, width = luma.shape
+    upsampled = _upsample(chroma.to(torch.int32), height, width)
+    return _ycbcr_to_rgb(luma.to(torch.int32), upsampled)
+
+
+@torch.library.custom_op("ccc::jpeg_upsample_to_rgb", mutates_args=())
+def upsample_to_rgb(luma: Tensor, chroma: Tensor) -> Tensor:
+    """Stages 6 and 7 of the round trip: chroma upsampled (:func:`_upsample`) and YCbCr converted to RGB.
+
+    Args:
+        luma: uint8 (B, H, W) decoded luma.
+        chroma: uint8 (B, 2, ⌈H/2⌉, ⌈W/2⌉) decoded Cb and Cr.
+
+    Returns:
+        uint8 (B, 3, H, W) RGB levels: in ATen operations (:func:`_composed_upsample_to_rgb`), or on CUDA
+        one Triton kernel (:mod:`._triton.jpeg`, where :func:`~._triton.fuses`). The same bytes either way.
+    """
+    return _composed_upsample_to_rgb(luma, chroma)
+
+
+@upsample_to_rgb.register_kernel("cuda")
+def _upsample_to_rgb_cuda(luma: Tensor, chroma: Tensor) -> Tensor:
+    if not fuses(luma.device):
+        return _composed_upsample_to_rgb(luma, chroma)
+    from ._triton.jpeg import upsample_to_rgb as kernel
+
+    return kernel(luma, chroma)
+
+
+@upsample_to_rgb.register_fake
+def _upsample_to_rgb_shape(luma: Tensor, chroma: Tensor) -> Tensor:
+    return luma.new_empty((luma.shape[0], 3, *luma.shape[1:]))
 
 
 def _round_up(size: int, multiple: int) -> int:
