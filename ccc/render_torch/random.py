@@ -25,6 +25,11 @@ The words stay 64-bit: splitmix64 needs 64-bit multiplications modulo 2**64, whi
 could only emulate with four half-width products and carries per multiplication (more device work
 for the same bytes), and the words (so the drawn values, which the tests pin) would have to stay the
 same. The uniforms' integer parts (24, 32 or 40 bits) are exact in the conversions above.
+
+Each draw's words and their integer and exact float steps are one ``ccc::`` operator (:func:`hashed_uniforms`,
+:func:`hashed_uniform_sequence`, :func:`box_muller_uniforms`, :func:`hashed_integers`,
+:func:`poisson_inversion`): the ATen composition on every device but CUDA, where one Triton kernel
+(:mod:`._triton.random`) hashes the words in registers and writes only the values (the same bits).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._triton import fuses
 from ._upload import BatchUpload, Staged, to_device
 
 __all__ = ["TABLED_DRAWS", "PoissonTables", "SampleRandom"]
@@ -54,6 +60,7 @@ _MIX_2 = _signed(0x94D049BB133111EB)
 _STAGE_KEY = _signed(0xD1B54A32D192ED03)
 _UNIFORM_BITS = 24
 _UNIFORM_SCALE = 1.0 / (1 << _UNIFORM_BITS)
+_ANGLE_SCALE = 2.0 * math.pi * _UNIFORM_SCALE
 _POISSON_BITS = 40
 _POISSON_SCALE = float(1 << _POISSON_BITS)
 
@@ -100,6 +107,10 @@ def _poisson_layout(rates: Tensor) -> tuple[Tensor, int]:
     table_rates = _table_rates(rates)
     lengths = torch.ceil(table_rates + 12.0 * torch.sqrt(table_rates) + 12.0).to(torch.int64)
     return lengths, int(lengths.sum())
+
+
+_LONGEST_TABLE = _poisson_layout(torch.tensor([EXACT_POISSON_MAX_RATE], dtype=torch.float64))[1]
+"""The most entries of a Poisson CDF table (the lengths grow with the rate, and larger rates get rate 0's)."""
 
 
 def _poisson_keys(rates: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, Tensor]:
@@ -154,6 +165,203 @@ def _offsets(count: int, device: torch.device) -> Tensor:
     """The hash offsets ``(i + 1)·γ`` of a draw's ``count`` elements, int64 (count,) on ``device``; made once per
     process and count."""
     return torch.arange(1, count + 1, dtype=torch.int64, device=device) * _GOLDEN
+
+
+def _composed_words(keys: Tensor, count: int, top_bits: int = 64) -> Tensor:
+    """The words of elements 0..``count - 1`` of the draws whose keys are ``keys`` (int64 (B, D)): int64
+    (B, D, ``count``), word ``(b, d, i)`` the mix of ``keys[b, d] + (i + 1)·γ`` (splitmix64 is elementwise: a
+    draw's words are those it gives alone). Only the top ``top_bits`` bits are exact when it is 31 or less
+    (:func:`_mix`)."""
+    return _mix(keys[:, :, None] + _offsets(count, keys.device), top_bits)
+
+
+def _uniforms(words: Tensor, dtype: torch.dtype) -> Tensor:
+    """``k / 2**24`` in ``dtype`` for ``k`` the top 24 bits of int64 ``words`` (exact in float32 and float64)."""
+    return _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
+
+
+def _composed_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
+    """:func:`hashed_uniforms` in ATen operations."""
+    return _uniforms(_composed_words(keys, count, _UNIFORM_BITS), dtype)
+
+
+@torch.library.custom_op("ccc::hashed_uniforms", mutates_args=())
+def hashed_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
+    """Uniforms of D draws of ``count`` elements each.
+
+    ``keys`` int64 (B, D) holds each sample's draw keys (any strides); returns ``dtype`` (float32 or float64)
+    (B, D, ``count``), the value ``(b, d, i)`` being ``k / 2**24`` on [0, 1) for ``k`` the top 24 bits of the
+    word of element ``i`` under key ``keys[b, d]``: in ATen operations (:func:`_composed_uniforms`), or on CUDA
+    in one Triton kernel (:mod:`._triton.random`, where :func:`~._triton.fuses`). The same values either way.
+    """
+    return _composed_uniforms(keys, count, dtype)
+
+
+@hashed_uniforms.register_kernel("cuda")
+def _hashed_uniforms_cuda(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
+    if not fuses(keys.device):
+        return _composed_uniforms(keys, count, dtype)
+    from ._triton.random import hashed_uniforms as kernel
+
+    return kernel(keys, count, dtype)
+
+
+@hashed_uniforms.register_fake
+def _hashed_uniforms_shape(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
+    return keys.new_empty((*keys.shape, count), dtype=dtype)
+
+
+def _composed_uniform_sequence(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`hashed_uniform_sequence` in ATen operations."""
+    return _uniforms(_mix(keys.index_select(1, draw) + offsets, _UNIFORM_BITS), dtype)
+
+
+@torch.library.custom_op("ccc::hashed_uniform_sequence", mutates_args=())
+def hashed_uniform_sequence(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: torch.dtype) -> Tensor:
+    """Uniforms of D draws of different sizes laid end to end (:func:`_sequence_tables`).
+
+    ``keys`` int64 (B, D) holds each sample's draw keys; ``draw`` int64 (N,) each element's draw (a column of
+    ``keys``) and ``offsets`` int64 (N,) its hash offset ``(i + 1)·γ``. Returns ``dtype`` (float32 or float64)
+    (B, N) uniforms ``k / 2**24``, as :func:`hashed_uniforms` (ATen, or the Triton kernel on CUDA).
+    """
+    return _composed_uniform_sequence(keys, draw, offsets, dtype)
+
+
+@hashed_uniform_sequence.register_kernel("cuda")
+def _hashed_uniform_sequence_cuda(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: torch.dtype) -> Tensor:
+    if not fuses(keys.device):
+        return _composed_uniform_sequence(keys, draw, offsets, dtype)
+    from ._triton.random import hashed_uniform_sequence as kernel
+
+    return kernel(keys, draw, offsets, dtype)
+
+
+@hashed_uniform_sequence.register_fake
+def _hashed_uniform_sequence_shape(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: torch.dtype) -> Tensor:
+    return keys.new_empty((keys.shape[0], draw.shape[0]), dtype=dtype)
+
+
+def _composed_box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """:func:`box_muller_uniforms` in ATen operations."""
+    words = _composed_words(keys[:, None], count)[:, 0]
+    radius_uniform = (_shift_right(words, 64 - _UNIFORM_BITS) + 1).to(dtype) * _UNIFORM_SCALE
+    angle_uniform = (_shift_right(words, 64 - 2 * _UNIFORM_BITS) & ((1 << _UNIFORM_BITS) - 1)).to(dtype)
+    return radius_uniform, angle_uniform * _ANGLE_SCALE
+
+
+@torch.library.custom_op("ccc::box_muller_uniforms", mutates_args=())
+def box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The inputs of Box–Muller's transcendental functions for one draw of ``count`` elements.
+
+    ``keys`` int64 (B,) holds each sample's draw key. Returns ``dtype`` (float32 or float64) (B, ``count``)
+    twice: the radius uniforms ``(k + 1) / 2**24`` in (0, 1] for ``k`` the word's top 24 bits, and the angles
+    ``j · (2π / 2**24)`` in radians for ``j`` its next 24 bits (the product rounded once, in ``dtype``). In ATen
+    operations (:func:`_composed_box_muller_uniforms`), or on CUDA in one Triton kernel (:mod:`._triton.random`,
+    where :func:`~._triton.fuses`); the same values either way. ``log``, ``sqrt`` and ``cos`` stay ATen's.
+    """
+    return _composed_box_muller_uniforms(keys, count, dtype)
+
+
+@box_muller_uniforms.register_kernel("cuda")
+def _box_muller_uniforms_cuda(keys: Tensor, count: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    if not fuses(keys.device):
+        return _composed_box_muller_uniforms(keys, count, dtype)
+    from ._triton.random import box_muller_uniforms as kernel
+
+    return kernel(keys, count, dtype, _ANGLE_SCALE)
+
+
+@box_muller_uniforms.register_fake
+def _box_muller_uniforms_shape(keys: Tensor, count: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    return keys.new_empty((keys.shape[0], count), dtype=dtype), keys.new_empty((keys.shape[0], count), dtype=dtype)
+
+
+def _composed_integers(keys: Tensor, count: int, low: int, span: int) -> Tensor:
+    """:func:`hashed_integers` in ATen operations."""
+    top = _shift_right(_composed_words(keys[:, None], count)[:, 0], 32)
+    return low + _shift_right(top * span, 32)
+
+
+@torch.library.custom_op("ccc::hashed_integers", mutates_args=())
+def hashed_integers(keys: Tensor, count: int, low: int, span: int) -> Tensor:
+    """Integers of one draw of ``count`` elements: ``keys`` int64 (B,), each sample's draw key; returns int64
+    (B, ``count``), ``low + (h · span) >> 32`` for ``h`` the word's top 32 bits (``span`` in (0, 2**31)). In ATen
+    operations (:func:`_composed_integers`), or on CUDA in one Triton kernel (:mod:`._triton.random`, where
+    :func:`~._triton.fuses`); the same integers either way."""
+    return _composed_integers(keys, count, low, span)
+
+
+@hashed_integers.register_kernel("cuda")
+def _hashed_integers_cuda(keys: Tensor, count: int, low: int, span: int) -> Tensor:
+    if not fuses(keys.device):
+        return _composed_integers(keys, count, low, span)
+    from ._triton.random import hashed_integers as kernel
+
+    return kernel(keys, count, low, span)
+
+
+@hashed_integers.register_fake
+def _hashed_integers_shape(keys: Tensor, count: int, low: int, span: int) -> Tensor:
+    return keys.new_empty((keys.shape[0], count))
+
+
+def _poisson_uniforms_and_rows(keys: Tensor, index: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """The 40-bit uniforms of one draw (``keys`` int64 (B,)) and the table rows ``b · width + index`` of its
+    values (``index`` (B, ...) into each sample's ``width`` rates), int64 shaped as ``index`` each."""
+    words = _composed_words(keys[:, None], math.prod(index.shape[1:]))[:, 0].view(index.shape)
+    row = (torch.arange(len(keys), device=keys.device) * width).view(-1, *[1] * (index.ndim - 1)) + index
+    return _shift_right(words, 64 - _POISSON_BITS), row
+
+
+def _composed_poisson_inversion(
+    keys: Tensor, index: Tensor, table_keys: Tensor, starts: Tensor, lengths: Tensor, width: int
+) -> Tensor:
+    """:func:`poisson_inversion` in ATen operations."""
+    uniform, row = _poisson_uniforms_and_rows(keys, index, width)
+    found = torch.searchsorted(table_keys, ((row << _POISSON_BITS) + uniform).contiguous())
+    # counts below 2**24 are exact in float32
+    return torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float32)
+
+
+@torch.library.custom_op("ccc::poisson_inversion", mutates_args=())
+def poisson_inversion(
+    keys: Tensor, index: Tensor, table_keys: Tensor, starts: Tensor, lengths: Tensor, width: int
+) -> Tensor:
+    """Poisson counts of one draw by inversion of 40-bit integer CDF tables (:meth:`SampleRandom.poisson`).
+
+    Args:
+        keys: int64 (B,), each sample's draw key.
+        index: int64 (B, ...), values in [0, ``width``): the value ``(b, ...)`` searches table
+            ``b · width + index[b, ...]``.
+        table_keys, starts: :func:`_poisson_keys`' sorted keys (T,) and each table's first position (B·width,).
+        lengths: int64 (B·width,), the tables' lengths (:func:`_poisson_layout`).
+        width: the tables per sample.
+
+    Returns:
+        float32 shaped as ``index``: ``min(k, length - 1)`` for ``k`` the insertion point of ``row · 2**40 + u``
+        (``u`` the word's top 40 bits) counted from the row's table. In ATen operations
+        (:func:`_composed_poisson_inversion`), or on CUDA in one Triton kernel that hashes, searches and
+        converts in registers (:mod:`._triton.random`, where :func:`~._triton.fuses`); the same counts either way.
+    """
+    return _composed_poisson_inversion(keys, index, table_keys, starts, lengths, width)
+
+
+@poisson_inversion.register_kernel("cuda")
+def _poisson_inversion_cuda(
+    keys: Tensor, index: Tensor, table_keys: Tensor, starts: Tensor, lengths: Tensor, width: int
+) -> Tensor:
+    if not fuses(keys.device):
+        return _composed_poisson_inversion(keys, index, table_keys, starts, lengths, width)
+    from ._triton.random import poisson_inversion as kernel
+
+    return kernel(keys, index, table_keys, starts, lengths, width, _LONGEST_TABLE)
+
+
+@poisson_inversion.register_fake
+def _poisson_inversion_shape(
+    keys: Tensor, index: Tensor, table_keys: Tensor, starts: Tensor, lengths: Tensor, width: int
+) -> Tensor:
+    return index.new_empty(index.shape, dtype=torch.float32)
 
 
 class PoissonTables(NamedTuple):
@@ -251,14 +459,6 @@ class SampleRandom:
         numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
         return _mix(table[:, :1] + numbers * _GOLDEN)
 
-    def _words(self, shape: tuple[int, ...], draws: int = 1, top_bits: int = 64) -> Tensor:
-        """The next ``draws`` draws' 64-bit words, int64 (B, draws, *shape), in one computation: draw ``d`` of
-        them gives the words a lone draw at its number would (splitmix64 is elementwise). Only the words' top
-        ``top_bits`` bits are exact when it is 31 or less (:func:`_mix`)."""
-        keys = self._draw_keys(draws)
-        words = _mix(keys[:, :, None] + _offsets(math.prod(shape), self.device), top_bits)  # (B, draws, count)
-        return words.reshape(len(self), draws, *shape)
-
     def uniform(self, *shape: int) -> Tensor:
         """float32 (B, *shape), uniform on [0, 1) in steps of 2**-24."""
         return self.uniform_draws(1, *shape)[:, 0]
@@ -268,8 +468,8 @@ class SampleRandom:
         (their values, and the draw counter afterwards, are those of ``draws`` calls; a GPU launches one set of
         kernels instead of one per draw). ``dtype=torch.float64`` gives the same values in float64 (``k / 2**24``
         is exact in both), without a conversion of its own."""
-        words = self._words(shape, draws, _UNIFORM_BITS)
-        return _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
+        values = hashed_uniforms(self._draw_keys(draws), math.prod(shape), dtype)
+        return values.view(len(self), draws, *shape)
 
     def uniform_sequence(
         self, calls: Sequence[tuple[int, tuple[int, ...]]], dtype: torch.dtype = torch.float32
@@ -288,26 +488,22 @@ class SampleRandom:
         counts = tuple(math.prod(shape) for draws, shape in calls for _ in range(draws))
         keys = self._draw_keys(len(counts))
         draw, offsets = _sequence_tables(counts, self.device)
-        words = _mix(keys.index_select(1, draw) + offsets, _UNIFORM_BITS)
-        values = _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
+        values = hashed_uniform_sequence(keys, draw, offsets, dtype)
         sizes = [draws * math.prod(shape) for draws, shape in calls]
         return [part.view(len(self), draws, *shape) for part, (draws, shape) in zip(values.split(sizes, dim=1), calls)]
 
     def normal(self, *shape: int) -> Tensor:
         """float32 (B, *shape), standard normal (Box–Muller)."""
-        words = self._words(shape)[:, 0]
-        radius_uniform = (_shift_right(words, 64 - _UNIFORM_BITS) + 1).to(self.dtype) * _UNIFORM_SCALE
-        angle_uniform = (_shift_right(words, 64 - 2 * _UNIFORM_BITS) & ((1 << _UNIFORM_BITS) - 1)).to(self.dtype)
+        radius_uniform, angle = box_muller_uniforms(self._draw_keys(1)[:, 0], math.prod(shape), self.dtype)
         radius = torch.sqrt(-2.0 * torch.log(radius_uniform))
-        return (radius * torch.cos(angle_uniform * (2.0 * math.pi * _UNIFORM_SCALE))).to(torch.float32)
+        return (radius * torch.cos(angle)).to(torch.float32).view(len(self), *shape)
 
     def integers(self, low: int, high: int, *shape: int) -> Tensor:
         """int64 (B, *shape), uniform in [low, high) (multiply-shift; ``high - low`` below 2**31)."""
         span = high - low
         if not 0 < span < 1 << 31:
             raise ValueError(f"integers needs 0 < high - low < 2**31, got low={low}, high={high}")
-        top = _shift_right(self._words(shape)[:, 0], 32)
-        return low + _shift_right(top * span, 32)
+        return hashed_integers(self._draw_keys(1)[:, 0], math.prod(shape), low, span).view(len(self), *shape)
 
     def poisson(self, rates: Tensor, index: Tensor) -> Tensor:
         """Poisson samples at rates looked up in a per-sample host table: float32 with the shape of ``index``.
@@ -357,15 +553,14 @@ class SampleRandom:
         [0, R))."""
         if index.shape[:1] != self.seeds.shape:
             raise ValueError(f"index must have the batch size {len(self)} first, got shape {tuple(index.shape)}")
-        uniform = _shift_right(self._words(tuple(index.shape[1:]))[:, 0], 64 - _POISSON_BITS)
+        keys = self._draw_keys(1)[:, 0]
         rates, lengths = tables.staged.tensors()
-        keys, starts = _poisson_keys(rates, lengths, tables.total)
-        row = (torch.arange(len(self), device=self.device) * tables.width).view(-1, *[1] * (index.ndim - 1)) + index
-        found = torch.searchsorted(keys, ((row << _POISSON_BITS) + uniform).contiguous())
-        # counts below 2**24 are exact in float32
-        exact = torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float32)
+        table_keys, starts = _poisson_keys(rates, lengths, tables.total)
+        exact = poisson_inversion(keys, index, table_keys, starts, lengths, tables.width)
         if not tables.above_exact:
             return exact
+        # rare (shot noise below severity 0.06): the uniforms again, in ATen operations
+        uniform, row = _poisson_uniforms_and_rows(keys, index, tables.width)
         rate = rates.to(self.dtype)[row]
         standard = torch.special.ndtri((uniform.to(self.dtype) + 0.5) / _POISSON_SCALE)
         approximate = torch.floor(rate + torch.sqrt(rate) * standard + 0.5).clamp(min=0.0)
