@@ -319,8 +319,9 @@ def _composed_poisson_inversion(
     """:func:`poisson_inversion` in ATen operations."""
     uniform, row = _poisson_uniforms_and_rows(keys, index, width)
     found = torch.searchsorted(table_keys, ((row << _POISSON_BITS) + uniform).contiguous())
-    # counts below 2**24 are exact in float32
-    return torch.minimum(found - starts[row], lengths[row] - 1).to(torch.float32)
+    # a uniform of 0 lands before its own table's first key when the table before ends in CDFs of 1 (keys equal
+    # to row · 2**40): its count is 0. Counts below 2**24 are exact in float32
+    return torch.minimum((found - starts[row]).clamp_(min=0), lengths[row] - 1).to(torch.float32)
 
 
 @torch.library.custom_op("ccc::poisson_inversion", mutates_args=())
@@ -339,7 +340,7 @@ def poisson_inversion(
 
     Returns:
         float32 shaped as ``index``: ``min(k, length - 1)`` for ``k`` the insertion point of ``row · 2**40 + u``
-        (``u`` the word's top 40 bits) counted from the row's table. In ATen operations
+        (``u`` the word's top 40 bits) in the row's own table. In ATen operations
         (:func:`_composed_poisson_inversion`), or on CUDA in one Triton kernel that hashes, searches and
         converts in registers (:mod:`._triton.random`, where :func:`~._triton.fuses`); the same counts either way.
     """

@@ -176,12 +176,11 @@ def _poisson_kernel(
     value = (row << _POISSON_BITS) + (words >> _POISSON_SHIFT).to(tl.int64)
     start = tl.load(starts + row, mask=inside, other=0)
     length = tl.load(lengths + row, mask=inside, other=1)
-    # torch.searchsorted's left insertion point in the whole sorted table: every key of the rows before
-    # row - 1 is below row · 2**40 <= value and every key after this row's is at or above (row + 1) · 2**40 >
-    # value, so it lies in [first of row - 1, end of row]; row - 1's last keys may equal row · 2**40 (a CDF of
-    # 1), and a value of row · 2**40 (a uniform of 0) then lands among them, as in the composition
-    low = tl.load(starts + row - 1, mask=inside & (row > 0), other=0)
-    size = start + length - low
+    # the left insertion point in the row's own table: the keys after it are at or above (row + 1) · 2**40 >
+    # value, those before it at most row · 2**40 <= value (a uniform of 0 then counts 0, as the composition's
+    # clamp gives)
+    low = start
+    size = length
     for _ in range(STEPS):  # lower bound, the range at least halved per step
         half = size >> 1
         below = (size > 0) & (tl.load(table_keys + low + half, mask=inside & (size > 0), other=0) < value)
@@ -310,8 +309,8 @@ def poisson_inversion(
         blocks,
         keys.stride(0),
         width,
-        # a search range spans two tables: fewer than 2**STEPS entries
-        STEPS=(2 * longest).bit_length(),
+        # a search range is one table: fewer than 2**STEPS entries
+        STEPS=longest.bit_length(),
         BLOCK=_BLOCK,
         enable_fp_fusion=FP_FUSION,
     )
