@@ -9,7 +9,7 @@ import torch
 
 from ccc.render_torch import numerics
 
-from .triton_kernels import compiled_for_hopper, interpreted, kernel_module
+from .triton_kernels import compiled_for_hopper, fast_math_instructions, interpreted, kernel_module
 
 kernels = kernel_module("opencv_filter")
 
@@ -87,6 +87,7 @@ def test_the_kernels_compile_for_an_h100_without_a_float64_fused_multiply_add() 
         assert compiled["options"]["enable_fp_fusion"] is False
         assert ".target sm_90" in ptx and compiled["asm"]["cubin"]
         assert "fma.rn.f64" not in ptx and "fma" not in ptx  # no fused multiply-add at all
+        assert not fast_math_instructions(compiled["asm"]["llir"])
         assert ".f64" in ptx
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ccc.render_torch import random
 
-from .triton_kernels import compiled_for_hopper, interpreted
+from .triton_kernels import compiled_for_hopper, fast_math_instructions, interpreted
 
 kernels = pytest.importorskip("ccc.render_torch._triton.random")
 
@@ -153,6 +153,7 @@ def test_the_kernels_compile_for_an_h100(name: str, launch) -> None:  # noqa: AN
     assert compiled["options"]["enable_fp_fusion"] is False
     assert ".target sm_90" in ptx and compiled["asm"]["cubin"]
     assert not re.search(r"\bfma\.", ptx), "no contracted product"
+    assert not fast_math_instructions(compiled["asm"]["llir"])
     assert not re.search(r"shr\.s64\s+%rd\d+, %rd\d+, (16|24|27|30|31|32|40);", ptx), "logical shifts of the words"
 
 

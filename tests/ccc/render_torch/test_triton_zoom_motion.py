@@ -10,7 +10,7 @@ import torch
 from ccc.render_torch import blur, numerics
 from ccc.render_torch._upload import upload_tables
 
-from .triton_kernels import compiled_for_hopper, interpreted
+from .triton_kernels import compiled_for_hopper, fast_math_instructions, interpreted
 
 zoom_kernels = pytest.importorskip("ccc.render_torch._triton.zoom")
 motion_kernels = pytest.importorskip("ccc.render_torch._triton.motion_blur")
@@ -141,6 +141,7 @@ def _assert_compiled_without_fusion(launches: list[dict], count: int) -> None:
         assert launch["options"]["enable_fp_fusion"] is False
         assert ".target sm_90" in launch["asm"]["ptx"] and launch["asm"]["cubin"]
         assert "fma" not in launch["asm"]["ptx"], launch["name"]
+        assert not fast_math_instructions(launch["asm"]["llir"]), launch["name"]
 
 
 def test_the_zoom_kernels_compile_for_an_h100_without_a_fused_multiply_add() -> None:

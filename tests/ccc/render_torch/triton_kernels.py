@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -118,6 +119,18 @@ def _signature(kernel: JITFunction, args: tuple, kwargs: dict) -> tuple[dict, di
             constexprs[name] = value
     options = {name: value for name, value in kwargs.items() if name in _OPTIONS}
     return signature, constexprs, options
+
+
+_FAST_MATH_FLAGS = "fast|reassoc|contract|arcp|afn"
+"""LLVM's fast-math flags that change a finite result (``nnan``, ``ninf``, which LLVM infers where an operand
+cannot be NaN or infinite, do not)."""
+_FAST_MATH = re.compile(rf"= (?:fadd|fsub|fmul|fdiv|frem|fneg|call)\b[^=]*\b(?:{_FAST_MATH_FLAGS})\b")
+
+
+def fast_math_instructions(llir: str) -> list[str]:
+    """The instructions of a kernel's LLVM IR that carry a fast-math flag letting LLVM reassociate, contract or
+    approximate a float operation (``fast``, ``reassoc``, ``contract``, ``arcp``, ``afn``): none is expected."""
+    return [line.strip() for line in llir.splitlines() if _FAST_MATH.search(line)]
 
 
 def compiled_for_hopper(module: ModuleType, launch: Callable[[], object]) -> list[dict]:
