@@ -26,8 +26,10 @@ noises), ``blur`` (defocus, glass, motion, zoom, gaussian), ``weather`` (snow, f
 :func:`torch_corruption`, the lookup by name or alias); :mod:`.numerics` for what several families
 share (byte levels, OpenCV's separable filter, scipy's Gaussian kernels, the zoom and motion-blur
 tables); private helpers ``_resample`` (Pillow's resampling), ``_spatter_filters`` (spatter's OpenCV
-filters) and ``_upload`` (every host-to-device copy: ``non_blocking``, from page-locked memory on
-CUDA, one per batch). ``images`` and ``random``'s draws live on the render device; ``severities`` live
+filters), ``_upload`` (every host-to-device copy: ``non_blocking``, from page-locked memory on
+CUDA, one per batch) and ``_triton`` (the fused kernels: the hottest steps are torch operators ``ccc::<name>``
+whose default is their ATen composition and which run one Triton kernel each on CUDA, with the same bits;
+``CCC_TORCH_KERNELS=aten`` keeps the compositions there). ``images`` and ``random``'s draws live on the render device; ``severities`` live
 on the host (they come from the specs), so per-sample parameters, kernels and tables are derived there
 (``random.on_host()`` draws the per-sample numbers that shape them), and no function reads device data
 back. Every step comes in two halves: the host half prepares (checks, parameters, tables, host draws)

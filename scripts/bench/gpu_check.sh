@@ -4,7 +4,8 @@
 # included):
 #   1. render_check.py: every torch corruption, the medium mix and crop only at batch 16 on cuda, float64 and
 #      float32: does it run (an error is one line, the other cases run on), is it the same bytes run to run,
-#      and how far its bytes are from torch's CPU device on the same specs (check.json);
+#      how far its bytes are from torch's CPU device on the same specs, and whether the fused Triton kernels
+#      give the bytes of the ATen compositions on the GPU (CCC_TORCH_KERNELS=aten; they should) (check.json);
 #   2. render.py --part render, medium mix, medium stream (consecutive samples, one corruption pair per batch)
 #      and crop only at batch 128, 256, 512, 1024, with and without the
 #      JPEG round trip, in the float64 working precision (mix.json) and the float32 one (mix_float32.json),
