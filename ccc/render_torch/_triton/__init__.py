@@ -13,20 +13,23 @@ that owns its step, with three implementations:
 A kernel computes the same bits as its composition: integer steps are exact on every device, and the
 float ones run the composition's IEEE operations in its order, compiled with ``enable_fp_fusion=False``
 (no multiply and add contracted into one fused multiply-add, which would round once where the composition
-rounds twice). ``tests/ccc/render_torch/test_triton.py`` runs every kernel in Triton's interpreter on the
-CPU against its composition, bit for bit, and compiles it for an H100 (sm_90) to check the PTX. The
+rounds twice); every launch goes through :func:`launch`, which passes it and runs the kernel on its tensors'
+device. ``tests/ccc/render_torch/test_triton_*.py`` run every kernel in Triton's interpreter on the
+CPU against its composition, bit for bit, and compile it for an H100 (sm_90) to check the PTX and the LLVM IR. The
 kernel modules import Triton; this package's ``__init__`` does not, so the renderer imports without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
+from typing import Any
 
 import torch
 
-__all__ = ["KERNELS_VARIABLE", "FP_FUSION", "fuses"]
+__all__ = ["KERNELS_VARIABLE", "FP_FUSION", "fuses", "launch"]
 
 KERNELS_VARIABLE = "CCC_TORCH_KERNELS"
 """Environment variable: ``aten`` runs the ATen compositions on CUDA too (to compare, or where a kernel
@@ -52,3 +55,16 @@ def fuses(device: torch.device) -> bool:
     if choice not in ("aten", "triton"):
         raise ValueError(f"{KERNELS_VARIABLE}={choice!r}: expected 'aten' or 'triton'")
     return device.type == "cuda" and choice == "triton" and _triton_importable()
+
+
+def launch(kernel: Any, grid: tuple[int, ...], device: torch.device, *args: object, **constants: object) -> None:
+    """``kernel[grid](*args, **constants)`` on ``device``, with ``enable_fp_fusion=FP_FUSION``.
+
+    Triton launches on the current CUDA device and its current stream, whatever device the tensors are on;
+    torch's own operators switch to their tensors' device first, and so does this (a render on ``cuda:1``
+    while ``cuda:0`` is current). On other devices (Triton's interpreter on the CPU, in the tests) the
+    kernel is called as it is.
+    """
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        kernel[grid](*args, **constants, enable_fp_fusion=FP_FUSION)

@@ -22,7 +22,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..jpeg import _FORWARD_SHIFTS, _INVERSE_SHIFTS, _fix16
-from . import FP_FUSION
+from . import launch
 
 __all__ = ["decoded_components", "upsample_to_rgb"]
 
@@ -199,7 +199,10 @@ def decoded_components(images: Tensor, steps: Tensor, matrices: Tensor) -> tuple
     mcu_columns = triton.cdiv(width, 16)
     image_mcus = triton.cdiv(height, 16) * mcu_columns
     all_mcus = batch * image_mcus
-    _decoded_components_kernel[(triton.cdiv(all_mcus, _MCUS),)](
+    launch(
+        _decoded_components_kernel,
+        (triton.cdiv(all_mcus, _MCUS),),
+        images.device,
         images,
         steps.contiguous(),
         matrices.contiguous(),
@@ -214,7 +217,6 @@ def decoded_components(images: Tensor, steps: Tensor, matrices: Tensor) -> tuple
         all_mcus,
         *images.stride(),
         MCUS=_MCUS,
-        enable_fp_fusion=FP_FUSION,
     )
     return luma, chroma
 
@@ -287,7 +289,10 @@ def upsample_to_rgb(luma: Tensor, chroma: Tensor) -> Tensor:
     batch, height, width = luma.shape
     chroma_height, chroma_width = chroma.shape[2:]
     output = torch.empty((batch, 3, height, width), dtype=torch.uint8, device=luma.device)
-    _upsample_to_rgb_kernel[(batch, triton.cdiv(height * width, _BLOCK))](
+    launch(
+        _upsample_to_rgb_kernel,
+        (batch, triton.cdiv(height * width, _BLOCK)),
+        luma.device,
         luma.contiguous(),
         chroma.contiguous(),
         output,
@@ -297,6 +302,5 @@ def upsample_to_rgb(luma: Tensor, chroma: Tensor) -> Tensor:
         chroma_width,
         REPLICATE=chroma_width <= 2,
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return output

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import FP_FUSION
+from . import launch
 
 __all__ = ["motion_blur"]
 
@@ -84,7 +84,10 @@ def motion_blur(
     batch, channels, height, width = levels.shape
     output = torch.empty((batch, channels, height, width), dtype=levels.dtype, device=levels.device)
     grid = (batch * channels * height, triton.cdiv(width, _BLOCK))
-    _motion_blur_kernel[grid](
+    launch(
+        _motion_blur_kernel,
+        grid,
+        levels.device,
         levels,
         weights.contiguous(),
         starts.contiguous(),
@@ -98,6 +101,5 @@ def motion_blur(
         QUANTUM_PER_LEVEL=quantum_per_level,
         QUANTUM_RANGE=quantum_range,
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return output

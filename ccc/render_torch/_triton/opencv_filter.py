@@ -10,8 +10,9 @@ as two Triton kernels: the row pass and the symmetric column pass.
   times the centre weight, then per offset the rows below and above (clamped into the plane: the replicated
   border) added, multiplied by the offset's weight and added to the total, offsets in increasing order.
 
-Every float operation rounds once, in the composition's order: the launches pass ``enable_fp_fusion=False``,
-so the column pass's multiply and add are not contracted into a fused multiply-add.
+Every float operation rounds once, in the composition's order: the launches
+(:func:`~ccc.render_torch._triton.launch`) turn fp fusion off, so the column pass's multiply and add are not
+contracted into a fused multiply-add.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import FP_FUSION
+from . import launch
 
 __all__ = ["opencv_rows_from_levels", "opencv_symmetric_columns"]
 
@@ -111,7 +112,10 @@ def opencv_rows_from_levels(levels: Tensor, products: Tensor, errors: Tensor) ->
     taps = products.shape[1]
     rows = torch.empty((batch, channels, height, width), dtype=torch.float64, device=levels.device)
     grid = (batch * channels, triton.cdiv(height * width, _BLOCK))
-    _rows_from_levels_kernel[grid](
+    launch(
+        _rows_from_levels_kernel,
+        grid,
+        levels.device,
         levels,
         products.contiguous(),
         errors.contiguous(),
@@ -123,7 +127,6 @@ def opencv_rows_from_levels(levels: Tensor, products: Tensor, errors: Tensor) ->
         *levels.stride(),
         LEVELS=_LEVELS,
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return rows
 
@@ -134,7 +137,10 @@ def opencv_symmetric_columns(rows: Tensor, kernels: Tensor) -> Tensor:
     batch, channels, height, width = rows.shape
     columns = torch.empty((batch, channels, height, width), dtype=torch.float64, device=rows.device)
     grid = (batch * channels, triton.cdiv(height * width, _BLOCK))
-    _symmetric_columns_kernel[grid](
+    launch(
+        _symmetric_columns_kernel,
+        grid,
+        rows.device,
         rows.contiguous(),
         kernels.contiguous(),
         columns,
@@ -143,6 +149,5 @@ def opencv_symmetric_columns(rows: Tensor, kernels: Tensor) -> Tensor:
         width,
         kernels.shape[1],
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return columns

@@ -18,7 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .. import random as streams
-from . import FP_FUSION
+from . import launch
 
 __all__ = ["box_muller_uniforms", "hashed_integers", "hashed_uniform_sequence", "hashed_uniforms", "poisson_inversion"]
 
@@ -210,7 +210,10 @@ def hashed_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
     if output.numel() == 0:
         return output
     grid, blocks = _grid(batch, draws * count)
-    _uniform_draws_kernel[grid](
+    launch(
+        _uniform_draws_kernel,
+        grid,
+        keys.device,
         keys,
         output,
         count,
@@ -219,7 +222,6 @@ def hashed_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
         *keys.stride(),
         DTYPE=_float_type(dtype),
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return output
 
@@ -233,7 +235,10 @@ def hashed_uniform_sequence(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: 
     if output.numel() == 0:
         return output
     grid, blocks = _grid(batch, elements)
-    _uniform_sequence_kernel[grid](
+    launch(
+        _uniform_sequence_kernel,
+        grid,
+        keys.device,
         keys,
         draw.contiguous(),
         offsets.contiguous(),
@@ -243,7 +248,6 @@ def hashed_uniform_sequence(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: 
         *keys.stride(),
         DTYPE=_float_type(dtype),
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return output
 
@@ -257,7 +261,10 @@ def box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype, angle_scal
     if radius.numel() == 0:
         return radius, angle
     grid, blocks = _grid(batch, count)
-    _box_muller_kernel[grid](
+    launch(
+        _box_muller_kernel,
+        grid,
+        keys.device,
         keys,
         radius,
         angle,
@@ -267,7 +274,6 @@ def box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype, angle_scal
         ANGLE_SCALE=angle_scale,
         DTYPE=_float_type(dtype),
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return radius, angle
 
@@ -280,8 +286,18 @@ def hashed_integers(keys: Tensor, count: int, low: int, span: int) -> Tensor:
     if output.numel() == 0:
         return output
     grid, blocks = _grid(batch, count)
-    _integers_kernel[grid](
-        keys, output, count, blocks, keys.stride(0), low, span, BLOCK=_BLOCK, enable_fp_fusion=FP_FUSION
+    launch(
+        _integers_kernel,
+        grid,
+        keys.device,
+        keys,
+        output,
+        count,
+        blocks,
+        keys.stride(0),
+        low,
+        span,
+        BLOCK=_BLOCK,
     )
     return output
 
@@ -298,7 +314,10 @@ def poisson_inversion(
         return output
     count = output[0].numel()
     grid, blocks = _grid(batch, count)
-    _poisson_kernel[grid](
+    launch(
+        _poisson_kernel,
+        grid,
+        keys.device,
         keys,
         index.contiguous(),
         table_keys,
@@ -312,6 +331,5 @@ def poisson_inversion(
         # a search range is one table: fewer than 2**STEPS entries
         STEPS=longest.bit_length(),
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return output

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import FP_FUSION
+from . import launch
 
 __all__ = ["resample_pass"]
 
@@ -63,7 +63,10 @@ def resample_pass(levels: Tensor, index: Tensor, weight: Tensor, precision_bits:
     output = torch.empty((batch, outputs, columns, channels), dtype=torch.uint8, device=levels.device)
     row_elements = columns * channels
     grid = (batch * outputs, triton.cdiv(row_elements, _BLOCK))
-    _resample_pass_kernel[grid](
+    launch(
+        _resample_pass_kernel,
+        grid,
+        levels.device,
         levels,
         index.contiguous(),
         weight.contiguous(),
@@ -76,6 +79,5 @@ def resample_pass(levels: Tensor, index: Tensor, weight: Tensor, precision_bits:
         *levels.stride(),
         PRECISION_BITS=precision_bits,
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
     return output

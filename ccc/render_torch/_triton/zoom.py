@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import FP_FUSION
+from . import launch
 
 __all__ = ["zoom", "zoom_sum"]
 
@@ -187,7 +187,10 @@ def _launch(kernel, images: Tensor, tables: tuple[Tensor, ...], extra: tuple[Ten
     batch, channels, height, width = images.shape
     zooms = tables[0].numel() // (batch * height)
     grid = (batch * channels * height, triton.cdiv(width, _BLOCK))
-    kernel[grid](
+    launch(
+        kernel,
+        grid,
+        images.device,
         images,
         *(table.contiguous() for table in tables),
         *extra,
@@ -199,7 +202,6 @@ def _launch(kernel, images: Tensor, tables: tuple[Tensor, ...], extra: tuple[Ten
         width,
         *images.stride(),
         BLOCK=_BLOCK,
-        enable_fp_fusion=FP_FUSION,
     )
 
 
