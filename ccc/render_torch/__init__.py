@@ -19,24 +19,24 @@ sample's bytes depend only on its spec and its source image: never on the batch 
 samples; they are reproducible on the same device type (the integer random streams are identical on
 every device; float transcendental functions may differ in the last bit between devices).
 
-Layout, as :mod:`ccc.corruptions`'s: one module per family of corruptions, ``noise`` (the four
-noises), ``blur`` (defocus, glass, motion, zoom, gaussian), ``weather`` (snow, frost, fog, spatter) and
-``digital`` (brightness, contrast, saturate, pixelate, jpeg, elastic), each ending in
-``register_torch_corruption(name, prepare_<name>)`` (:mod:`.registry`: the contract, and
-:func:`torch_corruption`, the lookup by name or alias); :mod:`.numerics` for what several families
-share (byte levels, OpenCV's separable filter, scipy's Gaussian kernels, the zoom and motion-blur
-tables); private helpers ``_resample`` (Pillow's resampling), ``_spatter_filters`` (spatter's OpenCV
-filters), ``_upload`` (every host-to-device copy: ``non_blocking``, from page-locked memory on
-CUDA, one per batch) and ``_triton`` (the fused kernels: the hottest steps are torch operators ``ccc::<name>``
-whose default is their ATen composition and which run one Triton kernel each on CUDA, with the same bits;
-``CCC_TORCH_KERNELS=aten`` keeps the compositions there). ``images`` and ``random``'s draws live on the render device; ``severities`` live
-on the host (they come from the specs), so per-sample parameters, kernels and tables are derived there
-(``random.on_host()`` draws the per-sample numbers that shape them), and no function reads device data
-back. Every step comes in two halves: the host half prepares (checks, parameters, tables, host draws)
-and stages its host data in the batch's :class:`~._upload.BatchUpload`; the device half runs once the
-batch's one copy is sent, so a batch's host work all comes first and its data travels in one upload.
-Adding a corruption: its CPU entry in ``ccc.corruptions`` and its torch halves registered in the module
-of the same family here (``tests/ccc/render_torch/test_contract.py`` requires both).
+Layout, as :mod:`ccc.corruptions`'s: one module per family of corruptions, ``noise`` (the four noises),
+``blur`` (defocus, glass, motion, zoom, gaussian), ``weather`` (snow, frost, fog, spatter) and ``digital``
+(brightness, contrast, saturate, pixelate, jpeg, elastic), each ending in ``register_torch_corruption(name,
+prepare_<name>)`` (:mod:`.registry`: the contract, and :func:`torch_corruption`, the lookup by name or alias);
+:mod:`.numerics` for what several families share (byte levels, OpenCV's separable filter, scipy's Gaussian
+kernels, the zoom and motion-blur tables); private helpers ``_resample`` (Pillow's resampling),
+``_spatter_filters`` (spatter's OpenCV filters), ``_upload`` (every host-to-device copy: ``non_blocking``,
+from page-locked memory on CUDA, one per batch) and ``_triton`` (the fused kernels: the hottest steps are
+torch operators ``ccc::<name>`` whose default is their ATen composition and which run one Triton kernel each
+on CUDA, with the same bits; ``CCC_TORCH_KERNELS=aten`` keeps the compositions there). ``images`` and
+``random``'s draws live on the render device; ``severities`` live on the host (they come from the specs), so
+per-sample parameters, kernels and tables are derived there (``random.on_host()`` draws the per-sample numbers
+that shape them), and no function reads device data back. Every step comes in two halves: the host half
+prepares (checks, parameters, tables, host draws) and stages its host data in the batch's
+:class:`~._upload.BatchUpload`; the device half runs once the batch's one copy is sent, so a batch's host work
+all comes first and its data travels in one upload. Adding a corruption: its CPU entry in ``ccc.corruptions``
+and its torch halves registered in the module of the same family here
+(``tests/ccc/render_torch/test_contract.py`` requires both).
 
 Public names:
 
