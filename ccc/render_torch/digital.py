@@ -35,7 +35,9 @@ side too) mirrors :func:`ccc.corruptions.digital.elastic` step by step with per-
 
 Given the same draws, the result equals the CPU path (``docs/fidelity.md``, "The torch backend"). In
 the float32 mode (``dtype=torch.float32``) the float64 steps run in float32 and the fused multiply-adds
-are plain float32 multiply-adds.
+are plain float32 multiply-adds. Both samplings are ``ccc::`` operators (:func:`warp_affine_reflect_101`,
+:func:`sample_shifted_bilinear_reflect`): on CUDA one Triton kernel each (:mod:`._triton.elastic`), elsewhere
+their ATen compositions, the same bits.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from torch import Tensor
 from ccc.corruptions.filters import reflect_folded_kernel
 
 from ._resample import prepare_resample
+from ._triton import fuses
 from ._upload import BatchUpload
 from .jpeg import jpeg_round_trip
 from .numerics import byte_levels, divide, unit_float32, unit_values
@@ -72,6 +75,7 @@ __all__ = [
     "prepare_pixelate",
     "prepare_saturate",
     "sample_bilinear_reflect",
+    "sample_shifted_bilinear_reflect",
     "saturate",
     "warp_affine_reflect_101",
 ]
@@ -258,21 +262,8 @@ def _fused_multiply_add(a: Tensor, b: Tensor, c: Tensor, dtype: torch.dtype) -> 
     return (a.to(dtype) * b.to(dtype) + c.to(dtype)).float()
 
 
-def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
-    """``cv2.warpAffine(image, M, (W, H), borderMode=BORDER_REFLECT_101)`` per sample (OpenCV 5, float32).
-
-    Args:
-        images: float32 (B, C, H, W), any range.
-        inverse: float64 (B, 2, 3), output (x, y, 1) → source (x, y) (the inverse of ``M``); float32 is
-            used as is.
-        dtype: ``torch.float64`` emulates OpenCV's fused multiply-adds exactly, ``torch.float32`` does not.
-
-    Returns:
-        float32 (B, C, H, W), with OpenCV's float32 arithmetic: the map rounded to float32, a row
-        term ``y * m1 + m2`` (float32, two roundings), the source coordinate ``fma(m0, x, row term)``,
-        fractions ``s - floor(s)``, reflect-101 neighbours and the interpolation
-        ``fma(beta, fma(alpha, f11 - f10, f10) - fma(alpha, f01 - f00, f00), fma(alpha, f01 - f00, f00))``.
-    """
+def _composed_warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`warp_affine_reflect_101` in ATen operations."""
     _, _, height, width = images.shape
     m = inverse.float()[:, :, :, None]
     xs = torch.arange(width, dtype=torch.float32, device=images.device)[None, None, :]
@@ -289,6 +280,42 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype 
     top = _fused_multiply_add(alpha, top_right - top_left, top_left, dtype)
     bottom = _fused_multiply_add(alpha, bottom_right - bottom_left, bottom_left, dtype)
     return _fused_multiply_add(beta, bottom - top, top, dtype)
+
+
+@torch.library.custom_op("ccc::warp_affine_reflect_101", mutates_args=())
+def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """``cv2.warpAffine(image, M, (W, H), borderMode=BORDER_REFLECT_101)`` per sample (OpenCV 5, float32).
+
+    Args:
+        images: float32 (B, C, H, W), any range, H and W >= 2.
+        inverse: float64 (B, 2, 3), output (x, y, 1) → source (x, y) (the inverse of ``M``); float32 is
+            used as is.
+        dtype: ``torch.float64`` emulates OpenCV's fused multiply-adds exactly, ``torch.float32`` does not.
+
+    Returns:
+        float32 (B, C, H, W), with OpenCV's float32 arithmetic: the map rounded to float32, a row
+        term ``y * m1 + m2`` (float32, two roundings), the source coordinate ``fma(m0, x, row term)``,
+        fractions ``s - floor(s)``, reflect-101 neighbours and the interpolation
+        ``fma(beta, fma(alpha, f11 - f10, f10) - fma(alpha, f01 - f00, f00), fma(alpha, f01 - f00, f00))``.
+        In ATen operations (:func:`_composed_warp_affine_reflect_101`), or on CUDA in one Triton kernel that
+        reads each output value's four source values and writes the result alone (:mod:`._triton.elastic`,
+        where :func:`~._triton.fuses`): the same bits either way.
+    """
+    return _composed_warp_affine_reflect_101(images, inverse, dtype)
+
+
+@warp_affine_reflect_101.register_kernel("cuda")
+def _warp_affine_reflect_101_cuda(images: Tensor, inverse: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    if not fuses(images.device):
+        return _composed_warp_affine_reflect_101(images, inverse, dtype)
+    from ._triton.elastic import warp_affine_reflect_101 as kernel
+
+    return kernel(images, inverse, dtype)
+
+
+@warp_affine_reflect_101.register_fake
+def _warp_affine_reflect_101_shape(images: Tensor, inverse: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    return images.new_empty(images.shape, dtype=torch.float32)
 
 
 def _smoothing_matrices(length: int, folded: Tensor) -> Tensor:
@@ -340,6 +367,57 @@ def sample_bilinear_reflect(images: Tensor, rows: Tensor, columns: Tensor) -> Te
     return output.float()
 
 
+def _composed_sample_shifted_bilinear_reflect(
+    images: Tensor, shift_rows: Tensor, shift_columns: Tensor, dtype: torch.dtype
+) -> Tensor:
+    """:func:`sample_shifted_bilinear_reflect` in ATen operations: the coordinate fields, then
+    :func:`sample_bilinear_reflect`."""
+    batch, _, height, width = images.shape
+    rows = torch.arange(height, dtype=dtype, device=images.device)[None, :, None].expand(batch, -1, width)
+    columns = torch.arange(width, dtype=dtype, device=images.device)[None, None, :].expand(batch, height, -1)
+    return sample_bilinear_reflect(images, rows + shift_rows.to(dtype), columns + shift_columns.to(dtype))
+
+
+@torch.library.custom_op("ccc::sample_shifted_bilinear_reflect", mutates_args=())
+def sample_shifted_bilinear_reflect(
+    images: Tensor, shift_rows: Tensor, shift_columns: Tensor, dtype: torch.dtype
+) -> Tensor:
+    """:func:`sample_bilinear_reflect` at the pixel grid displaced by per-pixel shifts (elastic's sampling).
+
+    Args:
+        images: float32 (B, C, H, W).
+        shift_rows, shift_columns: float32 (or float64) (B, H, W) displacements in pixels, finite (the
+            coordinates below 2**62 in magnitude).
+        dtype: the computation's, ``torch.float64`` (scipy's) or ``torch.float32``.
+
+    Returns:
+        float32 (B, C, H, W): ``sample_bilinear_reflect(images, y + shift_rows, x + shift_columns)``, each
+        coordinate one addition in ``dtype`` of the whole pixel index and the shift converted to ``dtype``. In
+        ATen operations (:func:`_composed_sample_shifted_bilinear_reflect`), or on CUDA in one Triton kernel
+        that reads the shifts and each output value's four source values and writes the result alone (no
+        coordinate field: :mod:`._triton.elastic`, where :func:`~._triton.fuses`): the same bits either way.
+    """
+    return _composed_sample_shifted_bilinear_reflect(images, shift_rows, shift_columns, dtype)
+
+
+@sample_shifted_bilinear_reflect.register_kernel("cuda")
+def _sample_shifted_bilinear_reflect_cuda(
+    images: Tensor, shift_rows: Tensor, shift_columns: Tensor, dtype: torch.dtype
+) -> Tensor:
+    if not fuses(images.device):
+        return _composed_sample_shifted_bilinear_reflect(images, shift_rows, shift_columns, dtype)
+    from ._triton.elastic import sample_shifted_bilinear_reflect as kernel
+
+    return kernel(images, shift_rows, shift_columns, dtype)
+
+
+@sample_shifted_bilinear_reflect.register_fake
+def _sample_shifted_bilinear_reflect_shape(
+    images: Tensor, shift_rows: Tensor, shift_columns: Tensor, dtype: torch.dtype
+) -> Tensor:
+    return images.new_empty(images.shape, dtype=torch.float32)
+
+
 def prepare_elastic(
     severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
 ) -> CorruptionStep:
@@ -377,7 +455,6 @@ def prepare_elastic(
     )
 
     def step(images: Tensor) -> Tensor:
-        device = images.device
         table, row_folded, column_folded = staged.tensors()
         alpha, maps = table[:, 0, None, None], table[:, 1:].reshape(batch, 2, 3)
         warped = warp_affine_reflect_101(images, maps, dtype)
@@ -386,11 +463,10 @@ def prepare_elastic(
         shifts = []
         # both fields' uniform(-1, 1) draws in one computation, elementwise the same arithmetic
         for noise in (-1.0 + (1.0 - -1.0) * random.uniform_draws(2, height, width, dtype=dtype)).unbind(1):
-            shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float().to(dtype))
+            # float32 fields (the reference's): the sampling adds them to the grid in the working dtype
+            shifts.append((row_smoothing @ noise @ column_smoothing.transpose(1, 2) * alpha).float())
         shift_columns, shift_rows = shifts
-        rows = torch.arange(height, dtype=dtype, device=device)[None, :, None].expand(batch, -1, width)
-        columns = torch.arange(width, dtype=dtype, device=device)[None, None, :].expand(batch, height, -1)
-        return torch.clamp(sample_bilinear_reflect(warped, rows + shift_rows, columns + shift_columns), 0, 1)
+        return torch.clamp(sample_shifted_bilinear_reflect(warped, shift_rows, shift_columns, dtype), 0, 1)
 
     return step
 
