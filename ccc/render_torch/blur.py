@@ -47,13 +47,13 @@ from ._upload import BatchUpload
 from .numerics import (
     ZoomTables,
     byte_levels,
-    divide,
     gather_elements,
     gaussian_kernels,
     motion_blur_tables,
     motion_blur_with_tables,
     separable_opencv_levels,
     unit_float32,
+    unit_of_levels,
     unit_values,
     zoom_device_tables,
     zoom_tables,
@@ -104,7 +104,7 @@ def prepare_gaussian_blur(
     sigmas = per_sample_parameters("gaussian_blur", severities).tolist()
     kernels = upload.tables(gaussian_kernels(sigmas), float_dtype=dtype)
     return lambda images: unit_float32(
-        separable_opencv_levels(byte_levels(images, torch.float32), kernels.tensor()) * 255.0
+        separable_opencv_levels(byte_levels(images, torch.uint8), kernels.tensor()), scale=255
     )
 
 
@@ -173,9 +173,10 @@ def prepare_defocus_blur(
     def step(images: Tensor) -> Tensor:
         kernels, is_delta = staged.tensors()
         height, width = images.shape[-2:]
-        padded = F.pad(unit_values(images, dtype), (reach, reach, reach, reach), mode="reflect")
+        unit = unit_values(images, dtype)
+        padded = F.pad(unit, (reach, reach, reach, reach), mode="reflect")
         correlated = _fft_correlate(padded, kernels)[..., :height, :width]
-        return unit_float32(torch.where(is_delta[:, None, None, None], unit_values(images, dtype), correlated) * 255.0)
+        return unit_float32(torch.where(is_delta[:, None, None, None], unit, correlated), scale=255)
 
     return step
 
@@ -313,13 +314,13 @@ def prepare_motion_blur(
 
     def step(images: Tensor) -> Tensor:
         blurred = motion_blur_with_tables(byte_levels(images, dtype), *staged.tensors(), padding)
-        return divide(blurred, 255.0).to(torch.float32)
+        return unit_of_levels(blurred, torch.float32, working=blurred.dtype)
 
     return step
 
 
 def _glass_jumps(height: int, width: int, margin: int) -> int:
-    """Pointer-jumping rounds that resolve every chain of one glass-blur pass (:func:`_glass_sources`).
+    """Pointer-jumping rounds that resolve every chain of one glass-blur pass (:func:`_composed_glass_sources`).
 
     A link goes from a visited pixel to its source when that source was visited earlier in the pass: a
     step (dy, dx) with dy in [1, margin) and dx >= -margin (a later row), or dy = 0 and dx in [1, margin)
@@ -337,7 +338,7 @@ def _glass_jumps(height: int, width: int, margin: int) -> int:
     return ((columns - 1) + (margin + 1) * (rows - 1)).bit_length()
 
 
-def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
+def _composed_glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
     """For passes of glass blur's sequential copy, the flat index of each pixel's original source.
 
     Args:
@@ -377,6 +378,32 @@ def _glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int)
     return target
 
 
+@torch.library.custom_op("ccc::glass_sources", mutates_args=())
+def glass_sources(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
+    """Each pixel's original source in passes of glass blur's sequential copy: int64 (B, H * W).
+
+    Arguments as :func:`_composed_glass_sources` (``jumps`` at least :func:`_glass_jumps` of every pass, so
+    that every chain is resolved). In ATen operations (:func:`_composed_glass_sources`: ``jumps`` rounds of
+    pointer jumping on whole passes), or on CUDA in one Triton kernel that follows each pixel's chain to its
+    end in registers (:mod:`._triton.glass`, where :func:`~._triton.fuses`): the same sources either way.
+    """
+    return _composed_glass_sources(offsets, margins, active, jumps)
+
+
+@glass_sources.register_kernel("cuda")
+def _glass_sources_cuda(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
+    if not fuses(offsets.device):
+        return _composed_glass_sources(offsets, margins, active, jumps)
+    from ._triton.glass import glass_sources as kernel
+
+    return kernel(offsets, margins, active)
+
+
+@glass_sources.register_fake
+def _glass_sources_shape(offsets: Tensor, margins: Tensor, active: Tensor, jumps: int) -> Tensor:
+    return offsets.new_empty((offsets.shape[0], offsets.shape[1] * offsets.shape[2]))
+
+
 def prepare_glass_blur(
     severities: Tensor, random: SampleRandom, size: tuple[int, int], dtype: torch.dtype, upload: BatchUpload
 ) -> CorruptionStep:
@@ -407,11 +434,11 @@ def prepare_glass_blur(
         spans = (2 * margins)[:, None, None, None, None]
         offsets = ((steps * spans) >> _GLASS_UNIFORM_BITS) - margins[:, None, None, None, None]
         # floor(x * 255) of a blur of [0, 1] values lies in 0..255: np.uint8 of the CPU path, one byte per value
-        levels = (separable_opencv_levels(byte_levels(images, torch.float32), kernels) * 255.0).floor().to(torch.uint8)
+        levels = (separable_opencv_levels(byte_levels(images, torch.uint8), kernels) * 255.0).floor().to(torch.uint8)
         flat = levels.reshape(batch, channels, height * width)
         # every pass's sources at once (they depend on its offsets alone, not on the image it shuffles)
         passes = batch * _MAX_GLASS_ITERATIONS
-        sources = _glass_sources(
+        sources = glass_sources(
             offsets.reshape(passes, height, width, 2),
             margins[:, None].expand(batch, _MAX_GLASS_ITERATIONS).reshape(passes),
             active_t.T.reshape(passes),
@@ -420,7 +447,7 @@ def prepare_glass_blur(
         for iteration in range(_MAX_GLASS_ITERATIONS):
             flat = flat.gather(2, sources[:, iteration, None, :].expand(batch, channels, height * width))
         shuffled = flat.reshape(batch, channels, height, width)  # the byte levels, read as they are
-        return unit_float32(separable_opencv_levels(shuffled, kernels) * 255.0)
+        return unit_float32(separable_opencv_levels(shuffled, kernels), scale=255)
 
     return step
 

@@ -67,7 +67,7 @@ def prepare_shot_noise(
     scale = upload.tables(photons.numpy(), float_dtype=dtype)
 
     def step(images: Tensor) -> Tensor:
-        counts = random.poisson_with(tables, byte_levels(images, torch.float32).to(torch.int64))
+        counts = random.poisson_with(tables, byte_levels(images, torch.int64))
         return torch.clamp(counts.to(dtype) / scale.tensor().view(-1, 1, 1, 1), 0, 1).to(torch.float32)
 
     return step

@@ -55,8 +55,10 @@ __all__ = [
     "opencv_gray",
     "separable_opencv",
     "separable_opencv_levels",
+    "truncate_rows_into",
     "truncate_to_levels",
     "unit_float32",
+    "unit_of_levels",
     "unit_values",
     "ZoomTables",
     "zoom_device_tables",
@@ -83,33 +85,123 @@ def _divisor(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
         return torch.full((), value, dtype=dtype, device=device)
 
 
+def _composed_byte_levels(images: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`byte_levels` in ATen operations: a product, a rounding and a cast of whole images."""
+    return torch.round(images * 255.0).to(dtype)
+
+
+@torch.library.custom_op("ccc::byte_levels", mutates_args=())
+def _byte_levels(images: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`byte_levels`: in ATen operations (:func:`_composed_byte_levels`), or on CUDA in one Triton kernel
+    that reads the images and writes the levels alone (:mod:`._triton.levels`, where :func:`~._triton.fuses`)."""
+    return _composed_byte_levels(images, dtype)
+
+
+@_byte_levels.register_kernel("cuda")
+def _byte_levels_cuda(images: Tensor, dtype: torch.dtype) -> Tensor:
+    if not fuses(images.device):
+        return _composed_byte_levels(images, dtype)
+    from ._triton.levels import byte_levels as kernel
+
+    return kernel(images, dtype)
+
+
+@_byte_levels.register_fake
+def _byte_levels_shape(images: Tensor, dtype: torch.dtype) -> Tensor:
+    return torch.empty_like(images, dtype=dtype)
+
+
 def byte_levels(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
     """The byte levels 0..255 of ``images`` (float32, any shape, values ``k / 255``) as integers of ``dtype``.
 
     Rounded in float32: ``float32(k / 255) · 255`` is within 1e-4 of ``k``, so the rounding is exact and
-    no float64 temporary is needed; the integers are then exact in any float dtype.
+    no float64 temporary is needed; the integers are then exact in any float dtype, and in an integer dtype
+    (``torch.uint8``: the bytes themselves). The operator ``ccc::byte_levels`` (one Triton kernel on CUDA).
     """
-    return torch.round(images * 255.0).to(dtype)
+    return _byte_levels(images, dtype)
+
+
+def _composed_unit_values(images: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`unit_values` in ATen operations: :func:`_composed_byte_levels`, then :func:`divide`."""
+    return divide(_composed_byte_levels(images, dtype), 255.0)
+
+
+@torch.library.custom_op("ccc::unit_values", mutates_args=())
+def _unit_values(images: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`unit_values`: in ATen operations (:func:`_composed_unit_values`), or on CUDA in one Triton kernel
+    that reads the images and writes the values alone (:mod:`._triton.levels`, where :func:`~._triton.fuses`)."""
+    return _composed_unit_values(images, dtype)
+
+
+@_unit_values.register_kernel("cuda")
+def _unit_values_cuda(images: Tensor, dtype: torch.dtype) -> Tensor:
+    if not fuses(images.device):
+        return _composed_unit_values(images, dtype)
+    from ._triton.levels import unit_values as kernel
+
+    return kernel(images, dtype)
+
+
+@_unit_values.register_fake
+def _unit_values_shape(images: Tensor, dtype: torch.dtype) -> Tensor:
+    return torch.empty_like(images, dtype=dtype)
 
 
 def unit_values(images: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
     """``images`` (float32, any shape, values ``k / 255``) as the CPU path's ``uint8 / 255.0`` in ``dtype``
     (values in [0, 1]): in float64 bit-equal to numpy's ``k / 255.0``; in float32 the correctly rounded
-    ``k / 255``, bit-equal to ``float32(k / 255.0)`` (one IEEE division either way)."""
-    return divide(byte_levels(images, dtype), 255.0)
+    ``k / 255``, bit-equal to ``float32(k / 255.0)`` (one IEEE division either way). ``divide(byte_levels(images,
+    dtype), 255.0)``, as the operator ``ccc::unit_values`` (one Triton kernel on CUDA)."""
+    return _unit_values(images, dtype)
 
 
-def unit_float32(levels: Tensor) -> Tensor:
-    """Pre-truncation values in grey levels (float64 or float32, any shape, any range) → float32 values / 255
-    in [0, 1].
+def _composed_unit_of_levels(levels: Tensor, working: torch.dtype, dtype: torch.dtype) -> Tensor:
+    """:func:`unit_of_levels` in ATen operations: a cast, :func:`divide` and a cast of whole images."""
+    return divide(levels.to(working), 255.0).to(dtype)
 
-    The result ``y`` is ``float32(clamp(levels, 0, 255) / 255)``, except where the pipeline's float32
-    ``floor(y · 255)`` would land on the other side of an integer than ``floor(clamp(levels, 0, 255))``
-    in ``levels``' dtype (values within a float32 rounding of an integer, e.g. 204.99999999999997 or an
-    exact 205 whose ``/ 255`` rounds down): there ``y`` is the middle of that level,
-    ``(floor(levels) + 0.5) / 255``. So the pipeline's truncation equals the truncation of ``levels``
-    everywhere (the CPU's float64 truncation when ``levels`` is the CPU's float64 value).
+
+@torch.library.custom_op("ccc::unit_of_levels", mutates_args=())
+def _unit_of_levels(levels: Tensor, working: torch.dtype, dtype: torch.dtype) -> Tensor:
+    """:func:`unit_of_levels`: in ATen operations (:func:`_composed_unit_of_levels`), or on CUDA in one Triton
+    kernel that reads the levels and writes the values alone (:mod:`._triton.levels`, where
+    :func:`~._triton.fuses`)."""
+    return _composed_unit_of_levels(levels, working, dtype)
+
+
+@_unit_of_levels.register_kernel("cuda")
+def _unit_of_levels_cuda(levels: Tensor, working: torch.dtype, dtype: torch.dtype) -> Tensor:
+    if not fuses(levels.device):
+        return _composed_unit_of_levels(levels, working, dtype)
+    from ._triton.levels import unit_of_levels as kernel
+
+    return kernel(levels, working, dtype)
+
+
+@_unit_of_levels.register_fake
+def _unit_of_levels_shape(levels: Tensor, working: torch.dtype, dtype: torch.dtype) -> Tensor:
+    return torch.empty_like(levels, dtype=dtype)
+
+
+def unit_of_levels(levels: Tensor, dtype: torch.dtype = torch.float32, working: torch.dtype | None = None) -> Tensor:
+    """Byte levels → values in [0, 1]: ``divide(levels.to(working), 255.0).to(dtype)``.
+
+    Args:
+        levels: uint8, or float holding the integers 0..255, any shape.
+        dtype: the result's float dtype.
+        working: the float dtype of the division (one IEEE division, the CPU path's ``uint8 / 255.0`` in
+            float64); by default ``dtype``.
+
+    Returns:
+        ``dtype``, the shape of ``levels``. The operator ``ccc::unit_of_levels`` (one Triton kernel on CUDA).
     """
+    return _unit_of_levels(levels, working or dtype, dtype)
+
+
+def _composed_unit_float32(levels: Tensor, scale: int) -> Tensor:
+    """:func:`unit_float32` in ATen operations on whole images: the product by ``scale`` (none for 1), the
+    clamp, floor, divisions, casts, the float32 truncation's check and the choice."""
+    if scale != 1:
+        levels = levels * scale
     clamped = levels.clamp(0.0, 255.0)
     target = clamped.floor()
     unit = divide(clamped, 255.0).to(torch.float32)
@@ -117,9 +209,117 @@ def unit_float32(levels: Tensor) -> Tensor:
     return torch.where((unit * 255.0).floor() == target.to(torch.float32), unit, middle)
 
 
-def truncate_to_levels(images: Tensor) -> Tensor:
-    """``floor(clip(x · 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W)."""
+@torch.library.custom_op("ccc::unit_float32", mutates_args=())
+def _unit_float32(levels: Tensor, scale: int) -> Tensor:
+    """:func:`unit_float32`: in ATen operations (:func:`_composed_unit_float32`), or on CUDA in one Triton kernel
+    that reads the levels and writes the float32 values alone (:mod:`._triton.levels`, where
+    :func:`~._triton.fuses`)."""
+    return _composed_unit_float32(levels, scale)
+
+
+@_unit_float32.register_kernel("cuda")
+def _unit_float32_cuda(levels: Tensor, scale: int) -> Tensor:
+    if not fuses(levels.device):
+        return _composed_unit_float32(levels, scale)
+    from ._triton.levels import unit_float32 as kernel
+
+    return kernel(levels, scale)
+
+
+@_unit_float32.register_fake
+def _unit_float32_shape(levels: Tensor, scale: int) -> Tensor:
+    return torch.empty_like(levels, dtype=torch.float32)
+
+
+def unit_float32(levels: Tensor, scale: int = 1) -> Tensor:
+    """Pre-truncation values in grey levels (float64 or float32, any shape, any range) → float32 values / 255
+    in [0, 1].
+
+    ``scale``, a whole number, multiplies ``levels`` first (255: values in [0, 1] rather than grey levels), in
+    their dtype: ``unit_float32(x, 255)`` is ``unit_float32(x * 255.0)`` bit for bit, without the product's
+    image. The result ``y`` is ``float32(clamp(levels, 0, 255) / 255)``, except where the pipeline's float32
+    ``floor(y · 255)`` would land on the other side of an integer than ``floor(clamp(levels, 0, 255))``
+    in ``levels``' dtype (values within a float32 rounding of an integer, e.g. 204.99999999999997 or an
+    exact 205 whose ``/ 255`` rounds down): there ``y`` is the middle of that level,
+    ``(floor(levels) + 0.5) / 255``. So the pipeline's truncation equals the truncation of ``levels``
+    everywhere (the CPU's float64 truncation when ``levels`` is the CPU's float64 value). The operator
+    ``ccc::unit_float32`` (one Triton kernel on CUDA).
+    """
+    return _unit_float32(levels, scale)
+
+
+def _composed_truncate_to_levels(images: Tensor) -> Tensor:
+    """:func:`truncate_to_levels` in ATen operations: a product, a clamp, a floor and a division of whole images."""
     return divide(torch.floor(torch.clamp(images * 255, 0, 255)), 255.0)
+
+
+@torch.library.custom_op("ccc::truncate_to_levels", mutates_args=())
+def _truncate_to_levels(images: Tensor) -> Tensor:
+    """:func:`truncate_to_levels`: in ATen operations (:func:`_composed_truncate_to_levels`), or on CUDA in one
+    Triton kernel that reads the images and writes the levels alone (:mod:`._triton.levels`, where
+    :func:`~._triton.fuses`)."""
+    return _composed_truncate_to_levels(images)
+
+
+@_truncate_to_levels.register_kernel("cuda")
+def _truncate_to_levels_cuda(images: Tensor) -> Tensor:
+    if not fuses(images.device):
+        return _composed_truncate_to_levels(images)
+    from ._triton.levels import truncate_to_levels as kernel
+
+    return kernel(images)
+
+
+@_truncate_to_levels.register_fake
+def _truncate_to_levels_shape(images: Tensor) -> Tensor:
+    return torch.empty_like(images)
+
+
+def truncate_to_levels(images: Tensor) -> Tensor:
+    """``floor(clip(x · 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W).
+    The operator ``ccc::truncate_to_levels`` (one Triton kernel on CUDA)."""
+    return _truncate_to_levels(images)
+
+
+def _composed_truncate_rows_into(output: Tensor, rows: Tensor, values: Tensor) -> None:
+    """:func:`truncate_rows_into` in ATen operations: :func:`_composed_truncate_to_levels`, then an index_put."""
+    output[rows] = _composed_truncate_to_levels(values)
+
+
+@torch.library.custom_op("ccc::truncate_rows_into", mutates_args=("output",))
+def _truncate_rows_into(output: Tensor, rows: Tensor, values: Tensor) -> None:
+    """:func:`truncate_rows_into`: in ATen operations (:func:`_composed_truncate_rows_into`), or on CUDA in one
+    Triton kernel that reads the values and writes the output's rows alone (:mod:`._triton.levels`, where
+    :func:`~._triton.fuses`)."""
+    _composed_truncate_rows_into(output, rows, values)
+
+
+@_truncate_rows_into.register_kernel("cuda")
+def _truncate_rows_into_cuda(output: Tensor, rows: Tensor, values: Tensor) -> None:
+    if not fuses(output.device):
+        _composed_truncate_rows_into(output, rows, values)
+        return
+    from ._triton.levels import truncate_rows_into as kernel
+
+    kernel(output, rows, values)
+
+
+@_truncate_rows_into.register_fake
+def _truncate_rows_into_shape(output: Tensor, rows: Tensor, values: Tensor) -> None:
+    return None
+
+
+def truncate_rows_into(output: Tensor, rows: Tensor, values: Tensor) -> None:
+    """``output[rows] = truncate_to_levels(values)``, in place, without the truncated values' image.
+
+    Args:
+        output: float32 (B, C, H, W), any strides; its samples ``rows`` are overwritten.
+        rows: int64 (N,) distinct samples of ``output``, on its device.
+        values: float32 (N, C, H, W), any strides.
+
+    The operator ``ccc::truncate_rows_into`` (one Triton kernel on CUDA).
+    """
+    _truncate_rows_into(output, rows, values)
 
 
 _GAUSSIAN_TRUNCATE = 4.0

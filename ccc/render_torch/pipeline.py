@@ -40,7 +40,7 @@ from ccc.stream.spec import DEFAULT_CORRUPTION_SET, SampleSpec
 from ._upload import BatchUpload
 from .geometry import OUTPUT_SIZE, SourceImage, prepare_crop_resize_flip
 from .jpeg import FINAL_QUALITY, jpeg_round_trip
-from .numerics import truncate_to_levels
+from .numerics import byte_levels, truncate_rows_into
 from .random import SampleRandom
 from .registry import torch_corruption
 
@@ -107,10 +107,9 @@ def prepare_corruption_stage(
 
     def step(images: Tensor) -> Tensor:
         *indices, untouched_index = positions.tensor().split(lengths)
-        corrupted = torch.empty_like(images)
-        for group_step, index in zip(steps, indices):
-            corrupted[index] = group_step(images[index])
-        output = truncate_to_levels(corrupted)  # elementwise: once for the whole stage rather than once per group
+        output = torch.empty_like(images)
+        for group_step, index in zip(steps, indices):  # each group's result truncated as it is written in place
+            truncate_rows_into(output, index, group_step(images[index]))
         if untouched:
             output[untouched_index] = images[untouched_index]
         return output
@@ -204,5 +203,5 @@ def render_batch(
         for stage, (names, severities) in enumerate(stages)
     )
     upload.send()  # the batch's one copy: every step above is prepared
-    output = torch.round(second(first(crops())) * 255).to(torch.uint8)
+    output = byte_levels(second(first(crops())), torch.uint8)  # round(x · 255) as bytes
     return jpeg_round_trip(output, FINAL_QUALITY) if jpeg else output

@@ -111,10 +111,10 @@ def prepare_snow(
         layer_levels = (layer.clamp(0.0, 1.0) * 255.0).floor()
         blurred = motion_blur_with_tables(layer_levels, *tables[6:], padding)
         flakes = divide(blurred, 255.0)
-        unit = divide(torch.round(images * 255.0), 255.0)
+        unit = unit_values(images, torch.float32)
         brightened = torch.maximum(unit, opencv_gray(unit, dtype) * 1.5 + 0.5).to(dtype)
         whitened = blend * unit.to(dtype) + (1.0 - blend) * brightened
-        return unit_float32((whitened + flakes + flakes.flip(2, 3)) * 255.0)
+        return unit_float32(whitened + flakes + flakes.flip(2, 3), scale=255)
 
     return step
 
@@ -201,7 +201,7 @@ def prepare_frost(
         window = stack[choice[:, None, None], rows[:, :, None], columns[:, None, :]].permute(0, 3, 1, 2)
         image_weight, frost_weight = parameters[:, 0, None, None, None], parameters[:, 1, None, None, None]
         values = image_weight * byte_levels(images, dtype) + frost_weight * window.to(dtype)
-        return unit_float32(torch.clamp(values, 0, 255))
+        return unit_float32(values)  # which clamps them to [0, 255] first
 
     return step
 
@@ -352,7 +352,7 @@ def prepare_fog(
         maximum = unit.amax(dim=(1, 2, 3), keepdim=True)
         fractal = plasma_fractal(map_size, device_scales, random, device_coarse)[:, None, :height, :width]
         unit = unit + strength * fractal
-        return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1) * 255)
+        return unit_float32(torch.clamp(unit * maximum / (maximum + strength), 0, 1), scale=255)
 
     return step
 

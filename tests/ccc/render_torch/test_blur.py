@@ -130,7 +130,7 @@ def test_glass_pointer_jumping_resolves_the_longest_chain_in_its_fixed_rounds() 
     copy_displaced_pixels(expected, np.ascontiguousarray(visited[None, ::-1, ::-1]), margin)
     margins, active = torch.tensor([margin]), torch.tensor([True])
     for rounds, equal in ((jumps, True), (jumps - 1, False)):
-        sources = blur._glass_sources(offsets, margins, active, rounds)
+        sources = blur._composed_glass_sources(offsets, margins, active, rounds)
         assert np.array_equal(values.reshape(-1)[sources[0].numpy()], expected.reshape(-1)) == equal
 
 
