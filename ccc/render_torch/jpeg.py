@@ -65,6 +65,7 @@ import torch
 from torch import Tensor
 from torchvision.io import decode_jpeg, encode_jpeg
 
+from ._libjpeg import CONST_BITS, FORWARD_SHIFTS, INVERSE_SHIFTS, fix16
 from ._triton import fuses
 from ._upload import to_device
 
@@ -112,17 +113,6 @@ _FIX13 = {
 }
 """The islow DCTs' constants: ``round(c · 2¹³)`` for the cosine combinations ``c`` that name them."""
 
-_CONST_BITS = 13
-_FORWARD_SHIFTS = (_CONST_BITS - 2, _CONST_BITS + 2)
-"""Descale of the forward DCT's row and column passes (``CONST_BITS ∓ PASS1_BITS``, PASS1_BITS = 2)."""
-_INVERSE_SHIFTS = (_CONST_BITS - 2, _CONST_BITS + 2 + 3)
-"""Descale of the inverse DCT's column and row passes (the last one also divides by 8)."""
-
-
-def _fix16(value: float) -> int:
-    """``value`` in 16-bit fixed point, as libjpeg-turbo's colour converters round it."""
-    return int(value * 65536 + 0.5)
-
 
 def _forward_butterfly(x: Sequence[int]) -> list[int]:
     """libjpeg-turbo's islow forward 1-D DCT of 8 integers before its descale, every output at scale 2¹³.
@@ -139,8 +129,8 @@ def _forward_butterfly(x: Sequence[int]) -> list[int]:
     even_sum, even_diff = sum07 + sum34, sum07 - sum34
     odd_sum, odd_diff = sum16 + sum25, sum16 - sum25
     out = [0] * 8
-    out[0] = (even_sum + odd_sum) << _CONST_BITS
-    out[4] = (even_sum - odd_sum) << _CONST_BITS
+    out[0] = (even_sum + odd_sum) << CONST_BITS
+    out[4] = (even_sum - odd_sum) << CONST_BITS
     rotated = (odd_diff + even_diff) * fix["0.541196100"]
     out[2] = rotated + even_diff * fix["0.765366865"]
     out[6] = rotated - odd_diff * fix["1.847759065"]
@@ -170,7 +160,7 @@ def _inverse_butterfly(x: Sequence[int]) -> list[int]:
     rotated = (x[2] + x[6]) * fix["0.541196100"]
     low_diff = rotated - x[6] * fix["1.847759065"]
     low_sum = rotated + x[2] * fix["0.765366865"]
-    dc_sum, dc_diff = (x[0] + x[4]) << _CONST_BITS, (x[0] - x[4]) << _CONST_BITS
+    dc_sum, dc_diff = (x[0] + x[4]) << CONST_BITS, (x[0] - x[4]) << CONST_BITS
     even = (dc_sum + low_sum, dc_diff + low_diff, dc_diff - low_diff, dc_sum - low_sum)
     odd7, odd5, odd3, odd1 = _odd_part(x[7], x[5], x[3], x[1])
     odd = (odd1, odd3, odd5, odd7)
@@ -287,14 +277,14 @@ def _composed_components(images: Tensor, steps: Tensor) -> tuple[Tensor, Tensor]
     luma_blocks, chroma_blocks = _to_blocks(luma_planes), _to_blocks(chroma_planes)
     luma_count = luma_blocks.shape[-1]
     blocks = torch.cat([luma_blocks, chroma_blocks], dim=-1).sub_(128)
-    coefficients = _dct_pass(_dct_pass(blocks, forward, _FORWARD_SHIFTS[0], 1), forward, _FORWARD_SHIFTS[1], 0)
+    coefficients = _dct_pass(_dct_pass(blocks, forward, FORWARD_SHIFTS[0], 1), forward, FORWARD_SHIFTS[1], 0)
     # Quantisation steps per block: the luma blocks come first, then the two chroma planes' blocks.
     chroma_count = blocks.shape[-1] - luma_count
     block_steps = torch.cat(
         [tables[..., :1].expand(-1, -1, -1, luma_count), tables[..., 1:].expand(-1, -1, -1, chroma_count)], -1
     )
     dequantised = _quantise_dequantise(coefficients, block_steps)
-    samples = _dct_pass(_dct_pass(dequantised, inverse, _INVERSE_SHIFTS[0], 0), inverse, _INVERSE_SHIFTS[1], 1)
+    samples = _dct_pass(_dct_pass(dequantised, inverse, INVERSE_SHIFTS[0], 0), inverse, INVERSE_SHIFTS[1], 1)
     samples = samples.add_(128).clamp_(0, 255).to(torch.uint8)
 
     luma_samples = _from_blocks(samples[..., :luma_count], luma_planes.shape)[:, 0, :height, :width]
@@ -391,9 +381,9 @@ def _rgb_to_ycbcr(rgb: Tensor) -> tuple[Tensor, Tensor]:
     """int32 (B, 3, H, W) levels → luma int32 (B, H, W) and chroma int32 (B, 2, H, W), all in [0, 255]."""
     red, green, blue = rgb.unbind(1)
     half, centre = 1 << 15, 128 << 16
-    luma = (_fix16(0.299) * red + _fix16(0.587) * green + _fix16(0.114) * blue + half) >> 16
-    blue_difference = -_fix16(0.16874) * red - _fix16(0.33126) * green + _fix16(0.5) * blue
-    red_difference = _fix16(0.5) * red - _fix16(0.41869) * green - _fix16(0.08131) * blue
+    luma = (fix16(0.299) * red + fix16(0.587) * green + fix16(0.114) * blue + half) >> 16
+    blue_difference = -fix16(0.16874) * red - fix16(0.33126) * green + fix16(0.5) * blue
+    red_difference = fix16(0.5) * red - fix16(0.41869) * green - fix16(0.08131) * blue
     chroma = (torch.stack([blue_difference, red_difference], dim=1) + (centre + half - 1)) >> 16
     return luma, chroma
 
@@ -465,7 +455,7 @@ def _ycbcr_to_rgb(luma: Tensor, chroma: Tensor) -> Tensor:
     """int32 luma (B, H, W) and chroma (B, 2, H, W) in [0, 255] → uint8 RGB (B, 3, H, W)."""
     blue_difference, red_difference = (chroma - 128).unbind(1)
     half = 1 << 15
-    red = luma + ((_fix16(1.40200) * red_difference + half) >> 16)
-    green = luma + ((-_fix16(0.34414) * blue_difference - _fix16(0.71414) * red_difference + half) >> 16)
-    blue = luma + ((_fix16(1.77200) * blue_difference + half) >> 16)
+    red = luma + ((fix16(1.40200) * red_difference + half) >> 16)
+    green = luma + ((-fix16(0.34414) * blue_difference - fix16(0.71414) * red_difference + half) >> 16)
+    blue = luma + ((fix16(1.77200) * blue_difference + half) >> 16)
     return torch.stack([red, green, blue], dim=1).clamp_(0, 255).to(torch.uint8)

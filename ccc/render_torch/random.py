@@ -42,27 +42,16 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._splitmix import GOLDEN, MIX_1, MIX_2, POISSON_BITS, UNIFORM_BITS, UNIFORM_SCALE, signed
 from ._triton import fuses
 from ._upload import BatchUpload, Staged, to_device
 
 __all__ = ["TABLED_DRAWS", "PoissonTables", "SampleRandom"]
 
 
-def _signed(value: int) -> int:
-    """A Python integer modulo 2**64 as the int64 with the same bits."""
-    value %= 1 << 64
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-_GOLDEN = _signed(0x9E3779B97F4A7C15)
-_MIX_1 = _signed(0xBF58476D1CE4E5B9)
-_MIX_2 = _signed(0x94D049BB133111EB)
-_STAGE_KEY = _signed(0xD1B54A32D192ED03)
-_UNIFORM_BITS = 24
-_UNIFORM_SCALE = 1.0 / (1 << _UNIFORM_BITS)
-_ANGLE_SCALE = 2.0 * math.pi * _UNIFORM_SCALE
-_POISSON_BITS = 40
-_POISSON_SCALE = float(1 << _POISSON_BITS)
+_STAGE_KEY = signed(0xD1B54A32D192ED03)
+_ANGLE_SCALE = 2.0 * math.pi * UNIFORM_SCALE
+_POISSON_SCALE = float(1 << POISSON_BITS)
 
 
 def _shift_right(words: Tensor, bits: int) -> Tensor:
@@ -76,8 +65,8 @@ def _mix(words: Tensor, top_bits: int = 64) -> Tensor:
     With ``top_bits`` <= 31 only the words' top ``top_bits`` bits are exact (the rest are not the hash's): the
     last xor-shift, ``w ^ (w >>> 31)``, leaves the top 31 bits of ``w`` as they are, so it is skipped.
     """
-    words = (words ^ _shift_right(words, 30)) * _MIX_1
-    words = (words ^ _shift_right(words, 27)) * _MIX_2
+    words = (words ^ _shift_right(words, 30)) * MIX_1
+    words = (words ^ _shift_right(words, 27)) * MIX_2
     return words if top_bits <= 31 else words ^ _shift_right(words, 31)
 
 
@@ -129,7 +118,7 @@ def _poisson_keys(rates: Tensor, lengths: Tensor, total: int) -> tuple[Tensor, T
     rows = torch.repeat_interleave(torch.arange(len(rates), device=rates.device), lengths, output_size=total)
     counts = (torch.arange(total, device=rates.device) - starts[rows]).to(torch.float64)
     cumulative = torch.floor(torch.special.gammaincc(counts + 1.0, _table_rates(rates)[rows]) * _POISSON_SCALE)
-    return torch.cummax((rows << _POISSON_BITS) + cumulative.to(torch.int64), 0).values, starts
+    return torch.cummax((rows << POISSON_BITS) + cumulative.to(torch.int64), 0).values, starts
 
 
 TABLED_DRAWS = 32
@@ -143,8 +132,8 @@ def _key_table(seeds: Tensor, stage: int) -> Tensor:
     """Each sample's stream key and its first :data:`TABLED_DRAWS` draw keys (int64 (B, 1 + TABLED_DRAWS), on
     ``seeds.device``): column 0 is the splitmix64 mix of the seed and the stage, column ``d`` the mix of that
     key plus ``d`` golden-ratio steps (draw number ``d - 1``'s key)."""
-    keys = _mix(_mix(seeds) ^ _signed((stage + 1) * _STAGE_KEY))
-    numbers = torch.arange(1, TABLED_DRAWS + 1, dtype=torch.int64, device=seeds.device) * _GOLDEN
+    keys = _mix(_mix(seeds) ^ signed((stage + 1) * _STAGE_KEY))
+    numbers = torch.arange(1, TABLED_DRAWS + 1, dtype=torch.int64, device=seeds.device) * GOLDEN
     return torch.cat([keys[:, None], _mix(keys[:, None] + numbers)], dim=1)
 
 
@@ -157,14 +146,14 @@ def _sequence_tables(counts: tuple[int, ...], device: torch.device) -> tuple[Ten
     total = int(sizes.sum())
     draw = torch.repeat_interleave(torch.arange(len(counts)), sizes, output_size=total)
     element = torch.arange(total) - (torch.cumsum(sizes, 0) - sizes)[draw]
-    return to_device(draw, device), to_device((element + 1) * _GOLDEN, device)
+    return to_device(draw, device), to_device((element + 1) * GOLDEN, device)
 
 
 @lru_cache(maxsize=32)
 def _offsets(count: int, device: torch.device) -> Tensor:
     """The hash offsets ``(i + 1)·γ`` of a draw's ``count`` elements, int64 (count,) on ``device``; made once per
     process and count."""
-    return torch.arange(1, count + 1, dtype=torch.int64, device=device) * _GOLDEN
+    return torch.arange(1, count + 1, dtype=torch.int64, device=device) * GOLDEN
 
 
 def _composed_words(keys: Tensor, count: int, top_bits: int = 64) -> Tensor:
@@ -177,12 +166,12 @@ def _composed_words(keys: Tensor, count: int, top_bits: int = 64) -> Tensor:
 
 def _uniforms(words: Tensor, dtype: torch.dtype) -> Tensor:
     """``k / 2**24`` in ``dtype`` for ``k`` the top 24 bits of int64 ``words`` (exact in float32 and float64)."""
-    return _shift_right(words, 64 - _UNIFORM_BITS).to(dtype) * _UNIFORM_SCALE
+    return _shift_right(words, 64 - UNIFORM_BITS).to(dtype) * UNIFORM_SCALE
 
 
 def _composed_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
     """:func:`hashed_uniforms` in ATen operations."""
-    return _uniforms(_composed_words(keys, count, _UNIFORM_BITS), dtype)
+    return _uniforms(_composed_words(keys, count, UNIFORM_BITS), dtype)
 
 
 @torch.library.custom_op("ccc::hashed_uniforms", mutates_args=())
@@ -213,7 +202,7 @@ def _hashed_uniforms_shape(keys: Tensor, count: int, dtype: torch.dtype) -> Tens
 
 def _composed_uniform_sequence(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: torch.dtype) -> Tensor:
     """:func:`hashed_uniform_sequence` in ATen operations."""
-    return _uniforms(_mix(keys.index_select(1, draw) + offsets, _UNIFORM_BITS), dtype)
+    return _uniforms(_mix(keys.index_select(1, draw) + offsets, UNIFORM_BITS), dtype)
 
 
 @torch.library.custom_op("ccc::hashed_uniform_sequence", mutates_args=())
@@ -244,8 +233,8 @@ def _hashed_uniform_sequence_shape(keys: Tensor, draw: Tensor, offsets: Tensor, 
 def _composed_box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """:func:`box_muller_uniforms` in ATen operations."""
     words = _composed_words(keys[:, None], count)[:, 0]
-    radius_uniform = (_shift_right(words, 64 - _UNIFORM_BITS) + 1).to(dtype) * _UNIFORM_SCALE
-    angle_uniform = (_shift_right(words, 64 - 2 * _UNIFORM_BITS) & ((1 << _UNIFORM_BITS) - 1)).to(dtype)
+    radius_uniform = (_shift_right(words, 64 - UNIFORM_BITS) + 1).to(dtype) * UNIFORM_SCALE
+    angle_uniform = (_shift_right(words, 64 - 2 * UNIFORM_BITS) & ((1 << UNIFORM_BITS) - 1)).to(dtype)
     return radius_uniform, angle_uniform * _ANGLE_SCALE
 
 
@@ -310,7 +299,7 @@ def _poisson_uniforms_and_rows(keys: Tensor, index: Tensor, width: int) -> tuple
     values (``index`` (B, ...) into each sample's ``width`` rates), int64 shaped as ``index`` each."""
     words = _composed_words(keys[:, None], math.prod(index.shape[1:]))[:, 0].view(index.shape)
     row = (torch.arange(len(keys), device=keys.device) * width).view(-1, *[1] * (index.ndim - 1)) + index
-    return _shift_right(words, 64 - _POISSON_BITS), row
+    return _shift_right(words, 64 - POISSON_BITS), row
 
 
 def _composed_poisson_inversion(
@@ -318,7 +307,7 @@ def _composed_poisson_inversion(
 ) -> Tensor:
     """:func:`poisson_inversion` in ATen operations."""
     uniform, row = _poisson_uniforms_and_rows(keys, index, width)
-    found = torch.searchsorted(table_keys, ((row << _POISSON_BITS) + uniform).contiguous())
+    found = torch.searchsorted(table_keys, ((row << POISSON_BITS) + uniform).contiguous())
     # a uniform of 0 lands before its own table's first key when the table before ends in CDFs of 1 (keys equal
     # to row · 2**40): its count is 0. Counts below 2**24 are exact in float32
     return torch.minimum((found - starts[row]).clamp_(min=0), lengths[row] - 1).to(torch.float32)
@@ -458,7 +447,7 @@ class SampleRandom:
             return table[:, first + 1 : first + draws + 1]
         # (d + 1)·golden wraps modulo 2**64 on the device as _signed does on the host
         numbers = torch.arange(first + 1, first + draws + 1, dtype=torch.int64, device=self.device)
-        return _mix(table[:, :1] + numbers * _GOLDEN)
+        return _mix(table[:, :1] + numbers * GOLDEN)
 
     def uniform(self, *shape: int) -> Tensor:
         """float32 (B, *shape), uniform on [0, 1) in steps of 2**-24."""

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..jpeg import _FORWARD_SHIFTS, _INVERSE_SHIFTS, _fix16
+from .._libjpeg import FORWARD_SHIFTS, INVERSE_SHIFTS, fix16
 from . import launch
 
 __all__ = ["decoded_components", "upsample_to_rgb"]
@@ -32,25 +32,25 @@ _BLOCK = 1024
 """Pixels per program of :func:`upsample_to_rgb`."""
 
 # jccolor's coefficients (16-bit fixed point) and its rounding terms
-_LUMA_RED = tl.constexpr(_fix16(0.299))
-_LUMA_GREEN = tl.constexpr(_fix16(0.587))
-_LUMA_BLUE = tl.constexpr(_fix16(0.114))
-_CB_RED = tl.constexpr(-_fix16(0.16874))
-_CB_GREEN = tl.constexpr(-_fix16(0.33126))
-_CR_GREEN = tl.constexpr(-_fix16(0.41869))
-_CR_BLUE = tl.constexpr(-_fix16(0.08131))
-_HALF = tl.constexpr(_fix16(0.5))
+_LUMA_RED = tl.constexpr(fix16(0.299))
+_LUMA_GREEN = tl.constexpr(fix16(0.587))
+_LUMA_BLUE = tl.constexpr(fix16(0.114))
+_CB_RED = tl.constexpr(-fix16(0.16874))
+_CB_GREEN = tl.constexpr(-fix16(0.33126))
+_CR_GREEN = tl.constexpr(-fix16(0.41869))
+_CR_BLUE = tl.constexpr(-fix16(0.08131))
+_HALF = tl.constexpr(fix16(0.5))
 _CHROMA_ROUNDING = tl.constexpr((128 << 16) + (1 << 15) - 1)
 # jdcolor's coefficients
-_RED_CR = tl.constexpr(_fix16(1.40200))
-_GREEN_CB = tl.constexpr(-_fix16(0.34414))
-_GREEN_CR = tl.constexpr(-_fix16(0.71414))
-_BLUE_CB = tl.constexpr(_fix16(1.77200))
+_RED_CR = tl.constexpr(fix16(1.40200))
+_GREEN_CB = tl.constexpr(-fix16(0.34414))
+_GREEN_CR = tl.constexpr(-fix16(0.71414))
+_BLUE_CB = tl.constexpr(fix16(1.77200))
 # the DCT passes' descales
-_FORWARD_ROWS_SHIFT = tl.constexpr(_FORWARD_SHIFTS[0])
-_FORWARD_COLUMNS_SHIFT = tl.constexpr(_FORWARD_SHIFTS[1])
-_INVERSE_COLUMNS_SHIFT = tl.constexpr(_INVERSE_SHIFTS[0])
-_INVERSE_ROWS_SHIFT = tl.constexpr(_INVERSE_SHIFTS[1])
+_FORWARD_ROWS_SHIFT = tl.constexpr(FORWARD_SHIFTS[0])
+_FORWARD_COLUMNS_SHIFT = tl.constexpr(FORWARD_SHIFTS[1])
+_INVERSE_COLUMNS_SHIFT = tl.constexpr(INVERSE_SHIFTS[0])
+_INVERSE_ROWS_SHIFT = tl.constexpr(INVERSE_SHIFTS[1])
 
 
 @triton.jit

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .. import random as streams
+from .._splitmix import GOLDEN, MIX_1, MIX_2, POISSON_BITS, UNIFORM_BITS, UNIFORM_SCALE
 from . import launch
 
 __all__ = ["box_muller_uniforms", "hashed_integers", "hashed_uniform_sequence", "hashed_uniforms", "poisson_inversion"]
@@ -25,15 +25,15 @@ __all__ = ["box_muller_uniforms", "hashed_integers", "hashed_uniform_sequence", 
 _BLOCK = 1024
 
 _WORD_BITS = 64
-_GOLDEN = tl.constexpr(streams._GOLDEN % (1 << _WORD_BITS))
-_MIX_1 = tl.constexpr(streams._MIX_1 % (1 << _WORD_BITS))
-_MIX_2 = tl.constexpr(streams._MIX_2 % (1 << _WORD_BITS))
-_UNIFORM_SHIFT = tl.constexpr(_WORD_BITS - streams._UNIFORM_BITS)
-_UNIFORM_MASK = tl.constexpr((1 << streams._UNIFORM_BITS) - 1)
-_UNIFORM_SCALE = tl.constexpr(streams._UNIFORM_SCALE)
-_ANGLE_SHIFT = tl.constexpr(_WORD_BITS - 2 * streams._UNIFORM_BITS)
-_POISSON_BITS = tl.constexpr(streams._POISSON_BITS)
-_POISSON_SHIFT = tl.constexpr(_WORD_BITS - streams._POISSON_BITS)
+_GOLDEN = tl.constexpr(GOLDEN % (1 << _WORD_BITS))
+_MIX_1 = tl.constexpr(MIX_1 % (1 << _WORD_BITS))
+_MIX_2 = tl.constexpr(MIX_2 % (1 << _WORD_BITS))
+_UNIFORM_SHIFT = tl.constexpr(_WORD_BITS - UNIFORM_BITS)
+_UNIFORM_MASK = tl.constexpr((1 << UNIFORM_BITS) - 1)
+_UNIFORM_SCALE = tl.constexpr(UNIFORM_SCALE)
+_ANGLE_SHIFT = tl.constexpr(_WORD_BITS - 2 * UNIFORM_BITS)
+_POISSON_BITS = tl.constexpr(POISSON_BITS)
+_POISSON_SHIFT = tl.constexpr(_WORD_BITS - POISSON_BITS)
 
 _FLOAT_TYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
 
