@@ -200,24 +200,13 @@ def _composed_zoom_blur_sum(images: Tensor, tables: ZoomTables, present: Tensor)
 
 
 @torch.library.custom_op("ccc::zoom_blur_sum", mutates_args=())
-def zoom_blur_sum(
-    images: Tensor,
-    row_low: Tensor,
-    row_high: Tensor,
-    row_lower: Tensor,
-    row_upper: Tensor,
-    column_low: Tensor,
-    column_high: Tensor,
-    column_lower: Tensor,
-    column_upper: Tensor,
-    present: Tensor,
-) -> Tensor:
+def zoom_blur_sum(images: Tensor, tables: list[Tensor], present: Tensor) -> Tensor:
     """Zoom blur's sum of zooms: ``Σ_z float32(zoom_z(images)) · present[z]`` added in float32 in slot order,
     from zero.
 
     Args:
         images: float (B, C, H, W), any memory layout, zoomed in the weights' dtype.
-        row_low, ..., column_upper: the eight :class:`~.numerics.ZoomTables` of Z zooms per sample, (Z, B, H) and
+        tables: the eight :class:`~.numerics.ZoomTables` of Z zooms per sample in their order, (Z, B, H) and
             (Z, B, W) (:func:`~.numerics.zoom_device_tables`).
         present: float32 (Z, B), each slot's weight (1 where the sample has that zoom, 0 where not).
 
@@ -227,44 +216,20 @@ def zoom_blur_sum(
         Triton kernel that keeps the zooms and their sum in registers (:mod:`._triton.zoom`, where
         :func:`~._triton.fuses`): the same bits either way.
     """
-    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
-    return _composed_zoom_blur_sum(images, tables, present)
+    return _composed_zoom_blur_sum(images, ZoomTables(*tables), present)
 
 
 @zoom_blur_sum.register_kernel("cuda")
-def _zoom_blur_sum_cuda(
-    images: Tensor,
-    row_low: Tensor,
-    row_high: Tensor,
-    row_lower: Tensor,
-    row_upper: Tensor,
-    column_low: Tensor,
-    column_high: Tensor,
-    column_lower: Tensor,
-    column_upper: Tensor,
-    present: Tensor,
-) -> Tensor:
-    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
+def _zoom_blur_sum_cuda(images: Tensor, tables: list[Tensor], present: Tensor) -> Tensor:
     if not fuses(images.device):
-        return _composed_zoom_blur_sum(images, tables, present)
+        return _composed_zoom_blur_sum(images, ZoomTables(*tables), present)
     from ._triton.zoom import zoom_sum as kernel
 
-    return kernel(images, tables, present)
+    return kernel(images, ZoomTables(*tables), present)
 
 
 @zoom_blur_sum.register_fake
-def _zoom_blur_sum_shape(
-    images: Tensor,
-    row_low: Tensor,
-    row_high: Tensor,
-    row_lower: Tensor,
-    row_upper: Tensor,
-    column_low: Tensor,
-    column_high: Tensor,
-    column_lower: Tensor,
-    column_upper: Tensor,
-    present: Tensor,
-) -> Tensor:
+def _zoom_blur_sum_shape(images: Tensor, tables: list[Tensor], present: Tensor) -> Tensor:
     return images.new_empty(images.shape, dtype=torch.float32)
 
 
@@ -291,7 +256,7 @@ def prepare_zoom_blur(
         *tables, present_t, counts_t = staged.tensors()
         zooms = zoom_device_tables(*tables)  # every slot's weight complements at once
         unit = unit_values(images, torch.float32)
-        accumulated = zoom_blur_sum(unit, *zooms, present_t.to(torch.float32))
+        accumulated = zoom_blur_sum(unit, list(zooms), present_t.to(torch.float32))
         averaged = (unit + accumulated) / counts_t.to(torch.float32)[:, None, None, None]
         return averaged.clamp(0.0, 1.0)
 

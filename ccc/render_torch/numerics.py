@@ -662,62 +662,28 @@ def _composed_zoom(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> Te
 
 
 @torch.library.custom_op("ccc::zoom", mutates_args=())
-def zoom(
-    images: Tensor,
-    row_low: Tensor,
-    row_high: Tensor,
-    row_lower: Tensor,
-    row_upper: Tensor,
-    column_low: Tensor,
-    column_high: Tensor,
-    column_lower: Tensor,
-    column_upper: Tensor,
-    dtype: torch.dtype,
-) -> Tensor:
-    """Centre zoom of float ``images`` (B, C, H, W) with the eight :class:`ZoomTables` (rows' (*S, B, H), columns'
-    (*S, B, W)) → ``dtype`` (*S, B, C, H, W), as :func:`zoom_with_tables` describes it: in ATen operations
-    (:func:`_composed_zoom`), or on CUDA in one Triton kernel that reads each output value's four source values
-    and writes the result alone (:mod:`._triton.zoom`, where :func:`~._triton.fuses`). The same bits either way.
+def zoom(images: Tensor, tables: list[Tensor], dtype: torch.dtype) -> Tensor:
+    """Centre zoom of float ``images`` (B, C, H, W) with the eight :class:`ZoomTables` in their order (rows'
+    (*S, B, H), columns' (*S, B, W)) → ``dtype`` (*S, B, C, H, W), as :func:`zoom_with_tables` describes it: in
+    ATen operations (:func:`_composed_zoom`), or on CUDA in one Triton kernel that reads each output value's four
+    source values and writes the result alone (:mod:`._triton.zoom`, where :func:`~._triton.fuses`). The same
+    bits either way.
     """
-    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
-    return _composed_zoom(images, tables, dtype)
+    return _composed_zoom(images, ZoomTables(*tables), dtype)
 
 
 @zoom.register_kernel("cuda")
-def _zoom_cuda(
-    images: Tensor,
-    row_low: Tensor,
-    row_high: Tensor,
-    row_lower: Tensor,
-    row_upper: Tensor,
-    column_low: Tensor,
-    column_high: Tensor,
-    column_lower: Tensor,
-    column_upper: Tensor,
-    dtype: torch.dtype,
-) -> Tensor:
-    tables = ZoomTables(row_low, row_high, row_lower, row_upper, column_low, column_high, column_lower, column_upper)
+def _zoom_cuda(images: Tensor, tables: list[Tensor], dtype: torch.dtype) -> Tensor:
     if not fuses(images.device):
-        return _composed_zoom(images, tables, dtype)
+        return _composed_zoom(images, ZoomTables(*tables), dtype)
     from ._triton.zoom import zoom as kernel
 
-    return kernel(images, tables, dtype)
+    return kernel(images, ZoomTables(*tables), dtype)
 
 
 @zoom.register_fake
-def _zoom_shape(
-    images: Tensor,
-    row_low: Tensor,
-    row_high: Tensor,
-    row_lower: Tensor,
-    row_upper: Tensor,
-    column_low: Tensor,
-    column_high: Tensor,
-    column_lower: Tensor,
-    column_upper: Tensor,
-    dtype: torch.dtype,
-) -> Tensor:
-    return images.new_empty((*row_low.shape[:-2], *images.shape), dtype=dtype)
+def _zoom_shape(images: Tensor, tables: list[Tensor], dtype: torch.dtype) -> Tensor:
+    return images.new_empty((*tables[0].shape[:-2], *images.shape), dtype=dtype)
 
 
 def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> Tensor:
@@ -736,7 +702,7 @@ def zoom_with_tables(images: Tensor, tables: ZoomTables, dtype: torch.dtype) -> 
         of a lone one; the images are read in their own memory layout (no copy). The operator :func:`zoom`
         (one Triton kernel on CUDA).
     """
-    return zoom(images, *tables, dtype)
+    return zoom(images, list(tables), dtype)
 
 
 def motion_blur_tables(

@@ -178,7 +178,7 @@ def test_the_operators_on_meta_give_the_shapes_of_their_results() -> None:
     assert zoomed.shape == (3, 2, 3, 20, 20) and zoomed.dtype == torch.float32
     single = numerics.zoom_with_tables(images.double(), tables.slots(0), torch.float64)
     assert single.shape == (2, 3, 20, 20) and single.dtype == torch.float64
-    summed = blur.zoom_blur_sum(images, *tables, torch.empty((3, 2), dtype=torch.float32, device=meta))
+    summed = blur.zoom_blur_sum(images, list(tables), torch.empty((3, 2), dtype=torch.float32, device=meta))
     assert summed.shape == (2, 3, 20, 20) and summed.dtype == torch.float32
     weights, starts, padding = _motion_tables(19, 27, [1.5, 6.0], torch.float32)
     levels = torch.empty((2, 1, 19, 27), dtype=torch.float32, device=meta)
