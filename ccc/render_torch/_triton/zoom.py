@@ -79,6 +79,7 @@ def _zoom_kernel(
     column_high,
     column_lower,
     column_upper,
+    present,
     output,
     zooms,
     batch,
@@ -89,6 +90,7 @@ def _zoom_kernel(
     stride_channel,
     stride_row,
     stride_column,
+    SUM: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     line = tl.program_id(0).to(tl.int64)  # (sample · channels + channel) · height + output row
@@ -100,6 +102,7 @@ def _zoom_kernel(
     inside = columns < width
     source = images + sample * stride_sample + channel * stride_channel
     rows_per_zoom = tl.num_programs(0).to(tl.int64)  # B · C · H
+    total = tl.zeros([BLOCK], dtype=output.dtype.element_ty)
     for zoom in range(zooms):
         zoomed = _zoomed_block(
             source,
@@ -121,79 +124,27 @@ def _zoom_kernel(
             stride_column,
             output.dtype.element_ty,
         )
-        tl.store(output + (zoom * rows_per_zoom + line) * width + columns, zoomed, mask=inside)
+        if SUM:  # the zooms' weighted values added one after the other, from zero
+            total = total + zoomed * tl.load(present + zoom * batch + sample)
+        else:  # each zoom stored
+            tl.store(output + (zoom * rows_per_zoom + line) * width + columns, zoomed, mask=inside)
+    if SUM:
+        tl.store(output + line * width + columns, total, mask=inside)
 
 
-@triton.jit
-def _zoom_sum_kernel(
-    images,
-    row_low,
-    row_high,
-    row_lower,
-    row_upper,
-    column_low,
-    column_high,
-    column_lower,
-    column_upper,
-    present,
-    output,
-    zooms,
-    batch,
-    channels,
-    height,
-    width,
-    stride_sample,
-    stride_channel,
-    stride_row,
-    stride_column,
-    BLOCK: tl.constexpr,
-):
-    line = tl.program_id(0).to(tl.int64)  # (sample · channels + channel) · height + output row
-    row = line % height
-    plane = line // height
-    sample = plane // channels
-    channel = plane % channels
-    columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    inside = columns < width
-    source = images + sample * stride_sample + channel * stride_channel
-    total = tl.zeros([BLOCK], dtype=output.dtype.element_ty)
-    for zoom in range(zooms):  # the zooms' weighted values added one after the other, from zero
-        zoomed = _zoomed_block(
-            source,
-            row_low,
-            row_high,
-            row_lower,
-            row_upper,
-            column_low,
-            column_high,
-            column_lower,
-            column_upper,
-            zoom * batch + sample,
-            row,
-            columns,
-            inside,
-            height,
-            width,
-            stride_row,
-            stride_column,
-            output.dtype.element_ty,
-        )
-        total = total + zoomed * tl.load(present + zoom * batch + sample)
-    tl.store(output + line * width + columns, total, mask=inside)
-
-
-def _launch(kernel, images: Tensor, tables: tuple[Tensor, ...], extra: tuple[Tensor, ...], output: Tensor) -> None:
-    """``kernel`` over every output row and block of columns of ``images``, its tables flattened to (Z·B, ·)."""
+def _launch(images: Tensor, tables: tuple[Tensor, ...], present: Tensor | None, output: Tensor) -> None:
+    """The kernel over every output row and block of columns of ``images``, its tables flattened to (Z·B, ·):
+    the weighted sum of the zooms where ``present`` is given, each zoom otherwise."""
     batch, channels, height, width = images.shape
     zooms = tables[0].numel() // (batch * height)
     grid = (batch * channels * height, triton.cdiv(width, _BLOCK))
     launch(
-        kernel,
+        _zoom_kernel,
         grid,
         images.device,
         images,
         *(table.contiguous() for table in tables),
-        *extra,
+        output if present is None else present.contiguous(),  # unread without the sum
         output,
         zooms,
         batch,
@@ -201,6 +152,7 @@ def _launch(kernel, images: Tensor, tables: tuple[Tensor, ...], extra: tuple[Ten
         height,
         width,
         *images.stride(),
+        SUM=present is not None,
         BLOCK=_BLOCK,
     )
 
@@ -211,7 +163,7 @@ def zoom(images: Tensor, tables: tuple[Tensor, ...], dtype: torch.dtype) -> Tens
     (*S, B, H), then the columns' (*S, B, W), the weights of the working dtype) → ``dtype`` (*S, B, C, H, W)."""
     batch, channels, height, width = images.shape
     output = torch.empty((*tables[0].shape[:-2], batch, channels, height, width), dtype=dtype, device=images.device)
-    _launch(_zoom_kernel, images, tables, (), output)
+    _launch(images, tables, None, output)
     return output
 
 
@@ -220,5 +172,5 @@ def zoom_sum(images: Tensor, tables: tuple[Tensor, ...], present: Tensor) -> Ten
     :class:`~ccc.render_torch.numerics.ZoomTables` of Z zooms ((Z, B, H) and (Z, B, W)); ``present`` float32
     (Z, B) → float32 (B, C, H, W), ``Σ_z float32(zoom_z) · present[z]`` added in zoom order from 0."""
     output = torch.empty(images.shape, dtype=torch.float32, device=images.device)
-    _launch(_zoom_sum_kernel, images, tables, (present.contiguous(),), output)
+    _launch(images, tables, present, output)
     return output
