@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["KERNELS_VARIABLE", "FP_FUSION", "fuses", "launch"]
+__all__ = ["FP_FUSION", "KERNELS_VARIABLE", "KERNEL_ARCHITECTURE", "fuses", "launch"]
 
 KERNELS_VARIABLE = "CCC_TORCH_KERNELS"
 """Environment variable: ``aten`` runs the ATen compositions on CUDA too (to compare, or where a kernel
@@ -44,9 +44,21 @@ def _triton_importable() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+KERNEL_ARCHITECTURE = (8, 0)
+"""The oldest NVIDIA compute capability the kernels run on: Triton supports Ampere (8.0) and later, and the
+kernels are compiled and checked for NVIDIA's backend (ROCm's devices, also ``cuda`` in torch, keep the
+compositions)."""
+
+
+@functools.cache
+def _supported(index: int) -> bool:
+    return torch.version.hip is None and torch.cuda.get_device_capability(index) >= KERNEL_ARCHITECTURE
+
+
 def fuses(device: torch.device) -> bool:
-    """Whether the renderer's ``ccc::`` operators run their Triton kernels on ``device``: a CUDA device, with
-    Triton installed, unless :data:`KERNELS_VARIABLE` is ``aten``.
+    """Whether the renderer's ``ccc::`` operators run their Triton kernels on ``device``: an NVIDIA GPU of compute
+    capability 8.0 or later (:data:`KERNEL_ARCHITECTURE`), with Triton installed, unless :data:`KERNELS_VARIABLE`
+    is ``aten``.
 
     Raises:
         ValueError: :data:`KERNELS_VARIABLE` set to something else than ``aten`` or ``triton``, one line.
@@ -54,7 +66,9 @@ def fuses(device: torch.device) -> bool:
     choice = os.environ.get(KERNELS_VARIABLE, "triton")
     if choice not in ("aten", "triton"):
         raise ValueError(f"{KERNELS_VARIABLE}={choice!r}: expected 'aten' or 'triton'")
-    return device.type == "cuda" and choice == "triton" and _triton_importable()
+    if device.type != "cuda" or choice == "aten" or not _triton_importable():
+        return False
+    return _supported(torch.cuda.current_device() if device.index is None else device.index)
 
 
 def launch(kernel: Any, grid: tuple[int, ...], device: torch.device, *args: object, **constants: object) -> None:

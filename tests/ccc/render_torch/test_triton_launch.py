@@ -50,3 +50,42 @@ def test_every_kernel_module_launches_through_launch_only(path: Path) -> None:
     source = path.read_text()
     assert not re.search(r"kernel\s*\[", source), "a kernel launched directly (kernel[grid](...)), not by launch()"
     assert "enable_fp_fusion" not in source and re.search(r"\blaunch\(", source)
+
+
+@pytest.mark.parametrize(
+    ("device", "variable", "capability", "hip", "expected"),
+    [
+        ("cpu", None, (9, 0), None, False),
+        ("meta", None, (9, 0), None, False),
+        ("cuda:1", None, (9, 0), None, True),
+        ("cuda:1", "triton", (8, 0), None, True),
+        ("cuda:1", "aten", (9, 0), None, False),
+        ("cuda:1", None, (7, 5), None, False),  # Turing: Triton's NVIDIA backend starts at Ampere
+        ("cuda:1", None, (9, 4), "6.2", False),  # ROCm: the kernels are checked for NVIDIA's backend only
+    ],
+)
+def test_the_kernels_run_on_nvidia_gpus_from_ampere_on_unless_asked_not_to(
+    device: str,
+    variable: str | None,
+    capability: tuple[int, int],
+    hip: str | None,
+    expected: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[int] = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or capability)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(_triton, "_triton_importable", lambda: True)
+    monkeypatch.setattr(_triton, "_supported", _triton._supported.__wrapped__)  # no answer kept between cases
+    if variable is None:
+        monkeypatch.delenv(_triton.KERNELS_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(_triton.KERNELS_VARIABLE, variable)
+    assert _triton.fuses(torch.device(device)) is expected
+    assert asked in ([], [1])
+
+
+def test_an_unknown_kernels_choice_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_triton.KERNELS_VARIABLE, "fast")
+    with pytest.raises(ValueError, match=r"^CCC_TORCH_KERNELS='fast': expected 'aten' or 'triton'$"):
+        _triton.fuses(torch.device("cpu"))
