@@ -31,6 +31,7 @@ from ccc.corruptions.assets import frost_textures
 from ccc.corruptions.weather import FROST_CHOICES
 
 from ._spatter_filters import box_blur3, canny, chamfer_distance, emboss, equalize_histogram
+from ._triton import fuses
 from ._upload import BatchUpload, to_device
 from .numerics import (
     byte_levels,
@@ -234,6 +235,64 @@ costs about 20 launches on a few points per sample, whatever the map's size; the
 with fog's parameters."""
 
 
+def _composed_diamond_square_level(height_map: Tensor, scales: Tensor, draws: Tensor, step: int) -> None:
+    """:func:`diamond_square_level` in ATen operations."""
+    size = height_map.shape[-1]
+    half = step // 2
+    # the level's three perturbations at once: the reference's wibble · uniform(−wibble, wibble) per point,
+    # elementwise the same arithmetic
+    wibble, low, span = scales[:, :, None, None, None].unbind(1)  # each (B, 1, 1, 1)
+    square, row, column = (wibble * (low + span * draws)).unbind(1)
+    corners = height_map[:, 0:size:step, 0:size:step]
+    square_total = corners + torch.roll(corners, -1, 1)
+    square_total = square_total + torch.roll(square_total, -1, 2)
+    # total / 4 + perturbation, written in place: total · 0.25 is exact (a power of two), so add's alpha
+    # form rounds once, as the reference's two operations do
+    torch.add(square, square_total, alpha=0.25, out=height_map[:, half:size:step, half:size:step])
+
+    centres = height_map[:, half:size:step, half:size:step]
+    corners = height_map[:, 0:size:step, 0:size:step]
+    row_total = (centres + torch.roll(centres, 1, 1)) + (corners + torch.roll(corners, -1, 2))
+    torch.add(row, row_total, alpha=0.25, out=height_map[:, 0:size:step, half:size:step])
+    column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
+    torch.add(column, column_total, alpha=0.25, out=height_map[:, half:size:step, 0:size:step])
+
+
+@torch.library.custom_op("ccc::diamond_square_level", mutates_args=("height_map",))
+def diamond_square_level(height_map: Tensor, scales: Tensor, draws: Tensor, step: int) -> None:
+    """One diamond-square level on ``height_map``, in place: the square centres, then the diamonds on the corner
+    rows and on the corner columns.
+
+    Args:
+        height_map: (B, n, n) float64 (float32 in the float32 mode); the level's corners, every ``step``-th row
+            and column, are set, and its new points are written.
+        scales: (B, 3) of the map's dtype: the level's :func:`plasma_scales` row (wibble, low, span).
+        draws: (B, 3, s, s) of the map's dtype, s = n / step: the level's three uniform fields (square centres,
+            diamonds on corner rows, diamonds between).
+        step: the corners' spacing in points, a power of two >= 2.
+
+    In ATen operations (:func:`_composed_diamond_square_level`), or on CUDA in one Triton kernel that reads the
+    corners and draws and writes the level's points alone (:mod:`._triton.plasma`, where
+    :func:`~._triton.fuses`): the same bits either way.
+    """
+    _composed_diamond_square_level(height_map, scales, draws, step)
+
+
+@diamond_square_level.register_kernel("cuda")
+def _diamond_square_level_cuda(height_map: Tensor, scales: Tensor, draws: Tensor, step: int) -> None:
+    if not fuses(height_map.device):
+        _composed_diamond_square_level(height_map, scales, draws, step)
+        return
+    from ._triton.plasma import diamond_square_level as kernel
+
+    kernel(height_map, scales, draws, step)
+
+
+@diamond_square_level.register_fake
+def _diamond_square_level_shape(height_map: Tensor, scales: Tensor, draws: Tensor, step: int) -> None:
+    return None
+
+
 def _diamond_square(height_map: Tensor, scales: Tensor, fields: Sequence[Tensor]) -> None:
     """The diamond-square levels of ``fields`` on ``height_map`` (B, n, n), in place, from the level whose
     step is ``n >> (levels made before)``: level ``k`` of ``fields`` has step ``n / 2**(first + k)``, where
@@ -241,30 +300,11 @@ def _diamond_square(height_map: Tensor, scales: Tensor, fields: Sequence[Tensor]
 
     ``scales`` (B, len(fields), 3): each level's :func:`plasma_scales` row; ``fields[k]`` (B, 3, side, side),
     the level's three uniform draws (square centres, diamonds on corner rows, diamonds between), side
-    ``2**(first + k)``; all of ``height_map``'s dtype and device.
+    ``2**(first + k)``; all of ``height_map``'s dtype and device. One :func:`diamond_square_level` per level.
     """
-    size = height_map.shape[-1]
-    step = size // fields[0].shape[-1]
-    level_scales = scales[..., None, None, None].unbind(1)  # each (B, 3, 1, 1, 1): the views made once, not per level
+    step = height_map.shape[-1] // fields[0].shape[-1]
     for level, draws in enumerate(fields):
-        half = step // 2
-        # the level's three perturbations at once: the reference's wibble · uniform(−wibble, wibble) per point,
-        # elementwise the same arithmetic
-        wibble, low, span = level_scales[level].unbind(1)
-        square, row, column = (wibble * (low + span * draws)).unbind(1)
-        corners = height_map[:, 0:size:step, 0:size:step]
-        square_total = corners + torch.roll(corners, -1, 1)
-        square_total = square_total + torch.roll(square_total, -1, 2)
-        # total / 4 + perturbation, written in place: total · 0.25 is exact (a power of two), so add's alpha
-        # form rounds once, as the reference's two operations do
-        torch.add(square, square_total, alpha=0.25, out=height_map[:, half:size:step, half:size:step])
-
-        centres = height_map[:, half:size:step, half:size:step]
-        corners = height_map[:, 0:size:step, 0:size:step]
-        row_total = (centres + torch.roll(centres, 1, 1)) + (corners + torch.roll(corners, -1, 2))
-        torch.add(row, row_total, alpha=0.25, out=height_map[:, 0:size:step, half:size:step])
-        column_total = (centres + torch.roll(centres, 1, 2)) + (corners + torch.roll(corners, -1, 1))
-        torch.add(column, column_total, alpha=0.25, out=height_map[:, half:size:step, 0:size:step])
+        diamond_square_level(height_map, scales[:, level], draws, step)
         step //= 2
 
 
