@@ -151,7 +151,7 @@ def test_a_fused_operator_is_one_launch_moving_its_inputs_and_output_with_its_co
     import torch
     from torch.utils.weak import WeakIdKeyDictionary
 
-    from ccc.render_torch import _resample
+    from ccc.render_torch import _resample, numerics
     from tests.builders import load_script
 
     proxies = load_script("scripts/bench/render_proxies.py")
@@ -170,3 +170,12 @@ def test_a_fused_operator_is_one_launch_moving_its_inputs_and_output_with_its_co
     assert fused.bytes_moved == sum(t.numel() * t.element_size() for t in (levels, index, weight, output))
     assert composed.launches > 1 and composed.bytes_moved > fused.bytes_moved
     assert (fused.float64_flops, fused.float32_flops) == (composed.float64_flops, composed.float32_flops)
+    rows = torch.rand((2, 3, 6, 5), dtype=torch.float64, device=device)
+    kernels = torch.tensor([[0.25, 0.5, 0.25], [0.0, 1.0, 0.0]], dtype=torch.float64, device=device)
+    for tensor in (rows, kernels):
+        provenance[tensor] = True
+    with proxies.ProxyCounter(provenance) as fused:
+        numerics.opencv_symmetric_columns(rows, kernels)
+    with proxies.ProxyCounter(provenance) as composed:
+        numerics._composed_symmetric_columns(rows, kernels)
+    assert fused.launches == 1 and fused.float64_flops == composed.float64_flops > 0  # a float kernel's FLOPs

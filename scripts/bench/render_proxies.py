@@ -161,6 +161,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch._library import custom_ops
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
@@ -220,7 +221,7 @@ REDUCTIONS = {
 """Ops counted one FLOP per input element."""
 MEMORY_ONLY = {
     "copy_", "_to_copy", "clone", "cat", "stack", "index", "index_put", "index_put_", "_index_put_impl_", "gather",
-    "scatter", "scatter_", "index_select", "index_copy", "index_copy_", "constant_pad_nd", "reflection_pad2d",
+    "scatter", "scatter_", "index_select", "index_copy", "index_copy_", "pad", "constant_pad_nd", "reflection_pad2d",
     "replication_pad2d", "flip", "roll", "repeat", "fill_", "fill", "zero_", "zeros", "zeros_like", "ones",
     "ones_like", "full", "full_like", "arange", "scalar_tensor", "masked_fill", "masked_fill_", "where",
     "_unsafe_index", "take", "tril", "triu", "repeat_interleave", "nonzero", "masked_select", "_unique2",
@@ -329,8 +330,8 @@ class ProxyCounter(TorchDispatchMode):
         else:
             on_device = _is_render_device(kwargs.get("device"))
         if func.namespace == FUSED_NAMESPACE and on_device and not self.quiet:
-            with _CompositionFlops() as composition:  # its ATen composition runs here, on the CPU
-                output = func(*args, **kwargs)
+            with _CompositionFlops() as composition:  # its ATen composition runs here, op by op, on the CPU
+                output = _composition(func)(*args, **kwargs)
             self._count_device_op(func, name, args, inputs, output, kwargs, composition)
             self.mark(output)
             return output
@@ -445,9 +446,16 @@ class ProxyCounter(TorchDispatchMode):
             self.float32_flops += flops
 
 
+def _composition(func: torch._ops.OpOverload) -> Callable:
+    """A fused ``ccc::`` operator's Python default, its ATen composition, to run op by op under a mode (called as
+    the operator, it would be one op to the mode): ``torch.library`` keeps it as the operator's ``_init_fn``."""
+    return custom_ops._maybe_get_opdef(func)._init_fn
+
+
 class _CompositionFlops(TorchDispatchMode):
-    """The FLOPs (:func:`_flops`) of the ATen ops a fused ``ccc::`` operator's composition dispatches: its Triton
-    kernel makes the same float operations (that is how it gives the same bits), in registers."""
+    """The FLOPs (:func:`_flops`) of the ATen ops a fused ``ccc::`` operator's composition dispatches (the
+    compositions of the operators it calls included): its Triton kernel makes the same float operations (that is
+    how it gives the same bits), in registers."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -456,10 +464,19 @@ class _CompositionFlops(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
+        if func.namespace == FUSED_NAMESPACE:  # an operator the composition calls: its own composition, op by op
+            with _CompositionFlops() as inner:
+                output = _composition(func)(*args, **kwargs)
+            self.float64_flops += inner.float64_flops
+            self.float32_flops += inner.float32_flops
+            return output
         output = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if func.is_view or name in NO_KERNEL:  # as ProxyCounter: no launch, no FLOPs
+            return output
         inputs = [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, torch.Tensor)]
         outputs = [tensor for tensor in tree_flatten(output)[0] if isinstance(tensor, torch.Tensor)]
-        flops, wide = _flops(func.overloadpacket.__name__, inputs, outputs, args)
+        flops, wide = _flops(name, inputs, outputs, args)
         if wide:
             self.float64_flops += flops
         else:
