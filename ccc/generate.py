@@ -184,8 +184,13 @@ def check_render_device(rendering: TorchRendering, executor: Executor | None = N
     try:
         _torch_versions()
         from ccc.models import resolve_device
+        from ccc.render_torch._triton import kernels_choice
     except ImportError as error:
         raise RenderDeviceError(f"the torch renderer needs torch and torchvision ({error})") from None
+    try:
+        kernels_choice()
+    except ValueError as error:
+        raise RenderDeviceError(f"render device: {error}") from None
     if executor is None or not executor.distributed or rendering.device_type != "cuda":
         try:
             resolve_device(rendering.device)

@@ -233,11 +233,13 @@ def check_render_device(device: str | torch.device) -> torch.device:
 
     Raises:
         ValueError: one line, ``render device: …``, for another name, or CUDA or a GPU index this
-            machine does not have.
+            machine does not have, or ``CCC_TORCH_KERNELS`` set to neither ``aten`` nor ``triton``.
     """
     from ccc.models import resolve_device
+    from ccc.render_torch._triton import kernels_choice
 
     try:
+        kernels_choice()  # checked before the first batch, not inside it
         return resolve_device(str(device))
     except ValueError as error:
         raise ValueError(f"render device: {error}") from None

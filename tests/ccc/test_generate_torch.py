@@ -163,6 +163,19 @@ def test_devices_that_cannot_be_used_are_refused_in_one_line() -> None:
             check_render_device(TorchRendering("cuda"))
 
 
+def test_an_unknown_kernels_choice_is_refused_before_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ccc.load.rendered_stream import check_render_device as check_stream_device
+
+    monkeypatch.setenv("CCC_TORCH_KERNELS", "fast")
+    message = r"^render device: CCC_TORCH_KERNELS='fast': expected 'aten' or 'triton'$"
+    with pytest.raises(RenderDeviceError, match=message):
+        check_render_device(TorchRendering("cpu"))
+    with pytest.raises(ValueError, match=message):
+        check_stream_device("cpu")
+    monkeypatch.setenv("CCC_TORCH_KERNELS", "aten")
+    assert check_render_device(TorchRendering("cpu")).gpus == 0 and check_stream_device("cpu").type == "cpu"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_renders_reproducibly_whatever_the_batch_size(random_plan, tmp_path: Path) -> None:
     for name, batch_size in (("a", 4), ("b", 8)):

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FP_FUSION", "KERNELS_VARIABLE", "KERNEL_ARCHITECTURE", "fuses", "launch"]
+__all__ = ["FP_FUSION", "KERNELS_VARIABLE", "KERNEL_ARCHITECTURE", "fuses", "kernels_choice", "launch"]
 
 KERNELS_VARIABLE = "CCC_TORCH_KERNELS"
 """Environment variable: ``aten`` runs the ATen compositions on CUDA too (to compare, or where a kernel
@@ -55,6 +55,18 @@ def _supported(index: int) -> bool:
     return torch.version.hip is None and torch.cuda.get_device_capability(index) >= KERNEL_ARCHITECTURE
 
 
+def kernels_choice() -> str:
+    """:data:`KERNELS_VARIABLE` of this process: ``triton`` (the default) or ``aten``.
+
+    Raises:
+        ValueError: any other value, one line.
+    """
+    choice = os.environ.get(KERNELS_VARIABLE, "triton")
+    if choice not in ("aten", "triton"):
+        raise ValueError(f"{KERNELS_VARIABLE}={choice!r}: expected 'aten' or 'triton'")
+    return choice
+
+
 def fuses(device: torch.device) -> bool:
     """Whether the renderer's ``ccc::`` operators run their Triton kernels on ``device``: an NVIDIA GPU of compute
     capability 8.0 or later (:data:`KERNEL_ARCHITECTURE`), with Triton installed, unless :data:`KERNELS_VARIABLE`
@@ -63,10 +75,7 @@ def fuses(device: torch.device) -> bool:
     Raises:
         ValueError: :data:`KERNELS_VARIABLE` set to something else than ``aten`` or ``triton``, one line.
     """
-    choice = os.environ.get(KERNELS_VARIABLE, "triton")
-    if choice not in ("aten", "triton"):
-        raise ValueError(f"{KERNELS_VARIABLE}={choice!r}: expected 'aten' or 'triton'")
-    if device.type != "cuda" or choice == "aten" or not _triton_importable():
+    if device.type != "cuda" or kernels_choice() == "aten" or not _triton_importable():
         return False
     return _supported(torch.cuda.current_device() if device.index is None else device.index)
 

@@ -88,4 +88,6 @@ def test_the_kernels_run_on_nvidia_gpus_from_ampere_on_unless_asked_not_to(
 def test_an_unknown_kernels_choice_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_triton.KERNELS_VARIABLE, "fast")
     with pytest.raises(ValueError, match=r"^CCC_TORCH_KERNELS='fast': expected 'aten' or 'triton'$"):
-        _triton.fuses(torch.device("cpu"))
+        _triton.kernels_choice()
+    with pytest.raises(ValueError, match=r"^CCC_TORCH_KERNELS='fast'"):
+        _triton.fuses(torch.device("cuda", 0))
