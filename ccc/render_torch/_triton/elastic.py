@@ -32,23 +32,11 @@ import triton.language as tl
 from torch import Tensor
 
 from . import launch
+from ._types import float_type
 
 __all__ = ["sample_shifted_bilinear_reflect", "warp_affine_reflect_101"]
 
 _BLOCK = 128
-
-_FLOAT_TYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
-
-
-def _working_type(dtype: torch.dtype) -> tl.dtype:
-    """Triton's type of the working ``dtype``.
-
-    Raises:
-        ValueError: a dtype other than float32 and float64, one line.
-    """
-    if dtype not in _FLOAT_TYPES:
-        raise ValueError(f"the elastic kernels compute in float32 or float64, got {dtype}")
-    return _FLOAT_TYPES[dtype]
 
 
 @triton.jit
@@ -156,7 +144,7 @@ def warp_affine_reflect_101(images: Tensor, inverse: Tensor, dtype: torch.dtype)
         width,
         *images.stride(),
         *inverse.stride(),
-        WORKING=_working_type(dtype),
+        WORKING=float_type(dtype),
         BLOCK=_BLOCK,
     )
     return output
@@ -258,7 +246,7 @@ def sample_shifted_bilinear_reflect(
         height,
         width,
         *images.stride(),
-        WORKING=_working_type(dtype),
+        WORKING=float_type(dtype),
         BLOCK=_BLOCK,
     )
     return output

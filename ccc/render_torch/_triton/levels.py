@@ -28,12 +28,12 @@ import triton.language as tl
 from torch import Tensor
 
 from . import launch
+from ._types import float_type
 
 __all__ = ["byte_levels", "truncate_rows_into", "truncate_to_levels", "unit_float32", "unit_of_levels", "unit_values"]
 
 _BLOCK = 1024
 
-_FLOAT_TYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
 """Triton's float dtypes of torch's (a working dtype is a constant of the kernel)."""
 
 
@@ -232,4 +232,4 @@ def unit_values(images: Tensor, dtype: torch.dtype) -> Tensor:
 def unit_of_levels(levels: Tensor, working: torch.dtype, dtype: torch.dtype) -> Tensor:
     """The kernel's launch: ``levels`` (uint8 or float, any shape and strides) → ``levels / 255`` as ``dtype``,
     cast to the float dtype ``working`` first and divided there."""
-    return _convert(_unit_of_levels_kernel, levels, dtype, WORKING=_FLOAT_TYPES[working])
+    return _convert(_unit_of_levels_kernel, levels, dtype, WORKING=float_type(working))

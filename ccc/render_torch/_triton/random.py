@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .._splitmix import GOLDEN, MIX_1, MIX_2, POISSON_BITS, UNIFORM_BITS, UNIFORM_SCALE
 from . import launch
+from ._types import float_type
 
 __all__ = ["box_muller_uniforms", "hashed_integers", "hashed_uniform_sequence", "hashed_uniforms", "poisson_inversion"]
 
@@ -34,19 +35,6 @@ _UNIFORM_SCALE = tl.constexpr(UNIFORM_SCALE)
 _ANGLE_SHIFT = tl.constexpr(_WORD_BITS - 2 * UNIFORM_BITS)
 _POISSON_BITS = tl.constexpr(POISSON_BITS)
 _POISSON_SHIFT = tl.constexpr(_WORD_BITS - POISSON_BITS)
-
-_FLOAT_TYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
-
-
-def _float_type(dtype: torch.dtype) -> tl.dtype:
-    """Triton's type of the values' ``dtype``.
-
-    Raises:
-        ValueError: a dtype other than float32 and float64, one line.
-    """
-    if dtype not in _FLOAT_TYPES:
-        raise ValueError(f"the random kernels draw float32 or float64 values, got {dtype}")
-    return _FLOAT_TYPES[dtype]
 
 
 @triton.jit
@@ -220,7 +208,7 @@ def hashed_uniforms(keys: Tensor, count: int, dtype: torch.dtype) -> Tensor:
         draws * count,
         blocks,
         *keys.stride(),
-        DTYPE=_float_type(dtype),
+        DTYPE=float_type(dtype),
         BLOCK=_BLOCK,
     )
     return output
@@ -246,7 +234,7 @@ def hashed_uniform_sequence(keys: Tensor, draw: Tensor, offsets: Tensor, dtype: 
         elements,
         blocks,
         *keys.stride(),
-        DTYPE=_float_type(dtype),
+        DTYPE=float_type(dtype),
         BLOCK=_BLOCK,
     )
     return output
@@ -272,7 +260,7 @@ def box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype, angle_scal
         blocks,
         keys.stride(0),
         ANGLE_SCALE=angle_scale,
-        DTYPE=_float_type(dtype),
+        DTYPE=float_type(dtype),
         BLOCK=_BLOCK,
     )
     return radius, angle
