@@ -248,42 +248,15 @@ def unit_float32(levels: Tensor, scale: int = 1) -> Tensor:
     return _unit_float32(levels, scale)
 
 
-def _composed_truncate_to_levels(images: Tensor) -> Tensor:
-    """:func:`truncate_to_levels` in ATen operations: a product, a clamp, a floor and a division of whole images."""
+def truncate_to_levels(images: Tensor) -> Tensor:
+    """``floor(clip(x · 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W)
+    (a stage writes it into its output with :func:`truncate_rows_into`)."""
     return divide(torch.floor(torch.clamp(images * 255, 0, 255)), 255.0)
 
 
-@torch.library.custom_op("ccc::truncate_to_levels", mutates_args=())
-def _truncate_to_levels(images: Tensor) -> Tensor:
-    """:func:`truncate_to_levels`: in ATen operations (:func:`_composed_truncate_to_levels`), or on CUDA in one
-    Triton kernel that reads the images and writes the levels alone (:mod:`._triton.levels`, where
-    :func:`~._triton.fuses`)."""
-    return _composed_truncate_to_levels(images)
-
-
-@_truncate_to_levels.register_kernel("cuda")
-def _truncate_to_levels_cuda(images: Tensor) -> Tensor:
-    if not fuses(images.device):
-        return _composed_truncate_to_levels(images)
-    from ._triton.levels import truncate_to_levels as kernel
-
-    return kernel(images)
-
-
-@_truncate_to_levels.register_fake
-def _truncate_to_levels_shape(images: Tensor) -> Tensor:
-    return torch.empty_like(images)
-
-
-def truncate_to_levels(images: Tensor) -> Tensor:
-    """``floor(clip(x · 255, 0, 255)) / 255``: the reference's ``np.uint8`` truncation, float32 (B, 3, H, W).
-    The operator ``ccc::truncate_to_levels`` (one Triton kernel on CUDA)."""
-    return _truncate_to_levels(images)
-
-
 def _composed_truncate_rows_into(output: Tensor, rows: Tensor, values: Tensor) -> None:
-    """:func:`truncate_rows_into` in ATen operations: :func:`_composed_truncate_to_levels`, then an index_put."""
-    output[rows] = _composed_truncate_to_levels(values)
+    """:func:`truncate_rows_into` in ATen operations: :func:`truncate_to_levels`, then an index_put."""
+    output[rows] = truncate_to_levels(values)
 
 
 @torch.library.custom_op("ccc::truncate_rows_into", mutates_args=("output",))

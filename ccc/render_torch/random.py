@@ -27,8 +27,7 @@ for the same bytes), and the words (so the drawn values, which the tests pin) wo
 same. The uniforms' integer parts (24, 32 or 40 bits) are exact in the conversions above.
 
 Each draw's words and their integer and exact float steps are one ``ccc::`` operator (:func:`hashed_uniforms`,
-:func:`hashed_uniform_sequence`, :func:`box_muller_uniforms`, :func:`hashed_integers`,
-:func:`poisson_inversion`): the ATen composition on every device but CUDA, where one Triton kernel
+:func:`hashed_uniform_sequence`, :func:`box_muller_uniforms`, :func:`poisson_inversion`): the ATen composition on every device but CUDA, where one Triton kernel
 (:mod:`._triton.random`) hashes the words in registers and writes only the values (the same bits).
 """
 
@@ -265,35 +264,6 @@ def _box_muller_uniforms_shape(keys: Tensor, count: int, dtype: torch.dtype) -> 
     return keys.new_empty((keys.shape[0], count), dtype=dtype), keys.new_empty((keys.shape[0], count), dtype=dtype)
 
 
-def _composed_integers(keys: Tensor, count: int, low: int, span: int) -> Tensor:
-    """:func:`hashed_integers` in ATen operations."""
-    top = _shift_right(_composed_words(keys[:, None], count)[:, 0], 32)
-    return low + _shift_right(top * span, 32)
-
-
-@torch.library.custom_op("ccc::hashed_integers", mutates_args=())
-def hashed_integers(keys: Tensor, count: int, low: int, span: int) -> Tensor:
-    """Integers of one draw of ``count`` elements: ``keys`` int64 (B,), each sample's draw key; returns int64
-    (B, ``count``), ``low + (h · span) >> 32`` for ``h`` the word's top 32 bits (``span`` in (0, 2**31)). In ATen
-    operations (:func:`_composed_integers`), or on CUDA in one Triton kernel (:mod:`._triton.random`, where
-    :func:`~._triton.fuses`); the same integers either way."""
-    return _composed_integers(keys, count, low, span)
-
-
-@hashed_integers.register_kernel("cuda")
-def _hashed_integers_cuda(keys: Tensor, count: int, low: int, span: int) -> Tensor:
-    if not fuses(keys.device):
-        return _composed_integers(keys, count, low, span)
-    from ._triton.random import hashed_integers as kernel
-
-    return kernel(keys, count, low, span)
-
-
-@hashed_integers.register_fake
-def _hashed_integers_shape(keys: Tensor, count: int, low: int, span: int) -> Tensor:
-    return keys.new_empty((keys.shape[0], count))
-
-
 def _poisson_uniforms_and_rows(keys: Tensor, index: Tensor, width: int) -> tuple[Tensor, Tensor]:
     """The 40-bit uniforms of one draw (``keys`` int64 (B,)) and the table rows ``b · width + index`` of its
     values (``index`` (B, ...) into each sample's ``width`` rates), int64 shaped as ``index`` each."""
@@ -493,7 +463,8 @@ class SampleRandom:
         span = high - low
         if not 0 < span < 1 << 31:
             raise ValueError(f"integers needs 0 < high - low < 2**31, got low={low}, high={high}")
-        return hashed_integers(self._draw_keys(1)[:, 0], math.prod(shape), low, span).view(len(self), *shape)
+        top = _shift_right(_composed_words(self._draw_keys(1), math.prod(shape))[:, 0], 32)
+        return (low + _shift_right(top * span, 32)).view(len(self), *shape)
 
     def poisson(self, rates: Tensor, index: Tensor) -> Tensor:
         """Poisson samples at rates looked up in a per-sample host table: float32 with the shape of ``index``.

@@ -1,8 +1,8 @@
 """The pixel conversions between the renderer's steps (:mod:`ccc.render_torch.numerics`) as Triton kernels:
-:func:`unit_float32`, :func:`truncate_to_levels`, :func:`byte_levels`, :func:`unit_values` and
-:func:`unit_of_levels` (each program a block of consecutive values of the input's memory, written to the same
-places of the output's: the two share their strides, :func:`_flat_output`), and :func:`truncate_rows_into`
-(each program a block of one sample, written to the output's sample it goes to).
+:func:`unit_float32`, :func:`byte_levels`, :func:`unit_values` and :func:`unit_of_levels` (each program a block of
+consecutive values of the input's memory, written to the same places of the output's: the two share their strides,
+:func:`_flat_output`), and :func:`truncate_rows_into` (each program a block of one sample, written to the output's
+sample it goes to).
 
 Every value is read once and its result written once, computed with the composition's operations in its
 order, each rounded once as ATen rounds it:
@@ -30,7 +30,7 @@ from torch import Tensor
 from . import launch
 from ._types import float_type
 
-__all__ = ["byte_levels", "truncate_rows_into", "truncate_to_levels", "unit_float32", "unit_of_levels", "unit_values"]
+__all__ = ["byte_levels", "truncate_rows_into", "unit_float32", "unit_of_levels", "unit_values"]
 
 _BLOCK = 1024
 
@@ -98,14 +98,6 @@ def _unit_float32_kernel(levels, output, count, SCALE: tl.constexpr, BLOCK: tl.c
 def _truncated(values):
     """``floor(clamp(values · 255, 0, 255)) / 255`` in the values' dtype."""
     return _divide(tl.floor(_clamp(values * 255.0, 0.0, 255.0)), 255.0)
-
-
-@triton.jit
-def _truncate_kernel(images, output, count, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = offsets < count
-    values = tl.load(images + offsets, mask=inside, other=0.0)
-    tl.store(output + offsets, _truncated(values), mask=inside)
 
 
 @triton.jit
@@ -184,12 +176,6 @@ def unit_float32(levels: Tensor, scale: int) -> Tensor:
     """The kernel's launch: float64 or float32 ``levels`` (any shape and strides) times the whole number
     ``scale`` → float32 of their shape, :func:`ccc.render_torch.numerics.unit_float32`."""
     return _convert(_unit_float32_kernel, levels, torch.float32, SCALE=scale)
-
-
-def truncate_to_levels(images: Tensor) -> Tensor:
-    """The kernel's launch: float ``images`` (any shape and strides) → their dtype and shape,
-    ``floor(clamp(x · 255, 0, 255)) / 255``."""
-    return _convert(_truncate_kernel, images, images.dtype)
 
 
 def truncate_rows_into(output: Tensor, rows: Tensor, values: Tensor) -> None:

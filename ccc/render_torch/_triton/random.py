@@ -21,7 +21,7 @@ from .._splitmix import GOLDEN, MIX_1, MIX_2, POISSON_BITS, UNIFORM_BITS, UNIFOR
 from . import launch
 from ._types import float_type
 
-__all__ = ["box_muller_uniforms", "hashed_integers", "hashed_uniform_sequence", "hashed_uniforms", "poisson_inversion"]
+__all__ = ["box_muller_uniforms", "hashed_uniform_sequence", "hashed_uniforms", "poisson_inversion"]
 
 _BLOCK = 1024
 
@@ -130,16 +130,6 @@ def _box_muller_kernel(
     angle = ((words >> _ANGLE_SHIFT) & _UNIFORM_MASK).to(tl.int32).to(DTYPE) * tl.full((), ANGLE_SCALE, DTYPE)
     tl.store(radius_output + sample * count + elements, radius, mask=inside)
     tl.store(angle_output + sample * count + elements, angle, mask=inside)
-
-
-@triton.jit
-def _integers_kernel(keys, output, count, blocks, stride_sample, low, span, BLOCK: tl.constexpr):
-    sample, elements = _block_of_sample(blocks, BLOCK)
-    inside = elements < count
-    words = _words(tl.load(keys + sample * stride_sample), elements, True)
-    # the top 32 bits times a span below 2**31: below 2**63, no wrap
-    scaled = ((words >> 32) * span.to(tl.uint64)) >> 32
-    tl.store(output + sample * count + elements, scaled.to(tl.int64) + low, mask=inside)
 
 
 @triton.jit
@@ -264,30 +254,6 @@ def box_muller_uniforms(keys: Tensor, count: int, dtype: torch.dtype, angle_scal
         BLOCK=_BLOCK,
     )
     return radius, angle
-
-
-def hashed_integers(keys: Tensor, count: int, low: int, span: int) -> Tensor:
-    """The kernel's launch for :func:`ccc.render_torch.random.hashed_integers`: int64 ``keys`` (B,) → int64
-    (B, ``count``) integers in [``low``, ``low + span``) (``span`` in (0, 2**31))."""
-    batch = len(keys)
-    output = torch.empty((batch, count), dtype=torch.int64, device=keys.device)
-    if output.numel() == 0:
-        return output
-    grid, blocks = _grid(batch, count)
-    launch(
-        _integers_kernel,
-        grid,
-        keys.device,
-        keys,
-        output,
-        count,
-        blocks,
-        keys.stride(0),
-        low,
-        span,
-        BLOCK=_BLOCK,
-    )
-    return output
 
 
 def poisson_inversion(

@@ -107,14 +107,19 @@ def test_unit_float32_of_a_scale_is_the_product_first() -> None:
         _assert_same_bits(numerics.unit_float32(values, 255), numerics.unit_float32(values * 255.0))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_the_truncation_gives_the_compositions_bits(dtype: torch.dtype) -> None:
-    boundaries = _unit_boundaries(dtype)
-    random_values = _random_levels((2, 3, 9, 31), dtype, seed=7) / 255.0
+def _truncated_by_the_rows_kernel(values: torch.Tensor) -> torch.Tensor:
+    """``values`` (N, C, H, W) truncated by the rows kernel into an output of their shape."""
+    output = torch.full(values.shape, -7.0, dtype=values.dtype)
     with interpreted(kernels):
-        _assert_same_bits(kernels.truncate_to_levels(boundaries), numerics._composed_truncate_to_levels(boundaries))
-        for values in _layouts(random_values):
-            _assert_same_bits(kernels.truncate_to_levels(values), numerics._composed_truncate_to_levels(values))
+        kernels.truncate_rows_into(output, torch.arange(len(values)), values)
+    return output
+
+
+def test_the_truncation_gives_the_compositions_bits() -> None:
+    boundaries = _unit_boundaries(torch.float32)[None, None, None, :]
+    _assert_same_bits(_truncated_by_the_rows_kernel(boundaries), numerics.truncate_to_levels(boundaries))
+    for values in _layouts(_random_levels((2, 3, 9, 31), torch.float32, seed=7) / 255.0):
+        _assert_same_bits(_truncated_by_the_rows_kernel(values), numerics.truncate_to_levels(values))
 
 
 @pytest.mark.parametrize("output_layout", [torch.contiguous_format, torch.channels_last], ids=str)
@@ -220,11 +225,12 @@ def test_the_rounding_is_torchs_round_half_to_even(dtype: torch.dtype) -> None:
 
 
 def test_nans_stay_nans_as_atens_clamp_keeps_them() -> None:
+    values = torch.tensor([float("nan"), 0.5, float("nan")])[None, None, None, :]
+    assert torch.equal(_truncated_by_the_rows_kernel(values).isnan(), values.isnan())
     for dtype in DTYPES:
         values = torch.tensor([float("nan"), 3.0, float("nan")], dtype=dtype)
         with interpreted(kernels):
             assert torch.equal(kernels.unit_float32(values, 1).isnan(), values.isnan())
-            assert torch.equal(kernels.truncate_to_levels(values).isnan(), values.isnan())
 
 
 _FTZ = re.compile(r"\b[a-z]+(?:\.[a-z0-9]+)*\.ftz(?:\.[a-z0-9]+)*")
@@ -241,7 +247,6 @@ def test_the_kernels_compile_for_an_h100_with_correctly_rounded_divisions() -> N
     def launch() -> None:
         kernels.unit_float32(double, 1)
         kernels.unit_float32(single, 255)
-        kernels.truncate_to_levels(single)
         kernels.truncate_rows_into(torch.empty(3, 3, 5, 7), torch.tensor([2, 0]), single)
         kernels.byte_levels(single, torch.uint8)
         kernels.byte_levels(single, torch.float64)
@@ -263,7 +268,6 @@ def test_the_kernels_compile_for_an_h100_with_correctly_rounded_divisions() -> N
     assert divisions == [  # by kernel, each kernel's launches in their order
         ("_unit_float32_kernel", float64),
         ("_unit_float32_kernel", float32),
-        ("_truncate_kernel", float32),
         ("_truncate_rows_kernel", float32),
         ("_byte_levels_kernel", []),
         ("_byte_levels_kernel", []),

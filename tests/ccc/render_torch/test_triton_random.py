@@ -87,14 +87,6 @@ def test_box_mullers_uniforms_equal_the_composition(count: int, dtype: torch.dty
     torch.testing.assert_close(angle, expected_angle, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("low", "span"), [(0, 1), (-3, 1003), (10**12, 2**31 - 1), (-(2**40), 7)])
-def test_integers_equal_the_composition(low: int, span: int) -> None:
-    keys = _draw_keys(1)[:, 0]
-    with interpreted(kernels):
-        ours = kernels.hashed_integers(keys, 29, low, span)
-    assert torch.equal(ours, random._composed_integers(keys, 29, low, span))
-
-
 def _poisson_case(rates: torch.Tensor, index: torch.Tensor, keys: torch.Tensor) -> None:
     lengths, total = random._poisson_layout(rates.reshape(-1))
     table_keys, starts = random._poisson_keys(rates.reshape(-1), lengths, total)
@@ -141,7 +133,6 @@ def _launches() -> list[tuple[str, object]]:
         ("uniforms", lambda: kernels.hashed_uniforms(keys, 11, torch.float32)),
         ("sequence", lambda: kernels.hashed_uniform_sequence(keys, draw, offsets, torch.float64)),
         ("box muller", lambda: kernels.box_muller_uniforms(keys[:, 0], 11, torch.float32, random._ANGLE_SCALE)),
-        ("integers", lambda: kernels.hashed_integers(keys[:, 0], 11, -5, 100)),
         ("poisson", lambda: kernels.poisson_inversion(keys[:2, 0], index, table_keys, starts, lengths, 2, 1392)),
     ]
 
@@ -164,7 +155,6 @@ def test_the_operators_on_meta_give_the_shapes_of_their_results() -> None:
     assert (sequence.shape, sequence.dtype) == ((4, 3), torch.float32)
     radius, angle = random.box_muller_uniforms(keys[:, 0], 7, torch.float32)
     assert radius.shape == angle.shape == (4, 7) and angle.dtype == torch.float32
-    assert random.hashed_integers(keys[:, 0], 7, 0, 9).dtype == torch.int64
     index = torch.zeros(4, 2, 6, dtype=torch.int64, device="meta")
     counts = random.poisson_inversion(keys[:, 0], index, keys[0], keys[0], keys[0], 3)
     assert (counts.shape, counts.dtype) == ((4, 2, 6), torch.float32)
