@@ -27,8 +27,9 @@ for the same bytes), and the words (so the drawn values, which the tests pin) wo
 same. The uniforms' integer parts (24, 32 or 40 bits) are exact in the conversions above.
 
 Each draw's words and their integer and exact float steps are one ``ccc::`` operator (:func:`hashed_uniforms`,
-:func:`hashed_uniform_sequence`, :func:`box_muller_uniforms`, :func:`poisson_inversion`): the ATen composition on every device but CUDA, where one Triton kernel
-(:mod:`._triton.random`) hashes the words in registers and writes only the values (the same bits).
+:func:`hashed_uniform_sequence`, :func:`box_muller_uniforms`, :func:`poisson_inversion`): the ATen composition
+on every device but CUDA, where one Triton kernel (:mod:`._triton.random`) hashes the words in registers and
+writes only the values (the same bits).
 """
 
 from __future__ import annotations
